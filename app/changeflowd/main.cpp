@@ -1,0 +1,205 @@
+// changeflowd: assembly only. Reads the configuration, migrates the schema, starts the actor
+// system, the worker pools and the HTTP server, and stops all of it on SIGINT/SIGTERM.
+
+#include "base/log.hpp"
+#include "config/store.hpp"
+#include "http/api.hpp"
+#include "http/handlers/health.hpp"
+#include "http/server/server.hpp"
+#include "metrics/registry.hpp"
+#include "persistence/connection.hpp"
+#include "persistence/db_pool.hpp"
+#include "persistence/migrations.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <cppconn/exception.h>
+
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+using namespace changeflow;
+
+namespace {
+
+struct options {
+  std::string config_path;
+  std::string port_file;
+  bool check_only = false;
+  bool describe = false;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "changeflowd: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--config") o.config_path = next();
+    else if (a == "--port-file") o.port_file = next();
+    else if (a == "--check-config") o.check_only = true;
+    else if (a == "--describe-config") o.describe = true;
+    else if (a == "--help" || a == "-h") {
+      std::cout << "usage: changeflowd [--config FILE] [--port-file FILE] [--check-config] [--describe-config]\n";
+      std::exit(0);
+    } else {
+      std::cerr << "changeflowd: unknown argument '" << a << "'\n";
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+void describe_config() {
+  std::cout << "| key | type | default | reload | meaning and fallback |\n|---|---|---|---|---|\n";
+  for (const auto& k : config::all_keys()) {
+    static const char* types[] = {"integer", "number", "boolean", "string", "list", "object"};
+    std::cout << "| `" << k.name << "` | " << types[static_cast<int>(k.type)] << " | `"
+              << (k.default_value.is_null() ? std::string("(none)") : k.default_value.dump()) << "` | "
+              << (k.reload == config::reload_kind::hot ? "hot" : "restart") << " | " << k.doc << " |\n";
+  }
+}
+
+persistence::db_settings db_settings_from(const config::snapshot& c) {
+  persistence::db_settings s;
+  s.host = c.string_or("db.host", "127.0.0.1");
+  s.port = static_cast<int>(c.int_or("db.port", 3306));
+  s.socket = c.string_or("db.socket", "");
+  s.user = c.string_or("db.user", "changeflow");
+  s.password = c.string_or("db.password", "");
+  s.database = c.string_or("db.name", "changeflow");
+  s.connect_timeout_ms = static_cast<int>(c.int_or("db.connect_timeout_ms", 2000));
+  s.read_timeout_ms = static_cast<int>(c.int_or("db.read_timeout_ms", 10000));
+  return s;
+}
+
+// Connectivity problems are retried for a while (the database may still be starting); a migration
+// that fails on its SQL stops start-up at once.
+bool run_migrations(const persistence::db_settings& s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    try {
+      auto conn = persistence::open_connection(s);
+      auto r = persistence::migrate(*conn, persistence::all_migrations());
+      if (!r.ok) {
+        log::error("startup.migration_failed", {{"error", r.error}});
+        return false;
+      }
+      log::info("startup.migrated", {{"applied", r.applied}, {"schema_version", persistence::current_schema_version(*conn)}});
+      return true;
+    } catch (const sql::SQLException& e) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        log::error("startup.database_unreachable", {{"error", e.what()}, {"code", e.getErrorCode()}});
+        return false;
+      }
+      log::warn("startup.waiting_for_database", {{"error", e.what()}});
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto opts = parse_args(argc, argv);
+  if (opts.describe) {
+    describe_config();
+    return 0;
+  }
+  log::set_component("changeflowd");
+
+  // Block the stop signals before any thread starts, so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto loaded = opts.config_path.empty() ? config::load_from_json(nlohmann::json::object(), config::process_env)
+                                         : config::load_from_file(opts.config_path, config::process_env);
+  if (!loaded.snap) {
+    for (const auto& e : loaded.errors) std::cerr << "changeflowd: config error: " << e << "\n";
+    log::error("startup.config_invalid", {{"errors", loaded.errors}});
+    return 1;
+  }
+  if (opts.check_only) {
+    std::cout << "config ok\n";
+    return 0;
+  }
+  config::store cfg(loaded.snap, opts.config_path);
+  auto snap = cfg.current();
+  {
+    auto level = snap->string_or("log.level", "info");
+    log::set_min_level(level == "debug" ? log::level::debug : level == "warn" ? log::level::warn
+                       : level == "error" ? log::level::error : log::level::info);
+  }
+
+  persistence::init_driver();
+  auto db_settings = db_settings_from(*snap);
+  if (!run_migrations(db_settings)) return 1;
+
+  metrics::registry metrics;
+  metrics.set("changeflow_build_info", "Build information", {{"version", "0.1.0"}}, 1);
+  metrics.on_collect([&cfg](metrics::registry& m) {
+    m.set("changeflow_config_reload_errors", "Failed configuration reloads", {},
+          static_cast<double>(cfg.reload_error_count()));
+  });
+
+  auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
+                                      static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+  metrics.on_collect([&db](metrics::registry& m) {
+    auto s = db->stats();
+    m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", "db"}}, static_cast<double>(s.queued));
+    m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", "db"}},
+          static_cast<double>(s.rejected));
+  });
+
+  caf::actor_system_config caf_cfg;
+  caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->int_or("actors.threads", 2)));
+  caf::actor_system system{caf_cfg};
+
+  http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr};
+  auto routes = std::make_shared<http::router>();
+  http::add_health_routes(*routes, ctx);
+
+  http_server::server_options server_opts;
+  server_opts.address = snap->string_or("http.address", "127.0.0.1");
+  server_opts.port = static_cast<std::uint16_t>(snap->int_or("http.port", 8080));
+  server_opts.threads = static_cast<int>(snap->int_or("http.threads", 2));
+  server_opts.body_limit = static_cast<std::uint64_t>(snap->int_or("http.body_limit_bytes", 1 << 20));
+  server_opts.header_limit = static_cast<std::uint32_t>(snap->int_or("http.header_limit_bytes", 16384));
+  server_opts.read_timeout = std::chrono::milliseconds(snap->int_or("http.read_timeout_ms", 10000));
+  http_server::server server(server_opts, http::make_api(ctx, routes));
+  try {
+    server.start();
+  } catch (const std::exception& e) {
+    log::error("startup.listen_failed", {{"error", e.what()}});
+    return 1;
+  }
+  if (!opts.port_file.empty()) {
+    std::string tmp = opts.port_file + ".tmp";
+    std::ofstream(tmp) << server.port() << "\n";
+    std::rename(tmp.c_str(), opts.port_file.c_str());
+  }
+  cfg.start_watching(std::chrono::milliseconds(500));
+  log::info("startup.ready", {{"address", server_opts.address}, {"port", server.port()}});
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  log::info("shutdown.begin", {{"signal", sig}});
+  server.stop_accepting();
+  server.stop();
+  cfg.stop_watching();
+  db->stop();
+  log::info("shutdown.done");
+  return 0;
+}

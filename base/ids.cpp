@@ -1,0 +1,82 @@
+#include "base/ids.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <array>
+#include <cstdio>
+#include <random>
+
+namespace changeflow::ids {
+namespace {
+std::string to_hex(const unsigned char* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(digits[data[i] >> 4]);
+    out.push_back(digits[data[i] & 0xf]);
+  }
+  return out;
+}
+
+void random_bytes(unsigned char* out, size_t n) {
+  if (RAND_bytes(out, static_cast<int>(n)) != 1) {
+    thread_local std::mt19937_64 fallback{std::random_device{}()};
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(fallback());
+  }
+}
+}  // namespace
+
+std::string new_uuid() {
+  std::array<unsigned char, 16> b{};
+  random_bytes(b.data(), b.size());
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  std::string hex = to_hex(b.data(), b.size());
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20, 12);
+}
+
+bool is_uuid(std::string_view s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!std::isxdigit(static_cast<unsigned char>(c))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string new_error_id() {
+  std::array<unsigned char, 8> b{};
+  random_bytes(b.data(), b.size());
+  return to_hex(b.data(), b.size());
+}
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return to_hex(md, len);
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len);
+  return to_hex(md, len);
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace changeflow::ids

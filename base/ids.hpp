@@ -1,0 +1,20 @@
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace changeflow::ids {
+
+/// Random RFC 4122 version-4 UUID, lower case.
+std::string new_uuid();
+/// True for a canonical 36-character UUID (any version, either case).
+bool is_uuid(std::string_view s);
+/// Short random id for error references in logs and responses.
+std::string new_error_id();
+/// Lower-case hex SHA-256 of the input.
+std::string sha256_hex(std::string_view data);
+/// Lower-case hex HMAC-SHA256.
+std::string hmac_sha256_hex(std::string_view key, std::string_view data);
+/// Compares in time independent of where the first difference is.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace changeflow::ids

@@ -1,0 +1,39 @@
+#include "base/ids.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace changeflow;
+
+TEST(Ids, UuidsAreWellFormedAndDistinct) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) {
+    auto id = ids::new_uuid();
+    EXPECT_TRUE(ids::is_uuid(id)) << id;
+    EXPECT_EQ(id[14], '4');
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 1000u);
+}
+
+TEST(Ids, IsUuidRejectsMalformed) {
+  for (const char* s : {"", "not-a-uuid", "123e4567-e89b-12d3-a456-42661417400", "123e4567-e89b-12d3-a456-4266141740000",
+                        "123e4567xe89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400g"}) {
+    EXPECT_FALSE(ids::is_uuid(s)) << s;
+  }
+  EXPECT_TRUE(ids::is_uuid("123E4567-e89b-12d3-a456-426614174000"));
+}
+
+TEST(Ids, HmacMatchesKnownVector) {
+  // RFC 4231 test case 2.
+  EXPECT_EQ(ids::hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(ids::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Ids, ConstantTimeEqual) {
+  EXPECT_TRUE(ids::constant_time_equal("secret", "secret"));
+  EXPECT_FALSE(ids::constant_time_equal("secret", "secreT"));
+  EXPECT_FALSE(ids::constant_time_equal("secret", "secret2"));
+}

@@ -1,0 +1,120 @@
+#pragma once
+// A fixed set of threads for blocking work (database calls, outbound HTTP) with a bounded queue.
+//
+// Each thread owns one `Context` (a database connection, an HTTP client with its keep-alive
+// sockets) created on that thread and never shared. `try_submit` never blocks: a full queue answers
+// false at once so the caller can persist an explicit failure state instead of hanging
+// (overload becomes a visible, counted state).
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace changeflow {
+
+struct worker_pool_stats {
+  std::size_t queued = 0;
+  std::size_t busy = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t rejected = 0;
+};
+
+template <class Context>
+class worker_pool {
+ public:
+  using job = std::function<void(Context&)>;
+  using context_factory = std::function<std::unique_ptr<Context>()>;
+
+  worker_pool(std::string name, std::size_t threads, std::size_t queue_capacity,
+              context_factory make_context)
+      : name_(std::move(name)), capacity_(queue_capacity) {
+    for (std::size_t i = 0; i < threads; ++i) {
+      threads_.emplace_back([this, make_context] { run(make_context); });
+    }
+  }
+
+  worker_pool(const worker_pool&) = delete;
+  worker_pool& operator=(const worker_pool&) = delete;
+
+  ~worker_pool() { stop(); }
+
+  /// Queues a job; false when the queue is full or the pool is stopping.
+  bool try_submit(job j) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ || queue_.size() >= capacity_) {
+        ++rejected_;
+        return false;
+      }
+      queue_.push_back(std::move(j));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  /// Finishes queued jobs, then joins the threads. Safe to call twice.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ && threads_.empty()) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    threads_.clear();
+  }
+
+  worker_pool_stats stats() const {
+    std::lock_guard lock(mutex_);
+    return {queue_.size(), busy_, completed_, rejected_};
+  }
+
+  const std::string& name() const { return name_; }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  void run(const context_factory& make_context) {
+    std::unique_ptr<Context> ctx = make_context();
+    for (;;) {
+      job j;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping and drained
+        j = std::move(queue_.front());
+        queue_.pop_front();
+        ++busy_;
+      }
+      try {
+        j(*ctx);
+      } catch (...) {
+        // Jobs translate their own errors into values; this only keeps the thread alive.
+      }
+      std::lock_guard lock(mutex_);
+      --busy_;
+      ++completed_;
+    }
+  }
+
+  std::string name_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<job> queue_;
+  std::vector<std::thread> threads_;
+  bool stopping_ = false;
+  std::size_t busy_ = 0;
+  std::uint64_t completed_ = 0;
+  std::uint64_t rejected_ = 0;
+};
+
+}  // namespace changeflow

@@ -1,0 +1,62 @@
+#include "base/worker_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <latch>
+
+using namespace changeflow;
+
+namespace {
+struct counter_ctx {
+  int jobs_seen = 0;
+};
+}  // namespace
+
+TEST(WorkerPool, RunsJobsOnPerThreadContexts) {
+  worker_pool<counter_ctx> pool("t", 2, 100, [] { return std::make_unique<counter_ctx>(); });
+  std::atomic<int> done{0};
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(pool.try_submit([&](counter_ctx& c) {
+      ++c.jobs_seen;
+      ++done;
+    }));
+  }
+  pool.stop();
+  EXPECT_EQ(done.load(), 50);
+  EXPECT_EQ(pool.stats().completed, 50u);
+}
+
+TEST(WorkerPool, FullQueueRejectsImmediately) {
+  worker_pool<counter_ctx> pool("t", 1, 2, [] { return std::make_unique<counter_ctx>(); });
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  std::latch started(1);
+  ASSERT_TRUE(pool.try_submit([&](counter_ctx&) {
+    started.count_down();
+    gate.wait();
+  }));
+  started.wait();  // the single thread is now busy
+  EXPECT_TRUE(pool.try_submit([](counter_ctx&) {}));
+  EXPECT_TRUE(pool.try_submit([](counter_ctx&) {}));
+  EXPECT_FALSE(pool.try_submit([](counter_ctx&) {}));  // queue of 2 is full
+  EXPECT_EQ(pool.stats().rejected, 1u);
+  release.set_value();
+  pool.stop();
+  EXPECT_EQ(pool.stats().completed, 3u);
+}
+
+TEST(WorkerPool, ThrowingJobDoesNotKillTheThread) {
+  worker_pool<counter_ctx> pool("t", 1, 10, [] { return std::make_unique<counter_ctx>(); });
+  std::atomic<bool> ran{false};
+  ASSERT_TRUE(pool.try_submit([](counter_ctx&) { throw std::runtime_error("boom"); }));
+  ASSERT_TRUE(pool.try_submit([&](counter_ctx&) { ran = true; }));
+  pool.stop();
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(WorkerPool, SubmitAfterStopIsRejected) {
+  worker_pool<counter_ctx> pool("t", 1, 10, [] { return std::make_unique<counter_ctx>(); });
+  pool.stop();
+  EXPECT_FALSE(pool.try_submit([](counter_ctx&) {}));
+}

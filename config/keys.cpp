@@ -1,0 +1,135 @@
+// Every configuration key: type, default, reload kind, and what happens when it is missing or wrong.
+// The fallback direction follows the seeds' rule: look at the main consequence of misconfiguration
+// and default toward the less harmful outcome. docs/configuration.md is generated from this table
+// (changeflowd --describe-config).
+
+#include "config/snapshot.hpp"
+
+#include <algorithm>
+
+namespace changeflow::config {
+namespace {
+using J = nlohmann::json;
+constexpr auto I = value_type::integer;
+constexpr auto N = value_type::number;
+constexpr auto B = value_type::boolean;
+constexpr auto S = value_type::string;
+constexpr auto L = value_type::string_list;
+constexpr auto O = value_type::object;
+constexpr auto R = reload_kind::restart;
+constexpr auto H = reload_kind::hot;
+
+std::vector<key_spec> make_keys() {
+  std::vector<key_spec> keys = {
+      // -- process and HTTP server (restart)
+      {"http.address", S, "127.0.0.1", R, "Listen address of the HTTP API."},
+      {"http.port", I, 8080, R, "Listen port; 0 picks a free port (written to --port-file)."},
+      {"http.threads", I, 2, R, "I/O threads of the HTTP server."},
+      {"http.body_limit_bytes", I, 1048576, R, "Largest accepted request body; larger -> 413."},
+      {"http.header_limit_bytes", I, 16384, R, "Largest accepted request header block; larger -> 431."},
+      {"http.read_timeout_ms", I, 10000, R, "Time a client has to send a complete request."},
+      {"instance.id", S, J(), R, "This instance's id; missing -> hostname-pid-random."},
+      {"instance.lease_seconds", I, 30, R, "Lease an instance holds on its operations; renewed by heartbeat."},
+      {"actors.threads", I, 2, R, "CAF scheduler threads."},
+      {"log.level", S, "info", H, "debug|info|warn|error; unknown -> info."},
+      {"console.dir", S, J(), R, "Directory of the built console; missing -> console served as 404."},
+
+      // -- database (restart)
+      {"db.host", S, "127.0.0.1", R, "MariaDB/MySQL host (ignored when db.socket is set)."},
+      {"db.port", I, 3306, R, "MariaDB/MySQL port."},
+      {"db.socket", S, J(), R, "Unix socket path; preferred over host/port when set."},
+      {"db.user", S, "changeflow", R, "Database user."},
+      {"db.password", S, "", R, "Database password."},
+      {"db.name", S, "changeflow", R, "Database (schema) name."},
+      {"db.pool_size", I, 4, R, "Database worker threads, one connection each."},
+      {"db.queue_capacity", I, 20000, R, "Pending database jobs before new ones are rejected."},
+      {"db.connect_timeout_ms", I, 2000, R, "Connect timeout for each database connection."},
+      {"db.read_timeout_ms", I, 10000, R, "Read/write timeout for each database round trip."},
+
+      // -- external systems (restart: addresses and credentials)
+      {"external.pool_size", I, 16, R, "Threads for outbound HTTP calls."},
+      {"external.queue_capacity", I, 20000, R, "Pending outbound calls before new ones are rejected."},
+      {"external.connect_timeout_ms", I, 2000, H, "Connect timeout of every outbound call."},
+      {"external.request_timeout_ms", I, 10000, H, "Total timeout of every outbound call."},
+      {"external.breaker_failures", I, 5, H, "Consecutive failures that open a circuit breaker; <=0 -> 5."},
+      {"external.breaker_cooldown_ms", I, 10000, H, "Time an open breaker waits before a trial call."},
+      {"gitlab.base_url", S, "http://127.0.0.1:9090/api/v4", R, "GitLab REST v4 base URL."},
+      {"gitlab.project", S, "config/changes", R, "Project path (URL-encoded when used)."},
+      {"gitlab.target_branch", S, "main", H, "Branch the changes are merged into."},
+      {"gitlab.author_token", S, "author-token", R, "PRIVATE-TOKEN of the bot that commits and opens MRs."},
+      {"gitlab.approver_tokens", L, J::array({"approver-1-token", "approver-2-token"}), R,
+       "PRIVATE-TOKENs of the approval bots; each approves every MR."},
+      {"gitlab.approver_user_ids", L, J::array({"101", "102"}), R,
+       "GitLab user ids of the approval bots, same order as gitlab.approver_tokens."},
+      {"gitlab.use_check_items", B, false, H,
+       "Approve with check_items (the extended approver); missing -> plain approve."},
+      {"approval.base_url", S, "http://127.0.0.1:9090", R, "Approval system base URL."},
+      {"approval.callback_url", S, "http://127.0.0.1:8080/api/v1/callbacks/approval", H,
+       "URL the approval system calls back."},
+      {"approval.max_retries", I, 3, H, "Bot approval retries per account; negative -> 0."},
+      {"approval.backoff_base_ms", I, 200, H, "First backoff between approval retries, doubled each time."},
+      {"permission.base_url", S, "http://127.0.0.1:9090", R, "Permission service base URL."},
+
+      // -- callbacks
+      {"callbacks.approval_secret", S, "demo-approval-secret", H,
+       "Shared secret of approval callbacks (HMAC-SHA256 of the body in X-Signature, or the secret in "
+       "X-Callback-Token); missing -> every callback is refused with 401."},
+      {"callbacks.deploy_secret", S, "demo-deploy-secret", H,
+       "Shared secret of deploy callbacks (X-Gitlab-Token); missing -> refused with 401."},
+
+      // -- workflow (hot)
+      {"flow.default", S, "approve_then_create", H,
+       "Step order of NEW operations: approve_then_create | create_then_approve; unknown -> "
+       "approve_then_create."},
+      {"poll.short_interval_ms", I, 2000, H, "Poll interval for the first poll.short_attempts polls."},
+      {"poll.short_attempts", I, 10, H, "Number of short-interval polls."},
+      {"poll.long_interval_ms", I, 15000, H, "Poll interval after the short ones."},
+      {"poll.timeout_ms", I, 3600000, H, "Polling gives up after this long: outcome 'timed out'."},
+      {"merge.max_attempts", I, 5, H, "Merge attempts (each may rebase) before HANDLE_FAILED."},
+      {"timeouts.approval_wait_seconds", I, 604800, H,
+       "Longest wait for the approval callback before APPROVAL_TIMEOUT."},
+      {"timeouts.deploy_wait_seconds", I, 86400, H, "Longest wait in MERGED before the sweep flags it."},
+
+      // -- batch path (hot)
+      {"batch.enabled", B, false, H, "Send approved changes through the batch coordinator."},
+      {"batch.round_interval_ms", I, 5000, H, "Interval of scheduled batch rounds."},
+      {"batch.max_members", I, 50, H, "Most operations claimed into one batch."},
+      {"batch.max_splits", I, 6, H, "Bisection depth limit for a failing batch."},
+      {"batch.running_timeout_seconds", I, 3600, H, "A RUNNING batch older than this is settled by the sweep."},
+
+      // -- reconciliation (hot)
+      {"reconcile.interval_ms", I, 60000, H, "Interval of the reconciliation job; <=0 -> disabled."},
+      {"reconcile.min_age_seconds", I, 300, H, "Skip MERGED records changed more recently than this."},
+      {"reconcile.max_age_seconds", I, 86400, H, "Skip MERGED records changed longer ago than this."},
+
+      // -- HTTP cross-cutting concerns (hot)
+      {"rate_limit.window_ms", I, 60000, H, "Sliding window of every rate limit; <=0 -> 60000."},
+      {"rate_limit.submit", I, 600, H, "Submissions per window per subject; missing or <=0 -> no limiting."},
+      {"rate_limit.callbacks", I, J(), H, "Callbacks per window per sender; missing or <=0 -> no limiting."},
+      {"rate_limit.ops", I, 120, H, "Ops actions per window per operator; missing or <=0 -> no limiting."},
+      {"access.mode", S, "OPEN", H,
+       "OPEN | TEST_WINDOW | CLOSED for user writes; blank -> TEST_WINDOW, unknown -> CLOSED."},
+      {"access.window", S, J(), H, "TEST_WINDOW hours 'HH:MM-HH:MM'; missing or unparsable -> closed."},
+      {"access.time_zone_offset_minutes", I, 0, H, "Fixed UTC offset the window is read in (not the host's)."},
+      {"auth.jwt_secret", S, "demo-jwt-secret", H, "HS256 secret of bearer tokens; missing -> no identity (401)."},
+      {"auth.jwt_audience", S, J(), H, "Required 'aud' of bearer tokens; missing -> not checked."},
+      {"auth.aliases", O, J::object(), H, "Employee id -> account map; both resolve to one identity."},
+      {"auth.trusted_proxies", L, J::array(), H, "Peers whose X-Forwarded-For hop and identity header are trusted."},
+      {"auth.gateway_header", S, J(), H, "Identity header set by a trusted gateway; missing -> header mode off."},
+      {"auth.ops_rules", L, J::array({"changeflow.ops", "changeflow.admin"}), H,
+       "Rule codes of which any grants the ops API; empty -> nobody."},
+      {"auth.required", B, false, H, "Require an identity on the user API; false -> anonymous allowed."},
+      {"idempotency.ttl_seconds", I, 86400, H, "Lifetime of idempotency records; <=0 -> 86400."},
+      {"metrics.user_labels", B, false, H, "Allow user ids as metric labels (bounded cardinality risk)."},
+  };
+  std::sort(keys.begin(), keys.end(), [](const key_spec& a, const key_spec& b) { return a.name < b.name; });
+  return keys;
+}
+}  // namespace
+
+const std::vector<key_spec>& all_keys() {
+  static const std::vector<key_spec> keys = make_keys();
+  return keys;
+}
+
+}  // namespace changeflow::config

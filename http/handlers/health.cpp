@@ -1,0 +1,50 @@
+#include "http/handlers/health.hpp"
+
+#include "http/envelope.hpp"
+#include "persistence/errors.hpp"
+#include "persistence/migrations.hpp"
+
+#include <cppconn/exception.h>
+
+namespace changeflow::http {
+
+void add_health_routes(router& r, service_context& ctx) {
+  r.add({"GET", "/healthz", [](http_server::request&, const path_params&, http_server::responder reply) {
+           reply(ok({{"status", "alive"}}));
+         }});
+
+  r.add({"GET", "/readyz", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+           if (ctx.not_ready_reason) {
+             if (auto reason = ctx.not_ready_reason()) {
+               return reply(envelope(503, "NOT_READY", *reason, {{"reason", *reason}}));
+             }
+           }
+           int expected = ctx.expected_schema_version;
+           bool queued = ctx.db.try_submit([reply, expected](persistence::db_context& db) {
+             try {
+               int version = persistence::current_schema_version(db.get());
+               if (version < expected) {
+                 std::string reason = "migrations pending (schema " + std::to_string(version) + " of " +
+                                      std::to_string(expected) + ")";
+                 return reply(envelope(503, "NOT_READY", reason, {{"reason", reason}}));
+               }
+               reply(ok({{"status", "ready"}, {"schemaVersion", version}}));
+             } catch (const sql::SQLException& e) {
+               db.reset();
+               auto err = persistence::classify(e);
+               reply(envelope(503, "NOT_READY", "database unreachable",
+                              {{"reason", "database unreachable"}, {"dbError", err.code}}));
+             }
+           });
+           if (!queued) reply(envelope(503, "NOT_READY", "database queue full", {{"reason", "database queue full"}}));
+         }});
+
+  r.add({"GET", "/metrics", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+           http_server::response res;
+           res.content_type = "text/plain; version=0.0.4";
+           res.body = ctx.metrics.serialize();
+           reply(std::move(res));
+         }});
+}
+
+}  // namespace changeflow::http

@@ -1,0 +1,44 @@
+#pragma once
+// Route table: method + path template ("/api/v1/changes/{id}") -> handler and policy. Metrics use
+// the template, never the raw path, so label cardinality stays bounded.
+
+#include "http/server/message.hpp"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace changeflow::http {
+
+using path_params = std::map<std::string, std::string, std::less<>>;
+using route_handler = std::function<void(http_server::request&, const path_params&, http_server::responder)>;
+
+struct route {
+  std::string method;
+  std::string pattern;
+  route_handler handler;
+};
+
+class router {
+ public:
+  void add(route r);
+
+  enum class match_kind { found, not_found, method_not_allowed };
+  struct match_result {
+    match_kind kind = match_kind::not_found;
+    const route* matched = nullptr;
+    path_params params;
+    std::vector<std::string> allowed_methods;  // for 405
+  };
+  match_result match(std::string_view method, std::string_view path) const;
+  const std::vector<route>& routes() const { return routes_; }
+
+ private:
+  std::vector<route> routes_;
+};
+
+/// Splits "/a/b/" into {"a", "b"}; empty segments are dropped.
+std::vector<std::string_view> split_path(std::string_view path);
+
+}  // namespace changeflow::http

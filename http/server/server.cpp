@@ -1,0 +1,250 @@
+#include "http/server/server.hpp"
+
+#include "base/log.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace changeflow::http_server {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+struct counters {
+  std::atomic<std::uint64_t> open{0};
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> too_large{0};
+  std::atomic<std::uint64_t> timeouts{0};
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket&& socket, const server_options& opts, const handler& h, counters& c)
+      : stream_(std::move(socket)), opts_(opts), handler_(h), counters_(c) {
+    ++counters_.open;
+  }
+  ~session() { --counters_.open; }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this()));
+  }
+
+ private:
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(opts_.body_limit);
+    parser_->header_limit(opts_.header_limit);
+    stream_.expires_after(opts_.read_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      beast::bind_front_handler(&session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    if (ec == bhttp::error::end_of_stream || ec == net::error::connection_reset) return do_close();
+    if (ec == beast::error::timeout) {
+      ++counters_.timeouts;
+      return do_close();
+    }
+    if (ec == bhttp::error::body_limit) {
+      ++counters_.too_large;
+      return send_error(413, "PAYLOAD_TOO_LARGE", "Request body too large");
+    }
+    if (ec == bhttp::error::header_limit) {
+      ++counters_.too_large;
+      return send_error(431, "HEADERS_TOO_LARGE", "Request header fields too large");
+    }
+    if (ec) return send_error(400, "BAD_REQUEST", "Malformed HTTP request");
+
+    ++counters_.requests;
+    auto& msg = parser_->get();
+    request req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    auto qpos = req.target.find('?');
+    req.path = percent_decode(std::string_view(req.target).substr(0, qpos));
+    if (qpos != std::string::npos) req.query = req.target.substr(qpos + 1);
+    for (const auto& field : msg) {
+      auto name = lower(std::string_view(field.name_string().data(), field.name_string().size()));
+      auto [it, inserted] = req.headers.emplace(name, std::string(field.value()));
+      if (!inserted) it->second += ", " + std::string(field.value());
+    }
+    req.body = std::move(msg.body());
+    beast::error_code peer_ec;
+    auto ep = stream_.socket().remote_endpoint(peer_ec);
+    if (!peer_ec) req.peer_address = ep.address().to_string();
+    req.keep_alive = msg.keep_alive();
+    keep_alive_ = req.keep_alive;
+    version_ = msg.version();
+
+    // The handler may answer from another thread; post the reply back onto this strand.
+    stream_.expires_after(opts_.handler_timeout);
+    auto self = shared_from_this();
+    responder reply([self](response r) {
+      net::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->do_write(std::move(r)); });
+    });
+    try {
+      handler_(std::move(req), reply);
+    } catch (const std::exception& e) {
+      log::error("http.handler_threw", {{"what", e.what()}});
+      reply(internal_error());
+    } catch (...) {
+      reply(internal_error());
+    }
+  }
+
+  static response internal_error() {
+    response r;
+    r.status = 500;
+    r.body = R"({"code":"INTERNAL_ERROR","message":"Internal error","data":null})";
+    return r;
+  }
+
+  void send_error(unsigned status, const char* code, const char* message) {
+    keep_alive_ = false;
+    response r;
+    r.status = status;
+    r.body = std::string(R"({"code":")") + code + R"(","message":")" + message + R"(","data":null})";
+    do_write(std::move(r));
+  }
+
+  void do_write(response r) {
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
+        static_cast<bhttp::status>(r.status), version_ ? version_ : 11);
+    res->set(bhttp::field::server, opts_.server_name);
+    if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) res->insert(name, value);
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(r.body);
+    res->prepare_payload();
+    stream_.expires_after(opts_.read_timeout);
+    // The response object is kept alive by the completion handler (Boost 1.74 has no message_generator).
+    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+      self->on_write(ec, res->need_eof());
+    });
+  }
+
+  void on_write(beast::error_code ec, bool close) {
+    if (ec) return do_close();
+    if (close || !keep_alive_) return do_close();
+    do_read();
+  }
+
+  void do_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  const server_options& opts_;
+  const handler& handler_;
+  counters& counters_;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+};
+
+}  // namespace
+
+struct server::impl {
+  server_options opts;
+  handler h;
+  net::io_context ioc;
+  tcp::acceptor acceptor{net::make_strand(ioc)};
+  std::vector<std::thread> threads;
+  counters stats;
+  std::atomic<bool> accepting{false};
+  std::uint16_t bound_port = 0;
+  std::mutex stop_mutex;
+  bool stopped = false;
+
+  void do_accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (!accepting.load()) return;
+      if (!ec) {
+        std::make_shared<session>(std::move(socket), opts, h, stats)->run();
+      }
+      do_accept();
+    });
+  }
+};
+
+server::server(server_options options, handler h) : impl_(std::make_unique<impl>()) {
+  impl_->opts = std::move(options);
+  impl_->h = std::move(h);
+}
+
+server::~server() { stop(); }
+
+void server::start() {
+  auto& i = *impl_;
+  beast::error_code ec;
+  auto address = net::ip::make_address(i.opts.address, ec);
+  if (ec) throw std::runtime_error("invalid listen address '" + i.opts.address + "'");
+  tcp::endpoint ep{address, i.opts.port};
+  i.acceptor.open(ep.protocol(), ec);
+  if (!ec) i.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) i.acceptor.bind(ep, ec);
+  if (!ec) i.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("cannot listen on " + i.opts.address + ":" + std::to_string(i.opts.port) +
+                             ": " + ec.message());
+  }
+  i.bound_port = i.acceptor.local_endpoint().port();
+  i.accepting = true;
+  i.do_accept();
+  int n = std::max(1, i.opts.threads);
+  for (int t = 0; t < n; ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
+}
+
+void server::stop_accepting() {
+  auto& i = *impl_;
+  if (!i.accepting.exchange(false)) return;
+  net::post(i.acceptor.get_executor(), [&i] {
+    beast::error_code ec;
+    i.acceptor.close(ec);
+  });
+}
+
+void server::stop() {
+  auto& i = *impl_;
+  std::lock_guard lock(i.stop_mutex);
+  if (i.stopped) return;
+  i.stopped = true;
+  stop_accepting();
+  i.ioc.stop();
+  for (auto& t : i.threads) {
+    if (t.joinable()) t.join();
+  }
+  i.threads.clear();
+}
+
+std::uint16_t server::port() const { return impl_->bound_port; }
+
+server_stats server::stats() const {
+  return {impl_->stats.open.load(), impl_->stats.requests.load(), impl_->stats.too_large.load(),
+          impl_->stats.timeouts.load()};
+}
+
+}  // namespace changeflow::http_server

@@ -1,0 +1,117 @@
+#include "http/server/server.hpp"
+
+#include "tests/support/http_client.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+using namespace changeflow;
+using changeflow::testing::http_call;
+
+namespace {
+http_server::server_options small_server() {
+  http_server::server_options o;
+  o.port = 0;
+  o.body_limit = 1024;
+  o.header_limit = 2048;
+  o.read_timeout = std::chrono::milliseconds(300);
+  return o;
+}
+
+void echo(http_server::request&& req, http_server::responder reply) {
+  http_server::response r;
+  r.content_type = "text/plain";
+  r.body = req.method + " " + req.path + " q=" + req.query_param("q").value_or("-") + " body=" + req.body +
+           " peer=" + req.peer_address;
+  reply(std::move(r));
+}
+}  // namespace
+
+TEST(HttpServer, ServesRequestsAndDecodesPathAndQuery) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "POST", "/a%20b?q=x%2By+z", "hello");
+  EXPECT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.body, "POST /a b q=x+y z body=hello peer=127.0.0.1");
+  s.stop();
+}
+
+TEST(HttpServer, RepliesFromAnotherThread) {
+  http_server::server s(small_server(), [](http_server::request&&, http_server::responder reply) {
+    std::thread([reply] {
+      http_server::response r;
+      r.status = 202;
+      r.body = "{}";
+      reply(std::move(r));
+    }).detach();
+  });
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/");
+  EXPECT_EQ(r.status, 202);
+  s.stop();
+}
+
+TEST(HttpServer, ForgottenReplyBecomes500) {
+  http_server::server s(small_server(), [](http_server::request&&, http_server::responder) {});
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body.find("what"), std::string::npos);
+  s.stop();
+}
+
+TEST(HttpServer, ThrowingHandlerLeaksNothing) {
+  http_server::server s(small_server(), [](http_server::request&&, http_server::responder) {
+    throw std::runtime_error("secret internal detail");
+  });
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body.find("secret"), std::string::npos);
+  s.stop();
+}
+
+TEST(HttpServer, OversizedBodyIs413) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "POST", "/", std::string(5000, 'x'));
+  EXPECT_EQ(r.status, 413);
+  s.stop();
+}
+
+TEST(HttpServer, OversizedHeadersAre431) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/", "", {{"X-Big", std::string(4000, 'a')}});
+  EXPECT_EQ(r.status, 431);
+  s.stop();
+}
+
+TEST(HttpServer, SlowHeaderClientIsDisconnected) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  // Sends an incomplete header block and waits; the server must close after its read timeout.
+  auto got = changeflow::testing::raw_exchange("127.0.0.1", s.port(), "GET / HTTP/1.1\r\nHost: x\r\n",
+                                               std::chrono::milliseconds(3000));
+  EXPECT_TRUE(got.empty());
+  EXPECT_GE(s.stats().timeouts, 1u);
+  s.stop();
+}
+
+TEST(HttpServer, GarbageIs400) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  auto got = changeflow::testing::raw_exchange("127.0.0.1", s.port(), "NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_NE(got.find("400"), std::string::npos) << got;
+  s.stop();
+}
+
+TEST(HttpServer, StopIsIdempotent) {
+  http_server::server s(small_server(), echo);
+  s.start();
+  s.stop();
+  s.stop();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/", "", {}, std::chrono::milliseconds(500));
+  EXPECT_EQ(r.status, 0);
+}

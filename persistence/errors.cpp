@@ -1,0 +1,51 @@
+#include "persistence/errors.hpp"
+
+#include <cppconn/exception.h>
+
+namespace changeflow::persistence {
+
+std::string_view to_string(db_outcome o) {
+  switch (o) {
+    case db_outcome::ok: return "ok";
+    case db_outcome::not_found: return "not_found";
+    case db_outcome::preempted: return "preempted";
+    case db_outcome::duplicate: return "duplicate";
+    case db_outcome::illegal_transition: return "illegal_transition";
+    case db_outcome::retryable: return "retryable";
+    case db_outcome::fatal: return "fatal";
+  }
+  return "fatal";
+}
+
+bool is_retryable_code(int code) {
+  switch (code) {
+    case 1205:  // lock wait timeout
+    case 1213:  // deadlock
+    case 2002:  // cannot connect (socket)
+    case 2003:  // cannot connect (tcp)
+    case 2006:  // server has gone away
+    case 2013:  // lost connection during query
+    case 1927:  // connection killed (MariaDB)
+    case 1053:  // server shutdown in progress
+      return true;
+    default:
+      return false;
+  }
+}
+
+db_error classify(const sql::SQLException& e) {
+  int code = e.getErrorCode();
+  db_error err;
+  err.code = code;
+  err.message = e.what();
+  if (code == 1062) {
+    err.outcome = db_outcome::duplicate;
+  } else if (is_retryable_code(code)) {
+    err.outcome = db_outcome::retryable;
+  } else {
+    err.outcome = db_outcome::fatal;
+  }
+  return err;
+}
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,125 @@
+#include "persistence/migrations.hpp"
+
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+namespace changeflow::persistence {
+
+const std::vector<migration>& all_migrations() {
+  static const std::vector<migration> migrations = {
+      {1,
+       "instance registry",
+       {R"sql(
+CREATE TABLE IF NOT EXISTS instance (
+  instance_id   VARCHAR(128) NOT NULL,
+  started_at    DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  heartbeat_at  DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  lease_until   DATETIME(3)  NOT NULL,
+  epoch         BIGINT       NOT NULL DEFAULT 1,
+  address       VARCHAR(255) NULL,
+  status        VARCHAR(16)  NOT NULL DEFAULT 'RUNNING',
+  PRIMARY KEY (instance_id),
+  KEY idx_instance_lease (lease_until)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql"}},
+  };
+  return migrations;
+}
+
+namespace {
+void exec(sql::Connection& conn, const std::string& statement) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  st->execute(statement);
+}
+
+std::set<int> applied_versions(sql::Connection& conn) {
+  std::set<int> out;
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT version FROM schema_migrations"));
+  while (rs->next()) out.insert(rs->getInt(1));
+  return out;
+}
+
+struct named_lock {
+  sql::Connection& conn;
+  bool held = false;
+  explicit named_lock(sql::Connection& c) : conn(c) {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT GET_LOCK(CONCAT(DATABASE(), '.migrations'), 60)"));
+    held = rs->next() && rs->getInt(1) == 1;
+  }
+  ~named_lock() {
+    if (!held) return;
+    try {
+      exec(conn, "DO RELEASE_LOCK(CONCAT(DATABASE(), '.migrations'))");
+    } catch (...) {
+    }
+  }
+};
+}  // namespace
+
+int current_schema_version(sql::Connection& conn) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
+  return rs->next() ? rs->getInt(1) : 0;
+}
+
+migrate_result migrate(sql::Connection& conn, const std::vector<migration>& migrations) {
+  migrate_result result;
+  std::vector<const migration*> ordered;
+  for (const auto& m : migrations) ordered.push_back(&m);
+  std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->version < b->version; });
+  for (size_t i = 1; i < ordered.size(); ++i) {
+    if (ordered[i]->version == ordered[i - 1]->version) {
+      result.ok = false;
+      result.error = "migration version " + std::to_string(ordered[i]->version) + " is declared twice";
+      return result;
+    }
+  }
+  try {
+    exec(conn, R"sql(
+CREATE TABLE IF NOT EXISTS schema_migrations (
+  version    INT          NOT NULL,
+  name       VARCHAR(255) NOT NULL,
+  applied_at DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql");
+    named_lock lock(conn);
+    if (!lock.held) {
+      result.ok = false;
+      result.error = "could not take the migration lock within 60 s";
+      return result;
+    }
+    auto done = applied_versions(conn);
+    for (const auto* m : ordered) {
+      if (done.count(m->version)) continue;
+      for (size_t s = 0; s < m->statements.size(); ++s) {
+        try {
+          exec(conn, m->statements[s]);
+        } catch (const sql::SQLException& e) {
+          result.ok = false;
+          result.error = "migration " + std::to_string(m->version) + " (" + m->name + ") statement " +
+                         std::to_string(s + 1) + " failed: " + e.what();
+          return result;
+        }
+      }
+      std::unique_ptr<sql::PreparedStatement> ins(
+          conn.prepareStatement("INSERT INTO schema_migrations (version, name) VALUES (?, ?)"));
+      ins->setInt(1, m->version);
+      ins->setString(2, m->name);
+      ins->executeUpdate();
+      result.applied.push_back(m->version);
+    }
+  } catch (const sql::SQLException& e) {
+    result.ok = false;
+    result.error = std::string("migrations: ") + e.what();
+  }
+  return result;
+}
+
+}  // namespace changeflow::persistence

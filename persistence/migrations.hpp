@@ -1,0 +1,35 @@
+#pragma once
+// Versioned schema migrations, run at start-up. Each migration runs once, in version order, and is
+// recorded in schema_migrations after all its statements succeeded. Several instances starting at
+// once serialize on a named lock (GET_LOCK). MariaDB DDL is not transactional, so statements are
+// written to be re-runnable (IF NOT EXISTS) in case a migration failed half-way.
+
+#include "persistence/errors.hpp"
+
+#include <cppconn/connection.h>
+
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+struct migration {
+  int version;
+  std::string name;
+  std::vector<std::string> statements;
+};
+
+/// The project's migrations, in order. SQL lives in persistence/ only.
+const std::vector<migration>& all_migrations();
+
+struct migrate_result {
+  std::vector<int> applied;  // versions applied by this call
+  bool ok = true;
+  std::string error;  // names the failing migration and statement
+};
+
+migrate_result migrate(sql::Connection& conn, const std::vector<migration>& migrations);
+/// Highest applied version, 0 when none.
+int current_schema_version(sql::Connection& conn);
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,59 @@
+#include "persistence/migrations.hpp"
+
+#include "tests/support/test_db.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace changeflow;
+using changeflow::testing::test_database;
+
+TEST(Migrations, ApplyInOrderOnceAndAreIdempotent) {
+  test_database db(false);
+  auto conn = db.connect();
+  std::vector<persistence::migration> ms = {
+      {2, "second", {"INSERT INTO t (v) VALUES ('second')"}},
+      {1, "first", {"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(16))",
+                    "INSERT INTO t (v) VALUES ('first')"}},
+  };
+  auto r = persistence::migrate(*conn, ms);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.applied, (std::vector<int>{1, 2}));
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(v ORDER BY id) FROM t"), "first,second");
+
+  auto again = persistence::migrate(*conn, ms);
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM t"), "2");
+  EXPECT_EQ(persistence::current_schema_version(*conn), 2);
+}
+
+TEST(Migrations, FailingMigrationStopsAndIsNotRecorded) {
+  test_database db(false);
+  auto conn = db.connect();
+  std::vector<persistence::migration> ms = {
+      {1, "ok", {"CREATE TABLE a (id INT PRIMARY KEY)"}},
+      {2, "broken", {"CREATE TABLE b (id INT PRIMARY KEY)", "THIS IS NOT SQL"}},
+      {3, "never", {"CREATE TABLE c (id INT PRIMARY KEY)"}},
+  };
+  auto r = persistence::migrate(*conn, ms);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("migration 2 (broken) statement 2"), std::string::npos) << r.error;
+  EXPECT_EQ(persistence::current_schema_version(*conn), 1);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'c'"), "0");
+}
+
+TEST(Migrations, DuplicateVersionRefused) {
+  test_database db(false);
+  auto conn = db.connect();
+  auto r = persistence::migrate(*conn, {{1, "a", {"DO 1"}}, {1, "b", {"DO 1"}}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("declared twice"), std::string::npos);
+}
+
+TEST(Migrations, ProjectMigrationsApplyOnEmptyDatabase) {
+  test_database db(false);
+  auto conn = db.connect();
+  auto r = persistence::migrate(*conn, persistence::all_migrations());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(persistence::current_schema_version(*conn), persistence::all_migrations().back().version);
+}

@@ -1,0 +1,120 @@
+// changeflowd as a process: health endpoints over real HTTP, readiness following the database,
+// refusal of a broken config, and a clean stop on SIGTERM.
+
+#include "tests/support/http_client.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/test_db.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+
+using namespace changeflow::testing;
+using nlohmann::json;
+
+namespace {
+json db_config(const changeflow::persistence::db_settings& s) {
+  return {{"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}}};
+}
+
+std::string source_dir() {
+  const char* d = std::getenv("CHANGEFLOW_SOURCE_DIR");
+  return d ? d : ".";
+}
+}  // namespace
+
+TEST(ServiceLifecycle, HealthReadyMetricsAndCleanStop) {
+  test_database db(false);
+  auto dir = make_temp_dir("cf-lifecycle");
+  service_process svc(db_config(db.settings()), dir);
+
+  auto health = http_call("127.0.0.1", svc.port(), "GET", "/healthz");
+  EXPECT_EQ(health.status, 200) << health.error;
+
+  auto ready = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  EXPECT_EQ(json::parse(ready.body)["data"]["status"], "ready");
+
+  // The service migrated the empty database at start-up.
+  EXPECT_NE(db.scalar("SELECT COUNT(*) FROM schema_migrations"), "0");
+
+  auto metrics = http_call("127.0.0.1", svc.port(), "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.header("content-type").find("text/plain"), std::string::npos);
+  EXPECT_NE(metrics.body.find("changeflow_build_info"), std::string::npos);
+  EXPECT_NE(metrics.body.find("process_resident_memory_bytes"), std::string::npos);
+  // Requests made above are visible in the latency histogram by route template.
+  EXPECT_NE(metrics.body.find("route=\"/readyz\""), std::string::npos);
+
+  auto missing = http_call("127.0.0.1", svc.port(), "GET", "/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(json::parse(missing.body)["code"], "NOT_FOUND");
+
+  auto started = std::chrono::steady_clock::now();
+  int status = svc.process().stop(SIGTERM, std::chrono::seconds(10));
+  EXPECT_EQ(status, 0) << svc.process().log_contents();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_NE(svc.process().log_contents().find("shutdown.done"), std::string::npos);
+}
+
+TEST(ServiceLifecycle, ReadyzTurns503WhenDatabaseStops) {
+  // A private server for this test alone, so stopping it does not disturb other tests.
+  auto dir = make_temp_dir("cf-readyz");
+  int port = 40000 + (::getpid() % 20000);
+  std::string db_script = source_dir() + "/scripts/db";
+  std::string start_cmd = db_script + " start --dir " + dir + "/db --port " + std::to_string(port) + " >/dev/null";
+  std::string stop_cmd = db_script + " stop --dir " + dir + "/db --port " + std::to_string(port) + " >/dev/null";
+  ASSERT_EQ(std::system(start_cmd.c_str()), 0);
+  struct stopper {
+    std::string cmd;
+    ~stopper() { (void)std::system(cmd.c_str()); }
+  } stop_db{stop_cmd};
+
+  json cfg = {{"db", {{"host", "127.0.0.1"}, {"port", port}, {"user", "changeflow"}, {"password", "changeflow"},
+                      {"name", "changeflow"}, {"connect_timeout_ms", 1000}, {"read_timeout_ms", 1000}}}};
+  service_process svc(cfg, dir);
+  EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", svc.port(), "GET", "/readyz").status == 200; },
+                         std::chrono::seconds(10)));
+
+  ASSERT_EQ(std::system(stop_cmd.c_str()), 0);
+  http_result r;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        r = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
+        return r.status == 503;
+      },
+      std::chrono::seconds(20)));
+  EXPECT_EQ(json::parse(r.body)["data"]["reason"], "database unreachable") << r.body;
+  // Liveness does not depend on the database.
+  EXPECT_EQ(http_call("127.0.0.1", svc.port(), "GET", "/healthz").status, 200);
+
+  ASSERT_EQ(std::system(start_cmd.c_str()), 0);
+  EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", svc.port(), "GET", "/readyz").status == 200; },
+                         std::chrono::seconds(20)));
+}
+
+TEST(ServiceLifecycle, BrokenConfigRefusesToStart) {
+  auto dir = make_temp_dir("cf-badcfg");
+  std::string path = dir + "/bad.json";
+  std::ofstream(path) << R"({"http": {"port": "eighty"}, "dbb": {}})";
+  child_process p({binary_path("changeflowd"), "--config", path}, dir + "/out.log");
+  int status = -1;
+  ASSERT_TRUE(wait_until([&] { return !p.running(); }, std::chrono::seconds(10)));
+  (void)status;
+  auto log = p.log_contents();
+  EXPECT_NE(log.find("http.port"), std::string::npos) << log;
+  EXPECT_NE(log.find("dbb"), std::string::npos) << log;
+}
+
+TEST(ServiceLifecycle, EnvironmentOverridesConfigFile) {
+  auto dir = make_temp_dir("cf-envcfg");
+  std::string path = dir + "/c.json";
+  std::ofstream(path) << R"({"http": {"port": 1}})";
+  child_process p({binary_path("changeflowd"), "--config", path, "--check-config"}, dir + "/out.log",
+                  {{"CHANGEFLOW_HTTP_PORT", "not-a-number"}});
+  ASSERT_TRUE(wait_until([&] { return !p.running(); }, std::chrono::seconds(10)));
+  EXPECT_NE(p.log_contents().find("CHANGEFLOW_HTTP_PORT"), std::string::npos) << p.log_contents();
+}

@@ -1,0 +1,168 @@
+#include "tests/support/process.hpp"
+
+#include "tests/support/http_client.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace changeflow::testing {
+
+child_process::child_process(std::vector<std::string> argv, std::string log_path,
+                             std::vector<std::pair<std::string, std::string>> extra_env)
+    : log_path_(std::move(log_path)) {
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    // Die with the test process so nothing outlives a crashed test.
+    for (auto& [k, v] : extra_env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+child_process::~child_process() {
+  if (pid_ > 0) stop(SIGTERM, std::chrono::milliseconds(5000));
+}
+
+child_process::child_process(child_process&& o) noexcept : pid_(o.pid_), log_path_(std::move(o.log_path_)) {
+  o.pid_ = -1;
+}
+
+child_process& child_process::operator=(child_process&& o) noexcept {
+  if (this != &o) {
+    if (pid_ > 0) stop(SIGTERM, std::chrono::milliseconds(5000));
+    pid_ = o.pid_;
+    log_path_ = std::move(o.log_path_);
+    o.pid_ = -1;
+  }
+  return *this;
+}
+
+bool child_process::running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+int child_process::stop(int sig, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, sig);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill_now();
+  return -1;
+}
+
+void child_process::kill_now() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+std::string child_process::log_contents() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string binary_path(const std::string& name) {
+  const char* dir = std::getenv("CHANGEFLOW_BINARY_DIR");
+  if (!dir) throw std::runtime_error("CHANGEFLOW_BINARY_DIR not set (run through ctest)");
+  return std::string(dir) + "/app/" + name;
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+  return buf.data();
+}
+
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (predicate()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return predicate();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+namespace {
+void merge_into(nlohmann::json& base, const nlohmann::json& over) {
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    if (it.value().is_object() && base.contains(it.key()) && base[it.key()].is_object()) {
+      merge_into(base[it.key()], it.value());
+    } else {
+      base[it.key()] = it.value();
+    }
+  }
+}
+}  // namespace
+
+service_process::service_process(const nlohmann::json& config, const std::string& dir, const std::string& name) {
+  config_path_ = dir + "/" + name + ".json";
+  rewrite_config(config);
+  std::string port_file = dir + "/" + name + ".port";
+  std::filesystem::remove(port_file);
+  proc_ = child_process({binary_path("changeflowd"), "--config", config_path_, "--port-file", port_file},
+                        dir + "/" + name + ".log");
+  bool up = wait_until(
+      [&] {
+        std::ifstream in(port_file);
+        int p = 0;
+        if (in >> p && p > 0) {
+          port_ = static_cast<unsigned short>(p);
+          return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(30));
+  if (!up) throw std::runtime_error(name + " did not start; log: " + proc_.log_contents());
+}
+
+void service_process::rewrite_config(const nlohmann::json& config) {
+  nlohmann::json full = {{"http", {{"port", 0}}}};
+  merge_into(full, config);
+  std::string tmp = config_path_ + ".tmp";
+  std::ofstream(tmp) << full.dump(2);
+  std::filesystem::rename(tmp, config_path_);
+}
+
+}  // namespace changeflow::testing

@@ -1,0 +1,61 @@
+#pragma once
+// Child processes for end-to-end tests: changeflowd, changeflow-sim, a private mariadbd.
+// Every child is stopped by its pid when the handle is destroyed.
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace changeflow::testing {
+
+class child_process {
+ public:
+  child_process() = default;
+  /// Starts `argv[0]` with the given arguments; stdout and stderr go to `log_path`.
+  child_process(std::vector<std::string> argv, std::string log_path,
+                std::vector<std::pair<std::string, std::string>> extra_env = {});
+  ~child_process();
+  child_process(child_process&& o) noexcept;
+  child_process& operator=(child_process&& o) noexcept;
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  /// Sends `sig`, then waits up to `timeout` for the exit; returns the exit status (or -1).
+  int stop(int sig, std::chrono::milliseconds timeout);
+  /// SIGKILL and reap.
+  void kill_now();
+  const std::string& log_path() const { return log_path_; }
+  std::string log_contents() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+/// Path of a built executable (CHANGEFLOW_BINARY_DIR/app/...).
+std::string binary_path(const std::string& name);
+/// A fresh directory under /tmp for one test's files.
+std::string make_temp_dir(const std::string& prefix);
+/// Polls `predicate` every 10 ms until it holds or `timeout` passes; returns its last value.
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+
+/// changeflowd with a config file written from `config` (merged over test defaults).
+class service_process {
+ public:
+  service_process(const nlohmann::json& config, const std::string& dir, const std::string& name = "changeflowd");
+  unsigned short port() const { return port_; }
+  child_process& process() { return proc_; }
+  const std::string& config_path() const { return config_path_; }
+  /// Rewrites the config file (for hot-reload tests).
+  void rewrite_config(const nlohmann::json& config);
+
+ private:
+  child_process proc_;
+  std::string config_path_;
+  unsigned short port_ = 0;
+};
+
+}  // namespace changeflow::testing
