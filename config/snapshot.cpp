@@ -139,7 +139,8 @@ void flatten(const nlohmann::json& node, const std::string& prefix,
   for (auto it = node.begin(); it != node.end(); ++it) {
     std::string name = prefix.empty() ? it.key() : prefix + "." + it.key();
     const key_spec* spec = find_key(name);
-    if (it.value().is_object() && (!spec || spec->type != value_type::object)) {
+    bool nested_section = it.value().is_object() && !it.value().empty();
+    if (nested_section && (!spec || spec->type != value_type::object)) {
       flatten(it.value(), name, out);
     } else {
       out.emplace_back(name, it.value());

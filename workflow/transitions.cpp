@@ -1,0 +1,160 @@
+#include "workflow/transitions.hpp"
+
+#include <algorithm>
+
+namespace changeflow::workflow {
+namespace {
+using S = step;
+constexpr auto OP = actor_kind::operator_only;
+
+std::vector<transition_rule> build_table() {
+  std::vector<transition_rule> t = {
+      // -- approval (both orders)
+      {S::APPROVAL_SENDING, S::APPROVAL_SENT},
+      {S::APPROVAL_SENDING, S::APPROVAL_APPROVED},  // callback before SENT was written (seeds 3.3)
+      {S::APPROVAL_SENDING, S::APPROVAL_REJECTED},
+      {S::APPROVAL_SENDING, S::APPROVAL_WITHDRAWN},
+      {S::APPROVAL_SENDING, S::APPROVAL_SUBMIT_FAILED},
+      {S::APPROVAL_SENDING, S::CREATE_OVERLOADED},
+      {S::APPROVAL_SENDING, S::CREATE_ERROR},
+      {S::APPROVAL_SENT, S::APPROVAL_APPROVED},
+      {S::APPROVAL_SENT, S::APPROVAL_REJECTED},
+      {S::APPROVAL_SENT, S::APPROVAL_WITHDRAWN},
+      {S::APPROVAL_SENT, S::APPROVAL_TIMEOUT},
+      // -- after approval: create the MR (new order), handle the existing MR (legacy), or batch
+      {S::APPROVAL_APPROVED, S::CREATE_STARTED},
+      {S::APPROVAL_APPROVED, S::HANDLE_STARTED},
+      {S::APPROVAL_APPROVED, S::BATCH_WAITING},
+      {S::APPROVAL_APPROVED, S::CREATE_OVERLOADED},
+      {S::APPROVAL_APPROVED, S::HANDLE_OVERLOADED},
+      {S::APPROVAL_APPROVED, S::CREATE_ERROR},
+      // -- MR creation
+      {S::CREATE_STARTED, S::CREATE_MR_OPENED},
+      {S::CREATE_STARTED, S::CREATE_GITLAB_REFUSED},
+      {S::CREATE_STARTED, S::CREATE_ERROR},
+      {S::CREATE_STARTED, S::CREATE_OVERLOADED},
+      {S::CREATE_MR_OPENED, S::CREATE_SUCCEEDED},
+      {S::CREATE_MR_OPENED, S::CREATE_PIPELINE_FAILED},
+      {S::CREATE_MR_OPENED, S::CREATE_PIPELINE_PENDING},
+      {S::CREATE_MR_OPENED, S::CREATE_ERROR},
+      {S::CREATE_MR_OPENED, S::CREATE_OVERLOADED},
+      {S::CREATE_PIPELINE_PENDING, S::CREATE_SUCCEEDED},
+      {S::CREATE_PIPELINE_PENDING, S::CREATE_PIPELINE_FAILED},
+      {S::CREATE_PIPELINE_PENDING, S::CREATE_ERROR},
+      {S::CREATE_SUCCEEDED, S::APPROVAL_SENDING},  // legacy order: approval after the MR
+      {S::CREATE_SUCCEEDED, S::HANDLE_STARTED},
+      {S::CREATE_SUCCEEDED, S::HANDLE_OVERLOADED},
+      {S::CREATE_SUCCEEDED, S::CREATE_OVERLOADED},
+      {S::CREATE_SUCCEEDED, S::CREATE_ERROR},
+      // -- handling: approve as both bots, merge, rebase
+      {S::HANDLE_STARTED, S::HANDLE_APPROVED},
+      {S::HANDLE_STARTED, S::HANDLE_ALREADY_MERGED},
+      {S::HANDLE_STARTED, S::HANDLE_APPROVAL_FAILED},
+      {S::HANDLE_STARTED, S::HANDLE_MR_CLOSED},
+      {S::HANDLE_STARTED, S::HANDLE_ERROR},
+      {S::HANDLE_STARTED, S::HANDLE_OVERLOADED},
+      {S::HANDLE_APPROVED, S::HANDLE_MERGING},
+      {S::HANDLE_APPROVED, S::HANDLE_ALREADY_MERGED},
+      {S::HANDLE_APPROVED, S::HANDLE_MR_CLOSED},
+      {S::HANDLE_APPROVED, S::HANDLE_ERROR},
+      {S::HANDLE_APPROVED, S::HANDLE_OVERLOADED},
+      {S::HANDLE_MERGING, S::HANDLE_MERGED},
+      {S::HANDLE_MERGING, S::HANDLE_ALREADY_MERGED},
+      {S::HANDLE_MERGING, S::HANDLE_REBASING},
+      {S::HANDLE_MERGING, S::HANDLE_MERGE_FAILED},
+      {S::HANDLE_MERGING, S::HANDLE_MR_CLOSED},
+      {S::HANDLE_MERGING, S::HANDLE_PIPELINE_PENDING},
+      {S::HANDLE_MERGING, S::HANDLE_PIPELINE_FAILED},
+      {S::HANDLE_MERGING, S::HANDLE_ERROR},
+      {S::HANDLE_MERGING, S::HANDLE_OVERLOADED},
+      {S::HANDLE_MERGING, S::HANDLE_APPROVAL_FAILED},  // approvals lost by a rebase and refused again
+      {S::HANDLE_REBASING, S::HANDLE_MERGING},
+      {S::HANDLE_REBASING, S::HANDLE_REBASE_CONFLICT},
+      {S::HANDLE_REBASING, S::REBASE_PENDING},
+      {S::HANDLE_REBASING, S::HANDLE_MR_CLOSED},
+      {S::HANDLE_REBASING, S::HANDLE_ALREADY_MERGED},
+      {S::HANDLE_REBASING, S::HANDLE_ERROR},
+      {S::HANDLE_REBASING, S::HANDLE_OVERLOADED},
+      // -- outcome unknown after the poll budget: a slow re-check may still settle it
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_MERGING},
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_PIPELINE_FAILED},
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_ALREADY_MERGED},
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_MR_CLOSED},
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_ERROR},
+      {S::REBASE_PENDING, S::HANDLE_MERGING},
+      {S::REBASE_PENDING, S::HANDLE_REBASE_CONFLICT},
+      {S::REBASE_PENDING, S::HANDLE_ALREADY_MERGED},
+      {S::REBASE_PENDING, S::HANDLE_MR_CLOSED},
+      {S::REBASE_PENDING, S::HANDLE_ERROR},
+      // -- merged: wait for the deploy confirmation
+      {S::HANDLE_MERGED, S::CALLED_BACK},
+      {S::HANDLE_MERGED, S::DEPLOY_TIMEOUT},
+      {S::HANDLE_ALREADY_MERGED, S::CALLED_BACK},
+      {S::HANDLE_ALREADY_MERGED, S::DEPLOY_TIMEOUT},
+      {S::BATCH_MERGED, S::CALLED_BACK},
+      {S::BATCH_MERGED, S::DEPLOY_TIMEOUT},
+      {S::DEPLOY_TIMEOUT, S::CALLED_BACK},
+      // -- batch path
+      {S::BATCH_WAITING, S::BATCH_CLAIMED},
+      {S::BATCH_CLAIMED, S::BATCH_MERGED},
+      {S::BATCH_CLAIMED, S::BATCH_WAITING},  // failed batch or bisection: back to the waiting set
+      {S::BATCH_CLAIMED, S::BATCH_FAILED},
+      // -- operators: re-trigger the interrupted step, resolve a pending outcome, close, force-fail
+      {S::CREATE_PIPELINE_PENDING, S::CREATE_MR_OPENED, OP},
+      {S::CREATE_ERROR, S::CREATE_STARTED, OP},
+      {S::CREATE_OVERLOADED, S::CREATE_STARTED, OP},
+      {S::CREATE_PIPELINE_FAILED, S::CREATE_STARTED, OP},
+      {S::CREATE_GITLAB_REFUSED, S::CREATE_STARTED, OP},
+      {S::APPROVAL_SUBMIT_FAILED, S::APPROVAL_SENDING, OP},
+      {S::HANDLE_PIPELINE_PENDING, S::HANDLE_STARTED, OP},
+      {S::REBASE_PENDING, S::HANDLE_REBASING, OP},
+      {S::REBASE_PENDING, S::HANDLE_STARTED, OP},
+      {S::HANDLE_ERROR, S::HANDLE_STARTED, OP},
+      {S::HANDLE_OVERLOADED, S::HANDLE_STARTED, OP},
+      {S::HANDLE_APPROVAL_FAILED, S::HANDLE_STARTED, OP},
+      {S::HANDLE_MERGE_FAILED, S::HANDLE_STARTED, OP},
+      {S::HANDLE_PIPELINE_FAILED, S::HANDLE_STARTED, OP},
+      {S::HANDLE_REBASE_CONFLICT, S::HANDLE_STARTED, OP},
+      {S::BATCH_FAILED, S::BATCH_WAITING, OP},
+  };
+  // Operators may force a terminal failure, or close, from any state that is not already final.
+  for (auto s : all_steps) {
+    auto p = phase_of(s);
+    if (p == phase::VALIDATED || is_reappliable(p) || s == step::FORCED_FAILED) continue;
+    t.push_back({s, S::FORCED_FAILED, OP});
+    // Closing reads the MR first: an MR found merged is recorded as merged instead (merged wins).
+    if (p != phase::MERGED) {
+      t.push_back({s, S::CLOSE_SUCCEEDED, OP});
+      if (s != S::HANDLE_ALREADY_MERGED) t.push_back({s, S::HANDLE_ALREADY_MERGED, OP});
+    }
+  }
+  return t;
+}
+}  // namespace
+
+const std::vector<transition_rule>& transition_table() {
+  static const std::vector<transition_rule> table = build_table();
+  return table;
+}
+
+bool is_initial_step(step s) { return s == step::APPROVAL_SENDING || s == step::CREATE_STARTED; }
+
+bool is_allowed(step from, step to, actor_kind by) {
+  for (const auto& r : transition_table()) {
+    if (r.from != from || r.to != to) continue;
+    if (r.by == actor_kind::workflow || by == actor_kind::operator_only) return true;
+  }
+  return false;
+}
+
+std::vector<step> allowed_targets(step from, actor_kind by) {
+  std::vector<step> out;
+  for (const auto& r : transition_table()) {
+    if (r.from != from) continue;
+    if (r.by == actor_kind::operator_only && by == actor_kind::workflow) continue;
+    if (std::find(out.begin(), out.end(), r.to) == out.end()) out.push_back(r.to);
+  }
+  return out;
+}
+
+}  // namespace changeflow::workflow

@@ -1,0 +1,46 @@
+#pragma once
+// The central transition table: which step may follow which. Every write path checks it before any
+// SQL runs (persistence refuses an illegal transition as an error value, never a write), and the
+// console shows the actions a state allows from it.
+//
+// Main path, new order (approve_then_create):
+//
+//   (submit) -> APPROVAL_SENDING -> APPROVAL_SENT -> APPROVAL_APPROVED -> CREATE_STARTED
+//            -> CREATE_MR_OPENED -> CREATE_SUCCEEDED -> HANDLE_STARTED -> HANDLE_APPROVED
+//            -> HANDLE_MERGING <-> HANDLE_REBASING -> HANDLE_MERGED -> CALLED_BACK
+//
+// Legacy order (create_then_approve): CREATE_* first, then CREATE_SUCCEEDED -> APPROVAL_SENDING
+// -> ... -> APPROVAL_APPROVED -> HANDLE_STARTED.  Batch path: APPROVAL_APPROVED -> BATCH_WAITING
+// -> BATCH_CLAIMED -> BATCH_MERGED -> CALLED_BACK (a failed batch puts BATCH_CLAIMED back to
+// BATCH_WAITING, or to BATCH_FAILED once a member fails alone).
+
+#include "workflow/status.hpp"
+
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace changeflow::workflow {
+
+/// Who may take an edge: the workflow itself, or only an operator (re-trigger, force-fail, close).
+enum class actor_kind { workflow, operator_only };
+
+struct transition_rule {
+  step from;
+  step to;
+  actor_kind by = actor_kind::workflow;
+};
+
+/// Every allowed edge, workflow and operator ones.
+const std::vector<transition_rule>& transition_table();
+
+/// Steps a new operation may start in.
+bool is_initial_step(step s);  // APPROVAL_SENDING (new order), CREATE_STARTED (legacy order)
+
+/// True when `from -> to` is in the table for this kind of actor (operators may take every edge).
+bool is_allowed(step from, step to, actor_kind by = actor_kind::workflow);
+
+/// Targets reachable from `from` by the given kind of actor.
+std::vector<step> allowed_targets(step from, actor_kind by);
+
+}  // namespace changeflow::workflow
