@@ -1,0 +1,110 @@
+#pragma once
+// Plain message structs exchanged by actors, each with a free inspect(), registered in one CAF
+// type-id block. Messages never carry sockets, connections or JSON documents: only values.
+
+#include "messages/external_call.hpp"
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/type_id.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace changeflow::messages {
+
+// -- timers
+
+/// A timer fired. `generation` lets an actor ignore timers it has since replaced.
+struct wake {
+  std::uint64_t generation = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wake& x) {
+  return f(caf::meta::type_name("wake"), x.generation);
+}
+
+// -- step results
+
+/// Reply of an external call made on the blocking pool.
+struct external_reply {
+  call_reply reply;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, external_reply& x) {
+  return f(caf::meta::type_name("external_reply"), x.reply);
+}
+
+/// Reply of a guarded transition written on the database pool.
+struct persisted {
+  int outcome = 0;  // persistence::db_outcome
+  std::int64_t new_version = 0;
+  int to_step = 0;
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, persisted& x) {
+  return f(caf::meta::type_name("persisted"), x.outcome, x.new_version, x.to_step, x.error);
+}
+
+/// The operation's row as read from the database (after a guard miss, a callback or an operator
+/// action changed it elsewhere).
+struct row_loaded {
+  int outcome = 0;  // persistence::db_outcome
+  int step = 0;
+  std::int64_t version = 0;
+  std::int64_t mr_iid = 0;
+  std::string mr_url;
+  std::string approval_id;
+  std::int64_t age_ms = 0;  // time since the last transition, database clock
+  std::string error;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, row_loaded& x) {
+  return f(caf::meta::type_name("row_loaded"), x.outcome, x.step, x.version, x.mr_iid, x.mr_url, x.approval_id,
+           x.age_ms, x.error);
+}
+
+// -- nudges from outside
+
+/// Something else (a callback, an operator, another instance) changed the row: reload it.
+struct row_changed {
+  std::string cause;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, row_changed& x) {
+  return f(caf::meta::type_name("row_changed"), x.cause);
+}
+
+// -- inspection
+
+struct inspect_request {};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, inspect_request&) {
+  return f(caf::meta::type_name("inspect_request"));
+}
+
+/// What the console shows for one live actor. JSON text keeps the actor protocol independent of
+/// the wire DTO.
+struct actor_snapshot {
+  std::string json;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
+  return f(caf::meta::type_name("actor_snapshot"), x.json);
+}
+
+}  // namespace changeflow::messages
+
+CAF_BEGIN_TYPE_ID_BLOCK(changeflow, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::wake))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::external_reply))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::persisted))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_loaded))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_changed))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::inspect_request))
+  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::actor_snapshot))
+CAF_END_TYPE_ID_BLOCK(changeflow)

@@ -1,0 +1,99 @@
+#pragma once
+// The functional core of a request: given the operation's state and one event, what is the next
+// step (persisted first) and which effects follow it. No I/O, no clock reads: time is an input.
+// The request actor only executes decisions: persist the transition (guarded by version), then run
+// the effects (external calls, timers), then feed the replies back in as events.
+
+#include "messages/external_call.hpp"
+#include "workflow/poll_schedule.hpp"
+#include "workflow/status.hpp"
+#include "workflow/transitions.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace changeflow::workflow {
+
+// -- state
+
+struct operation_state {
+  std::string operation_id;
+  std::string subject_id;
+  std::string target_key;
+  std::string title;
+  flow order = flow::approve_then_create;
+  step current = step::APPROVAL_SENDING;
+  std::int64_t version = 0;
+  std::optional<std::int64_t> mr_iid;
+  std::string mr_sha;  // head SHA last seen; merges always pass it
+  std::string mr_url;
+  std::string approval_id;
+  std::int64_t step_entered_ms = 0;  // when `current` was entered (database clock)
+  std::int64_t wake_at_ms = 0;       // stored deadline of the current wait, 0 = none
+  int polls = 0;                     // polls in the current wait (in memory; resets on restart)
+  int merge_attempts = 0;
+};
+
+struct settings {
+  poll_schedule polls;
+  int merge_max_attempts = 5;
+  std::int64_t approval_wait_ms = 7LL * 24 * 3600 * 1000;
+  bool batch_enabled = false;
+};
+
+// -- external calls (effects) and their replies (events) are message types; see
+// messages/external_call.hpp.
+using messages::call_kind;
+using messages::call_reply;
+using messages::call_request;
+
+// -- events
+
+struct resume {};  // actor (re)started, a timer fired, or an operator re-triggered the step
+struct reply {
+  call_reply r;
+};
+using event = std::variant<resume, reply>;
+
+// -- effects
+
+struct transition_out {
+  step to;
+  std::string cause;
+  std::optional<std::int64_t> wake_in_ms;  // stored deadline (durable timer)
+  bool clear_wake = false;
+  std::optional<std::int64_t> mr_iid;
+  std::string mr_url;
+  std::string approval_id;
+  std::string last_error;
+};
+
+struct effect {
+  enum class kind { call, timer, stop };
+  kind what;
+  call_request call{};
+  std::int64_t delay_ms = 0;
+};
+
+struct decision {
+  std::optional<transition_out> next;  // persisted (guarded) before any effect runs
+  std::vector<effect> effects;
+  bool refused = false;  // the event does not apply to this state (ignored, logged)
+  std::string note;      // why, for logs and the console
+  // Updates to in-memory state that need no transition (sha seen, poll counters).
+  std::optional<std::string> sha_seen;
+  bool count_poll = false;
+  bool count_merge_attempt = false;
+};
+
+/// The core. `now_ms` is the caller's notion of now (the actor passes its clock).
+decision decide(const operation_state& s, const event& e, const settings& cfg, std::int64_t now_ms);
+
+/// An actor lives only while the operation can move without outside help: not terminal, not MERGED
+/// (deploy confirmation arrives as a callback or through reconciliation, both in the database).
+bool needs_actor(step s);
+
+}  // namespace changeflow::workflow

@@ -1,0 +1,320 @@
+#include "workflow/decide.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+using namespace changeflow::workflow;
+using status = call_reply::status;
+using merge_result = call_reply::merge_result;
+
+namespace {
+settings test_settings() {
+  settings cfg;
+  cfg.polls = {100, 3, 1000, 10000};
+  cfg.merge_max_attempts = 3;
+  cfg.approval_wait_ms = 50000;
+  return cfg;
+}
+
+operation_state at(step s, std::int64_t entered = 0) {
+  operation_state st;
+  st.operation_id = "op";
+  st.current = s;
+  st.step_entered_ms = entered;
+  st.mr_iid = 7;
+  st.mr_sha = "sha1";
+  return st;
+}
+
+call_reply ok_reply(call_kind k) {
+  call_reply r;
+  r.kind = k;
+  r.outcome = status::ok;
+  return r;
+}
+
+event reply_of(call_reply r) { return reply{std::move(r)}; }
+
+bool has_effect(const decision& d, effect::kind k, std::optional<call_kind> call = {}) {
+  for (const auto& e : d.effects) {
+    if (e.what == k && (!call || e.call.kind == *call)) return true;
+  }
+  return false;
+}
+
+// Steps in which a reply of each kind is expected; every other step must refuse it.
+const std::map<call_kind, std::set<step>> valid_steps = {
+    {call_kind::submit_approval, {step::APPROVAL_SENDING}},
+    {call_kind::create_mr, {step::CREATE_STARTED}},
+    {call_kind::read_pipeline, {step::CREATE_MR_OPENED, step::CREATE_PIPELINE_PENDING}},
+    {call_kind::approve_bots, {step::HANDLE_STARTED}},
+    {call_kind::try_merge, {step::HANDLE_APPROVED, step::HANDLE_MERGING, step::HANDLE_PIPELINE_PENDING}},
+    {call_kind::rebase, {step::HANDLE_REBASING}},
+    {call_kind::read_rebase, {step::HANDLE_REBASING, step::REBASE_PENDING}},
+};
+}  // namespace
+
+TEST(Decide, RepliesOutsideTheirStepAreRefused) {
+  auto cfg = test_settings();
+  for (const auto& [kind, steps] : valid_steps) {
+    for (auto s : all_steps) {
+      if (steps.count(s)) continue;
+      auto d = decide(at(s), reply_of(ok_reply(kind)), cfg, 0);
+      EXPECT_TRUE(d.refused) << to_string(kind) << " in " << to_string(s);
+      EXPECT_FALSE(d.next.has_value());
+      EXPECT_TRUE(d.effects.empty());
+    }
+  }
+}
+
+TEST(Decide, EveryDecisionStaysInsideTheTransitionTable) {
+  auto cfg = test_settings();
+  const status statuses[] = {status::ok, status::retryable, status::refused, status::overloaded};
+  const merge_result merges[] = {merge_result::none,         merge_result::merged,       merge_result::not_mergeable_yet,
+                                 merge_result::needs_rebase, merge_result::sha_mismatch, merge_result::pipeline_failed,
+                                 merge_result::closed,       merge_result::already_merged};
+  int decisions = 0;
+  for (auto s : all_steps) {
+    for (std::int64_t now : {0LL, 5000LL, 1000000LL}) {
+      auto d = decide(at(s), resume{}, cfg, now);
+      if (d.next) {
+        EXPECT_TRUE(is_allowed(s, d.next->to)) << to_string(s);
+      }
+      EXPECT_EQ(d.note.find("not in the table"), std::string::npos) << d.note;
+      ++decisions;
+      for (const auto& [kind, steps] : valid_steps) {
+        if (!steps.count(s)) continue;
+        for (auto st : statuses) {
+          for (auto m : merges) {
+            call_reply r = ok_reply(kind);
+            r.outcome = st;
+            r.merge = m;
+            for (const char* pipeline : {"", "running", "success", "failed"}) {
+              r.pipeline_status = pipeline;
+              auto d2 = decide(at(s), reply_of(r), cfg, now);
+              if (d2.next) {
+                EXPECT_TRUE(is_allowed(s, d2.next->to)) << to_string(s) << " -> " << to_string(d2.next->to);
+              }
+              EXPECT_EQ(d2.note.find("not in the table"), std::string::npos) << d2.note;
+              // Every decision either moves, waits, calls, or is explicitly refused: never silent.
+              EXPECT_TRUE(d2.next || !d2.effects.empty() || d2.refused) << to_string(s) << " " << to_string(kind);
+              ++decisions;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(decisions, 1000);
+}
+
+TEST(Decide, ResumeRunsTheStepsCall) {
+  auto cfg = test_settings();
+  struct c {
+    step s;
+    call_kind k;
+  } cases[] = {
+      {step::APPROVAL_SENDING, call_kind::submit_approval}, {step::CREATE_STARTED, call_kind::create_mr},
+      {step::CREATE_MR_OPENED, call_kind::read_pipeline},   {step::CREATE_PIPELINE_PENDING, call_kind::read_pipeline},
+      {step::HANDLE_STARTED, call_kind::approve_bots},      {step::HANDLE_APPROVED, call_kind::try_merge},
+      {step::HANDLE_MERGING, call_kind::try_merge},         {step::HANDLE_PIPELINE_PENDING, call_kind::try_merge},
+      {step::HANDLE_REBASING, call_kind::read_rebase},      {step::REBASE_PENDING, call_kind::read_rebase},
+  };
+  for (const auto& tc : cases) {
+    auto d = decide(at(tc.s), resume{}, cfg, 0);
+    EXPECT_FALSE(d.next.has_value()) << to_string(tc.s);
+    EXPECT_TRUE(has_effect(d, effect::kind::call, tc.k)) << to_string(tc.s);
+  }
+}
+
+TEST(Decide, StepsWithoutActorWorkStop) {
+  auto cfg = test_settings();
+  for (auto s : all_steps) {
+    if (needs_actor(s)) continue;
+    auto d = decide(at(s), resume{}, cfg, 0);
+    EXPECT_TRUE(has_effect(d, effect::kind::stop)) << to_string(s);
+  }
+}
+
+TEST(Decide, ApprovedGoesByOrderMrAndBatchSwitch) {
+  auto cfg = test_settings();
+  auto s = at(step::APPROVAL_APPROVED);
+  s.mr_iid.reset();
+  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::CREATE_STARTED);
+  s.mr_iid = 12;  // legacy: the approval carried the MR
+  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::HANDLE_STARTED);
+  s.mr_iid.reset();
+  cfg.batch_enabled = true;
+  auto d = decide(s, resume{}, cfg, 0);
+  EXPECT_EQ(d.next->to, step::BATCH_WAITING);
+  EXPECT_TRUE(has_effect(d, effect::kind::stop));  // the coordinator takes over
+}
+
+TEST(Decide, LegacyOrderAsksForApprovalAfterTheMr) {
+  auto cfg = test_settings();
+  auto s = at(step::CREATE_SUCCEEDED);
+  s.order = flow::create_then_approve;
+  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::APPROVAL_SENDING);
+  s.approval_id = "A-1";
+  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::HANDLE_STARTED);
+  s.order = flow::approve_then_create;
+  s.approval_id.clear();
+  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::HANDLE_STARTED);
+}
+
+TEST(Decide, ApprovalSubmitOutcomes) {
+  auto cfg = test_settings();
+  auto r = ok_reply(call_kind::submit_approval);
+  r.approval_id = "A-9";
+  auto d = decide(at(step::APPROVAL_SENDING), reply_of(r), cfg, 0);
+  ASSERT_TRUE(d.next);
+  EXPECT_EQ(d.next->to, step::APPROVAL_SENT);
+  EXPECT_EQ(d.next->approval_id, "A-9");
+  EXPECT_EQ(d.next->wake_in_ms, cfg.approval_wait_ms);  // the deadline is stored (durable timer)
+
+  r.outcome = status::refused;
+  EXPECT_EQ(decide(at(step::APPROVAL_SENDING), reply_of(r), cfg, 0).next->to, step::APPROVAL_SUBMIT_FAILED);
+  r.outcome = status::overloaded;
+  EXPECT_EQ(decide(at(step::APPROVAL_SENDING), reply_of(r), cfg, 0).next->to, step::CREATE_OVERLOADED);
+  r.outcome = status::retryable;
+  auto wait = decide(at(step::APPROVAL_SENDING), reply_of(r), cfg, 0);
+  EXPECT_FALSE(wait.next);
+  EXPECT_TRUE(has_effect(wait, effect::kind::timer));
+  auto late = decide(at(step::APPROVAL_SENDING), reply_of(r), cfg, 20000);  // past the poll budget
+  EXPECT_EQ(late.next->to, step::APPROVAL_SUBMIT_FAILED);
+}
+
+TEST(Decide, ApprovalDeadline) {
+  auto cfg = test_settings();
+  auto before = decide(at(step::APPROVAL_SENT, 1000), resume{}, cfg, 2000);
+  EXPECT_FALSE(before.next);
+  ASSERT_TRUE(has_effect(before, effect::kind::timer));
+  EXPECT_EQ(before.effects[0].delay_ms, 49000);
+  auto after = decide(at(step::APPROVAL_SENT, 1000), resume{}, cfg, 51000);
+  EXPECT_EQ(after.next->to, step::APPROVAL_TIMEOUT);
+  EXPECT_EQ(hint_for(phase_of(step::APPROVAL_TIMEOUT), step::APPROVAL_TIMEOUT), hint::REAPPLY_ALLOWED);
+}
+
+TEST(Decide, CheckPipelineOutcomes) {
+  auto cfg = test_settings();
+  auto r = ok_reply(call_kind::read_pipeline);
+  r.sha = "s";
+  r.pipeline_sha = "s";
+  r.pipeline_status = "success";
+  EXPECT_EQ(decide(at(step::CREATE_MR_OPENED), reply_of(r), cfg, 0).next->to, step::CREATE_SUCCEEDED);
+  r.pipeline_status = "failed";
+  auto failed = decide(at(step::CREATE_MR_OPENED), reply_of(r), cfg, 0);
+  EXPECT_EQ(failed.next->to, step::CREATE_PIPELINE_FAILED);
+  EXPECT_EQ(hint_for(phase_of(failed.next->to), failed.next->to), hint::CONTACT_MAINTAINERS);
+  // A pipeline of an older SHA does not count.
+  r.pipeline_status = "success";
+  r.pipeline_sha = "old";
+  EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(r), cfg, 0).next);
+  // Running: short polls, then long ones, then timeout -> pending (phase kept, KEEP_WAITING).
+  r.pipeline_sha = "s";
+  r.pipeline_status = "running";
+  auto st = at(step::CREATE_MR_OPENED);
+  auto d = decide(st, reply_of(r), cfg, 10);
+  EXPECT_EQ(d.effects[0].delay_ms, 100);
+  EXPECT_TRUE(d.count_poll);
+  st.polls = 5;
+  EXPECT_EQ(decide(st, reply_of(r), cfg, 10).effects[0].delay_ms, 1000);
+  auto timeout = decide(st, reply_of(r), cfg, 10000);
+  EXPECT_EQ(timeout.next->to, step::CREATE_PIPELINE_PENDING);
+  EXPECT_EQ(phase_of(step::CREATE_PIPELINE_PENDING), phase_of(step::CREATE_MR_OPENED));
+  EXPECT_EQ(hint_for(phase_of(timeout.next->to), timeout.next->to), hint::KEEP_WAITING);
+  // A pending pipeline that finally passes continues.
+  r.pipeline_status = "success";
+  EXPECT_EQ(decide(at(step::CREATE_PIPELINE_PENDING), reply_of(r), cfg, 50000).next->to, step::CREATE_SUCCEEDED);
+}
+
+TEST(Decide, BotApprovalOutcomes) {
+  auto cfg = test_settings();
+  auto r = ok_reply(call_kind::approve_bots);
+  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVED);
+  r.already_merged = true;
+  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_ALREADY_MERGED);
+  r.already_merged = false;
+  r.closed = true;
+  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_MR_CLOSED);
+  r.closed = false;
+  r.outcome = status::refused;
+  r.http_status = 401;
+  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVAL_FAILED);
+}
+
+TEST(Decide, MergeRebaseLoop) {
+  auto cfg = test_settings();
+  auto r = ok_reply(call_kind::try_merge);
+  r.merge = merge_result::merged;
+  EXPECT_EQ(decide(at(step::HANDLE_APPROVED), reply_of(r), cfg, 0).next->to, step::HANDLE_MERGED);
+
+  r.merge = merge_result::not_mergeable_yet;  // 405 while GitLab computes mergeability: poll
+  auto wait = decide(at(step::HANDLE_APPROVED), reply_of(r), cfg, 0);
+  EXPECT_EQ(wait.next->to, step::HANDLE_MERGING);
+  EXPECT_TRUE(has_effect(wait, effect::kind::timer));
+  auto poll = decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0);
+  EXPECT_FALSE(poll.next);
+  EXPECT_EQ(decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 10000).next->to, step::HANDLE_PIPELINE_PENDING);
+
+  r.merge = merge_result::needs_rebase;
+  auto rebase = decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0);
+  EXPECT_EQ(rebase.next->to, step::HANDLE_REBASING);
+  EXPECT_TRUE(has_effect(rebase, effect::kind::call, call_kind::rebase));
+  EXPECT_TRUE(rebase.count_merge_attempt);
+  auto exhausted = at(step::HANDLE_MERGING);
+  exhausted.merge_attempts = 2;
+  EXPECT_EQ(decide(exhausted, reply_of(r), cfg, 0).next->to, step::HANDLE_MERGE_FAILED);
+
+  auto rr = ok_reply(call_kind::read_rebase);
+  rr.rebase_in_progress = true;
+  EXPECT_FALSE(decide(at(step::HANDLE_REBASING), reply_of(rr), cfg, 0).next);
+  rr.rebase_in_progress = false;
+  rr.merge_error = "Rebase failed. Please rebase locally";
+  EXPECT_EQ(decide(at(step::HANDLE_REBASING), reply_of(rr), cfg, 0).next->to, step::HANDLE_REBASE_CONFLICT);
+  rr.merge_error.clear();
+  rr.sha = "sha2";
+  auto rebased = decide(at(step::HANDLE_REBASING), reply_of(rr), cfg, 0);
+  EXPECT_EQ(rebased.next->to, step::HANDLE_MERGING);
+  EXPECT_EQ(rebased.sha_seen, "sha2");
+
+  r.merge = merge_result::pipeline_failed;
+  EXPECT_EQ(decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0).next->to, step::HANDLE_PIPELINE_FAILED);
+  r.merge = merge_result::already_merged;
+  EXPECT_EQ(decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0).next->to, step::HANDLE_ALREADY_MERGED);
+}
+
+TEST(Decide, OverloadBecomesAnExplicitFailureState) {
+  auto cfg = test_settings();
+  struct c {
+    step s;
+    call_kind k;
+    step expected;
+  } cases[] = {
+      {step::APPROVAL_SENDING, call_kind::submit_approval, step::CREATE_OVERLOADED},
+      {step::CREATE_STARTED, call_kind::create_mr, step::CREATE_OVERLOADED},
+      {step::CREATE_MR_OPENED, call_kind::read_pipeline, step::CREATE_OVERLOADED},
+      {step::HANDLE_STARTED, call_kind::approve_bots, step::HANDLE_OVERLOADED},
+      {step::HANDLE_MERGING, call_kind::try_merge, step::HANDLE_OVERLOADED},
+      {step::HANDLE_REBASING, call_kind::read_rebase, step::HANDLE_OVERLOADED},
+  };
+  for (const auto& tc : cases) {
+    auto r = ok_reply(tc.k);
+    r.outcome = status::overloaded;
+    auto d = decide(at(tc.s), reply_of(r), cfg, 0);
+    ASSERT_TRUE(d.next) << to_string(tc.s);
+    EXPECT_EQ(d.next->to, tc.expected);
+    EXPECT_TRUE(has_effect(d, effect::kind::stop));
+  }
+}
+
+TEST(PollSchedule, TiersAndTimeout) {
+  poll_schedule p{100, 2, 1000, 5000};
+  EXPECT_EQ(p.next_delay(0, 0), 100);
+  EXPECT_EQ(p.next_delay(1, 100), 100);
+  EXPECT_EQ(p.next_delay(2, 200), 1000);
+  EXPECT_EQ(p.next_delay(9, 4500), 500);  // never overshoots the budget
+  EXPECT_FALSE(p.next_delay(9, 5000).has_value());
+}
