@@ -2,6 +2,7 @@
 // Assembles the HTTP API: the route table, and the request pipeline that every request goes
 // through (route match -> handler), with latency metrics per route template and status.
 
+#include "actors/services.hpp"
 #include "config/store.hpp"
 #include "http/router.hpp"
 #include "http/server/message.hpp"
@@ -22,6 +23,8 @@ struct service_context {
   /// Reason the service is not ready beyond the database check ("migrations pending",
   /// "rehydrating 40/100"); nullopt when ready.
   std::function<std::optional<std::string>()> not_ready_reason;
+  /// Actors, pools and clock shared with the request actors.
+  actors::services* services = nullptr;
 };
 
 /// Builds the request handler for http_server::server from a filled route table.

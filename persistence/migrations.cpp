@@ -11,6 +11,11 @@
 
 namespace changeflow::persistence {
 
+// Migration 2: every table of DESIGN section 4 except `instance` (migration 1). Conventions:
+// steps are stored as their INT code, phases and flows as their names; DATETIME(3) timestamps are
+// written and compared with the database clock only; JSON columns hold caller-built documents.
+std::vector<std::string> schema_v2();
+
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
       {1,
@@ -27,6 +32,7 @@ CREATE TABLE IF NOT EXISTS instance (
   PRIMARY KEY (instance_id),
   KEY idx_instance_lease (lease_until)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql"}},
+      {2, "workflow, batch, callback, idempotency and audit tables", schema_v2()},
   };
   return migrations;
 }

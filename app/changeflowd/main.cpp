@@ -1,17 +1,24 @@
 // changeflowd: assembly only. Reads the configuration, migrates the schema, starts the actor
 // system, the worker pools and the HTTP server, and stops all of it on SIGINT/SIGTERM.
 
+#include "actors/registry.hpp"
+#include "actors/services.hpp"
+#include "base/ids.hpp"
 #include "base/log.hpp"
+#include "clients/external_context.hpp"
 #include "config/store.hpp"
 #include "http/api.hpp"
+#include "http/handlers/callbacks.hpp"
+#include "http/handlers/changes.hpp"
 #include "http/handlers/health.hpp"
+#include "messages/messages.hpp"
 #include "http/server/server.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/connection.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/migrations.hpp"
 
-#include <caf/actor_system.hpp>
+#include <caf/all.hpp>
 #include <caf/actor_system_config.hpp>
 #include <cppconn/exception.h>
 
@@ -163,13 +170,57 @@ int main(int argc, char** argv) {
           static_cast<double>(s.rejected));
   });
 
+  auto endpoints = clients::endpoints_from(*snap);
+  if (!endpoints) {
+    log::error("startup.external_config_invalid", {{"error", clients::describe(endpoints.error())}});
+    return 1;
+  }
+  auto shared = std::make_shared<clients::external_shared>();
+  actors::external_pool external("external", static_cast<std::size_t>(snap->int_or("external.pool_size", 16)),
+                                 static_cast<std::size_t>(snap->int_or("external.queue_capacity", 20000)),
+                                 clients::external_context_factory(shared, endpoints.value(),
+                                                                   clients::call_settings_from(*snap)));
+  metrics.on_collect([&external, shared](metrics::registry& m) {
+    auto s = external.stats();
+    m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", "external"}},
+          static_cast<double>(s.queued));
+    m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", "external"}},
+          static_cast<double>(s.rejected));
+    for (auto* b : {&shared->gitlab, &shared->approval, &shared->permission}) {
+      m.set("changeflow_breaker_state", "Circuit breaker state (0 closed, 1 open, 2 half-open)",
+            {{"system", b->system()}}, static_cast<double>(b->state_value()));
+    }
+  });
+
   caf::actor_system_config caf_cfg;
   caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->int_or("actors.threads", 2)));
+  caf_cfg.add_message_types<caf::id_block::changeflow>();
   caf::actor_system system{caf_cfg};
 
-  http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr};
+  actors::registry live_actors;
+  actors::services svc;
+  svc.system = &system;
+  svc.config = &cfg;
+  svc.db = db.get();
+  svc.external = &external;
+  svc.metrics = &metrics;
+  svc.actors = &live_actors;
+  svc.instance_id = snap->string_or("instance.id", "changeflowd-" + std::to_string(::getpid()) + "-" +
+                                                       ids::new_error_id().substr(0, 6));
+  metrics.on_collect([&live_actors](metrics::registry& m) {
+    std::map<std::string, double> by_phase;
+    for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
+    for (auto [code, n] : live_actors.count_by_step()) {
+      if (auto s = workflow::step_from_code(code)) by_phase[std::string(workflow::to_string(workflow::phase_of(*s)))] += n;
+    }
+    for (auto& [phase, n] : by_phase) m.set("changeflow_live_actors", "Live request actors by phase", {{"phase", phase}}, n);
+  });
+
+  http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
   auto routes = std::make_shared<http::router>();
   http::add_health_routes(*routes, ctx);
+  http::add_change_routes(*routes, ctx);
+  http::add_callback_routes(*routes, ctx);
 
   http_server::server_options server_opts;
   server_opts.address = snap->string_or("http.address", "127.0.0.1");
@@ -199,6 +250,11 @@ int main(int argc, char** argv) {
   server.stop_accepting();
   server.stop();
   cfg.stop_watching();
+  // Request actors are stateless beyond their rows: stop them, then the pools they use.
+  for (const auto& a : live_actors.list(nullptr, SIZE_MAX)) {
+    if (auto h = live_actors.find(a.operation_id)) caf::anon_send_exit(*h, caf::exit_reason::user_shutdown);
+  }
+  external.stop();
   db->stop();
   log::info("shutdown.done");
   return 0;

@@ -29,7 +29,7 @@ struct request {
 };
 
 struct response {
-  unsigned status = 200;
+  unsigned status = 200;  // 0 = close the connection without a response (fault injection)
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;

@@ -128,6 +128,8 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void do_write(response r) {
+    // Status 0 closes the connection without answering: the simulator's "response lost" fault.
+    if (r.status == 0) return do_close();
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
         static_cast<bhttp::status>(r.status), version_ ? version_ : 11);
     res->set(bhttp::field::server, opts_.server_name);
@@ -238,6 +240,9 @@ void server::stop() {
     if (t.joinable()) t.join();
   }
   i.threads.clear();
+  // The posted close may not have run before the loop stopped: close the port here, synchronously.
+  beast::error_code ec;
+  i.acceptor.close(ec);
 }
 
 std::uint16_t server::port() const { return impl_->bound_port; }

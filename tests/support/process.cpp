@@ -2,7 +2,10 @@
 
 #include "tests/support/http_client.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,6 +127,42 @@ bool wait_until(const std::function<bool()>& predicate, std::chrono::millisecond
   }
 }
 
+unsigned short free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+bool read_port_file(const std::string& path, unsigned short& port) {
+  std::ifstream in(path);
+  int p = 0;
+  if (in >> p && p > 0) {
+    port = static_cast<unsigned short>(p);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+sim_process::sim_process(const std::string& dir, std::vector<std::string> extra_args) {
+  std::string port_file = dir + "/sim.port";
+  std::filesystem::remove(port_file);
+  std::vector<std::string> argv = {binary_path("changeflow-sim"), "--port", "0", "--port-file", port_file};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  proc_ = child_process(argv, dir + "/sim.log");
+  if (!wait_until([&] { return read_port_file(port_file, port_); }, std::chrono::seconds(20))) {
+    throw std::runtime_error("changeflow-sim did not start; log: " + proc_.log_contents());
+  }
+}
+
 namespace {
 void merge_into(nlohmann::json& base, const nlohmann::json& over) {
   for (auto it = over.begin(); it != over.end(); ++it) {
@@ -143,17 +182,7 @@ service_process::service_process(const nlohmann::json& config, const std::string
   std::filesystem::remove(port_file);
   proc_ = child_process({binary_path("changeflowd"), "--config", config_path_, "--port-file", port_file},
                         dir + "/" + name + ".log");
-  bool up = wait_until(
-      [&] {
-        std::ifstream in(port_file);
-        int p = 0;
-        if (in >> p && p > 0) {
-          port_ = static_cast<unsigned short>(p);
-          return true;
-        }
-        return false;
-      },
-      std::chrono::seconds(30));
+  bool up = wait_until([&] { return read_port_file(port_file, port_); }, std::chrono::seconds(30));
   if (!up) throw std::runtime_error(name + " did not start; log: " + proc_.log_contents());
 }
 

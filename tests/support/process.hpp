@@ -42,6 +42,22 @@ std::string make_temp_dir(const std::string& prefix);
 /// Polls `predicate` every 10 ms until it holds or `timeout` passes; returns its last value.
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close).
+unsigned short free_port();
+
+/// changeflow-sim as a child process.
+class sim_process {
+ public:
+  sim_process(const std::string& dir, std::vector<std::string> extra_args = {});
+  unsigned short port() const { return port_; }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  child_process& process() { return proc_; }
+
+ private:
+  child_process proc_;
+  unsigned short port_ = 0;
+};
+
 /// changeflowd with a config file written from `config` (merged over test defaults).
 class service_process {
  public:

@@ -1,0 +1,215 @@
+#include "actors/external_calls.hpp"
+
+#include "clients/approver.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace changeflow::actors {
+
+using messages::call_kind;
+using messages::call_reply;
+using status = call_reply::status;
+using merge_result = call_reply::merge_result;
+
+std::string branch_for(const std::string& operation_id) { return "changeflow/" + operation_id; }
+
+std::string operation_marker(const std::string& operation_id) { return "changeflow-operation: " + operation_id; }
+
+namespace {
+
+call_reply failed(call_kind k, const clients::call_error& e) {
+  call_reply r;
+  r.kind = k;
+  r.http_status = e.status;
+  r.error = clients::describe(e);
+  if (e.retryable) {
+    r.outcome = status::retryable;
+    if (e.retry_after_seconds) r.retry_after_ms = static_cast<std::int64_t>(*e.retry_after_seconds) * 1000;
+  } else {
+    r.outcome = status::refused;
+  }
+  return r;
+}
+
+void fill_mr(call_reply& r, const clients::merge_request& mr) {
+  r.mr_iid = mr.iid;
+  r.mr_url = mr.web_url;
+  r.mr_state = mr.state;
+  r.sha = mr.sha;
+  r.rebase_in_progress = mr.rebase_in_progress;
+  r.merge_error = mr.merge_error;
+  if (mr.head_pipeline) {
+    r.pipeline_status = mr.head_pipeline->status;
+    r.pipeline_sha = mr.head_pipeline->sha;
+  }
+}
+
+std::vector<clients::commit_action> actions_from(const std::string& payload_json) {
+  std::vector<clients::commit_action> actions;
+  auto payload = nlohmann::json::parse(payload_json, nullptr, false);
+  if (payload.is_discarded() || !payload.contains("files") || !payload["files"].is_array()) return actions;
+  for (const auto& f : payload["files"]) {
+    if (!f.is_object()) continue;
+    clients::commit_action a;
+    a.file_path = f.value("path", "");
+    a.content = f.value("content", "");
+    a.action = f.value("action", "create");
+    actions.push_back(std::move(a));
+  }
+  return actions;
+}
+
+call_reply submit_approval(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
+  clients::approval_submission s;
+  s.request_id = op.operation_id;
+  s.title = op.title;
+  s.applicant = op.subject_id;
+  s.callback_url = snap.string_or("approval.callback_url", "");
+  auto payload = nlohmann::json::parse(op.payload_json, nullptr, false);
+  s.form = payload.is_discarded() ? nlohmann::json::object() : payload;
+  if (op.legacy_order && op.mr_iid) s.mr_id = *op.mr_iid;
+  auto res = ctx.approval.submit(s);
+  if (!res) return failed(call_kind::submit_approval, res.error());
+  call_reply r;
+  r.kind = call_kind::submit_approval;
+  r.approval_id = res->approval_id;
+  return r;
+}
+
+call_reply create_mr(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
+  const auto& token = ctx.endpoints.author_token;
+  auto branch = branch_for(op.operation_id);
+  auto target = snap.string_or("gitlab.target_branch", "main");
+  auto commit = ctx.gitlab.ensure_branch_with_commit(token, branch, target,
+                                                     "changeflow " + op.operation_id + ": " + op.title,
+                                                     actions_from(op.payload_json), op.operation_id);
+  if (!commit) return failed(call_kind::create_mr, commit.error());
+  auto mr = ctx.gitlab.create_mr(token, branch, target, op.title,
+                                 operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".");
+  if (!mr) return failed(call_kind::create_mr, mr.error());
+  call_reply r;
+  r.kind = call_kind::create_mr;
+  fill_mr(r, mr->mr);
+  return r;
+}
+
+call_reply read_mr(clients::external_context& ctx, call_kind kind, std::int64_t iid) {
+  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+  if (!mr) return failed(kind, mr.error());
+  call_reply r;
+  r.kind = kind;
+  fill_mr(r, mr.value());
+  return r;
+}
+
+call_reply approve_bots(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
+  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, false);
+  if (!mr) return failed(call_kind::approve_bots, mr.error());
+  call_reply r;
+  r.kind = call_kind::approve_bots;
+  fill_mr(r, mr.value());
+  // Seeds 3.4: read the remote state first; a merged MR is not approved again.
+  if (mr->state == "merged") {
+    r.already_merged = true;
+    return r;
+  }
+  if (mr->state == "closed") {
+    r.closed = true;
+    return r;
+  }
+  // The two bots are retried separately: a retry never re-submits the other account's approval.
+  for (const auto& bot : ctx.endpoints.approvers) {
+    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+    if (!res) return failed(call_kind::approve_bots, res.error());
+  }
+  return r;
+}
+
+call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
+  const auto& token = ctx.endpoints.author_token;
+  auto mr = ctx.gitlab.get_mr(token, iid, true);
+  if (!mr) return failed(call_kind::try_merge, mr.error());
+  call_reply r;
+  r.kind = call_kind::try_merge;
+  fill_mr(r, mr.value());
+  if (mr->state == "merged") {
+    r.merge = merge_result::already_merged;
+    return r;
+  }
+  if (mr->state == "closed") {
+    r.merge = merge_result::closed;
+    return r;
+  }
+  const auto& detailed = mr->detailed_merge_status;
+  if (detailed == "need_rebase" || detailed == "conflict" || mr->has_conflicts) {
+    r.merge = merge_result::needs_rebase;
+    return r;
+  }
+  // Merge only when the head pipeline ran on the MR's current SHA (renovatebot/renovate#46236).
+  if (!mr->head_pipeline || mr->head_pipeline->sha != mr->sha) {
+    r.merge = merge_result::not_mergeable_yet;
+    return r;
+  }
+  const auto& ps = mr->head_pipeline->status;
+  if (ps == "failed" || ps == "canceled") {
+    r.merge = merge_result::pipeline_failed;
+    r.error = "pipeline " + ps;
+    return r;
+  }
+  if (ps != "success" || detailed == "checking" || detailed == "unchecked" || detailed == "ci_still_running" ||
+      detailed == "preparing") {
+    r.merge = merge_result::not_mergeable_yet;
+    return r;
+  }
+  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  if (merged) {
+    fill_mr(r, merged.value());
+    r.merge = merged->state == "merged" ? merge_result::merged : merge_result::not_mergeable_yet;
+    return r;
+  }
+  const auto& e = merged.error();
+  r.error = clients::describe(e);
+  r.http_status = e.status;
+  switch (clients::classify_merge_error(e)) {
+    case clients::merge_refusal::not_mergeable_yet: r.merge = merge_result::not_mergeable_yet; return r;
+    case clients::merge_refusal::needs_rebase: r.merge = merge_result::needs_rebase; return r;
+    case clients::merge_refusal::sha_mismatch: r.merge = merge_result::sha_mismatch; return r;
+    case clients::merge_refusal::not_allowed:
+    case clients::merge_refusal::other: break;
+  }
+  // A lost response is retryable: the next attempt reads the MR first and finds it merged.
+  return failed(call_kind::try_merge, e);
+}
+
+call_reply rebase(clients::external_context& ctx, std::int64_t iid) {
+  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+  call_reply r;
+  r.kind = call_kind::rebase;
+  if (res) return r;
+  // 409 "Failed to enqueue" / resource lock: a rebase already runs; polling settles it.
+  if (res.error().what == clients::call_error::kind::http_status && res.error().status == 409) return r;
+  return failed(call_kind::rebase, res.error());
+}
+
+}  // namespace
+
+messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,
+                              const messages::call_request& req, const call_context& op) {
+  ctx.refresh(snap);
+  switch (req.kind) {
+    case call_kind::submit_approval: return submit_approval(ctx, snap, op);
+    case call_kind::create_mr: return create_mr(ctx, snap, op);
+    case call_kind::read_pipeline: return read_mr(ctx, call_kind::read_pipeline, req.mr_iid);
+    case call_kind::approve_bots: return approve_bots(ctx, snap, req.mr_iid);
+    case call_kind::try_merge: return try_merge(ctx, req.mr_iid);
+    case call_kind::rebase: return rebase(ctx, req.mr_iid);
+    case call_kind::read_rebase: return read_mr(ctx, call_kind::read_rebase, req.mr_iid);
+  }
+  call_reply r;
+  r.kind = req.kind;
+  r.outcome = status::refused;
+  r.error = "unknown call";
+  return r;
+}
+
+}  // namespace changeflow::actors

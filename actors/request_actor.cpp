@@ -1,0 +1,468 @@
+#include "actors/request_actor.hpp"
+
+#include "actors/external_calls.hpp"
+#include "base/log.hpp"
+#include "persistence/errors.hpp"
+
+#include <caf/all.hpp>
+#include <caf/stateful_actor.hpp>
+#include <cppconn/exception.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <deque>
+
+namespace changeflow::actors {
+
+namespace {
+
+using workflow::step;
+using persistence::db_outcome;
+
+struct request_state {
+  static inline const char* name = "request_actor";
+  services* svc = nullptr;
+  workflow::operation_state op;
+  std::string payload_json;
+  std::int64_t spawned_ms = 0;
+  // At most one persist, call or reload is in flight; events that need the actor meanwhile set flags.
+  bool busy = false;
+  bool reload_pending = false;
+  bool resume_pending = false;
+  std::uint64_t timer_generation = 0;
+  // Effects waiting for the transition that precedes them to commit.
+  std::vector<workflow::effect> after_commit;
+  std::optional<persistence::transition_request> pending_write;
+  int persist_failures = 0;
+  std::string last_note;
+  std::string last_error;
+};
+
+using self_ptr = request_actor::stateful_pointer<request_state>;
+
+live_summary summary_of(const request_state& st) {
+  live_summary s;
+  s.operation_id = st.op.operation_id;
+  s.step = workflow::code_of(st.op.current);
+  s.flow = std::string(workflow::to_string(st.op.order));
+  s.version = st.op.version;
+  s.mr_iid = st.op.mr_iid.value_or(0);
+  s.next_wake_ms = st.op.wake_at_ms;
+  s.polls = st.op.polls;
+  s.merge_attempts = st.op.merge_attempts;
+  s.spawned_ms = st.spawned_ms;
+  s.step_entered_ms = st.op.step_entered_ms;
+  s.busy = st.busy;
+  s.last_note = st.last_note;
+  s.last_error = st.last_error;
+  return s;
+}
+
+void publish(self_ptr self) { self->state.svc->actors->update(summary_of(self->state)); }
+
+void process(self_ptr self, const workflow::event& e);
+void run_effects(self_ptr self, std::vector<workflow::effect> effects);
+
+void arm_timer(self_ptr self, std::int64_t delay_ms) {
+  auto gen = ++self->state.timer_generation;
+  self->state.op.wake_at_ms = self->state.svc->now_ms() + delay_ms;
+  self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), messages::wake{gen});
+}
+
+void submit_reload(self_ptr self) {
+  auto& st = self->state;
+  st.busy = true;
+  st.reload_pending = false;
+  auto handle = caf::actor_cast<request_actor>(self);
+  auto id = st.op.operation_id;
+  auto now_ms = st.svc->now_ms;
+  bool queued = st.svc->db->try_submit([handle, id, now_ms](persistence::db_context& db) {
+    messages::row_loaded out;
+    try {
+      auto r = persistence::load_operation(db.get(), id);
+      out.outcome = static_cast<int>(r.outcome);
+      if (r.ok()) {
+        out.step = workflow::code_of(r.value.step);
+        out.version = r.value.version;
+        out.mr_iid = r.value.mr_iid.value_or(0);
+        out.mr_url = r.value.mr_url.value_or("");
+        out.approval_id = r.value.approval_id.value_or("");
+        out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
+      } else {
+        out.error = r.error.message;
+        if (r.outcome == db_outcome::retryable) db.reset();
+      }
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      out.outcome = static_cast<int>(db_outcome::retryable);
+      out.error = e.what();
+    }
+    caf::anon_send(handle, std::move(out));
+  });
+  if (!queued) {
+    st.busy = false;
+    st.reload_pending = true;
+    arm_timer(self, 500);
+  }
+}
+
+void submit_persist(self_ptr self) {
+  auto& st = self->state;
+  st.busy = true;
+  auto handle = caf::actor_cast<request_actor>(self);
+  auto req = *st.pending_write;
+  bool queued = st.svc->db->try_submit([handle, req](persistence::db_context& db) {
+    messages::persisted out;
+    out.to_step = workflow::code_of(req.to);
+    try {
+      auto r = persistence::transition(db.get(), req);
+      out.outcome = static_cast<int>(r.outcome);
+      out.new_version = r.value;
+      if (!r.ok()) {
+        out.error = r.error.message;
+        if (r.outcome == db_outcome::retryable) db.reset();
+      }
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      out.outcome = static_cast<int>(db_outcome::retryable);
+      out.error = e.what();
+    }
+    caf::anon_send(handle, std::move(out));
+  });
+  if (!queued) {
+    // The database queue is full: nothing can be written now, not even a failure state. Back off and
+    // retry; the stored row still says exactly where the operation is.
+    st.busy = false;
+    st.svc->metrics->inc("changeflow_persist_rejected_total", "Transitions refused by a full database queue");
+    arm_timer(self, std::min(5000, 100 << std::min(st.persist_failures++, 6)));
+  }
+}
+
+void call_external(self_ptr self, const messages::call_request& req) {
+  auto& st = self->state;
+  auto snap = st.svc->config->current();
+  call_context ctx{st.op.operation_id, st.op.subject_id, st.op.title, st.payload_json,
+                   st.op.order == workflow::flow::create_then_approve, st.op.mr_iid};
+  auto handle = caf::actor_cast<request_actor>(self);
+  auto* metrics = st.svc->metrics;
+  st.busy = true;
+  bool queued = st.svc->external->try_submit([handle, req, ctx, snap, metrics](clients::external_context& ext) {
+    auto started = std::chrono::steady_clock::now();
+    messages::call_reply reply;
+    try {
+      reply = run_call(ext, *snap, req, ctx);
+    } catch (const std::exception& e) {
+      reply.kind = req.kind;
+      reply.outcome = messages::call_reply::status::retryable;
+      reply.error = std::string("unexpected: ") + e.what();
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    static const char* outcomes[] = {"ok", "retryable", "refused", "overloaded"};
+    metrics->observe("changeflow_external_call_seconds", "External call latency by call and outcome",
+                     {{"call", std::string(messages::to_string(req.kind))},
+                      {"outcome", outcomes[static_cast<int>(reply.outcome)]}},
+                     seconds);
+    caf::anon_send(handle, messages::external_reply{std::move(reply)});
+  });
+  if (!queued) {
+    st.busy = false;
+    st.svc->metrics->inc("changeflow_external_rejected_total", "External calls refused by a full worker pool",
+                         {{"call", std::string(messages::to_string(req.kind))}});
+    messages::call_reply overloaded;
+    overloaded.kind = req.kind;
+    overloaded.outcome = messages::call_reply::status::overloaded;
+    overloaded.error = "external worker pool full";
+    process(self, workflow::reply{overloaded});
+  }
+}
+
+void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
+  for (const auto& e : effects) {
+    switch (e.what) {
+      case workflow::effect::kind::call:
+        call_external(self, e.call);
+        break;
+      case workflow::effect::kind::timer:
+        arm_timer(self, e.delay_ms);
+        break;
+      case workflow::effect::kind::stop:
+        publish(self);
+        self->quit();
+        return;
+    }
+  }
+  publish(self);
+}
+
+void process(self_ptr self, const workflow::event& e) {
+  auto& st = self->state;
+  auto cfg = workflow_settings_from(*st.svc->config->current());
+  workflow::decision d;
+  try {
+    d = workflow::decide(st.op, e, cfg, st.svc->now_ms());
+  } catch (const std::exception& ex) {
+    // The core does not throw; if it ever does, the operation must still leave an explanation.
+    log::error("request.decide_threw", {{"operation_id", st.op.operation_id}, {"error", ex.what()}});
+    st.last_error = ex.what();
+    arm_timer(self, 5000);
+    return;
+  }
+  if (!d.note.empty()) st.last_note = d.note;
+  if (d.refused) {
+    log::debug("request.event_refused", {{"operation_id", st.op.operation_id},
+                                         {"step", workflow::to_string(st.op.current)}, {"note", d.note}});
+    publish(self);
+    return;
+  }
+  if (d.sha_seen && !d.sha_seen->empty()) st.op.mr_sha = *d.sha_seen;
+  if (d.count_poll) ++st.op.polls;
+  if (d.count_merge_attempt) ++st.op.merge_attempts;
+  if (!d.next) {
+    run_effects(self, std::move(d.effects));
+    return;
+  }
+  persistence::transition_request req;
+  req.operation_id = st.op.operation_id;
+  req.expected_version = st.op.version;
+  req.from = st.op.current;
+  req.to = d.next->to;
+  req.cause = d.next->cause;
+  req.actor = "workflow";
+  req.instance_id = st.svc->instance_id;
+  if (d.next->mr_iid) req.mr_iid = d.next->mr_iid;
+  if (!d.next->mr_url.empty()) req.mr_url = d.next->mr_url;
+  if (!d.next->approval_id.empty()) req.approval_id = d.next->approval_id;
+  req.wake_in_ms = d.next->wake_in_ms;
+  req.clear_wake = d.next->clear_wake || !d.next->wake_in_ms;
+  if (!d.next->last_error.empty()) req.last_error = d.next->last_error;
+  st.pending_write = req;
+  st.after_commit = std::move(d.effects);
+  submit_persist(self);
+}
+
+void on_persisted(self_ptr self, const messages::persisted& p) {
+  auto& st = self->state;
+  st.busy = false;
+  auto outcome = static_cast<db_outcome>(p.outcome);
+  if (outcome == db_outcome::ok && st.pending_write) {
+    const auto& w = *st.pending_write;
+    auto from = st.op.current;
+    st.op.current = w.to;
+    st.op.version = p.new_version;
+    st.op.step_entered_ms = st.svc->now_ms();
+    st.op.polls = 0;
+    if (w.to == step::HANDLE_STARTED) st.op.merge_attempts = 0;
+    if (w.mr_iid) st.op.mr_iid = w.mr_iid;
+    if (w.mr_url) st.op.mr_url = *w.mr_url;
+    if (w.approval_id) st.op.approval_id = *w.approval_id;
+    if (w.last_error) st.last_error = *w.last_error;
+    st.op.wake_at_ms = w.wake_in_ms ? st.svc->now_ms() + *w.wake_in_ms : 0;
+    st.pending_write.reset();
+    st.persist_failures = 0;
+    // Business-outcome metrics only after commit, and only for the flip this actor made.
+    st.svc->metrics->inc("changeflow_transitions_total", "Committed workflow transitions",
+                         {{"to_phase", std::string(workflow::to_string(workflow::phase_of(w.to)))}});
+    if (workflow::phase_of(w.to) != workflow::phase_of(from) && workflow::is_terminal(workflow::phase_of(w.to))) {
+      st.svc->metrics->inc("changeflow_operations_finished_total", "Operations that reached a terminal phase",
+                           {{"phase", std::string(workflow::to_string(workflow::phase_of(w.to)))},
+                            {"step", std::string(workflow::to_string(w.to))}});
+    }
+    log::info("request.transition", {{"operation_id", st.op.operation_id},
+                                     {"from", workflow::to_string(from)},
+                                     {"to", workflow::to_string(w.to)},
+                                     {"version", st.op.version},
+                                     {"cause", w.cause}});
+    auto effects = std::move(st.after_commit);
+    st.after_commit.clear();
+    if (effects.empty()) {
+      if (!workflow::needs_actor(st.op.current)) {
+        run_effects(self, {workflow::effect{workflow::effect::kind::stop}});
+      } else {
+        process(self, workflow::resume{});
+      }
+      return;
+    }
+    run_effects(self, std::move(effects));
+    return;
+  }
+  st.after_commit.clear();
+  switch (outcome) {
+    case db_outcome::preempted:
+    case db_outcome::not_found:
+      // Someone else wrote the row (a callback, an operator, another instance): re-read and re-decide.
+      st.svc->metrics->inc("changeflow_guard_misses_total", "Guarded writes that matched no row");
+      st.pending_write.reset();
+      submit_reload(self);
+      return;
+    case db_outcome::retryable:
+      st.last_error = p.error;
+      arm_timer(self, std::min(5000, 100 << std::min(st.persist_failures++, 6)));
+      publish(self);
+      return;
+    default:
+      log::error("request.persist_failed", {{"operation_id", st.op.operation_id}, {"error", p.error},
+                                            {"outcome", persistence::to_string(outcome)}});
+      st.last_error = p.error;
+      st.pending_write.reset();
+      arm_timer(self, 5000);
+      st.reload_pending = true;
+      publish(self);
+      return;
+  }
+}
+
+void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
+  auto& st = self->state;
+  st.busy = false;
+  auto outcome = static_cast<db_outcome>(r.outcome);
+  if (outcome != db_outcome::ok) {
+    if (outcome == db_outcome::not_found) {
+      log::error("request.row_missing", {{"operation_id", st.op.operation_id}});
+      self->quit();
+      return;
+    }
+    st.reload_pending = true;
+    arm_timer(self, 1000);
+    return;
+  }
+  auto s = workflow::step_from_code(r.step);
+  if (!s) {
+    log::error("request.unknown_step", {{"operation_id", st.op.operation_id}, {"step", r.step}});
+    self->quit();
+    return;
+  }
+  bool moved = *s != st.op.current;
+  st.op.current = *s;
+  st.op.version = r.version;
+  if (r.mr_iid) st.op.mr_iid = r.mr_iid;
+  if (!r.mr_url.empty()) st.op.mr_url = r.mr_url;
+  if (!r.approval_id.empty()) st.op.approval_id = r.approval_id;
+  if (moved) {
+    st.op.step_entered_ms = st.svc->now_ms() - r.age_ms;
+    st.op.polls = 0;
+  }
+  if (!workflow::needs_actor(st.op.current)) {
+    run_effects(self, {workflow::effect{workflow::effect::kind::stop}});
+    return;
+  }
+  process(self, workflow::resume{});
+}
+
+std::string describe(const request_state& st, std::size_t mailbox) {
+  nlohmann::json j = {{"operationId", st.op.operation_id},
+                      {"step", workflow::to_string(st.op.current)},
+                      {"stepCode", workflow::code_of(st.op.current)},
+                      {"phase", workflow::to_string(workflow::phase_of(st.op.current))},
+                      {"flow", workflow::to_string(st.op.order)},
+                      {"version", st.op.version},
+                      {"mrIid", st.op.mr_iid ? nlohmann::json(*st.op.mr_iid) : nlohmann::json(nullptr)},
+                      {"mrSha", st.op.mr_sha},
+                      {"polls", st.op.polls},
+                      {"mergeAttempts", st.op.merge_attempts},
+                      {"nextWakeMs", st.op.wake_at_ms},
+                      {"stepEnteredMs", st.op.step_entered_ms},
+                      {"spawnedMs", st.spawned_ms},
+                      {"busy", st.busy},
+                      {"mailbox", mailbox},
+                      {"lastNote", st.last_note},
+                      {"lastError", st.last_error}};
+  return log::safe_dump(j);
+}
+
+request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, request_seed seed) {
+  auto& st = self->state;
+  st.svc = svc;
+  st.op = std::move(seed.op);
+  st.payload_json = std::move(seed.payload_json);
+  st.spawned_ms = svc->now_ms();
+  auto id = st.op.operation_id;
+  auto* reg = svc->actors;
+  self->attach_functor([reg, id] { reg->remove(id); });
+  self->set_exception_handler([id](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      log::error("request.actor_threw", {{"operation_id", id}, {"error", e.what()}});
+    } catch (...) {
+    }
+    // The row still says where the operation stopped; rehydration or an operator resumes it.
+    return caf::make_error(caf::sec::runtime_error);
+  });
+  return {
+      [self](const messages::wake& w) {
+        auto& s = self->state;
+        if (w.generation != 0 && w.generation != s.timer_generation) return;  // replaced timer
+        if (s.busy) {
+          s.resume_pending = true;
+          return;
+        }
+        if (s.pending_write) return submit_persist(self);
+        if (s.reload_pending) return submit_reload(self);
+        process(self, workflow::resume{});
+      },
+      [self](const messages::external_reply& r) {
+        self->state.busy = false;
+        process(self, workflow::reply{r.reply});
+        auto& s = self->state;
+        if (!s.busy && s.reload_pending) submit_reload(self);
+      },
+      [self](const messages::persisted& p) {
+        on_persisted(self, p);
+        auto& s = self->state;
+        if (!s.busy && s.reload_pending) submit_reload(self);
+      },
+      [self](const messages::row_loaded& r) { on_row_loaded(self, r); },
+      [self](const messages::row_changed&) {
+        auto& s = self->state;
+        if (s.busy) {
+          s.reload_pending = true;
+          return;
+        }
+        submit_reload(self);
+      },
+      [self](const messages::inspect_request&) {
+        return messages::actor_snapshot{describe(self->state, self->mailbox().count())};
+      },
+  };
+}
+
+}  // namespace
+
+request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms) {
+  request_seed seed;
+  auto& op = seed.op;
+  op.operation_id = row.operation_id;
+  op.subject_id = row.subject_id;
+  op.target_key = row.target_key;
+  op.title = row.title;
+  op.order = workflow::parse_flow(row.flow).value_or(workflow::flow::approve_then_create);
+  op.current = row.step;
+  op.version = row.version;
+  op.mr_iid = row.mr_iid;
+  op.mr_url = row.mr_url.value_or("");
+  op.approval_id = row.approval_id.value_or("");
+  op.step_entered_ms = row.updated_at_ms ? row.updated_at_ms : now_ms;
+  op.wake_at_ms = row.next_wake_at_ms.value_or(0);
+  seed.payload_json = row.payload_json;
+  return seed;
+}
+
+std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed) {
+  auto id = seed.op.operation_id;
+  if (svc.actors->find(id)) return std::nullopt;
+  live_summary summary;
+  summary.operation_id = id;
+  summary.step = workflow::code_of(seed.op.current);
+  summary.spawned_ms = svc.now_ms();
+  // Spawned lazily so the registry entry exists before the actor's first message can remove it.
+  auto handle = svc.system->spawn<caf::lazy_init>(request_actor_impl, &svc, std::move(seed));
+  if (!svc.actors->put(id, caf::actor_cast<caf::actor>(handle), summary)) {
+    caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
+    return std::nullopt;
+  }
+  // Resume: re-run the step the stored row names (every step reads remote state before acting).
+  caf::anon_send(handle, messages::wake{0});
+  return handle;
+}
+
+}  // namespace changeflow::actors

@@ -1,0 +1,36 @@
+#pragma once
+// The request actor: one per in-flight operation. Callers depend on this alias only.
+//
+// It owns the operation's state in memory while alive and is its only writer. For every event it
+// asks the pure core (workflow::decide) what to do, persists the transition (guarded by version)
+// BEFORE running the effects that follow it, runs external calls on the blocking pool, and keeps
+// each wait as a stored deadline (next_wake_at) with a CAF timer as the in-memory copy. It exits
+// when the operation no longer needs an actor (terminal, MERGED, or handed to the batch coordinator).
+
+#include "actors/services.hpp"
+#include "messages/messages.hpp"
+#include "persistence/operation_repo.hpp"
+#include "workflow/decide.hpp"
+
+#include <caf/typed_actor.hpp>
+
+namespace changeflow::actors {
+
+using request_actor = caf::typed_actor<
+    caf::reacts_to<messages::wake>, caf::reacts_to<messages::external_reply>, caf::reacts_to<messages::persisted>,
+    caf::reacts_to<messages::row_loaded>, caf::reacts_to<messages::row_changed>,
+    caf::replies_to<messages::inspect_request>::with<messages::actor_snapshot>>;
+
+/// Everything an actor starts from: the operation row as stored.
+struct request_seed {
+  workflow::operation_state op;
+  std::string payload_json;
+};
+
+/// Builds the seed from a stored row (submit or rehydration).
+request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms);
+
+/// Spawns the actor and registers it; returns nullopt when one is already registered.
+std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed);
+
+}  // namespace changeflow::actors

@@ -1,0 +1,42 @@
+#pragma once
+// Everything a request actor or a handler needs from the process, passed explicitly (no globals).
+
+#include "actors/registry.hpp"
+#include "base/worker_pool.hpp"
+#include "clients/external_context.hpp"
+#include "config/store.hpp"
+#include "metrics/registry.hpp"
+#include "persistence/db_pool.hpp"
+#include "workflow/decide.hpp"
+
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace changeflow::actors {
+
+using external_pool = worker_pool<clients::external_context>;
+
+struct services {
+  caf::actor_system* system = nullptr;
+  config::store* config = nullptr;
+  persistence::db_pool* db = nullptr;
+  external_pool* external = nullptr;
+  metrics::registry* metrics = nullptr;
+  registry* actors = nullptr;
+  std::string instance_id;
+  /// Wall clock in epoch milliseconds; injected so tests can control time.
+  std::function<std::int64_t()> now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+};
+
+/// The workflow settings in force in a config snapshot (read per decision: hot reload applies to the
+/// next decision of every actor).
+workflow::settings workflow_settings_from(const config::snapshot& snap);
+
+}  // namespace changeflow::actors

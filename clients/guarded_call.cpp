@@ -1,0 +1,47 @@
+#include "clients/guarded_call.hpp"
+
+#include "config/snapshot.hpp"
+
+namespace changeflow::clients {
+
+call_settings call_settings_from(const config::snapshot& snap) {
+  call_settings s;
+  auto positive_ms = [&](std::string_view key, std::chrono::milliseconds fallback) {
+    auto v = snap.get_int(key);
+    return v && *v > 0 ? std::chrono::milliseconds(*v) : fallback;
+  };
+  s.limits.connect_timeout = positive_ms("external.connect_timeout_ms", s.limits.connect_timeout);
+  s.limits.request_timeout = positive_ms("external.request_timeout_ms", s.limits.request_timeout);
+  s.breaker.failure_threshold = static_cast<int>(snap.int_or("external.breaker_failures", 5));
+  s.breaker.cooldown = positive_ms("external.breaker_cooldown_ms", s.breaker.cooldown);
+  return s;
+}
+
+result<http_response> guarded_call(http_client& http, circuit_breaker& breaker, const call_settings& settings,
+                                   const url_parts& base, http_request req) {
+  if (!breaker.allow(settings.breaker)) {
+    call_error e;
+    e.what = call_error::kind::breaker_open;
+    e.message = breaker.system() + " circuit breaker is open";
+    e.retryable = true;
+    return e;
+  }
+  req.target = base.base_path + req.target;
+  auto r = http.call(base, req, settings.limits);
+  if (!r) {
+    if (r.error().what == call_error::kind::invalid_argument) {
+      breaker.record_success();  // our mistake, not the remote system's; also ends a half-open trial
+    } else {
+      breaker.record_failure(settings.breaker);
+    }
+    return r;
+  }
+  if (r->status >= 500) {
+    breaker.record_failure(settings.breaker);
+  } else {
+    breaker.record_success();
+  }
+  return r;
+}
+
+}  // namespace changeflow::clients

@@ -1,0 +1,134 @@
+#include "http/dto/change_dto.hpp"
+
+#include "base/ids.hpp"
+#include "workflow/status.hpp"
+
+#include <algorithm>
+#include <ctime>
+
+namespace changeflow::http::dto {
+
+namespace {
+constexpr std::size_t max_files = 100;
+constexpr std::size_t max_content = 256 * 1024;
+
+bool valid_text(const std::string& s, std::size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 && c != '\t') return false;
+  }
+  return true;
+}
+
+bool valid_path(const std::string& p) {
+  if (!valid_text(p, 512) || p.front() == '/') return false;
+  std::size_t start = 0;
+  while (start <= p.size()) {
+    auto slash = p.find('/', start);
+    if (slash == std::string::npos) slash = p.size();
+    auto seg = p.substr(start, slash - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    start = slash + 1;
+  }
+  return true;
+}
+
+std::string ms_to_iso(std::int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  return buf;
+}
+}  // namespace
+
+std::variant<submit_request, parse_error> parse_submit(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return parse_error{"Request body must be a JSON object"};
+  submit_request r;
+  auto str = [&](const char* key, std::string& out, std::size_t max_len) -> std::optional<parse_error> {
+    if (!j.contains(key) || !j[key].is_string()) return parse_error{std::string("'") + key + "' is required (string)"};
+    out = j[key].get<std::string>();
+    if (!valid_text(out, max_len)) {
+      return parse_error{std::string("'") + key + "' must be 1-" + std::to_string(max_len) +
+                         " characters without control characters"};
+    }
+    return std::nullopt;
+  };
+  if (auto e = str("subject", r.subject, 128)) return *e;
+  if (auto e = str("target", r.target, 255)) return *e;
+  if (auto e = str("title", r.title, 255)) return *e;
+  if (j.contains("operationId") && !j["operationId"].is_null()) {
+    if (!j["operationId"].is_string() || !ids::is_uuid(j["operationId"].get<std::string>())) {
+      return parse_error{"'operationId' must be a UUID"};
+    }
+    auto id = j["operationId"].get<std::string>();
+    std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+    r.operation_id = id;
+  }
+  if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
+    return parse_error{"'files' is required: a non-empty array of {path, content}"};
+  }
+  if (j["files"].size() > max_files) return parse_error{"'files' may hold at most 100 entries"};
+  for (const auto& f : j["files"]) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string()) {
+      return parse_error{"each file needs a 'path' (string)"};
+    }
+    file_change fc;
+    fc.path = f["path"].get<std::string>();
+    if (!valid_path(fc.path)) return parse_error{"file path must be relative, without '.' or '..' segments"};
+    if (f.contains("action")) {
+      if (!f["action"].is_string()) return parse_error{"file 'action' must be create, update or delete"};
+      fc.action = f["action"].get<std::string>();
+      if (fc.action != "create" && fc.action != "update" && fc.action != "delete") {
+        return parse_error{"file 'action' must be create, update or delete"};
+      }
+    }
+    if (fc.action != "delete") {
+      if (!f.contains("content") || !f["content"].is_string()) return parse_error{"each file needs 'content' (string)"};
+      fc.content = f["content"].get<std::string>();
+      if (fc.content.size() > max_content) return parse_error{"file content may be at most 256 KiB"};
+    }
+    r.files.push_back(std::move(fc));
+  }
+  return r;
+}
+
+std::string payload_json(const submit_request& r) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : r.files) files.push_back({{"path", f.path}, {"content", f.content}, {"action", f.action}});
+  return nlohmann::json{{"files", files}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json to_json(const persistence::operation_row& row) {
+  auto phase = row.phase;
+  return {{"operationId", row.operation_id},
+          {"subject", row.subject_id},
+          {"target", row.target_key},
+          {"title", row.title},
+          {"flow", row.flow},
+          {"phase", workflow::to_string(phase)},
+          {"step", {{"code", workflow::code_of(row.step)}, {"name", workflow::to_string(row.step)}}},
+          {"hint", workflow::to_string(workflow::hint_for(phase, row.step))},
+          {"reapplyAllowed", workflow::is_reappliable(phase)},
+          {"mrIid", row.mr_iid ? nlohmann::json(*row.mr_iid) : nlohmann::json(nullptr)},
+          {"mrUrl", row.mr_url ? nlohmann::json(*row.mr_url) : nlohmann::json(nullptr)},
+          {"version", row.version},
+          {"createdAt", ms_to_iso(row.created_at_ms)},
+          {"updatedAt", ms_to_iso(row.updated_at_ms)}};
+}
+
+nlohmann::json to_json(const persistence::operation_event_row& e) {
+  return {{"from", e.from_step ? nlohmann::json(workflow::to_string(*e.from_step)) : nlohmann::json(nullptr)},
+          {"to", workflow::to_string(e.to_step)},
+          {"fromPhase", e.from_phase ? nlohmann::json(workflow::to_string(*e.from_phase)) : nlohmann::json(nullptr)},
+          {"toPhase", workflow::to_string(e.to_phase)},
+          {"cause", e.cause},
+          {"actor", e.actor},
+          {"version", e.version},
+          {"at", ms_to_iso(e.at_ms)}};
+}
+
+}  // namespace changeflow::http::dto

@@ -1,0 +1,42 @@
+#pragma once
+// Wire shapes of the user API, with their JSON conversion beside them. These are not actor messages:
+// the HTTP shape and the actor protocol change independently.
+
+#include "persistence/operation_repo.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <variant>
+#include <string>
+#include <vector>
+
+namespace changeflow::http::dto {
+
+struct file_change {
+  std::string path;
+  std::string content;
+  std::string action = "create";  // create | update | delete
+};
+
+struct submit_request {
+  std::optional<std::string> operation_id;  // client-supplied UUID, used as the idempotency key
+  std::string subject;
+  std::string target;
+  std::string title;
+  std::vector<file_change> files;
+};
+
+/// Parses and validates; on failure returns the actionable message for the client.
+struct parse_error {
+  std::string message;
+};
+std::variant<submit_request, parse_error> parse_submit(const std::string& body);
+
+/// The stored payload of an operation (what the MR will carry).
+std::string payload_json(const submit_request& r);
+
+nlohmann::json to_json(const persistence::operation_row& row);
+nlohmann::json to_json(const persistence::operation_event_row& e);
+
+}  // namespace changeflow::http::dto

@@ -1,0 +1,7 @@
+#pragma once
+#include "http/api.hpp"
+
+namespace changeflow::http {
+/// POST /api/v1/changes, GET /api/v1/changes/{id}, GET /api/v1/changes?subject=...
+void add_change_routes(router& r, service_context& ctx);
+}  // namespace changeflow::http

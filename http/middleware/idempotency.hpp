@@ -1,0 +1,64 @@
+#pragma once
+// The pure half of idempotency (seed API 3.6, improved per seed API 5: the original response is
+// replayed, and a reused key with a different body is refused instead of silently deduplicated).
+// The database half (insert-or-reread on the unique key, TTL sweep) lives in persistence and stores
+// `idempotency_record` as defined here.
+//
+//   no record / expired ──> proceed_fresh (caller inserts IN_FLIGHT, runs, then COMPLETES it)
+//   same fingerprint, COMPLETED ──> replay_stored_response (same status and body as the first time)
+//   same fingerprint, IN_FLIGHT ──> in_flight_409 (the first request is still running)
+//   different fingerprint ──> conflict_changed_body_422 (key reused for another request)
+
+#include "config/snapshot.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace changeflow::http::middleware {
+
+enum class idempotency_state { in_flight, completed };
+
+std::string_view to_string(idempotency_state s);  // "IN_FLIGHT" | "COMPLETED"
+std::optional<idempotency_state> parse_idempotency_state(
+    std::string_view s);  // inverse; nullopt if unknown
+
+/// One row of the idempotency_record table.
+struct idempotency_record {
+  std::string key;          // client-supplied operationId (scoped by the caller as it sees fit)
+  std::string fingerprint;  // request_fingerprint() of the first request with this key
+  idempotency_state state = idempotency_state::in_flight;
+  unsigned status = 0;        // HTTP status of the stored response (COMPLETED only)
+  std::string response_body;  // body of the stored response (COMPLETED only)
+  std::chrono::system_clock::time_point expires_at{};
+};
+
+/// Whitespace- and key-order-insensitive form of a JSON body (parse, dump with sorted keys);
+/// bodies that are not valid JSON are kept byte for byte (prefixed so they never collide).
+std::string canonical_body(std::string_view body);
+
+/// Lower-case hex SHA-256 over method, route template and canonical body.
+std::string request_fingerprint(std::string_view method, std::string_view route_template,
+                                std::string_view body);
+
+enum class idempotency_decision {
+  proceed_fresh,
+  replay_stored_response,
+  conflict_changed_body_422,
+  in_flight_409
+};
+
+std::string_view to_string(idempotency_decision d);
+
+/// What to do with a request whose key found `existing` (nullopt = no row). A record past its
+/// expires_at counts as absent (the TTL sweep may not have run yet).
+idempotency_decision decide(const std::optional<idempotency_record>& existing,
+                            std::string_view fingerprint,
+                            std::chrono::system_clock::time_point now);
+
+/// idempotency.ttl_seconds; missing, cleared or <= 0 -> 86400.
+std::chrono::seconds idempotency_ttl(const config::snapshot& snap);
+
+}  // namespace changeflow::http::middleware

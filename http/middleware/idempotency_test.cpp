@@ -1,0 +1,90 @@
+#include "http/middleware/idempotency.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace changeflow;
+using namespace changeflow::http::middleware;
+using nlohmann::json;
+
+namespace {
+const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+}
+
+TEST(Idempotency, FingerprintIgnoresWhitespaceAndKeyOrder) {
+  const std::string route = "/api/v1/changes";
+  auto base = request_fingerprint("POST", route, R"({"a":1,"b":[1,2],"c":{"x":"y"}})");
+  EXPECT_EQ(base.size(), 64u);
+  EXPECT_EQ(
+      request_fingerprint("POST", route, "{ \"c\" : {\"x\":\"y\"},\n \"b\":[1, 2], \"a\":1 }"),
+      base);
+  EXPECT_NE(request_fingerprint("POST", route, R"({"a":2,"b":[1,2],"c":{"x":"y"}})"), base);
+  EXPECT_NE(request_fingerprint("POST", route, R"({"a":1,"b":[2,1],"c":{"x":"y"}})"), base)
+      << "array order counts";
+  EXPECT_NE(request_fingerprint("PUT", route, R"({"a":1,"b":[1,2],"c":{"x":"y"}})"), base);
+  EXPECT_NE(request_fingerprint("POST", "/api/v1/other", R"({"a":1,"b":[1,2],"c":{"x":"y"}})"),
+            base);
+}
+
+TEST(Idempotency, InvalidJsonHashesRawBytes) {
+  auto a = request_fingerprint("POST", "/r", "{not json");
+  EXPECT_EQ(a, request_fingerprint("POST", "/r", "{not json"));
+  EXPECT_NE(a, request_fingerprint("POST", "/r", "{not  json")) << "raw bytes: whitespace counts";
+  EXPECT_EQ(canonical_body("{not json"), "raw:{not json");
+  EXPECT_EQ(canonical_body(" {\"b\":1, \"a\":2} "), "json:{\"a\":2,\"b\":1}");
+  EXPECT_EQ(canonical_body(""), "raw:");
+  std::string bad_utf8 = "{\"a\":\"\xff\"}";
+  EXPECT_NO_THROW((void)request_fingerprint("POST", "/r", bad_utf8));
+}
+
+TEST(Idempotency, DecisionTableDriven) {
+  const std::string fp = request_fingerprint("POST", "/r", "{}");
+  const std::string other = request_fingerprint("POST", "/r", "{\"x\":1}");
+  auto record = [&](idempotency_state s, std::string f, std::chrono::seconds ttl) {
+    return idempotency_record{"op-1", std::move(f), s, 202, "{\"code\":\"ACCEPTED\"}", now + ttl};
+  };
+  using std::chrono::seconds;
+  struct decision_case {
+    const char* name;
+    std::optional<idempotency_record> existing;
+    idempotency_decision want;
+  };
+  const decision_case cases[] = {
+      {"no record", std::nullopt, idempotency_decision::proceed_fresh},
+      {"completed, same body", record(idempotency_state::completed, fp, seconds(60)),
+       idempotency_decision::replay_stored_response},
+      {"in flight, same body", record(idempotency_state::in_flight, fp, seconds(60)),
+       idempotency_decision::in_flight_409},
+      {"completed, changed body", record(idempotency_state::completed, other, seconds(60)),
+       idempotency_decision::conflict_changed_body_422},
+      {"in flight, changed body", record(idempotency_state::in_flight, other, seconds(60)),
+       idempotency_decision::conflict_changed_body_422},
+      {"expired record counts as absent", record(idempotency_state::completed, other, seconds(0)),
+       idempotency_decision::proceed_fresh},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(decide(c.existing, fp, now), c.want)
+        << c.name << ": got " << to_string(decide(c.existing, fp, now));
+  }
+}
+
+TEST(Idempotency, StateRoundTripAndTtlFallback) {
+  for (auto s : {idempotency_state::in_flight, idempotency_state::completed}) {
+    EXPECT_EQ(parse_idempotency_state(to_string(s)), s);
+  }
+  EXPECT_FALSE(parse_idempotency_state("in_flight"));
+  auto env = [](const std::string&) { return std::optional<std::string>(); };
+  struct ttl_case {
+    json doc;
+    std::int64_t want;
+  };
+  const ttl_case cases[] = {{json::object(), 86400},
+                            {{{"idempotency.ttl_seconds", 60}}, 60},
+                            {{{"idempotency.ttl_seconds", 0}}, 86400},
+                            {{{"idempotency.ttl_seconds", -1}}, 86400},
+                            {{{"idempotency.ttl_seconds", nullptr}}, 86400}};
+  for (const auto& c : cases) {
+    auto snap = config::load_from_json(c.doc, env).snap;
+    ASSERT_TRUE(snap) << c.doc.dump();
+    EXPECT_EQ(idempotency_ttl(*snap).count(), c.want) << c.doc.dump();
+  }
+}

@@ -1,0 +1,350 @@
+#include "persistence/batch_repo.hpp"
+
+#include "persistence/sql_util.hpp"
+
+#include <algorithm>
+
+namespace changeflow::persistence {
+
+using detail::guarded;
+using detail::prepare;
+using detail::rs_ptr;
+
+std::string_view to_string(batch_status s) {
+  switch (s) {
+    case batch_status::RUNNING:
+      return "RUNNING";
+    case batch_status::SUCCEEDED:
+      return "SUCCEEDED";
+    case batch_status::FAILED:
+      return "FAILED";
+    case batch_status::BLOCKED:
+      return "BLOCKED";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view to_string(claim_kind k) {
+  switch (k) {
+    case claim_kind::slot_occupied:
+      return "slot_occupied";
+    case claim_kind::empty:
+      return "empty";
+    case claim_kind::claimed:
+      return "claimed";
+    case claim_kind::preempted:
+      return "preempted";
+  }
+  return "preempted";
+}
+
+db_result<bool> admit(sql::Connection& conn, const std::string& operation_id) {
+  return guarded<bool>([&]() -> db_result<bool> {
+    auto st = prepare(
+        conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+    st->setString(1, operation_id);
+    try {
+      st->executeUpdate();
+    } catch (const sql::SQLException& e) {
+      if (e.getErrorCode() == 1062)
+        return db_result<bool>::success(false);  // already admitted (I4)
+      throw;
+    }
+    return db_result<bool>::success(true);
+  });
+}
+
+db_result<bool> has_waiting(sql::Connection& conn) {
+  return guarded<bool>([&]() -> db_result<bool> {
+    auto st = prepare(conn, "SELECT 1 FROM merge_batch_request WHERE batch_id IS NULL LIMIT 1");
+    rs_ptr rs(st->executeQuery());
+    return db_result<bool>::success(rs->next());
+  });
+}
+
+namespace {
+std::int64_t last_insert_id(sql::Connection& conn) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  rs_ptr rs(st->executeQuery("SELECT LAST_INSERT_ID()"));
+  rs->next();
+  return rs->getInt64(1);
+}
+
+/// Sum of affected rows of a chunked "<prefix> IN (...)" statement over request ids.
+int update_requests_in(sql::Connection& conn, const std::string& prefix,
+                       const std::vector<std::int64_t>& ids,
+                       const std::function<int(sql::PreparedStatement&)>& bind_leading) {
+  int affected = 0;
+  for (const auto& chunk : detail::chunks(ids)) {
+    auto st = prepare(conn, prefix + " IN (" + detail::placeholders(chunk.size()) + ")");
+    int next = bind_leading(*st);
+    for (auto id : chunk) st->setInt64(next++, id);
+    affected += st->executeUpdate();
+  }
+  return affected;
+}
+
+void append_history(sql::Connection& conn, std::int64_t batch_id, const char* event,
+                    const std::string& where,
+                    const std::function<void(sql::PreparedStatement&, int)>& bind_where) {
+  auto st =
+      prepare(conn, std::string("INSERT INTO merge_batch_history (batch_id, operation_id, "
+                                "request_id, event, split_group, at) "
+                                "SELECT ?, operation_id, id, '") +
+                        event + "', split_group, NOW(3) FROM merge_batch_request WHERE " + where);
+  st->setInt64(1, batch_id);
+  bind_where(*st, 2);
+  st->executeUpdate();
+}
+
+bool guarded_fail(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                  const std::string& reason) {
+  auto st = prepare(
+      conn, "UPDATE merge_batch SET status = 3, failure_reason = ? WHERE id = ? AND status = ?");
+  st->setString(1, reason.substr(0, 1024));
+  st->setInt64(2, batch_id);
+  st->setInt(3, static_cast<int>(expected));
+  return st->executeUpdate() == 1;
+}
+}  // namespace
+
+db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook) {
+  using R = db_result<claim_result>;
+  return guarded<claim_result>([&]() -> R {
+    detail::transaction tx(conn);
+    // 1. Take the slot. A duplicate key leaves this transaction usable and with nothing written.
+    try {
+      std::unique_ptr<sql::Statement> ins(conn.createStatement());
+      ins->executeUpdate("INSERT INTO merge_batch (status) VALUES (1)");
+    } catch (const sql::SQLException& e) {
+      if (e.getErrorCode() == 1062) return R::success({claim_kind::slot_occupied, 0, {}});
+      // Several claimers inserting the slot while a holder is still open can deadlock on the unique
+      // check (shared locks, then insert intention). The server rolled this transaction back and
+      // another claimer holds or is taking the slot: that is the same answer.
+      if (e.getErrorCode() == 1213) return R::success({claim_kind::slot_occupied, 0, {}});
+      throw;
+    }
+    const std::int64_t batch_id = last_insert_id(conn);
+    if (hook) hook(claim_stage::slot_taken);
+
+    // 2. Plain read, no FOR UPDATE: the slot keeps other claimers out, and the guarded UPDATE below
+    // catches anything unexpected. A locking range read would block admissions (I3).
+    // `created_at < NOW(3)`: rows admitted in this very millisecond wait for the next round (DB
+    // clock).
+    auto sel = prepare(conn,
+                       "SELECT id, operation_id, split_group FROM merge_batch_request "
+                       "WHERE batch_id IS NULL AND created_at < CURRENT_TIMESTAMP(3) ORDER BY "
+                       "created_at, id LIMIT ?");
+    sel->setInt(1, max_members);
+    rs_ptr rs(sel->executeQuery());
+    std::vector<batch_member> members;
+    while (rs->next()) {
+      members.push_back(
+          {rs->getInt64("id"), detail::str(*rs, "operation_id"), rs->getInt("split_group")});
+    }
+    if (hook) hook(claim_stage::waiting_read);
+    if (members.empty())
+      return R::success({claim_kind::empty, 0, {}});  // rollback releases the slot
+    // Bisection halves are claimed one at a time: keep the split group of the oldest waiting row.
+    const int group = members.front().split_group;
+    members.erase(std::remove_if(members.begin(), members.end(),
+                                 [&](auto& m) { return m.split_group != group; }),
+                  members.end());
+
+    // 3. Guarded claim: only still-unclaimed rows, and all of them (I2).
+    std::vector<std::int64_t> ids;
+    for (const auto& m : members) ids.push_back(m.request_id);
+    int claimed = update_requests_in(
+        conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id", ids,
+        [&](sql::PreparedStatement& st) {
+          st.setInt64(1, batch_id);
+          return 2;
+        });
+    if (claimed != static_cast<int>(ids.size())) return R::success({claim_kind::preempted, 0, {}});
+    if (hook) hook(claim_stage::members_claimed);
+
+    // 4. Append-only membership, one bulk statement.
+    append_history(conn, batch_id, "CLAIMED", "batch_id = ?",
+                   [&](auto& st, int i) { st.setInt64(i, batch_id); });
+    tx.commit();
+    return R::success({claim_kind::claimed, batch_id, std::move(members)});
+  });
+}
+
+db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                             batch_status next, const std::optional<std::string>& reason) {
+  return detail::retry_on_deadlock<done>([&] {
+    return guarded<done>([&]() -> db_result<done> {
+      auto st =
+          prepare(conn,
+                  "UPDATE merge_batch SET status = ?, failure_reason = COALESCE(?, failure_reason) "
+                  "WHERE id = ? AND status = ?");
+      st->setInt(1, static_cast<int>(next));
+      detail::set_opt_string(*st, 2,
+                             reason ? std::optional(reason->substr(0, 1024)) : std::nullopt);
+      st->setInt64(3, batch_id);
+      st->setInt(4, static_cast<int>(expected));
+      if (st->executeUpdate() != 1) {
+        return db_result<done>::failure(
+            db_outcome::preempted,
+            "batch " + std::to_string(batch_id) + " is not " + std::string(to_string(expected)));
+      }
+      return db_result<done>::success({});
+    });
+  });
+}
+
+db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                             const std::string& branch) {
+  return guarded<done>([&]() -> db_result<done> {
+    auto st =
+        prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
+    st->setInt64(1, mr_iid);
+    st->setString(2, branch);
+    st->setInt64(3, batch_id);
+    if (st->executeUpdate() != 1)
+      return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
+    return db_result<done>::success({});
+  });
+}
+
+db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
+                                   batch_status expected, member_reset reset,
+                                   const std::string& reason) {
+  return detail::retry_on_deadlock<int>([&] {
+    return guarded<int>([&]() -> db_result<int> {
+      detail::transaction tx(conn);
+      // First: if another path (timeout sweep, the running task) settled it already, stop here.
+      if (!guarded_fail(conn, batch_id, expected, reason)) {
+        return db_result<int>::failure(db_outcome::preempted,
+                                       "batch " + std::to_string(batch_id) + " already settled");
+      }
+      const bool requeue = reset == member_reset::requeue;
+      append_history(conn, batch_id, requeue ? "REQUEUED" : "REMOVED", "batch_id = ?",
+                     [&](auto& st, int i) { st.setInt64(i, batch_id); });
+      auto st = prepare(
+          conn, requeue ? "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ?"
+                        : "DELETE FROM merge_batch_request WHERE batch_id = ?");
+      st->setInt64(1, batch_id);
+      int n = st->executeUpdate();
+      tx.commit();
+      return db_result<int>::success(n);
+    });
+  });
+}
+
+db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
+                               const std::vector<std::vector<std::string>>& groups,
+                               const std::string& reason) {
+  return detail::retry_on_deadlock<int>([&] {
+    return guarded<int>([&]() -> db_result<int> {
+      detail::transaction tx(conn);
+      if (!guarded_fail(conn, batch_id, batch_status::RUNNING, reason)) {
+        return db_result<int>::failure(db_outcome::preempted,
+                                       "batch " + std::to_string(batch_id) + " is not RUNNING");
+      }
+      // Fresh group numbers above every existing one; only the slot holder requeues, so no race
+      // here.
+      std::unique_ptr<sql::Statement> q(conn.createStatement());
+      rs_ptr rs(q->executeQuery("SELECT COALESCE(MAX(split_group), 0) FROM merge_batch_request"));
+      rs->next();
+      const int base = rs->getInt(1);
+      int requeued = 0;
+      for (std::size_t g = 0; g < groups.size(); ++g) {
+        for (const auto& chunk : detail::chunks(groups[g])) {
+          auto st = prepare(conn,
+                            "UPDATE merge_batch_request SET batch_id = NULL, split_group = ? "
+                            "WHERE batch_id = ? AND operation_id IN (" +
+                                detail::placeholders(chunk.size()) + ")");
+          st->setInt(1, base + static_cast<int>(g) + 1);
+          st->setInt64(2, batch_id);
+          for (std::size_t i = 0; i < chunk.size(); ++i)
+            st->setString(static_cast<int>(i + 3), chunk[i]);
+          requeued += st->executeUpdate();
+        }
+      }
+      append_history(conn, batch_id, "REQUEUED", "batch_id IS NULL AND split_group > ?",
+                     [&](auto& st, int i) { st.setInt(i, base); });
+      append_history(conn, batch_id, "REMOVED", "batch_id = ?",
+                     [&](auto& st, int i) { st.setInt64(i, batch_id); });
+      auto del = prepare(conn, "DELETE FROM merge_batch_request WHERE batch_id = ?");
+      del->setInt64(1, batch_id);
+      del->executeUpdate();
+      tx.commit();
+      return db_result<int>::success(requeued);
+    });
+  });
+}
+
+namespace {
+constexpr const char* batch_columns =
+    "SELECT id, status, mr_iid, branch, split_depth, parent_batch_id, failure_reason, "
+    "CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS created_at_ms, "
+    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms FROM merge_batch ";
+
+batch_row read_batch(sql::ResultSet& rs) {
+  batch_row b;
+  b.id = rs.getInt64("id");
+  b.status = static_cast<batch_status>(rs.getInt("status"));
+  b.mr_iid = detail::opt_int64(rs, "mr_iid");
+  b.branch = detail::opt_string(rs, "branch");
+  b.split_depth = rs.getInt("split_depth");
+  b.parent_batch_id = detail::opt_int64(rs, "parent_batch_id");
+  b.failure_reason = detail::opt_string(rs, "failure_reason");
+  b.created_at_ms = rs.getInt64("created_at_ms");
+  b.updated_at_ms = rs.getInt64("updated_at_ms");
+  return b;
+}
+}  // namespace
+
+db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id) {
+  return guarded<batch_row>([&]() -> db_result<batch_row> {
+    auto st = prepare(conn, std::string(batch_columns) + "WHERE id = ?");
+    st->setInt64(1, batch_id);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next())
+      return db_result<batch_row>::failure(db_outcome::not_found,
+                                           "no batch " + std::to_string(batch_id));
+    auto b = read_batch(*rs);
+    auto ms = prepare(conn,
+                      "SELECT operation_id FROM merge_batch_history WHERE batch_id = ? AND event = "
+                      "'CLAIMED' ORDER BY id");
+    ms->setInt64(1, batch_id);
+    rs_ptr mrs(ms->executeQuery());
+    while (mrs->next()) b.members.push_back(detail::str(*mrs, "operation_id"));
+    return db_result<batch_row>::success(std::move(b));
+  });
+}
+
+db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id,
+                                               int limit) {
+  using V = std::vector<batch_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(
+        conn, std::string(batch_columns) + "WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?");
+    st->setInt64(1, before_id);
+    st->setInt64(2, before_id);
+    st->setInt(3, limit);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(read_batch(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds) {
+  using V = std::vector<std::int64_t>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn,
+                      "SELECT id FROM merge_batch WHERE status = 1 "
+                      "AND created_at < DATE_SUB(CURRENT_TIMESTAMP(3), INTERVAL ? SECOND) ORDER BY "
+                      "created_at, id");
+    st->setInt(1, seconds);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(rs->getInt64(1));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+}  // namespace changeflow::persistence

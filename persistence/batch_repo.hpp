@@ -1,0 +1,103 @@
+#pragma once
+// Batch aggregation (batch/database write-up, sections 3.1-3.4 and 3.7):
+//   I1 the single active slot is merge_batch.active_slot (generated + UNIQUE): RUNNING and BLOCKED
+//      hold it, a terminal status releases it in the same UPDATE;
+//   I2 a claim moves waiting rows with a guarded UPDATE whose affected rows must equal the rows
+//   read; I3 the claim reads the waiting set without locks (READ COMMITTED, no FOR UPDATE), so
+//   admission
+//      never waits on a claim;
+//   I4 admission is an INSERT against UNIQUE operation_id: a duplicate key means "already
+//   admitted".
+
+#include "persistence/result.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+enum class batch_status : int { RUNNING = 1, SUCCEEDED = 2, FAILED = 3, BLOCKED = 4 };
+std::string_view to_string(batch_status s);
+
+/// true = admitted now, false = already admitted (not an error).
+db_result<bool> admit(sql::Connection& conn, const std::string& operation_id);
+/// Lock-free pre-check before a claim round: avoids "take the slot, then roll back" churn.
+db_result<bool> has_waiting(sql::Connection& conn);
+
+struct batch_member {
+  std::int64_t request_id = 0;
+  std::string operation_id;
+  int split_group = 0;
+};
+
+enum class claim_kind { slot_occupied, empty, claimed, preempted };
+std::string_view to_string(claim_kind k);
+
+struct claim_result {
+  claim_kind kind = claim_kind::empty;
+  std::int64_t batch_id = 0;  // set when claimed
+  std::vector<batch_member> members;
+};
+
+/// Test seam: called inside the open claim transaction after each step.
+enum class claim_stage { slot_taken, waiting_read, members_claimed };
+using claim_hook = std::function<void(claim_stage)>;
+
+/// One transaction: take the slot (1062 -> slot_occupied), plain read of up to `max_members`
+/// waiting rows admitted before this millisecond (DB clock) ordered by (created_at, id), keep the
+/// split group of the oldest one (bisection halves go separately), guarded claim UPDATE
+/// (mismatch -> rollback -> preempted), membership history, commit. Empty -> rollback, no batch
+/// row.
+db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook = {});
+
+/// Guarded status change: affected rows must be 1 (else preempted). SUCCEEDED/FAILED release the
+/// slot in the same UPDATE; BLOCKED keeps it.
+db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                             batch_status next,
+                             const std::optional<std::string>& reason = std::nullopt);
+/// Records the batch MR while the batch still runs (guarded by status RUNNING).
+db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                             const std::string& branch);
+
+enum class member_reset { requeue, remove };
+/// One transaction, guarded write FIRST (seeds 3.3): batch expected -> FAILED (a second settler
+/// gets preempted and nothing else runs), then every member is put back in the waiting set
+/// (batch_id NULL, original created_at kept) or removed; membership history is appended.
+/// Returns the number of members reset.
+db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
+                                   batch_status expected, member_reset reset,
+                                   const std::string& reason);
+
+/// Bisection: batch RUNNING -> FAILED (guarded, first), each group of operation ids goes back to
+/// the waiting set under a fresh split group number (claimed one group at a time, in group order);
+/// members in no group are removed (they failed alone). Returns the number requeued.
+db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
+                               const std::vector<std::vector<std::string>>& groups,
+                               const std::string& reason);
+
+struct batch_row {
+  std::int64_t id = 0;
+  batch_status status = batch_status::RUNNING;
+  std::optional<std::int64_t> mr_iid;
+  std::optional<std::string> branch;
+  int split_depth = 0;
+  std::optional<std::int64_t> parent_batch_id;
+  std::optional<std::string> failure_reason;
+  std::int64_t created_at_ms = 0;
+  std::int64_t updated_at_ms = 0;
+  std::vector<std::string> members;  // operation ids claimed by this batch (from the history)
+};
+db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id);
+/// Newest first; `before_id` 0 = from the newest. Members are not filled (use load_batch).
+db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id,
+                                               int limit);
+/// Read-only sweep candidates: RUNNING batches created more than `seconds` ago (DB clock). The
+/// caller settles each (close the MR first, seeds 3.7) through the guarded settle_failed_batch.
+db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,313 @@
+#include "persistence/batch_repo.hpp"
+
+#include "base/ids.hpp"
+#include "tests/support/test_db.hpp"
+
+#include <cppconn/statement.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace changeflow;
+using namespace changeflow::persistence;
+using changeflow::testing::test_database;
+
+namespace {
+/// Rows are claimable once admitted before the current millisecond: age them explicitly.
+void age_waiting(const test_database& db) {
+  db.exec(
+      "UPDATE merge_batch_request SET created_at = created_at - INTERVAL 1 SECOND WHERE batch_id "
+      "IS NULL");
+}
+std::vector<std::string> admit_many(sql::Connection& c, int n) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(ids::new_uuid());
+    EXPECT_TRUE(admit(c, ids.back()).value);
+  }
+  return ids;
+}
+}  // namespace
+
+// I1 + I2: many claimers race while admissions keep arriving. Each claimer, while it holds a batch,
+// sees exactly one active batch; every request ends up claimed exactly once.
+TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
+  test_database db;
+  constexpr int total = 300;
+  constexpr int claimers = 4;
+  std::atomic<int> admitted{0}, claimed_total{0}, occupied_seen{0}, batches{0};
+  std::atomic<bool> failure{false};
+  std::mutex mu;
+  std::string why;  // first failure, under mu
+  auto fail = [&](std::string reason) {
+    std::lock_guard lock(mu);
+    if (!failure.exchange(true)) why = std::move(reason);
+  };
+  std::map<std::string, int> claims_per_op;
+
+  std::thread admitter([&] {
+    auto c = db.connect();
+    for (int i = 0; i < total; ++i) {
+      auto r = admit(*c, ids::new_uuid());
+      if (!r.ok() || !r.value) fail("admit: " + r.error.message);
+      ++admitted;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < claimers; ++t) {
+    threads.emplace_back([&] {
+      auto c = db.connect();
+      // Bounded loop: a broken claim must end the test, not hang it.
+      for (int round = 0; round < 200000 && claimed_total < total && !failure; ++round) {
+        auto r = claim(*c, 7);
+        if (!r.ok()) {
+          if (r.outcome != db_outcome::retryable) fail("claim: " + r.error.message);
+          continue;
+        }
+        if (r.value.kind == claim_kind::slot_occupied) ++occupied_seen;
+        if (r.value.kind != claim_kind::claimed) continue;
+        ++batches;
+        std::unique_ptr<sql::Statement> st(c->createStatement());
+        std::unique_ptr<sql::ResultSet> rs(
+            st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"));
+        rs->next();
+        if (rs->getInt(1) != 1) fail("active batches: " + std::to_string(rs->getInt(1)));
+        {
+          std::lock_guard lock(mu);
+          for (auto& m : r.value.members) ++claims_per_op[m.operation_id];
+        }
+        claimed_total += static_cast<int>(r.value.members.size());
+        auto f = finish_batch(*c, r.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED);
+        if (!f.ok()) fail("finish: " + f.error.message);
+      }
+    });
+  }
+  admitter.join();
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(failure.load()) << why;
+  EXPECT_EQ(claimed_total.load(), total);
+  EXPECT_EQ(claims_per_op.size(), static_cast<std::size_t>(total));
+  for (auto& [op, n] : claims_per_op) ASSERT_EQ(n, 1) << op;
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT operation_id FROM merge_batch_history WHERE "
+                      "event = 'CLAIMED' "
+                      "GROUP BY operation_id HAVING COUNT(*) > 1) d"),
+            "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch"), std::to_string(batches.load()));
+  RecordProperty("slot_occupied_seen", occupied_seen.load());
+}
+
+// I1 in isolation: claimers released together while nobody finishes; the slot admits exactly one.
+TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
+  test_database db;
+  constexpr int racers = 6;
+  std::vector<std::unique_ptr<sql::Connection>> conns;
+  for (int i = 0; i < racers; ++i) conns.push_back(db.connect());
+  for (int round = 0; round < 10; ++round) {
+    admit_many(*conns[0], 2 * racers);
+    age_waiting(db);
+    std::barrier sync(racers);
+    std::vector<claim_result> results(racers);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < racers; ++i) {
+      threads.emplace_back([&, i] {
+        sync.arrive_and_wait();
+        auto r = claim(*conns[i], 2);
+        ASSERT_TRUE(r.ok()) << r.error.message;
+        results[i] = r.value;
+      });
+    }
+    for (auto& t : threads) t.join();
+    int claimed = 0;
+    std::int64_t winner = 0;
+    for (auto& r : results) {
+      if (r.kind == claim_kind::claimed) {
+        ++claimed;
+        winner = r.batch_id;
+      } else {
+        EXPECT_EQ(r.kind, claim_kind::slot_occupied);
+      }
+    }
+    ASSERT_EQ(claimed, 1) << "round " << round;
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), "1");
+    ASSERT_TRUE(
+        finish_batch(*conns[0], winner, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
+  }
+}
+
+// I3: admissions complete while a claim transaction is open, at every step of it.
+TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
+  test_database db;
+  auto claimer = db.connect();
+  auto admitter = db.connect();
+  {
+    // Fail fast instead of waiting 50 s if admission ever queues behind the claim's locks.
+    std::unique_ptr<sql::Statement> st(admitter->createStatement());
+    st->execute("SET SESSION innodb_lock_wait_timeout = 1");
+  }
+  admit_many(*claimer, 3);
+  age_waiting(db);
+  std::map<claim_stage, db_result<bool>> during;
+  auto r = claim(*claimer, 10,
+                 [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  ASSERT_EQ(r.value.kind, claim_kind::claimed);
+  // The row admitted right after the slot was taken may be old enough for this claim's read.
+  const auto claimed = r.value.members.size();
+  EXPECT_TRUE(claimed == 3u || claimed == 4u) << claimed;
+  ASSERT_EQ(during.size(), 3u);
+  for (auto& [stage, a] : during) {
+    EXPECT_TRUE(a.ok()) << static_cast<int>(stage) << ": " << a.error.message;
+    EXPECT_TRUE(a.value);
+  }
+  // Every admission landed; those the claim did not take wait for the next round.
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "6");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"),
+            std::to_string(6 - claimed));
+}
+
+// I4: concurrent duplicate admissions -> one row.
+TEST(BatchRepo, ConcurrentDuplicateAdmissionsAdmitOnce) {
+  test_database db;
+  constexpr int racers = 8;
+  for (int round = 0; round < 10; ++round) {
+    const auto op = ids::new_uuid();
+    std::barrier sync(racers);
+    std::atomic<int> admitted{0}, already{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < racers; ++i) {
+      threads.emplace_back([&] {
+        auto c = db.connect();
+        sync.arrive_and_wait();
+        auto r = admit(*c, op);
+        ASSERT_TRUE(r.ok()) << r.error.message;
+        (r.value ? admitted : already)++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(admitted.load(), 1);
+    EXPECT_EQ(already.load(), racers - 1);
+    EXPECT_EQ(
+        db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + op + "'"),
+        "1");
+  }
+}
+
+TEST(BatchRepo, EmptyClaimLeavesNoBatchRow) {
+  test_database db;
+  auto c = db.connect();
+  EXPECT_FALSE(has_waiting(*c).value);
+  auto r = claim(*c, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value.kind, claim_kind::empty);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch"), "0");
+  // Admitted in this very millisecond: not claimable yet, and the slot is still not held.
+  admit(*c, ids::new_uuid());
+  EXPECT_TRUE(has_waiting(*c).value);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
+}
+
+TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
+  test_database db;
+  auto c = db.connect();
+  admit_many(*c, 2);
+  age_waiting(db);
+  auto first = claim(*c, 1);
+  ASSERT_EQ(first.value.kind, claim_kind::claimed);
+  EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);
+
+  const auto id = first.value.batch_id;
+  ASSERT_TRUE(
+      finish_batch(*c, id, batch_status::RUNNING, batch_status::BLOCKED, "pipeline unknown").ok());
+  EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
+  EXPECT_EQ(finish_batch(*c, id, batch_status::RUNNING, batch_status::FAILED).outcome,
+            db_outcome::preempted);
+  ASSERT_TRUE(finish_batch(*c, id, batch_status::BLOCKED, batch_status::SUCCEEDED).ok());
+  auto b = load_batch(*c, id);
+  EXPECT_EQ(b.value.status, batch_status::SUCCEEDED);
+  EXPECT_EQ(b.value.failure_reason, "pipeline unknown");
+  EXPECT_EQ(b.value.members.size(), 1u);
+
+  auto second = claim(*c, 1);
+  ASSERT_EQ(second.value.kind, claim_kind::claimed);
+  ASSERT_TRUE(
+      finish_batch(*c, second.value.batch_id, batch_status::RUNNING, batch_status::FAILED, "x")
+          .ok());
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
+  EXPECT_EQ(list_batches(*c, 0, 10).value.size(), 2u);
+}
+
+TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
+  test_database db;
+  auto c = db.connect();
+  auto ops = admit_many(*c, 3);
+  age_waiting(db);
+  auto r = claim(*c, 10);
+  ASSERT_EQ(r.value.kind, claim_kind::claimed);
+  auto settled = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING,
+                                     member_reset::requeue, "MR closed");
+  ASSERT_TRUE(settled.ok()) << settled.error.message;
+  EXPECT_EQ(settled.value, 3);
+  // A second settler (timeout sweep racing the task) is preempted and changes nothing.
+  auto again = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING,
+                                   member_reset::remove, "sweep");
+  EXPECT_EQ(again.outcome, db_outcome::preempted);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "3");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REQUEUED'"), "3");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REMOVED'"), "0");
+
+  // Requeued members keep their place and are claimed by the next batch.
+  auto next = claim(*c, 10);
+  ASSERT_EQ(next.value.kind, claim_kind::claimed);
+  ASSERT_EQ(next.value.members.size(), 3u);
+  EXPECT_EQ(next.value.members[0].operation_id, ops[0]);
+  ASSERT_TRUE(settle_failed_batch(*c, next.value.batch_id, batch_status::RUNNING,
+                                  member_reset::remove, "gone")
+                  .ok());
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "0");
+}
+
+TEST(BatchRepo, BisectionClaimsOneSplitGroupAtATime) {
+  test_database db;
+  auto c = db.connect();
+  auto ops = admit_many(*c, 4);
+  age_waiting(db);
+  auto r = claim(*c, 10);
+  ASSERT_EQ(r.value.members.size(), 4u);
+  auto q = requeue_members(*c, r.value.batch_id, {{ops[0], ops[1]}, {ops[2]}},
+                           "pipeline failed: bisect");
+  ASSERT_TRUE(q.ok()) << q.error.message;
+  EXPECT_EQ(q.value, 3);
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ops[3] + "'"),
+      "0");
+
+  auto half = claim(*c, 10);
+  ASSERT_EQ(half.value.kind, claim_kind::claimed);
+  ASSERT_EQ(half.value.members.size(), 2u);
+  EXPECT_EQ(half.value.members[0].operation_id, ops[0]);
+  EXPECT_EQ(half.value.members[1].operation_id, ops[1]);
+  ASSERT_TRUE(
+      finish_batch(*c, half.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
+  auto other = claim(*c, 10);
+  ASSERT_EQ(other.value.members.size(), 1u);
+  EXPECT_EQ(other.value.members[0].operation_id, ops[2]);
+}
+
+TEST(BatchRepo, SweepFindsOnlyOldRunningBatches) {
+  test_database db;
+  auto c = db.connect();
+  admit_many(*c, 1);
+  age_waiting(db);
+  auto r = claim(*c, 10);
+  ASSERT_EQ(r.value.kind, claim_kind::claimed);
+  EXPECT_TRUE(sweep_running_older_than(*c, 600).value.empty());
+  db.exec("UPDATE merge_batch SET created_at = NOW(3) - INTERVAL 700 SECOND");
+  EXPECT_EQ(sweep_running_older_than(*c, 600).value, std::vector<std::int64_t>{r.value.batch_id});
+  ASSERT_TRUE(set_batch_mr(*c, r.value.batch_id, 42, "batch/1").ok());
+  EXPECT_EQ(load_batch(*c, r.value.batch_id).value.mr_iid, 42);
+}

@@ -1,0 +1,46 @@
+#pragma once
+// Reads of the one-row-per-relationship binding table (I5). Writes happen only through
+// operation_repo (create_operation, transition, mark_validated), together with the operation row.
+
+#include "persistence/result.hpp"
+#include "workflow/status.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+struct binding_row {
+  std::int64_t id = 0;
+  std::string subject_id;
+  std::string target_key;
+  std::string operation_id;
+  workflow::phase phase = workflow::phase::APPROVAL_SENDING;
+  std::int64_t created_at_ms = 0;
+  std::int64_t updated_at_ms = 0;
+};
+
+/// not_found when the relationship has never been applied.
+db_result<binding_row> find_binding(sql::Connection& conn, const std::string& subject_id,
+                                    const std::string& target_key);
+/// not_found when no relationship points at this operation (never created, or replaced by a
+/// re-apply).
+db_result<binding_row> find_binding_by_operation(sql::Connection& conn,
+                                                 const std::string& operation_id);
+
+struct binding_history_row {
+  std::int64_t id = 0;
+  std::string operation_id;
+  std::string replaced_operation_id;  // "" on the first application
+  std::string replaced_phase;
+  std::int64_t applied_at_ms = 0;
+};
+/// Every application of a relationship, oldest first.
+db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn,
+                                                            const std::string& subject_id,
+                                                            const std::string& target_key);
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,67 @@
+#pragma once
+// Callback ledger and deploy callbacks. Deliveries are at-least-once: the UNIQUE delivery id turns
+// a redelivery into an answer (DUPLICATE), and the approval guard (MR-lifecycle seeds 3.3) accepts
+// an event only for the operation that currently owns the binding and is currently waiting.
+
+#include "persistence/result.hpp"
+#include "workflow/status.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+enum class callback_kind { approval, deploy };
+enum class callback_outcome { APPLIED, DUPLICATE, IGNORED_STALE, OUT_OF_ORDER, PENDING };
+std::string_view to_string(callback_kind k);
+std::string_view to_string(callback_outcome o);
+
+enum class record_outcome { inserted, duplicate };
+
+/// Ledger row with outcome PENDING; a duplicate delivery id is `duplicate` (not an error).
+db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id,
+                                          callback_kind kind, const std::string& operation_id,
+                                          const std::string& payload_json);
+db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id,
+                                     callback_outcome outcome);
+
+enum class approval_result { APPROVED, REJECTED, WITHDRAWN };
+
+struct approval_applied {
+  callback_outcome outcome = callback_outcome::IGNORED_STALE;
+  std::optional<workflow::step> new_step;   // set when APPLIED
+  std::optional<std::int64_t> new_version;  // set when APPLIED
+};
+
+/// One transaction: ledger insert (duplicate -> DUPLICATE, nothing else), lock operation then
+/// binding, no binding for this operation -> IGNORED_STALE (a re-apply replaced it); binding not
+/// awaiting approval -> OUT_OF_ORDER when an approval decision already took effect, IGNORED_STALE
+/// otherwise; else the guarded transition to APPROVAL_APPROVED / _REJECTED / _WITHDRAWN (actor
+/// 'callback'). The ledger row records the outcome in the same transaction.
+db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
+                                                    const std::string& delivery_id,
+                                                    const std::string& operation_id,
+                                                    approval_result result,
+                                                    const std::string& payload_json);
+
+struct deploy_callback_in {
+  std::string delivery_id;
+  std::string project;
+  std::int64_t mr_iid = 0;
+  std::optional<std::int64_t> pipeline_id;
+  std::string status;                             // as sent by the deploy pipeline, e.g. "success"
+  std::optional<std::string> operation_ids_json;  // JSON array when the sender knows them
+};
+db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
+                                                 const deploy_callback_in& cb);
+
+/// Watermark for reconciliation (seeds 3.7): the largest MR number called back with this status;
+/// nullopt when none.
+db_result<std::optional<std::int64_t>> max_called_back_mr_iid(
+    sql::Connection& conn, const std::string& status = "success");
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,479 @@
+#include "persistence/operation_repo.hpp"
+
+#include "persistence/operation_sql.hpp"
+
+#include <functional>
+#include <stdexcept>
+
+namespace changeflow::persistence {
+
+using detail::guarded;
+using detail::prepare;
+using detail::rs_ptr;
+using workflow::phase;
+using workflow::step;
+
+namespace detail {
+
+const char* const operation_columns =
+    "operation_id, subject_id, target_key, flow, step, phase, version, title, payload, mr_iid, "
+    "mr_url, "
+    "approval_id, batch_id, attempts, "
+    "CAST(ROUND(UNIX_TIMESTAMP(next_wake_at) * 1000) AS SIGNED) AS next_wake_at_ms, "
+    "owner_instance, "
+    "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
+    "created_at_ms, "
+    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms";
+
+namespace {
+step step_or_throw(int code) {
+  auto s = workflow::step_from_code(code);
+  if (!s) throw std::runtime_error("unknown step code in database: " + std::to_string(code));
+  return *s;
+}
+phase phase_or_throw(const std::string& name) {
+  auto p = workflow::parse_phase(name);
+  if (!p) throw std::runtime_error("unknown phase in database: " + name);
+  return *p;
+}
+}  // namespace
+
+operation_row read_operation(sql::ResultSet& rs) {
+  operation_row r;
+  r.operation_id = str(rs, "operation_id");
+  r.subject_id = str(rs, "subject_id");
+  r.target_key = str(rs, "target_key");
+  r.flow = str(rs, "flow");
+  r.step = step_or_throw(rs.getInt("step"));
+  r.phase = phase_or_throw(str(rs, "phase"));
+  r.version = rs.getInt64("version");
+  r.title = str(rs, "title");
+  r.payload_json = str(rs, "payload");
+  r.mr_iid = opt_int64(rs, "mr_iid");
+  r.mr_url = opt_string(rs, "mr_url");
+  r.approval_id = opt_string(rs, "approval_id");
+  r.batch_id = opt_int64(rs, "batch_id");
+  r.attempts = rs.getInt("attempts");
+  r.next_wake_at_ms = opt_int64(rs, "next_wake_at_ms");
+  r.owner_instance = opt_string(rs, "owner_instance");
+  r.lease_epoch = rs.getInt64("lease_epoch");
+  r.last_error = opt_string(rs, "last_error");
+  r.created_at_ms = rs.getInt64("created_at_ms");
+  r.updated_at_ms = rs.getInt64("updated_at_ms");
+  return r;
+}
+
+db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req) {
+  using binder = std::function<void(sql::PreparedStatement&, int)>;
+  std::string q = "UPDATE operation SET step = ?, phase = ?, version = version + 1";
+  std::vector<binder> binds;
+  const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
+  binds.push_back([&](auto& st, int i) { st.setInt(i, workflow::code_of(req.to)); });
+  binds.push_back([&](auto& st, int i) { st.setString(i, to_phase); });
+  if (req.mr_iid) {
+    q += ", mr_iid = ?";
+    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.mr_iid); });
+  }
+  if (req.mr_url) {
+    q += ", mr_url = ?";
+    binds.push_back([&](auto& st, int i) { st.setString(i, *req.mr_url); });
+  }
+  if (req.approval_id) {
+    q += ", approval_id = ?";
+    binds.push_back([&](auto& st, int i) { st.setString(i, *req.approval_id); });
+  }
+  if (req.batch_id) {
+    q += ", batch_id = ?";
+    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.batch_id); });
+  } else if (req.clear_batch) {
+    q += ", batch_id = NULL";
+  }
+  if (req.wake_in_ms) {
+    // DB clock: application hosts may disagree about the time, the database does not.
+    q += ", next_wake_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND";
+    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.wake_in_ms); });
+  } else if (req.clear_wake) {
+    q += ", next_wake_at = NULL";
+  }
+  if (req.attempts) {
+    q += ", attempts = ?";
+    binds.push_back([&](auto& st, int i) { st.setInt(i, *req.attempts); });
+  }
+  std::string truncated_error;
+  if (req.last_error) {
+    truncated_error = req.last_error->substr(0, 1024);
+    q += ", last_error = ?";
+    binds.push_back([&](auto& st, int i) { st.setString(i, truncated_error); });
+  } else if (req.clear_last_error) {
+    q += ", last_error = NULL";
+  }
+  q += " WHERE operation_id = ? AND version = ? AND step = ?";
+  binds.push_back([&](auto& st, int i) { st.setString(i, req.operation_id); });
+  binds.push_back([&](auto& st, int i) { st.setInt64(i, req.expected_version); });
+  binds.push_back([&](auto& st, int i) { st.setInt(i, workflow::code_of(req.from)); });
+  if (req.fence) {
+    q += " AND owner_instance = ? AND lease_epoch = ?";
+    binds.push_back([&](auto& st, int i) { st.setString(i, req.fence->instance_id); });
+    binds.push_back([&](auto& st, int i) { st.setInt64(i, req.fence->lease_epoch); });
+  }
+  auto upd = prepare(conn, q);
+  for (std::size_t i = 0; i < binds.size(); ++i) binds[i](*upd, static_cast<int>(i + 1));
+  if (upd->executeUpdate() != 1) {
+    // Only on the failure path: tell "gone" from "moved on" for the caller.
+    auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
+    probe->setString(1, req.operation_id);
+    rs_ptr rs(probe->executeQuery());
+    return db_result<std::int64_t>::failure(
+        rs->next() ? db_outcome::preempted : db_outcome::not_found,
+        "operation " + req.operation_id + " is not at version " +
+            std::to_string(req.expected_version) + " and step " +
+            std::string(workflow::to_string(req.from)));
+  }
+  // A binding that no longer points at this operation was reset by a re-apply (only possible from a
+  // re-appliable phase): the operation keeps its own history, the relationship row is not ours.
+  auto bind = prepare(conn, "UPDATE binding SET phase = ? WHERE operation_id = ?");
+  bind->setString(1, to_phase);
+  bind->setString(2, req.operation_id);
+  bind->executeUpdate();
+
+  const std::int64_t new_version = req.expected_version + 1;
+  auto ev = prepare(
+      conn,
+      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, "
+      "actor, instance_id, version, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3))");
+  ev->setString(1, req.operation_id);
+  ev->setInt(2, workflow::code_of(req.from));
+  ev->setInt(3, workflow::code_of(req.to));
+  ev->setString(4, std::string(workflow::to_string(workflow::phase_of(req.from))));
+  ev->setString(5, to_phase);
+  ev->setString(6, req.cause.substr(0, 255));
+  ev->setString(7, req.actor.substr(0, 160));
+  set_opt_string(
+      *ev, 8, req.instance_id.empty() ? std::nullopt : std::optional<std::string>(req.instance_id));
+  ev->setInt64(9, new_version);
+  ev->executeUpdate();
+  return db_result<std::int64_t>::success(new_version);
+}
+
+}  // namespace detail
+
+std::string_view to_string(create_outcome o) {
+  switch (o) {
+    case create_outcome::created:
+      return "created";
+    case create_outcome::duplicate_operation:
+      return "duplicate_operation";
+    case create_outcome::in_progress:
+      return "in_progress";
+    case create_outcome::preempted:
+      return "preempted";
+  }
+  return "preempted";
+}
+
+db_result<create_outcome> create_operation(sql::Connection& conn, const new_operation& op) {
+  using R = db_result<create_outcome>;
+  if (!workflow::is_initial_step(op.initial_step)) {
+    return R::failure(
+        db_outcome::illegal_transition,
+        std::string(workflow::to_string(op.initial_step)) + " is not an initial step");
+  }
+  return guarded<create_outcome>([&]() -> R {
+    const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
+    detail::transaction tx(conn);
+    auto ins = prepare(
+        conn,
+        "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
+        "title, payload, owner_instance, lease_epoch) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)");
+    ins->setString(1, op.operation_id);
+    ins->setString(2, op.subject_id);
+    ins->setString(3, op.target_key);
+    ins->setString(4, std::string(workflow::to_string(op.flow)));
+    ins->setInt(5, workflow::code_of(op.initial_step));
+    ins->setString(6, initial_phase);
+    ins->setString(7, op.title.substr(0, 512));
+    detail::set_opt_string(*ins, 8,
+                           op.payload_json.empty() ? std::nullopt : std::optional(op.payload_json));
+    detail::set_opt_string(
+        *ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+    ins->setInt64(10, op.lease_epoch);
+    try {
+      ins->executeUpdate();
+    } catch (const sql::SQLException& e) {
+      if (e.getErrorCode() == 1062) return R::success(create_outcome::duplicate_operation);
+      throw;
+    }
+
+    // Plain read; the write below pins what was read, so a change in between is detected, not lost.
+    auto sel = prepare(
+        conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
+    sel->setString(1, op.subject_id);
+    sel->setString(2, op.target_key);
+    rs_ptr existing(sel->executeQuery());
+    std::optional<std::string> replaced_op, replaced_phase;
+    if (!existing->next()) {
+      auto insb = prepare(
+          conn,
+          "INSERT INTO binding (subject_id, target_key, operation_id, phase) VALUES (?, ?, ?, ?)");
+      insb->setString(1, op.subject_id);
+      insb->setString(2, op.target_key);
+      insb->setString(3, op.operation_id);
+      insb->setString(4, initial_phase);
+      try {
+        insb->executeUpdate();
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() == 1062)
+          return R::success(create_outcome::preempted);  // a concurrent first apply
+        throw;
+      }
+    } else {
+      replaced_op = detail::str(*existing, "operation_id");
+      replaced_phase = detail::str(*existing, "phase");
+      auto p = workflow::parse_phase(*replaced_phase);
+      if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
+      // Pin the exact phase AND operation id read: with several re-appliable phases, and with
+      // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
+      auto upd =
+          prepare(conn,
+                  "UPDATE binding SET operation_id = ?, phase = ? "
+                  "WHERE subject_id = ? AND target_key = ? AND phase = ? AND operation_id = ?");
+      upd->setString(1, op.operation_id);
+      upd->setString(2, initial_phase);
+      upd->setString(3, op.subject_id);
+      upd->setString(4, op.target_key);
+      upd->setString(5, *replaced_phase);
+      upd->setString(6, *replaced_op);
+      if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
+    }
+
+    auto hist = prepare(
+        conn,
+        "INSERT INTO binding_history (subject_id, target_key, operation_id, replaced_operation_id, "
+        "replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, NOW(3))");
+    hist->setString(1, op.subject_id);
+    hist->setString(2, op.target_key);
+    hist->setString(3, op.operation_id);
+    detail::set_opt_string(*hist, 4, replaced_op);
+    detail::set_opt_string(*hist, 5, replaced_phase);
+    hist->executeUpdate();
+
+    auto ev = prepare(
+        conn,
+        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
+        "cause, "
+        "actor, instance_id, version, at) VALUES (?, NULL, ?, NULL, ?, ?, ?, ?, 1, NOW(3))");
+    ev->setString(1, op.operation_id);
+    ev->setInt(2, workflow::code_of(op.initial_step));
+    ev->setString(3, initial_phase);
+    ev->setString(4, replaced_op ? "re-applied" : "created");
+    ev->setString(5, op.actor.substr(0, 160));
+    detail::set_opt_string(
+        *ev, 6, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+    ev->executeUpdate();
+    tx.commit();
+    return R::success(create_outcome::created);
+  });
+}
+
+db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id) {
+  using R = db_result<operation_row>;
+  return guarded<operation_row>([&]() -> R {
+    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                                " FROM operation WHERE operation_id = ?");
+    st->setString(1, operation_id);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return R::failure(db_outcome::not_found, "no operation " + operation_id);
+    return R::success(detail::read_operation(*rs));
+  });
+}
+
+db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
+                                                      const std::vector<std::string>& ids) {
+  using V = std::vector<operation_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    V out;
+    for (const auto& chunk : detail::chunks(ids)) {
+      auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                                  " FROM operation WHERE operation_id IN (" +
+                                  detail::placeholders(chunk.size()) + ")");
+      for (std::size_t i = 0; i < chunk.size(); ++i)
+        st->setString(static_cast<int>(i + 1), chunk[i]);
+      rs_ptr rs(st->executeQuery());
+      while (rs->next()) out.push_back(detail::read_operation(*rs));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
+                                                                 const std::string& subject_id,
+                                                                 int limit) {
+  using V = std::vector<operation_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st =
+        prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                          " FROM operation WHERE subject_id = ? ORDER BY created_at DESC LIMIT ?");
+    st->setString(1, subject_id);
+    st->setInt(2, limit);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(detail::read_operation(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
+                                                        const std::string& operation_id) {
+  using V = std::vector<operation_event_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn,
+                      "SELECT id, operation_id, from_step, to_step, from_phase, to_phase, cause, "
+                      "actor, instance_id, "
+                      "version, CAST(ROUND(UNIX_TIMESTAMP(at) * 1000) AS SIGNED) AS at_ms "
+                      "FROM operation_event WHERE operation_id = ? ORDER BY id");
+    st->setString(1, operation_id);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) {
+      operation_event_row e;
+      e.id = rs->getInt64("id");
+      e.operation_id = detail::str(*rs, "operation_id");
+      if (!rs->isNull("from_step")) e.from_step = workflow::step_from_code(rs->getInt("from_step"));
+      e.to_step = detail::step_or_throw(rs->getInt("to_step"));
+      if (!rs->isNull("from_phase"))
+        e.from_phase = workflow::parse_phase(detail::str(*rs, "from_phase"));
+      e.to_phase = detail::phase_or_throw(detail::str(*rs, "to_phase"));
+      e.cause = detail::str(*rs, "cause");
+      e.actor = detail::str(*rs, "actor");
+      e.instance_id = detail::opt_string(*rs, "instance_id");
+      e.version = rs->getInt64("version");
+      e.at_ms = rs->getInt64("at_ms");
+      out.push_back(std::move(e));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::int64_t> transition(sql::Connection& conn, const transition_request& req) {
+  using R = db_result<std::int64_t>;
+  if (!workflow::is_allowed(req.from, req.to, req.by)) {
+    return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) +
+                                                          " -> " +
+                                                          std::string(workflow::to_string(req.to)) +
+                                                          " is not in the transition table");
+  }
+  return guarded<std::int64_t>([&]() -> R {
+    detail::transaction tx(conn);
+    auto r = detail::apply_transition(conn, req);
+    if (!r.ok()) return r;  // rolled back by the guard
+    tx.commit();
+    return r;
+  });
+}
+
+db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
+                                                        const std::string& operation_id,
+                                                        const std::string& via) {
+  using V = std::optional<validated_flip>;
+  using R = db_result<V>;
+  return guarded<V>([&]() -> R {
+    detail::transaction tx(conn);
+    // Fixed lock order: operation first, then binding (every path that writes both does the same).
+    auto so =
+        prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
+    so->setString(1, operation_id);
+    rs_ptr ors(so->executeQuery());
+    if (!ors->next()) return R::failure(db_outcome::not_found, "no operation " + operation_id);
+    const step current = detail::step_or_throw(ors->getInt("step"));
+    const std::int64_t version = ors->getInt64("version");
+
+    auto sb =
+        prepare(conn, "SELECT subject_id, phase FROM binding WHERE operation_id = ? FOR UPDATE");
+    sb->setString(1, operation_id);
+    rs_ptr brs(sb->executeQuery());
+    if (!brs->next()) return R::success(std::nullopt);  // replaced by a re-apply: idempotent no-op
+    const std::string subject = detail::str(*brs, "subject_id");
+    const auto bphase = workflow::parse_phase(detail::str(*brs, "phase"));
+    if (bphase != phase::MERGED && bphase != phase::VALIDATED) return R::success(std::nullopt);
+
+    const bool repair = current != step::CALLED_BACK;
+    const bool flip = bphase == phase::MERGED;
+    if (!repair && !flip) return R::success(std::nullopt);
+    if (repair && !workflow::is_allowed(current, step::CALLED_BACK)) {
+      return R::failure(db_outcome::illegal_transition,
+                        std::string(workflow::to_string(current)) +
+                            " -> CALLED_BACK is not in the transition table");
+    }
+    std::int64_t new_version = version;
+    if (repair) {
+      auto uo = prepare(conn,
+                        "UPDATE operation SET step = ?, phase = 'VALIDATED', version = version + "
+                        "1, next_wake_at = NULL "
+                        "WHERE operation_id = ? AND version = ?");
+      uo->setInt(1, workflow::code_of(step::CALLED_BACK));
+      uo->setString(2, operation_id);
+      uo->setInt64(3, version);
+      if (uo->executeUpdate() != 1)
+        return R::failure(db_outcome::preempted, "operation moved while locked");
+      new_version = version + 1;
+    }
+    if (flip) {
+      auto ub = prepare(
+          conn,
+          "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
+      ub->setString(1, operation_id);
+      if (ub->executeUpdate() != 1)
+        return R::failure(db_outcome::preempted, "binding moved while locked");
+    }
+    auto ev = prepare(conn,
+                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
+                      "to_phase, cause, "
+                      "actor, version, at) VALUES (?, ?, ?, ?, 'VALIDATED', ?, ?, ?, NOW(3))");
+    ev->setString(1, operation_id);
+    ev->setInt(2, workflow::code_of(current));
+    ev->setInt(3, workflow::code_of(step::CALLED_BACK));
+    ev->setString(4, std::string(workflow::to_string(workflow::phase_of(current))));
+    ev->setString(5, "validated via " + via);
+    ev->setString(6, via == "callback" ? "callback" : "reconciler");
+    ev->setInt64(7, new_version);
+    ev->executeUpdate();
+    tx.commit();
+    if (!flip) return R::success(std::nullopt);
+    return R::success(validated_flip{operation_id, subject, new_version});
+  });
+}
+
+db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s,
+                                                          int max_age_s, int limit) {
+  using V = std::vector<merged_candidate>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(
+        conn,
+        "SELECT operation_id, mr_iid FROM operation WHERE phase = 'MERGED' "
+        "AND updated_at > NOW(3) - INTERVAL ? SECOND AND updated_at < NOW(3) - INTERVAL ? SECOND "
+        "AND mr_iid IS NOT NULL ORDER BY updated_at LIMIT ?");
+    st->setInt(1, max_age_s);
+    st->setInt(2, min_age_s);
+    st->setInt(3, limit);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back({detail::str(*rs, "operation_id"), rs->getInt64("mr_iid")});
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit) {
+  using V = std::vector<operation_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(
+        conn, std::string("SELECT ") + detail::operation_columns +
+                  " FROM operation WHERE next_wake_at <= NOW(3) ORDER BY next_wake_at LIMIT ?");
+    st->setInt(1, limit);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(detail::read_operation(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,153 @@
+#pragma once
+// The operation row (fine-grained step) and its binding row (coarse phase), always written together
+// in one transaction, operation first and binding second (the fixed lock order, seeds 3.6).
+// Every write is refused before any SQL when the transition table forbids it, and is guarded by
+// (operation_id, version, step) so a stale writer fails even after an A -> B -> A round trip (I6).
+
+#include "persistence/result.hpp"
+#include "workflow/status.hpp"
+#include "workflow/transitions.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+struct operation_row {
+  std::string operation_id;
+  std::string subject_id;
+  std::string target_key;
+  std::string flow;  // workflow::to_string(flow)
+  workflow::step step = workflow::step::APPROVAL_SENDING;
+  workflow::phase phase = workflow::phase::APPROVAL_SENDING;
+  std::int64_t version = 0;
+  std::string title;
+  std::string payload_json;  // "" when NULL
+  std::optional<std::int64_t> mr_iid;
+  std::optional<std::string> mr_url;
+  std::optional<std::string> approval_id;
+  std::optional<std::int64_t> batch_id;
+  int attempts = 0;
+  std::optional<std::int64_t> next_wake_at_ms;  // epoch ms (DB clock)
+  std::optional<std::string> owner_instance;
+  std::int64_t lease_epoch = 0;
+  std::optional<std::string> last_error;
+  std::int64_t created_at_ms = 0;
+  std::int64_t updated_at_ms = 0;
+};
+
+struct new_operation {
+  std::string operation_id;
+  std::string subject_id;
+  std::string target_key;
+  workflow::flow flow = workflow::flow::approve_then_create;
+  workflow::step initial_step = workflow::step::APPROVAL_SENDING;  // must satisfy is_initial_step
+  std::string title;
+  std::string payload_json;  // "" stores NULL
+  std::string owner_instance;
+  std::int64_t lease_epoch = 0;
+  std::string actor = "workflow";  // label of the first timeline event
+};
+
+enum class create_outcome {
+  created,
+  duplicate_operation,  // this operation_id already exists: an idempotent replay, nothing written
+  in_progress,  // the relationship has a row that is not re-appliable: refused, nothing written
+  preempted,    // a concurrent application changed the binding between read and write
+};
+std::string_view to_string(create_outcome o);
+
+/// Inserts operation + binding (insert, or in-place reset of a re-appliable row pinned to the exact
+/// phase and operation id read) + binding_history + first event, in one transaction (I5).
+/// An initial step that is not `is_initial_step` is refused as illegal_transition before any SQL.
+db_result<create_outcome> create_operation(sql::Connection& conn, const new_operation& op);
+
+db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id);
+/// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
+db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
+                                                      const std::vector<std::string>& ids);
+/// A subject's operations, newest first ("my records").
+db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
+                                                                 const std::string& subject_id,
+                                                                 int limit);
+
+struct operation_event_row {
+  std::int64_t id = 0;
+  std::string operation_id;
+  std::optional<workflow::step> from_step;
+  workflow::step to_step = workflow::step::APPROVAL_SENDING;
+  std::optional<workflow::phase> from_phase;
+  workflow::phase to_phase = workflow::phase::APPROVAL_SENDING;
+  std::string cause;
+  std::string actor;
+  std::optional<std::string> instance_id;
+  std::int64_t version = 0;
+  std::int64_t at_ms = 0;
+};
+/// The timeline, oldest first.
+db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
+                                                        const std::string& operation_id);
+
+/// Write fencing: the write only lands while this instance still owns the row at this lease epoch.
+struct owner_fence {
+  std::string instance_id;
+  std::int64_t lease_epoch = 0;
+};
+
+struct transition_request {
+  std::string operation_id;
+  std::int64_t expected_version = 0;
+  workflow::step from = workflow::step::APPROVAL_SENDING;
+  workflow::step to = workflow::step::APPROVAL_SENDING;
+  workflow::actor_kind by = workflow::actor_kind::workflow;
+  std::string cause;               // why, for the timeline
+  std::string actor = "workflow";  // 'workflow' | 'operator:<name>' | 'callback' | 'reconciler' ...
+  std::string instance_id;         // recorded on the event; "" stores NULL
+  std::optional<std::int64_t> mr_iid;
+  std::optional<std::string> mr_url;
+  std::optional<std::string> approval_id;
+  std::optional<std::int64_t> batch_id;
+  bool clear_batch = false;
+  std::optional<std::int64_t> wake_in_ms;  // next_wake_at = NOW(3) + wake_in_ms (DB clock)
+  bool clear_wake = false;
+  std::optional<int> attempts;
+  std::optional<std::string> last_error;  // truncated to 1024 characters
+  bool clear_last_error = false;
+  std::optional<owner_fence> fence;
+};
+
+/// One transaction: guarded UPDATE operation, UPDATE binding phase, INSERT event, commit.
+/// Returns the new version. illegal_transition (no SQL ran), preempted (version/step/owner moved),
+/// not_found, retryable, fatal.
+db_result<std::int64_t> transition(sql::Connection& conn, const transition_request& req);
+
+struct validated_flip {
+  std::string operation_id;
+  std::string subject_id;
+  std::int64_t new_version = 0;
+};
+/// Seeds 3.7: locks operation then binding; no-op unless the binding is MERGED or VALIDATED;
+/// repairs a lagging step to CALLED_BACK; flips MERGED -> VALIDATED with a guarded update. The
+/// value is set ONLY when this call flipped the binding, so of two racing callers exactly one sees
+/// it. `via` names the path for the timeline ("callback" | "reconciliation").
+db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
+                                                        const std::string& operation_id,
+                                                        const std::string& via);
+
+struct merged_candidate {
+  std::string operation_id;
+  std::int64_t mr_iid = 0;
+};
+/// Reconciliation window (seeds 3.7): phase MERGED, updated_at inside (now - max_age, now -
+/// min_age) on the DB clock, oldest first, only rows with an MR number.
+db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s,
+                                                          int max_age_s, int limit);
+
+/// Operations whose next_wake_at has passed (DB clock), earliest first.
+db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit);
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,462 @@
+#include "persistence/operation_repo.hpp"
+
+#include "persistence/binding_repo.hpp"
+#include "persistence/callback_repo.hpp"
+#include "persistence/instance_repo.hpp"
+#include "persistence/repo_test_support.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/test_db.hpp"
+
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <barrier>
+#include <future>
+#include <thread>
+
+using namespace changeflow;
+using namespace changeflow::persistence;
+using namespace std::chrono_literals;
+using changeflow::testing::test_database;
+using test::new_op;
+using test::walk;
+using workflow::phase;
+using S = workflow::step;
+
+namespace {
+std::int64_t connection_id(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
+  rs->next();
+  return rs->getInt64(1);
+}
+std::string count_events(const test_database& db, const std::string& id) {
+  return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
+}
+}  // namespace
+
+TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "alice", "repo/app.yaml");
+
+  auto row = load_operation(*c, id);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row.value.step, S::APPROVAL_SENDING);
+  EXPECT_EQ(row.value.phase, phase::APPROVAL_SENDING);
+  EXPECT_EQ(row.value.version, 1);
+  EXPECT_EQ(row.value.flow, "approve_then_create");
+  EXPECT_EQ(row.value.payload_json.find("a.yaml") != std::string::npos, true);
+  EXPECT_EQ(row.value.owner_instance, "test-instance");
+  EXPECT_GT(row.value.created_at_ms, 1600000000000);
+
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = 1;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::APPROVAL_SENT;
+  t.cause = "approval submitted";
+  t.approval_id = "AP-7";
+  t.wake_in_ms = 60'000;
+  t.attempts = 2;
+  t.last_error = std::string(3000, 'x');
+  auto v = transition(*c, t);
+  ASSERT_TRUE(v.ok()) << v.error.message;
+  EXPECT_EQ(v.value, 2);
+
+  row = load_operation(*c, id);
+  EXPECT_EQ(row.value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(row.value.phase, phase::APPROVAL_SENT);
+  EXPECT_EQ(row.value.approval_id, "AP-7");
+  EXPECT_EQ(row.value.attempts, 2);
+  EXPECT_EQ(row.value.last_error->size(), 1024u);
+  ASSERT_TRUE(row.value.next_wake_at_ms);
+  // Wake time comes from the DB clock: about a minute after the row's own update time.
+  EXPECT_NEAR(static_cast<double>(*row.value.next_wake_at_ms - row.value.updated_at_ms), 60'000.0,
+              1'000.0);
+
+  auto b = find_binding(*c, "alice", "repo/app.yaml");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b.value.operation_id, id);
+  EXPECT_EQ(b.value.phase, phase::APPROVAL_SENT);
+
+  auto events = list_events(*c, id);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events.value.size(), 2u);
+  EXPECT_FALSE(events.value[0].from_step);
+  EXPECT_EQ(events.value[0].to_step, S::APPROVAL_SENDING);
+  EXPECT_EQ(events.value[0].cause, "created");
+  EXPECT_EQ(events.value[1].from_step, S::APPROVAL_SENDING);
+  EXPECT_EQ(events.value[1].to_step, S::APPROVAL_SENT);
+  EXPECT_EQ(events.value[1].to_phase, phase::APPROVAL_SENT);
+  EXPECT_EQ(events.value[1].cause, "approval submitted");
+  EXPECT_EQ(events.value[1].version, 2);
+
+  auto many = load_operations(*c, {id, "missing"});
+  ASSERT_TRUE(many.ok());
+  ASSERT_EQ(many.value.size(), 1u);
+  EXPECT_EQ(load_operation(*c, "missing").outcome, db_outcome::not_found);
+  EXPECT_EQ(list_operations_by_subject(*c, "alice", 10).value.size(), 1u);
+}
+
+TEST(OperationRepo, CreateIsIdempotentAndRefusesToOverwriteActiveRows) {
+  test_database db;
+  auto c = db.connect();
+  new_operation op;
+  op.operation_id = ids::new_uuid();
+  op.subject_id = "bob";
+  op.target_key = "t1";
+  ASSERT_EQ(create_operation(*c, op).value, create_outcome::created);
+  EXPECT_EQ(create_operation(*c, op).value, create_outcome::duplicate_operation);
+
+  new_operation other = op;
+  other.operation_id = ids::new_uuid();
+  EXPECT_EQ(create_operation(*c, other).value, create_outcome::in_progress);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), "1");  // refused: nothing written
+
+  other.initial_step = S::HANDLE_STARTED;
+  EXPECT_EQ(create_operation(*c, other).outcome, db_outcome::illegal_transition);
+}
+
+TEST(OperationRepo, ReappliableRowIsResetInPlaceWithHistory) {
+  test_database db;
+  auto c = db.connect();
+  auto first = new_op(*c, "carol", "t");
+  walk(*c, first, {S::APPROVAL_REJECTED});
+  auto second = new_op(*c, "carol", "t");
+  auto b = find_binding(*c, "carol", "t");
+  EXPECT_EQ(b.value.operation_id, second);
+  EXPECT_EQ(b.value.phase, phase::APPROVAL_SENDING);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding"), "1");
+  auto h = binding_history(*c, "carol", "t");
+  ASSERT_EQ(h.value.size(), 2u);
+  EXPECT_EQ(h.value[1].replaced_operation_id, first);
+  EXPECT_EQ(h.value[1].replaced_phase, "REJECTED");
+  EXPECT_EQ(find_binding_by_operation(*c, first).outcome, db_outcome::not_found);
+}
+
+// I5: racing re-applies of one REJECTED relationship -> exactly one winner, one row.
+TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
+  test_database db;
+  constexpr int rounds = 30;
+  constexpr int racers = 4;
+  std::vector<std::unique_ptr<sql::Connection>> conns;
+  for (int i = 0; i < racers; ++i) conns.push_back(db.connect());
+  int preempted_seen = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::string target = "t" + std::to_string(round);
+    auto old = new_op(*conns[0], "dave", target);
+    walk(*conns[0], old, {S::APPROVAL_REJECTED});
+    std::barrier sync(racers);
+    std::vector<create_outcome> outcomes(racers);
+    std::vector<std::string> ids(racers);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < racers; ++i) {
+      threads.emplace_back([&, i] {
+        new_operation op;
+        op.operation_id = ids[i] = ids::new_uuid();
+        op.subject_id = "dave";
+        op.target_key = target;
+        sync.arrive_and_wait();
+        auto r = create_operation(*conns[i], op);
+        ASSERT_TRUE(r.ok()) << r.error.message;
+        outcomes[i] = r.value;
+      });
+    }
+    for (auto& t : threads) t.join();
+    int winners = 0;
+    std::string winner;
+    for (int i = 0; i < racers; ++i) {
+      if (outcomes[i] == create_outcome::created) {
+        ++winners;
+        winner = ids[i];
+      } else {
+        EXPECT_TRUE(outcomes[i] == create_outcome::preempted ||
+                    outcomes[i] == create_outcome::in_progress);
+        preempted_seen += outcomes[i] == create_outcome::preempted;
+      }
+    }
+    ASSERT_EQ(winners, 1) << "round " << round;
+    EXPECT_EQ(find_binding(*conns[0], "dave", target).value.operation_id, winner);
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE target_key = '" + target + "'"), "1");
+    // Losers' operation rows were rolled back with their transaction.
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE target_key = '" + target + "'"), "2");
+  }
+  RecordProperty("preempted_seen", preempted_seen);
+}
+
+// I6 with ABA: MERGING -> REBASING -> MERGING puts the step back, the version does not come back.
+TEST(OperationRepo, StaleVersionFailsEvenAfterStepRoundTrip) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "erin", "t");
+  auto v = walk(*c, id,
+                {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED,
+                 S::HANDLE_MERGING});
+  walk(*c, id, {S::HANDLE_REBASING, S::HANDLE_MERGING});
+  ASSERT_EQ(load_operation(*c, id).value.step, S::HANDLE_MERGING);
+
+  transition_request stale;
+  stale.operation_id = id;
+  stale.expected_version = v;  // read before the round trip
+  stale.from = S::HANDLE_MERGING;
+  stale.to = S::HANDLE_MERGED;
+  auto r = transition(*c, stale);
+  EXPECT_EQ(r.outcome, db_outcome::preempted);
+  EXPECT_EQ(load_operation(*c, id).value.step, S::HANDLE_MERGING);
+  EXPECT_EQ(find_binding_by_operation(*c, id).value.phase, phase::MERGING);
+
+  stale.operation_id = "nope";
+  EXPECT_EQ(transition(*c, stale).outcome, db_outcome::not_found);
+}
+
+TEST(OperationRepo, IllegalTransitionIsRefusedBeforeAnySql) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "frank", "t");
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = 1;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::HANDLE_MERGED;  // not in the table
+  auto r = transition(*c, t);
+  EXPECT_EQ(r.outcome, db_outcome::illegal_transition);
+  EXPECT_EQ(load_operation(*c, id).value.version, 1);
+  EXPECT_EQ(count_events(db, id), "1");
+
+  // Operator-only edge taken by the workflow: refused too.
+  t.to = S::FORCED_FAILED;
+  EXPECT_EQ(transition(*c, t).outcome, db_outcome::illegal_transition);
+  // No SQL at all: on a closed connection any statement would fail with a driver error instead.
+  auto closed = db.connect();
+  closed->close();
+  EXPECT_EQ(transition(*closed, t).outcome, db_outcome::illegal_transition);
+  t.by = workflow::actor_kind::operator_only;
+  t.actor = "operator:root";
+  auto ok = transition(*c, t);
+  EXPECT_TRUE(ok.ok()) << ok.error.message;
+  EXPECT_EQ(list_events(*c, id).value.back().actor, "operator:root");
+}
+
+TEST(OperationRepo, OwnerFenceRejectsWritesFromAFormerOwner) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "gina", "t");
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = 1;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::APPROVAL_SENT;
+  t.fence = owner_fence{"test-instance", 1};  // epoch is 0
+  EXPECT_EQ(transition(*c, t).outcome, db_outcome::preempted);
+  t.fence->lease_epoch = 0;
+  EXPECT_TRUE(transition(*c, t).ok());
+}
+
+// A connection killed in the middle of a transaction surfaces as `retryable`, and nothing lands.
+TEST(OperationRepo, KilledConnectionIsRetryable) {
+  test_database db;
+  auto setup = db.connect();
+  auto id = new_op(*setup, "hank", "t");
+
+  auto holder = db.connect();  // holds the row lock so the victim stops inside its transaction
+  holder->setAutoCommit(false);
+  {
+    std::unique_ptr<sql::Statement> st(holder->createStatement());
+    std::unique_ptr<sql::ResultSet>(
+        st->executeQuery("SELECT * FROM operation WHERE operation_id = '" + id + "' FOR UPDATE"));
+  }
+  auto victim = db.connect();
+  const auto victim_id = connection_id(*victim);
+  auto pending = std::async(std::launch::async, [&] {
+    transition_request t;
+    t.operation_id = id;
+    t.expected_version = 1;
+    t.from = S::APPROVAL_SENDING;
+    t.to = S::APPROVAL_SENT;
+    return transition(*victim, t);
+  });
+  ASSERT_TRUE(changeflow::testing::wait_until(
+      [&] {
+        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
+                         std::to_string(victim_id) + " AND INFO LIKE 'UPDATE operation%'") == "1";
+      },
+      10s));
+  db.exec("KILL " + std::to_string(victim_id));
+  auto r = pending.get();
+  EXPECT_EQ(r.outcome, db_outcome::retryable) << r.error.code << " " << r.error.message;
+  holder->rollback();
+  EXPECT_EQ(load_operation(*setup, id).value.version, 1);
+}
+
+// Callback and reconciler race mark_validated: exactly one flip reported per operation.
+TEST(OperationRepo, MarkValidatedFlipsExactlyOnceUnderRace) {
+  test_database db;
+  auto c = db.connect();
+  constexpr int n = 150;
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(new_op(*c, "ivy", "t" + std::to_string(i)));
+    walk(*c, ids.back(), test::to_merged, 100 + i);
+  }
+  std::vector<std::atomic<int>> flips(n);
+  std::atomic<int> errors{0};
+  std::barrier sync(2);
+  auto racer = [&](const std::string& via) {
+    auto conn = db.connect();
+    for (int i = 0; i < n; ++i) {
+      sync.arrive_and_wait();
+      auto r = mark_validated(*conn, ids[i], via);
+      if (!r.ok()) {
+        ++errors;
+        continue;
+      }
+      if (r.value) {
+        EXPECT_EQ(r.value->subject_id, "ivy");
+        ++flips[i];
+      }
+    }
+  };
+  std::thread a(racer, "callback"), b(racer, "reconciliation");
+  a.join();
+  b.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(flips[i].load(), 1) << "operation " << i;
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE phase = 'VALIDATED'"), std::to_string(n));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10301 AND phase = 'VALIDATED'"),
+            std::to_string(n));
+  // A later call is an idempotent no-op.
+  EXPECT_FALSE(mark_validated(*c, ids[0], "callback").value);
+}
+
+TEST(OperationRepo, MarkValidatedIgnoresOperationsNotMerged) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "jack", "t");
+  auto r = mark_validated(*c, id, "reconciliation");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r.value);
+  EXPECT_EQ(load_operation(*c, id).value.step, S::APPROVAL_SENDING);
+}
+
+TEST(OperationRepo, ReconciliationWindowUsesDbClock) {
+  test_database db;
+  auto c = db.connect();
+  auto old_op = new_op(*c, "kim", "a");
+  walk(*c, old_op, test::to_merged, 7);
+  auto fresh = new_op(*c, "kim", "b");
+  walk(*c, fresh, test::to_merged, 8);
+  db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 120 SECOND WHERE operation_id = '" +
+          old_op + "'");
+  auto w = merged_in_window(*c, 60, 3600, 100);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(w.value.size(), 1u);
+  EXPECT_EQ(w.value[0].operation_id, old_op);
+  EXPECT_EQ(w.value[0].mr_iid, 7);
+}
+
+TEST(ApprovalCallback, GuardOutcomes) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "lee", "t");
+  // Arrives while still SENDING (before SENT was written): applied.
+  auto a = apply_approval_callback(*c, "d1", id, approval_result::APPROVED, R"({"r":"APPROVED"})");
+  ASSERT_TRUE(a.ok()) << a.error.message;
+  EXPECT_EQ(a.value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(a.value.new_step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(a.value.new_version, 2);
+  EXPECT_EQ(list_events(*c, id).value.back().actor, "callback");
+  // Redelivery.
+  EXPECT_EQ(apply_approval_callback(*c, "d1", id, approval_result::APPROVED, "").value.outcome,
+            callback_outcome::DUPLICATE);
+  // WITHDRAWN after APPROVED took effect.
+  EXPECT_EQ(apply_approval_callback(*c, "d2", id, approval_result::WITHDRAWN, "").value.outcome,
+            callback_outcome::OUT_OF_ORDER);
+  EXPECT_EQ(load_operation(*c, id).value.step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd2'"),
+            "OUT_OF_ORDER");
+
+  // A callback for an operation replaced by a re-apply is stale.
+  auto old = new_op(*c, "lee", "u");
+  walk(*c, old, {S::APPROVAL_SENT, S::APPROVAL_REJECTED});
+  new_op(*c, "lee", "u");
+  EXPECT_EQ(apply_approval_callback(*c, "d3", old, approval_result::APPROVED, "").value.outcome,
+            callback_outcome::IGNORED_STALE);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd3'"),
+            "IGNORED_STALE");
+  EXPECT_EQ(
+      apply_approval_callback(*c, "d4", "unknown-op", approval_result::APPROVED, "").value.outcome,
+      callback_outcome::IGNORED_STALE);
+}
+
+TEST(ApprovalCallback, ConcurrentDeliveriesApplyOnce) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "mia", "t");
+  walk(*c, id, {S::APPROVAL_SENT});
+  constexpr int racers = 4;
+  std::barrier sync(racers);
+  std::atomic<int> applied{0}, duplicate{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < racers; ++i) {
+    threads.emplace_back([&, i] {
+      auto conn = db.connect();
+      sync.arrive_and_wait();
+      // Two deliveries of one decision and two of another decision: one decision wins.
+      auto r = apply_approval_callback(
+          *conn, "dup-" + std::to_string(i % 2), id,
+          i % 2 ? approval_result::REJECTED : approval_result::APPROVED, "");
+      ASSERT_TRUE(r.ok()) << r.error.message;
+      if (r.value.outcome == callback_outcome::APPLIED) ++applied;
+      if (r.value.outcome == callback_outcome::DUPLICATE) ++duplicate;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(applied.load(), 1);
+  EXPECT_EQ(duplicate.load(), 2);
+  EXPECT_EQ(load_operation(*c, id).value.version, 3);
+}
+
+TEST(InstanceRepo, TakeOverExpiredOwnersAndPageOwned) {
+  test_database db;
+  auto c = db.connect();
+  ASSERT_EQ(register_instance(*c, "a", 30).value, 1);
+  ASSERT_EQ(register_instance(*c, "a", 30).value, 2);  // restart bumps the epoch
+  ASSERT_TRUE(register_instance(*c, "b", 30).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    new_operation op;
+    op.operation_id = ids::new_uuid();
+    op.subject_id = "s";
+    op.target_key = "t" + std::to_string(i);
+    op.owner_instance = "a";
+    ASSERT_EQ(create_operation(*c, op).value, create_outcome::created);
+    ids.push_back(op.operation_id);
+  }
+  walk(*c, ids[4], {S::APPROVAL_REJECTED});                    // terminal: never taken over
+  EXPECT_TRUE(take_over_expired(*c, "b", 100).value.empty());  // a's lease is fresh
+  ASSERT_TRUE(heartbeat(*c, "a", 30).ok());
+  db.exec("UPDATE instance SET lease_until = NOW(3) - INTERVAL 1 SECOND WHERE instance_id = 'a'");
+  auto taken = take_over_expired(*c, "b", 100);
+  ASSERT_TRUE(taken.ok()) << taken.error.message;
+  ASSERT_EQ(taken.value.size(), 4u);
+  EXPECT_EQ(taken.value[0].lease_epoch, 1);
+  EXPECT_TRUE(take_over_expired(*c, "c", 100).value.empty());  // b is alive now
+
+  // The former owner's fenced write fails.
+  transition_request t;
+  t.operation_id = taken.value[0].operation_id;
+  t.expected_version = taken.value[0].version;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::APPROVAL_SENT;
+  t.fence = owner_fence{"a", 0};
+  EXPECT_EQ(transition(*c, t).outcome, db_outcome::preempted);
+
+  auto page1 = list_owned_nonterminal(*c, "b", "", 3);
+  ASSERT_EQ(page1.value.size(), 3u);
+  auto page2 = list_owned_nonterminal(*c, "b", page1.value.back().operation_id, 3);
+  ASSERT_EQ(page2.value.size(), 1u);
+  EXPECT_EQ(heartbeat(*c, "zzz", 30).outcome, db_outcome::not_found);
+}

@@ -1,0 +1,130 @@
+#pragma once
+// Internal helpers shared by the repositories (not part of the public API): the transaction guard,
+// statement helpers, epoch-ms conversion and IN-list chunking.
+
+#include "persistence/result.hpp"
+
+#include <cppconn/connection.h>
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace changeflow::persistence::detail {
+
+/// RAII transaction: BEGIN on construction (autocommit off), rollback in the destructor unless
+/// committed, autocommit restored either way. Rollback errors are swallowed: the connection may be
+/// the very thing that failed (killed, server gone), and the caller already has the real error.
+class transaction {
+ public:
+  explicit transaction(sql::Connection& c) : conn_(c) { conn_.setAutoCommit(false); }
+  ~transaction() {
+    if (!committed_) {
+      try {
+        conn_.rollback();
+      } catch (...) {
+      }
+    }
+    try {
+      conn_.setAutoCommit(true);
+    } catch (...) {
+    }
+  }
+  transaction(const transaction&) = delete;
+  transaction& operator=(const transaction&) = delete;
+  void commit() {
+    conn_.commit();
+    committed_ = true;
+  }
+
+ private:
+  sql::Connection& conn_;
+  bool committed_ = false;
+};
+
+using stmt_ptr = std::unique_ptr<sql::PreparedStatement>;
+using rs_ptr = std::unique_ptr<sql::ResultSet>;
+
+inline stmt_ptr prepare(sql::Connection& c, const std::string& q) {
+  return stmt_ptr(c.prepareStatement(q));
+}
+
+inline void set_opt_string(sql::PreparedStatement& st, int i, const std::optional<std::string>& v) {
+  if (v)
+    st.setString(i, *v);
+  else
+    st.setNull(i, 0);
+}
+inline void set_opt_int64(sql::PreparedStatement& st, int i, const std::optional<std::int64_t>& v) {
+  if (v)
+    st.setInt64(i, *v);
+  else
+    st.setNull(i, 0);
+}
+inline std::optional<std::string> opt_string(sql::ResultSet& rs, const char* col) {
+  if (rs.isNull(col)) return std::nullopt;
+  return std::string(rs.getString(col));
+}
+inline std::optional<std::int64_t> opt_int64(sql::ResultSet& rs, const char* col) {
+  if (rs.isNull(col)) return std::nullopt;
+  return static_cast<std::int64_t>(rs.getInt64(col));
+}
+inline std::string str(sql::ResultSet& rs, const char* col) {
+  return rs.isNull(col) ? std::string() : std::string(rs.getString(col));
+}
+
+/// SQL expression turning a DATETIME(3) column into epoch milliseconds (sessions run in UTC).
+inline std::string ms(std::string_view column) {
+  return "CAST(ROUND(UNIX_TIMESTAMP(" + std::string(column) + ") * 1000) AS SIGNED)";
+}
+
+/// "?, ?, ?" for n placeholders.
+std::string placeholders(std::size_t n);
+
+/// IN lists stay far below the 65,535 placeholder limit (error 1390).
+inline constexpr std::size_t in_chunk = 1000;
+
+template <class T>
+std::vector<std::vector<T>> chunks(const std::vector<T>& all, std::size_t size = in_chunk) {
+  std::vector<std::vector<T>> out;
+  for (std::size_t i = 0; i < all.size(); i += size) {
+    out.emplace_back(all.begin() + i, all.begin() + std::min(all.size(), i + size));
+  }
+  return out;
+}
+
+/// Runs `body` and turns driver exceptions into an error value. `body` returns db_result<T>.
+template <class T, class F>
+db_result<T> guarded(F&& body) {
+  try {
+    return body();
+  } catch (const sql::SQLException& e) {
+    return db_result<T>::failure(classify(e));
+  } catch (const std::exception& e) {
+    return db_result<T>::failure(db_outcome::fatal, e.what());
+  }
+}
+
+/// Re-runs a whole guarded write (its own transaction) when InnoDB chose it as a deadlock victim:
+/// the server already rolled it back, and its guard makes a re-run safe. Writes that free the batch
+/// slot (active_slot 1 -> NULL) meet claimers' unique-check locks on that key and deadlock by
+/// design now and then; other errors are returned at once.
+template <class T, class F>
+db_result<T> retry_on_deadlock(F&& attempt, int attempts = 4) {
+  db_result<T> r = attempt();
+  for (int i = 1; i < attempts && r.outcome == db_outcome::retryable && r.error.code == 1213; ++i)
+    r = attempt();
+  return r;
+}
+
+/// `IN (...)` literal list of the terminal phase names (constants, never user input).
+const std::string& terminal_phase_list();
+
+}  // namespace changeflow::persistence::detail

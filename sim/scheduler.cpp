@@ -1,0 +1,56 @@
+#include "sim/scheduler.hpp"
+
+namespace changeflow::sim {
+
+scheduler::scheduler() : thread_([this] { run(); }) {}
+scheduler::~scheduler() { stop(); }
+
+void scheduler::after(std::chrono::milliseconds delay, std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    tasks_.emplace(clock::now() + delay, std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void scheduler::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  // Destroy the dropped tasks outside the lock: a dropped delayed reply answers 500 on destruction.
+  std::multimap<clock::time_point, std::function<void()>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    dropped.swap(tasks_);
+  }
+}
+
+void scheduler::run() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (tasks_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    auto due = tasks_.begin()->first;
+    if (clock::now() < due) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    auto task = std::move(tasks_.begin()->second);
+    tasks_.erase(tasks_.begin());
+    lock.unlock();
+    try {
+      task();
+    } catch (...) {
+      // A task is a sim action; one failing must not stop the others.
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace changeflow::sim

@@ -1,0 +1,931 @@
+#include "sim/simulator.hpp"
+
+#include "base/ids.hpp"
+#include "base/log.hpp"
+#include "clients/http_client.hpp"
+#include "http/server/server.hpp"
+#include "sim/faults.hpp"
+#include "sim/scheduler.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <ctime>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace changeflow::sim {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+namespace hs = changeflow::http_server;
+
+std::map<std::string, std::int64_t> parse_token_map(const std::string& spec) {
+  std::map<std::string, std::int64_t> out;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) return {};
+    std::int64_t id = 0;
+    auto text = item.substr(eq + 1);
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+    if (ec != std::errc() || end != text.data() + text.size()) return {};
+    out[item.substr(0, eq)] = id;
+  }
+  return out;
+}
+
+namespace {
+
+// -- wire helpers
+
+hs::response json_response(unsigned status, const json& body) {
+  hs::response r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+hs::response message(unsigned status, const json& msg) { return json_response(status, {{"message", msg}}); }
+
+std::vector<std::string> split_path(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::vector<std::string> out;
+  std::size_t start = 1;
+  while (start <= target.size()) {
+    auto slash = target.find('/', start);
+    auto segment = target.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    out.push_back(hs::percent_decode(segment));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+std::string iso_now() {
+  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<std::int64_t> to_int(const std::string& s) {
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// -- in-memory model
+
+struct sim_pipeline {
+  std::int64_t id = 0;
+  std::int64_t mr_iid = 0;
+  std::string sha;
+  std::string ref;
+  clock_type::time_point started;
+  std::string outcome = "success";  // success | failed | hang
+};
+
+struct sim_branch {
+  std::string head_sha;
+  std::string head_message;
+};
+
+struct sim_mr {
+  std::int64_t id = 0;
+  std::int64_t iid = 0;
+  std::string title, description, source, target;
+  std::string state = "opened";
+  std::string sha;
+  std::optional<std::string> merge_commit_sha;
+  std::vector<std::int64_t> pipelines;  // oldest first; the last is the head pipeline
+  std::set<std::int64_t> approved_by;
+  bool needs_rebase = false;
+  std::optional<clock_type::time_point> rebase_done_at;
+  bool rebase_will_conflict = false;
+  bool has_conflicts = false;
+  std::string merge_error;
+  std::string subject() const { return title + " " + source; }
+};
+
+struct sim_project {
+  std::map<std::string, sim_branch> branches;
+  std::map<std::int64_t, sim_mr> mrs;
+  std::int64_t next_iid = 1;
+};
+
+struct sim_approval {
+  std::string id, request_id, title, applicant, callback_url;
+  json ext = json::object();
+  std::string state = "PENDING";  // PENDING | APPROVED | REJECTED | WITHDRAWN
+  std::string subject() const { return request_id + " " + title; }
+};
+
+struct stats {
+  std::map<std::string, std::uint64_t> requests;
+  std::map<std::string, std::map<std::string, std::uint64_t>> approvals;  // "project!iid" -> user -> count
+  std::map<std::string, std::uint64_t> merges;                            // "project!iid" -> count
+  std::map<std::string, std::uint64_t> callbacks;
+  std::uint64_t check_items_422 = 0;
+};
+
+struct check_item_def {
+  std::string id, title;
+};
+
+}  // namespace
+
+struct simulator::impl {
+  sim_options opts;
+  std::unique_ptr<hs::server> server;
+  std::uint16_t stopped_port = 0;
+  scheduler tasks;
+  std::mutex mutex;  // guards everything below
+  std::uint64_t generation = 0;  // bumped by reset: tasks of an older generation do nothing
+  std::uint64_t counter = 0;
+  std::int64_t next_mr_id = 1000, next_pipeline_id = 5000, next_approval = 1;
+  std::map<std::string, sim_project> projects;
+  std::map<std::int64_t, sim_pipeline> pipelines;
+  std::map<std::string, sim_approval> approvals;  // by approvalId
+  std::map<std::string, std::string> approval_by_request;
+  std::vector<check_item_def> check_items = {{"ci-1", "Change reviewed against the runbook"}};
+  bool check_items_required = false;
+  int check_items_version = 1;
+  std::map<std::string, std::set<std::string>> permission_grants;  // subject -> rules; absent = all granted
+  fault_set faults;
+  stats counters;
+  clients::http_client sender;  // used only on the scheduler thread
+
+  explicit impl(sim_options o) : opts(std::move(o)) {}
+
+  // ---- ids (deterministic per seed)
+  std::string next_sha() {
+    return ids::sha256_hex(std::to_string(opts.seed) + ":" + std::to_string(++counter)).substr(0, 40);
+  }
+  std::string next_uuid() {
+    auto h = ids::sha256_hex("uuid:" + std::to_string(opts.seed) + ":" + std::to_string(++counter));
+    return h.substr(0, 8) + "-" + h.substr(8, 4) + "-4" + h.substr(13, 3) + "-a" + h.substr(17, 3) + "-" +
+           h.substr(20, 12);
+  }
+
+  sim_project& project(const std::string& name) {
+    auto [it, inserted] = projects.try_emplace(name);
+    if (inserted) it->second.branches["main"] = {next_sha(), "Initial commit"};
+    return it->second;
+  }
+
+  // ---- lazy time
+  std::string pipeline_status(const sim_pipeline& p, clock_type::time_point now) const {
+    if (p.outcome == "hang" || now < p.started + opts.pipeline_duration) return "running";
+    return p.outcome;
+  }
+
+  std::int64_t start_pipeline(sim_mr& mr, const std::string& project_name, clock_type::time_point at) {
+    sim_pipeline p;
+    p.id = next_pipeline_id++;
+    p.mr_iid = mr.iid;
+    p.sha = mr.sha;
+    p.ref = mr.source;
+    p.started = at;
+    if (faults.take("pipeline_fail", "pipeline", mr.subject())) p.outcome = "failed";
+    else if (faults.take("pipeline_hang", "pipeline", mr.subject())) p.outcome = "hang";
+    pipelines[p.id] = p;
+    mr.pipelines.push_back(p.id);
+    (void)project_name;
+    return p.id;
+  }
+
+  void settle(sim_project& proj, const std::string& project_name, sim_mr& mr, clock_type::time_point now) {
+    if (!mr.rebase_done_at || now < *mr.rebase_done_at) return;
+    auto done_at = *mr.rebase_done_at;
+    mr.rebase_done_at.reset();
+    if (mr.rebase_will_conflict) {
+      mr.has_conflicts = true;
+      mr.merge_error = "Rebase failed. Please rebase locally";
+      return;
+    }
+    mr.sha = next_sha();
+    mr.needs_rebase = false;
+    mr.merge_error.clear();
+    proj.branches[mr.source] = {mr.sha, "Rebased " + mr.source};
+    start_pipeline(mr, project_name, done_at);
+  }
+
+  std::string detailed_status(const sim_mr& mr, clock_type::time_point now) const {
+    if (mr.state != "opened") return "not_open";
+    if (mr.rebase_done_at) return "checking";
+    if (mr.has_conflicts) return "conflict";
+    if (mr.needs_rebase) return "need_rebase";
+    if (mr.pipelines.empty()) return "checking";
+    auto status = pipeline_status(pipelines.at(mr.pipelines.back()), now);
+    if (status == "running") return "checking";
+    if (status != "success") return "ci_must_pass";
+    return "mergeable";
+  }
+
+  json pipeline_json(const sim_pipeline& p, clock_type::time_point now) const {
+    return {{"id", p.id},         {"iid", p.id - 4999},     {"sha", p.sha},
+            {"ref", p.ref},       {"status", pipeline_status(p, now)}, {"source", "merge_request_event"},
+            {"web_url", "http://sim/-/pipelines/" + std::to_string(p.id)}};
+  }
+
+  json mr_json(const std::string& project_name, const sim_mr& mr, clock_type::time_point now) const {
+    auto detailed = detailed_status(mr, now);
+    json j = {{"id", mr.id},
+              {"iid", mr.iid},
+              {"project_id", 1},
+              {"title", mr.title},
+              {"description", mr.description},
+              {"state", mr.state},
+              {"draft", false},
+              {"source_branch", mr.source},
+              {"target_branch", mr.target},
+              {"sha", mr.sha},
+              {"merge_commit_sha", mr.merge_commit_sha ? json(*mr.merge_commit_sha) : json()},
+              {"merge_status", detailed == "mergeable"  ? "can_be_merged"
+                               : detailed == "checking" ? "checking"
+                                                        : "cannot_be_merged"},
+              {"detailed_merge_status", detailed},
+              {"has_conflicts", mr.has_conflicts},
+              {"merge_error", mr.merge_error.empty() ? json() : json(mr.merge_error)},
+              {"rebase_in_progress", mr.rebase_done_at.has_value()},
+              {"head_pipeline", mr.pipelines.empty() ? json() : pipeline_json(pipelines.at(mr.pipelines.back()), now)},
+              {"web_url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}};
+    return j;
+  }
+
+  json approvals_json(const sim_mr& mr, std::int64_t user) const {
+    json by = json::array();
+    for (auto id : mr.approved_by) {
+      by.push_back({{"user", {{"id", id}, {"username", "user" + std::to_string(id)}, {"name", "User " + std::to_string(id)}}}});
+    }
+    return {{"id", mr.id},
+            {"iid", mr.iid},
+            {"approved", !mr.approved_by.empty()},
+            {"approvals_required", 0},
+            {"approvals_left", 0},
+            {"user_has_approved", mr.approved_by.count(user) != 0},
+            {"user_can_approve", mr.approved_by.count(user) == 0},
+            {"approved_by", by}};
+  }
+
+  json check_items_json() const {
+    json items = json::array();
+    for (const auto& c : check_items) items.push_back({{"id", c.id}, {"title", c.title}});
+    return items;
+  }
+
+  // ---- request handling
+
+  struct outcome {
+    hs::response res;
+    ms delay{0};
+  };
+
+  // Generic faults common to every endpoint: slow, status, garbage. Returns a response to send instead.
+  std::optional<hs::response> common_faults(const std::string& endpoint, const std::string& subject, ms& delay) {
+    if (auto f = faults.take("slow", endpoint, subject)) delay += ms(f->delay_ms);
+    if (auto f = faults.take("status", endpoint, subject)) {
+      hs::response r;
+      r.status = static_cast<unsigned>(f->status);
+      if (!f->body.empty()) {
+        r.body = f->body;
+      } else if (f->status == 429) {
+        r.content_type = "text/plain";
+        r.body = "Retry later";
+      } else {
+        r.body = json{{"message", std::to_string(f->status) + " Simulated failure"}}.dump();
+      }
+      if (f->retry_after) r.set_header("Retry-After", std::to_string(*f->retry_after));
+      return r;
+    }
+    if (faults.take("garbage", endpoint, subject)) {
+      hs::response r;
+      r.content_type = "text/html";
+      r.body = "<html>proxy error: not json";
+      return r;
+    }
+    return std::nullopt;
+  }
+
+  // After an action took effect: maybe lose its response (status 0 closes the connection).
+  void maybe_lose(hs::response& r, const std::string& endpoint, const std::string& subject) {
+    if (r.status >= 200 && r.status < 300 && faults.take("lose_response", endpoint, subject)) r.status = 0;
+  }
+
+  std::optional<std::int64_t> user_of(const hs::request& req) const {
+    std::string token;
+    if (auto t = req.header("private-token")) token = std::string(*t);
+    else if (auto a = req.header("authorization"); a && a->substr(0, 7) == "Bearer ") token = std::string(a->substr(7));
+    auto it = opts.tokens.find(token);
+    if (it == opts.tokens.end()) return std::nullopt;
+    return it->second;
+  }
+
+  outcome route(const hs::request& req) {
+    auto parts = split_path(req.target);
+    outcome out;
+    if (parts.size() >= 2 && parts[0] == "_sim") {
+      ++counters.requests["admin"];
+      out.res = admin(req, parts);
+      return out;
+    }
+    if (parts.size() >= 5 && parts[0] == "api" && parts[1] == "v4" && parts[2] == "projects") {
+      return gitlab(req, parts);
+    }
+    if (parts.size() >= 2 && parts[0] == "api" && parts[1] == "approvals") return approval(req, parts);
+    if (parts.size() == 3 && parts[0] == "api" && parts[1] == "permissions" && parts[2] == "check" &&
+        req.method == "POST") {
+      return permission(req);
+    }
+    ++counters.requests["unknown"];
+    out.res = message(404, "404 Not Found");
+    return out;
+  }
+
+  outcome gitlab(const hs::request& req, const std::vector<std::string>& parts) {
+    const std::string& project_name = parts[3];
+    std::vector<std::string> rest(parts.begin() + 4, parts.end());
+    const auto& m = req.method;
+    std::string endpoint = "unknown";
+    std::optional<std::int64_t> iid;
+    if (rest.size() == 3 && rest[0] == "repository" && rest[1] == "branches" && m == "GET") endpoint = "get_branch";
+    else if (rest.size() == 2 && rest[0] == "repository" && rest[1] == "commits" && m == "POST") endpoint = "create_commit";
+    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "POST") endpoint = "create_mr";
+    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "GET") endpoint = "list_mrs";
+    else if (rest.size() == 1 && rest[0] == "approval_check_items" && m == "GET") endpoint = "check_items";
+    else if (rest.size() == 2 && rest[0] == "pipelines" && m == "GET") endpoint = "get_pipeline";
+    else if (rest.size() >= 2 && rest[0] == "merge_requests" && (iid = to_int(rest[1]))) {
+      if (rest.size() == 2 && m == "GET") endpoint = "get_mr";
+      else if (rest.size() == 2 && m == "PUT") endpoint = "update_mr";
+      else if (rest.size() == 3 && rest[2] == "approvals" && m == "GET") endpoint = "get_approvals";
+      else if (rest.size() == 3 && rest[2] == "approve" && m == "POST") endpoint = "approve";
+      else if (rest.size() == 3 && rest[2] == "merge" && m == "PUT") endpoint = "merge";
+      else if (rest.size() == 3 && rest[2] == "rebase" && m == "PUT") endpoint = "rebase";
+      else if (rest.size() == 3 && rest[2] == "pipelines" && m == "GET") endpoint = "mr_pipelines";
+    }
+    ++counters.requests[endpoint];
+    outcome out;
+    if (endpoint == "unknown") {
+      out.res = message(404, "404 Not Found");
+      return out;
+    }
+    auto user = user_of(req);
+    if (!user) {
+      out.res = message(401, "401 Unauthorized");
+      return out;
+    }
+    auto& proj = project(project_name);
+    auto now = clock_type::now();
+    auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) body = json::object();
+
+    sim_mr* mr = nullptr;
+    std::string subject;
+    if (iid) {
+      auto it = proj.mrs.find(*iid);
+      if (it != proj.mrs.end()) {
+        mr = &it->second;
+        settle(proj, project_name, *mr, now);
+        subject = mr->subject();
+      }
+    } else if (endpoint == "get_branch") {
+      subject = rest[2];
+    } else if (endpoint == "create_commit") {
+      subject = body.value("branch", "");
+    } else if (endpoint == "create_mr") {
+      subject = body.value("title", "") + " " + body.value("source_branch", "");
+    } else if (endpoint == "list_mrs") {
+      subject = req.query_param("source_branch").value_or("");
+    }
+    if (auto r = common_faults(endpoint, subject, out.delay)) {
+      out.res = std::move(*r);
+      return out;
+    }
+    if (iid && !mr) {
+      out.res = message(404, "404 Not found");
+      return out;
+    }
+
+    if (endpoint == "get_branch") {
+      auto it = proj.branches.find(rest[2]);
+      if (it == proj.branches.end()) {
+        out.res = message(404, "404 Branch Not Found");
+      } else {
+        out.res = json_response(200, {{"name", it->first},
+                                      {"commit", {{"id", it->second.head_sha}, {"message", it->second.head_message},
+                                                  {"title", it->second.head_message.substr(0, it->second.head_message.find('\n'))}}},
+                                      {"protected", it->first == "main"},
+                                      {"merged", false},
+                                      {"default", it->first == "main"}});
+      }
+    } else if (endpoint == "create_commit") {
+      out.res = create_commit(proj, body);
+    } else if (endpoint == "create_mr") {
+      out.res = create_mr(proj, project_name, body, now);
+    } else if (endpoint == "list_mrs") {
+      json list = json::array();
+      auto state = req.query_param("state").value_or("all");
+      auto source = req.query_param("source_branch");
+      auto target = req.query_param("target_branch");
+      for (auto it = proj.mrs.rbegin(); it != proj.mrs.rend(); ++it) {
+        settle(proj, project_name, it->second, now);
+        if (state != "all" && it->second.state != state) continue;
+        if (source && it->second.source != *source) continue;
+        if (target && it->second.target != *target) continue;
+        list.push_back(mr_json(project_name, it->second, now));
+      }
+      out.res = json_response(200, list);
+    } else if (endpoint == "check_items") {
+      out.res = json_response(200, {{"check_items", check_items_json()}});
+    } else if (endpoint == "get_pipeline") {
+      auto id = to_int(rest[1]);
+      auto it = id ? pipelines.find(*id) : pipelines.end();
+      if (it == pipelines.end()) out.res = message(404, "404 Not found");
+      else out.res = json_response(200, pipeline_json(it->second, now));
+    } else if (endpoint == "get_mr") {
+      out.res = json_response(200, mr_json(project_name, *mr, now));
+    } else if (endpoint == "update_mr") {
+      auto state_event = body.value("state_event", req.query_param("state_event").value_or(""));
+      // GitLab ignores an impossible transition (closing a merged MR) and answers with the MR as is.
+      if (state_event == "close" && mr->state == "opened") mr->state = "closed";
+      out.res = json_response(200, mr_json(project_name, *mr, now));
+    } else if (endpoint == "get_approvals") {
+      out.res = json_response(200, approvals_json(*mr, *user));
+    } else if (endpoint == "approve") {
+      out.res = approve(project_name, *mr, *user, body);
+    } else if (endpoint == "merge") {
+      out.res = merge(proj, project_name, *mr, body, now);
+    } else if (endpoint == "rebase") {
+      if (mr->state != "opened") {
+        out.res = message(403, "403 Forbidden - Cannot push to source branch");
+      } else if (mr->rebase_done_at) {
+        out.res = message(409, "409 Conflict: Resource lock");
+      } else {
+        mr->rebase_done_at = now + opts.rebase_duration;
+        mr->rebase_will_conflict = faults.take("rebase_conflict", "rebase", mr->subject()).has_value();
+        out.res = json_response(202, {{"rebase_in_progress", true}});
+      }
+    } else if (endpoint == "mr_pipelines") {
+      json list = json::array();
+      for (auto it = mr->pipelines.rbegin(); it != mr->pipelines.rend(); ++it) {
+        list.push_back(pipeline_json(pipelines.at(*it), now));
+      }
+      out.res = json_response(200, list);
+    }
+    maybe_lose(out.res, endpoint, subject);
+    return out;
+  }
+
+  hs::response create_commit(sim_project& proj, const json& body) {
+    auto branch = body.value("branch", "");
+    if (branch.empty()) return json_response(400, {{"error", "branch is missing"}});
+    if (!body.contains("commit_message")) return json_response(400, {{"error", "commit_message is missing"}});
+    if (!body.contains("actions") || !body["actions"].is_array() || body["actions"].empty()) {
+      return json_response(400, {{"error", "actions is missing"}});
+    }
+    auto start = body.value("start_branch", "");
+    bool exists = proj.branches.count(branch) != 0;
+    if (exists && !start.empty() && start != branch) {
+      return message(400, "A branch called '" + branch + "' already exists. Switch to that branch in order to make changes");
+    }
+    if (!exists && proj.branches.count(start.empty() ? branch : start) == 0) {
+      return message(400, "You can only create or edit files when you are on a branch");
+    }
+    auto msg = body["commit_message"].is_string() ? body["commit_message"].get<std::string>() : std::string();
+    auto parent = proj.branches[exists ? branch : start].head_sha;
+    auto sha = next_sha();
+    proj.branches[branch] = {sha, msg};
+    return json_response(201, {{"id", sha},
+                               {"short_id", sha.substr(0, 8)},
+                               {"title", msg.substr(0, msg.find('\n'))},
+                               {"message", msg},
+                               {"parent_ids", {parent}}});
+  }
+
+  hs::response create_mr(sim_project& proj, const std::string& project_name, const json& body,
+                         clock_type::time_point now) {
+    auto source = body.value("source_branch", "");
+    auto target = body.value("target_branch", "");
+    auto title = body.value("title", "");
+    if (title.empty()) return json_response(400, {{"error", "title is missing"}});
+    if (source.empty() || target.empty()) return json_response(400, {{"error", "source_branch is missing"}});
+    if (source == target) return message(422, json::array({"You can't use same project/branch for source and target"}));
+    if (!proj.branches.count(source)) return message(422, json::array({"Source branch does not exist"}));
+    for (const auto& [iid, existing] : proj.mrs) {
+      if (existing.state == "opened" && existing.source == source && existing.target == target) {
+        return message(409, json::array({"Another open merge request already exists for this source branch: !" +
+                                         std::to_string(iid)}));
+      }
+    }
+    sim_mr mr;
+    mr.id = next_mr_id++;
+    mr.iid = proj.next_iid++;
+    mr.title = title;
+    mr.description = body.value("description", "");
+    mr.source = source;
+    mr.target = target;
+    mr.sha = proj.branches[source].head_sha;
+    start_pipeline(mr, project_name, now);
+    auto iid = mr.iid;
+    auto& stored = proj.mrs[iid] = std::move(mr);
+    return json_response(201, mr_json(project_name, stored, now));
+  }
+
+  hs::response approve(const std::string& project_name, sim_mr& mr, std::int64_t user, const json& body) {
+    auto key = project_name + "!" + std::to_string(mr.iid);
+    if (faults.take("approve_not_allowed", "approve", mr.subject(), user)) return message(401, "401 Unauthorized");
+    if (mr.approved_by.count(user)) return message(401, "401 Unauthorized");  // GitLab's ambiguity, on purpose
+    if (body.contains("sha") && body["sha"] != mr.sha) {
+      return message(409, "SHA does not match HEAD of source branch: " + mr.sha);
+    }
+    if (faults.take("check_items_change", "approve", mr.subject())) {
+      ++check_items_version;
+      check_items_required = true;
+      check_items.push_back({"ci-" + std::to_string(check_items_version) + "-" + std::to_string(counter),
+                             "Check item added in version " + std::to_string(check_items_version)});
+    }
+    if (check_items_required) {
+      std::set<std::string> acknowledged;
+      if (body.contains("check_items") && body["check_items"].is_array()) {
+        for (const auto& item : body["check_items"]) {
+          if (item.is_object() && item.value("acknowledged", false) && item.contains("id") && item["id"].is_string()) {
+            acknowledged.insert(item["id"].get<std::string>());
+          }
+        }
+      }
+      std::set<std::string> required;
+      for (const auto& c : check_items) required.insert(c.id);
+      if (acknowledged != required) {
+        ++counters.check_items_422;
+        return json_response(422, {{"message", "check items changed"}, {"check_items", check_items_json()}});
+      }
+    }
+    mr.approved_by.insert(user);
+    ++counters.approvals[key][std::to_string(user)];
+    return json_response(201, approvals_json(mr, user));
+  }
+
+  hs::response merge(sim_project& proj, const std::string& project_name, sim_mr& mr, const json& body,
+                     clock_type::time_point now) {
+    auto status = detailed_status(mr, now);
+    if (mr.state != "opened" || status == "checking" || status == "ci_must_pass" || status == "not_approved") {
+      return message(405, "405 Method Not Allowed");
+    }
+    if (!mr.needs_rebase && !mr.has_conflicts && faults.take("merge_needs_rebase", "merge", mr.subject())) {
+      mr.needs_rebase = true;
+    }
+    if (mr.needs_rebase || mr.has_conflicts) return message(422, "Branch cannot be merged");
+    if (body.contains("sha") && body["sha"] != mr.sha) {
+      return message(409, "SHA does not match HEAD of source branch: " + mr.sha);
+    }
+    mr.state = "merged";
+    mr.merge_commit_sha = next_sha();
+    proj.branches[mr.target] = {*mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'"};
+    ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
+    schedule_deploy(project_name, mr);
+    return json_response(200, mr_json(project_name, mr, now));
+  }
+
+  // ---- approval system
+
+  outcome approval(const hs::request& req, const std::vector<std::string>& parts) {
+    outcome out;
+    if (parts.size() == 2 && req.method == "POST") {
+      ++counters.requests["approval_submit"];
+      auto body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) {
+        out.res = message(400, "body must be a JSON object");
+        return out;
+      }
+      auto request_id = body.value("requestId", "");
+      auto callback_url = body.value("callbackUrl", "");
+      auto title = body.value("title", "");
+      std::string subject = request_id + " " + title;
+      if (auto r = common_faults("approval_submit", subject, out.delay)) {
+        out.res = std::move(*r);
+        return out;
+      }
+      if (request_id.empty() || callback_url.empty() || !clients::parse_url(callback_url)) {
+        out.res = message(400, "requestId and an http callbackUrl are required");
+        return out;
+      }
+      if (auto it = approval_by_request.find(request_id); it != approval_by_request.end()) {
+        out.res = json_response(200, {{"approvalId", it->second}});
+      } else {
+        sim_approval a;
+        a.id = "apr-" + std::to_string(next_approval++);
+        a.request_id = request_id;
+        a.title = title;
+        a.applicant = body.value("applicant", "");
+        a.callback_url = callback_url;
+        if (body.contains("ext") && body["ext"].is_object()) a.ext = body["ext"];
+        approval_by_request[request_id] = a.id;
+        approvals[a.id] = a;
+        schedule_decision(a.id, opts.callback_delay);
+        out.res = json_response(201, {{"approvalId", a.id}});
+      }
+      maybe_lose(out.res, "approval_submit", subject);
+      return out;
+    }
+    if (parts.size() == 4 && parts[3] == "withdraw" && req.method == "POST") {
+      ++counters.requests["approval_withdraw"];
+      auto it = approvals.find(parts[2]);
+      std::string subject = it == approvals.end() ? std::string() : it->second.subject();
+      if (auto r = common_faults("approval_withdraw", subject, out.delay)) {
+        out.res = std::move(*r);
+        return out;
+      }
+      if (it == approvals.end()) {
+        out.res = message(404, "approval not found");
+      } else if (it->second.state == "PENDING" || it->second.state == "WITHDRAWN") {
+        if (it->second.state == "PENDING") {
+          it->second.state = "WITHDRAWN";
+          send_approval_callbacks(it->second, "WITHDRAWN", ms(0));
+        }
+        out.res = json_response(200, {{"approvalId", it->first}, {"state", "WITHDRAWN"}});
+      } else {
+        out.res = message(409, "approval already decided: " + it->second.state);
+      }
+      return out;
+    }
+    ++counters.requests["unknown"];
+    out.res = message(404, "404 Not Found");
+    return out;
+  }
+
+  void schedule_decision(const std::string& approval_id, ms delay) {
+    auto gen = generation;
+    tasks.after(delay, [this, gen, approval_id] {
+      std::lock_guard lock(mutex);
+      if (gen != generation) return;
+      auto it = approvals.find(approval_id);
+      if (it == approvals.end() || it->second.state != "PENDING") return;
+      auto result = it->second.title.find("[reject]") != std::string::npos ? "REJECTED" : "APPROVED";
+      it->second.state = result;
+      send_approval_callbacks(it->second, result, ms(0));
+    });
+  }
+
+  json callback_body(const sim_approval& a, const std::string& result, const std::string& operation_id) {
+    return {{"callbackId", next_uuid()}, {"approvalId", a.id},       {"operationId", operation_id},
+            {"result", result},          {"approver", "sim-approver"}, {"ext", a.ext},
+            {"decidedAt", iso_now()}};
+  }
+
+  // Called with the mutex held. Applies the approval_callback fault, then queues deliveries.
+  void send_approval_callbacks(const sim_approval& a, const std::string& result, ms delay) {
+    auto f = faults.take("approval_callback", "approval_callback", a.subject());
+    std::string mode = f ? f->mode : "";
+    if (mode == "drop") return;
+    if (mode == "delay") delay += ms(f->delay_ms);
+    std::vector<std::string> bodies;
+    if (mode == "reorder") {
+      // The stale opposite decision arrives first, the real one after it.
+      bodies.push_back(callback_body(a, result == "APPROVED" ? "REJECTED" : "APPROVED", a.request_id).dump());
+    }
+    if (mode == "old_operation") {
+      auto old_id = f->operation_id.empty() ? next_uuid() : f->operation_id;
+      bodies.push_back(callback_body(a, result, old_id).dump());
+    }
+    auto real = callback_body(a, result, a.request_id).dump();
+    bodies.push_back(real);
+    if (mode == "duplicate") bodies.push_back(real);  // the same delivery twice (same callbackId)
+    ms step(0);
+    for (auto& body : bodies) {
+      deliver(a.callback_url, body, {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(opts.approval_secret, body)}},
+              "approval", delay + step, 1);
+      step += ms(20);  // keeps the intended arrival order on the single scheduler thread
+    }
+  }
+
+  // ---- deploy pipeline
+
+  static std::vector<std::string> operation_ids_in(const std::string& description) {
+    std::vector<std::string> out;
+    std::stringstream in(description);
+    std::string line;
+    constexpr std::string_view marker = "changeflow-operation:";
+    while (std::getline(in, line)) {
+      auto pos = line.find(marker);
+      if (pos == std::string::npos) continue;
+      auto id = line.substr(pos + marker.size());
+      id.erase(0, id.find_first_not_of(" \t"));
+      id.erase(id.find_last_not_of(" \t\r") + 1);
+      if (!id.empty()) out.push_back(id);
+    }
+    return out;
+  }
+
+  void schedule_deploy(const std::string& project_name, const sim_mr& mr) {
+    if (opts.deploy_callback_url.empty()) return;
+    auto f = faults.take("deploy_callback", "deploy", mr.subject());
+    std::string mode = f ? f->mode : "";
+    if (mode == "drop") return;
+    json body = {{"deliveryId", next_uuid()},
+                 {"project", project_name},
+                 {"mrIid", mr.iid},
+                 {"pipelineId", next_pipeline_id++},
+                 {"status", mode == "failed" ? "failed" : "success"}};
+    if (mode != "no_operation_ids") body["operationIds"] = operation_ids_in(mr.description);
+    deliver(opts.deploy_callback_url, body.dump(),
+            {{"X-Gitlab-Token", opts.deploy_secret}, {"X-Gitlab-Event", "Deployment Hook"}}, "deploy",
+            opts.pipeline_duration, 1);
+  }
+
+  // ---- outbound callbacks (scheduler thread), retried with backoff until 2xx or attempts run out
+
+  void deliver(std::string url, std::string body, std::vector<std::pair<std::string, std::string>> headers,
+               std::string kind, ms delay, int attempt) {
+    auto gen = generation;
+    tasks.after(delay, [this, gen, url = std::move(url), body = std::move(body), headers = std::move(headers),
+                        kind = std::move(kind), attempt]() mutable {
+      {
+        std::lock_guard lock(mutex);
+        if (gen != generation) return;
+      }
+      auto target = clients::parse_url(url);
+      bool ok = false;
+      if (target) {
+        clients::http_request req;
+        req.method = "POST";
+        req.target = target->base_path.empty() ? "/" : target->base_path;
+        req.body = body;
+        req.headers = headers;
+        clients::transport_limits limits;
+        limits.connect_timeout = opts.callback_timeout;
+        limits.request_timeout = opts.callback_timeout;
+        auto r = sender.call(*target, req, limits);
+        ok = r && r->status >= 200 && r->status < 300;
+      }
+      std::lock_guard lock(mutex);
+      if (gen != generation) return;
+      if (ok) {
+        ++counters.callbacks[kind + "_sent"];
+      } else if (attempt < opts.callback_attempts) {
+        ++counters.callbacks[kind + "_retried"];
+        deliver(url, body, headers, kind, ms(100) * (1 << (attempt - 1)), attempt + 1);
+      } else {
+        ++counters.callbacks[kind + "_failed"];
+        log::warn("sim.callback_gave_up", {{"kind", kind}, {"attempts", attempt}});
+      }
+    });
+  }
+
+  // ---- permission service
+
+  outcome permission(const hs::request& req) {
+    ++counters.requests["permission_check"];
+    outcome out;
+    auto body = json::parse(req.body, nullptr, false);
+    std::string subject = !body.is_discarded() && body.is_object() ? body.value("subject", "") : "";
+    if (auto r = common_faults("permission_check", subject, out.delay)) {
+      out.res = std::move(*r);
+      return out;
+    }
+    if (subject.empty() || !body.contains("rules") || !body["rules"].is_array()) {
+      out.res = message(400, "subject and rules are required");
+      return out;
+    }
+    json granted = json::array();
+    auto configured = permission_grants.find(subject);
+    for (const auto& rule : body["rules"]) {
+      if (!rule.is_string()) continue;
+      if (configured == permission_grants.end() || configured->second.count(rule.get<std::string>())) {
+        granted.push_back(rule);
+      }
+    }
+    out.res = json_response(200, {{"granted", granted}});
+    return out;
+  }
+
+  // ---- admin
+
+  hs::response admin(const hs::request& req, const std::vector<std::string>& parts) {
+    if (req.peer_address != "127.0.0.1" && req.peer_address != "::1") return message(403, "admin is loopback only");
+    const auto& what = parts[1];
+    auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
+    if (what == "faults" && req.method == "POST") {
+      if (body.is_discarded()) return message(400, "invalid JSON");
+      json list = body.is_array() ? body : body.contains("faults") ? body["faults"] : json::array({body});
+      std::vector<fault> parsed;
+      for (const auto& item : list) {
+        std::string error;
+        auto f = parse_fault(item, error);
+        if (!f) return message(400, error);
+        parsed.push_back(*f);
+      }
+      for (auto& f : parsed) faults.add(std::move(f));
+      return json_response(200, {{"faults", faults.describe()}});
+    }
+    if (what == "faults" && req.method == "DELETE") {
+      faults.clear();
+      return json_response(200, {{"faults", json::array()}});
+    }
+    if (what == "faults" && req.method == "GET") return json_response(200, {{"faults", faults.describe()}});
+    if (what == "stats" && req.method == "GET") {
+      json fired = json::object();
+      for (const auto& [k, v] : faults.fired()) fired[k] = v;
+      return json_response(200, {{"requests", counters.requests},
+                                 {"approvals", counters.approvals},
+                                 {"merges", counters.merges},
+                                 {"callbacks", counters.callbacks},
+                                 {"check_items_422", counters.check_items_422},
+                                 {"faults_fired", fired}});
+    }
+    if (what == "reset" && req.method == "POST") {
+      ++generation;
+      projects.clear();
+      pipelines.clear();
+      approvals.clear();
+      approval_by_request.clear();
+      permission_grants.clear();
+      check_items = {{"ci-1", "Change reviewed against the runbook"}};
+      check_items_required = false;
+      faults.clear();
+      faults.reset_counters();
+      counters = {};
+      return json_response(200, {{"reset", true}});
+    }
+    if (what == "check_items" && (req.method == "PUT" || req.method == "POST")) {
+      if (body.is_discarded() || !body.is_object()) return message(400, "invalid JSON");
+      check_items_required = body.value("required", true);
+      if (body.contains("items") && body["items"].is_array()) {
+        check_items.clear();
+        for (const auto& item : body["items"]) {
+          if (!item.is_object() || !item.contains("id") || !item["id"].is_string()) return message(400, "items need string ids");
+          check_items.push_back({item["id"].get<std::string>(), item.value("title", "")});
+        }
+      }
+      return json_response(200, {{"required", check_items_required}, {"check_items", check_items_json()}});
+    }
+    if (what == "permissions" && req.method == "POST") {
+      if (body.is_discarded() || !body.is_object() || !body.contains("subject") || !body["subject"].is_string() ||
+          !body.contains("granted") || !body["granted"].is_array()) {
+        return message(400, "subject and granted are required");
+      }
+      auto& rules = permission_grants[body["subject"].get<std::string>()];
+      rules.clear();
+      for (const auto& r : body["granted"]) {
+        if (r.is_string()) rules.insert(r.get<std::string>());
+      }
+      return json_response(200, {{"subject", body["subject"]}, {"granted", body["granted"]}});
+    }
+    return message(404, "unknown admin endpoint");
+  }
+
+  void handle(hs::request&& req, hs::responder reply) {
+    outcome out;
+    {
+      std::lock_guard lock(mutex);
+      try {
+        out = route(req);
+      } catch (const std::exception& e) {
+        log::error("sim.handler_failed", {{"what", e.what()}, {"target", req.target}});
+        out.res = message(500, "500 Internal Server Error");
+      }
+    }
+    if (out.delay.count() > 0) {
+      tasks.after(out.delay, [reply, res = std::move(out.res)]() mutable { reply(std::move(res)); });
+    } else {
+      reply(std::move(out.res));
+    }
+  }
+};
+
+simulator::simulator(sim_options options) : impl_(std::make_unique<impl>(std::move(options))) {}
+simulator::~simulator() { stop(); }
+
+void simulator::start() {
+  hs::server_options so;
+  so.address = impl_->opts.address;
+  so.port = impl_->opts.port;
+  so.threads = impl_->opts.threads;
+  so.server_name = "changeflow-sim";
+  impl_->server = std::make_unique<hs::server>(
+      so, [this](hs::request&& req, hs::responder reply) { impl_->handle(std::move(req), std::move(reply)); });
+  impl_->server->start();
+}
+
+void simulator::stop() {
+  if (!impl_) return;
+  impl_->tasks.stop();
+  if (impl_->server) {
+    impl_->server->stop();
+    // Destroying the server closes its listening socket for sure (server::stop may leave the
+    // acceptor open until destruction), so "sim stopped" really means "connection refused".
+    impl_->stopped_port = impl_->server->port();
+    impl_->server.reset();
+  }
+}
+
+std::uint16_t simulator::port() const { return impl_->server ? impl_->server->port() : impl_->stopped_port; }
+std::string simulator::base_url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+
+}  // namespace changeflow::sim

@@ -1,0 +1,58 @@
+#pragma once
+// changeflow-sim: one process serving the external systems changeflow talks to, in memory:
+//   GitLab REST v4 subset      /api/v4/projects/:id/...   (status codes and bodies per gitlab-api.md)
+//   approval system            /api/approvals             (+ signed result callbacks)
+//   permission service         /api/permissions/check
+//   CI + deploy pipeline       pipelines finish after pipeline_duration; a merge triggers the deploy callback
+//   admin (loopback only)      /_sim/faults, /_sim/stats, /_sim/reset, /_sim/check_items, /_sim/permissions
+// The contract is written down in docs/external-contracts.md. State lives under one mutex; timed
+// behaviour (pipelines, rebases) is evaluated lazily on read, callbacks run on a scheduler thread.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace changeflow::sim {
+
+struct sim_options {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0 = any free port
+  int threads = 2;
+  std::uint64_t seed = 1;  // ids and shas derive from it: same seed + same requests = same answers
+  std::string approval_secret = "demo-approval-secret";
+  std::string deploy_secret = "demo-deploy-secret";
+  std::string deploy_callback_url;  // empty: no deploy callbacks
+  std::chrono::milliseconds callback_delay{200};      // approval decision after submit
+  std::chrono::milliseconds pipeline_duration{300};   // MR pipelines and the deploy pipeline
+  std::chrono::milliseconds rebase_duration{100};
+  std::chrono::milliseconds callback_timeout{2000};   // per delivery attempt
+  int callback_attempts = 4;                          // deliveries per callback before giving up
+  std::map<std::string, std::int64_t> tokens = {
+      {"author-token", 1}, {"approver-1-token", 101}, {"approver-2-token", 102}};
+};
+
+class simulator {
+ public:
+  explicit simulator(sim_options options);
+  ~simulator();
+  simulator(const simulator&) = delete;
+  simulator& operator=(const simulator&) = delete;
+
+  /// Binds and serves; throws std::runtime_error when the address cannot be bound.
+  void start();
+  void stop();
+  std::uint16_t port() const;
+  /// http://127.0.0.1:<port>
+  std::string base_url() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Parses "author-token=1,approver-1-token=101"; empty map when malformed.
+std::map<std::string, std::int64_t> parse_token_map(const std::string& spec);
+
+}  // namespace changeflow::sim

@@ -1,0 +1,270 @@
+// The simulator over real loopback HTTP: the GitLab MR state machine, approvals with their signed
+// callbacks (captured by a small receiving server), faults, and the deploy callback.
+#include "sim/simulator.hpp"
+
+#include "base/ids.hpp"
+#include "http/server/server.hpp"
+#include "tests/support/http_client.hpp"
+#include "tests/support/process.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <mutex>
+
+using namespace changeflow;
+using namespace std::chrono_literals;
+using changeflow::testing::http_call;
+using changeflow::testing::wait_until;
+using json = nlohmann::json;
+
+namespace {
+
+// Captures every POST it receives and answers 200.
+class callback_receiver {
+ public:
+  callback_receiver() : server_({}, [this](http_server::request&& req, http_server::responder reply) {
+                          {
+                            std::lock_guard lock(mutex_);
+                            received_.push_back(std::move(req));
+                          }
+                          reply(http_server::response{200, "application/json", {}, R"({"code":"OK"})"});
+                        }) {
+    server_.start();
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(server_.port()) + path; }
+  std::vector<http_server::request> received() {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
+  std::size_t count() { return received().size(); }
+
+ private:
+  std::mutex mutex_;
+  std::vector<http_server::request> received_;
+  http_server::server server_;
+};
+
+class SimulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sim::sim_options o;
+    o.callback_delay = 20ms;
+    o.pipeline_duration = 50ms;
+    o.rebase_duration = 20ms;
+    o.deploy_callback_url = receiver.url("/api/v1/callbacks/deploy");
+    o.approval_secret = "approval-secret";
+    o.deploy_secret = "deploy-secret";
+    simulator = std::make_unique<sim::simulator>(o);
+    simulator->start();
+  }
+  void TearDown() override { simulator->stop(); }
+
+  changeflow::testing::http_result call(const std::string& method, const std::string& target, const json& body = nullptr,
+                            const std::string& token = "author-token") {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!token.empty()) headers.emplace_back("PRIVATE-TOKEN", token);
+    return http_call("127.0.0.1", simulator->port(), method, target, body.is_null() ? "" : body.dump(), headers);
+  }
+  static std::string mr_path(int iid, const std::string& suffix = "") {
+    return "/api/v4/projects/config%2Fchanges/merge_requests/" + std::to_string(iid) + suffix;
+  }
+  json open_mr(const std::string& branch, const std::string& title, const std::string& description = "") {
+    auto commit = call("POST", "/api/v4/projects/config%2Fchanges/repository/commits",
+                       {{"branch", branch},
+                        {"start_branch", "main"},
+                        {"commit_message", "change"},
+                        {"actions", {{{"action", "create"}, {"file_path", "a.yaml"}, {"content", "x"}}}}});
+    EXPECT_EQ(commit.status, 201) << commit.body;
+    auto mr = call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+                   {{"source_branch", branch}, {"target_branch", "main"}, {"title", title}, {"description", description}});
+    EXPECT_EQ(mr.status, 201) << mr.body;
+    return json::parse(mr.body);
+  }
+  json get_mr(int iid) { return json::parse(call("GET", mr_path(iid, "?include_rebase_in_progress=true")).body); }
+  bool mergeable(int iid) { return get_mr(iid)["detailed_merge_status"] == "mergeable"; }
+  void add_fault(const json& f) { ASSERT_EQ(call("POST", "/_sim/faults", f, "").status, 200); }
+  json stats() { return json::parse(call("GET", "/_sim/stats", nullptr, "").body); }
+
+  callback_receiver receiver;
+  std::unique_ptr<sim::simulator> simulator;
+};
+
+}  // namespace
+
+TEST_F(SimulatorTest, MergeRequestGoesFromCheckingToMergeableToMerged) {
+  auto mr = open_mr("change/one", "Change one", "changeflow-operation: 11111111-1111-4111-8111-111111111111\n");
+  int iid = mr["iid"];
+  EXPECT_EQ(mr["detailed_merge_status"], "checking");
+  EXPECT_EQ(mr["state"], "opened");
+  std::string sha = mr["sha"];
+
+  // Right after creation the merge is refused with 405, as on GitLab.
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", sha}}).status, 405);
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  EXPECT_EQ(get_mr(iid)["head_pipeline"]["status"], "success");
+  EXPECT_EQ(get_mr(iid)["head_pipeline"]["sha"], sha);
+
+  auto wrong_sha = call("PUT", mr_path(iid, "/merge"), {{"sha", "0000"}});
+  EXPECT_EQ(wrong_sha.status, 409);
+  EXPECT_NE(wrong_sha.body.find("SHA does not match HEAD"), std::string::npos);
+
+  auto merged = call("PUT", mr_path(iid, "/merge"), {{"sha", sha}});
+  ASSERT_EQ(merged.status, 200) << merged.body;
+  EXPECT_EQ(json::parse(merged.body)["state"], "merged");
+  // A merged MR cannot be closed: the close is ignored.
+  EXPECT_EQ(json::parse(call("PUT", mr_path(iid), {{"state_event", "close"}}).body)["state"], "merged");
+
+  // The deploy pipeline reports back with the operation ids from the description.
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 1; }, 5s));
+  auto deploy = receiver.received().front();
+  EXPECT_EQ(deploy.path, "/api/v1/callbacks/deploy");
+  EXPECT_EQ(deploy.header("x-gitlab-token").value_or(""), "deploy-secret");
+  auto payload = json::parse(deploy.body);
+  EXPECT_EQ(payload["mrIid"], iid);
+  EXPECT_EQ(payload["status"], "success");
+  EXPECT_EQ(payload["operationIds"], json::array({"11111111-1111-4111-8111-111111111111"}));
+  EXPECT_EQ(stats()["merges"]["config/changes!" + std::to_string(iid)], 1);
+}
+
+TEST_F(SimulatorTest, DuplicateOpenMergeRequestAnswers409WithArrayBody) {
+  auto mr = open_mr("change/dup", "Dup");
+  auto again = call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+                    {{"source_branch", "change/dup"}, {"target_branch", "main"}, {"title", "Dup"}});
+  EXPECT_EQ(again.status, 409);
+  auto body = json::parse(again.body);
+  ASSERT_TRUE(body["message"].is_array());
+  EXPECT_EQ(body["message"][0], "Another open merge request already exists for this source branch: !" +
+                                    std::to_string(mr["iid"].get<int>()));
+}
+
+TEST_F(SimulatorTest, ClosedMergeRequestCannotBeMergedAndUnknownTokenIs401) {
+  auto mr = open_mr("change/close", "Close me");
+  int iid = mr["iid"];
+  EXPECT_EQ(call("GET", mr_path(iid), nullptr, "stolen").status, 401);
+  EXPECT_EQ(json::parse(call("PUT", mr_path(iid), {{"state_event", "close"}}).body)["state"], "closed");
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 405);
+}
+
+TEST_F(SimulatorTest, NeedsRebaseThenRebaseThenMerge) {
+  add_fault({{"kind", "merge_needs_rebase"}, {"match", "Rebase me"}, {"count", 1}});
+  auto mr = open_mr("change/rebase", "Rebase me");
+  int iid = mr["iid"];
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  auto refused = call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}});
+  EXPECT_EQ(refused.status, 422);
+  EXPECT_EQ(get_mr(iid)["detailed_merge_status"], "need_rebase");
+
+  auto rebase = call("PUT", mr_path(iid, "/rebase"));
+  EXPECT_EQ(rebase.status, 202);
+  EXPECT_EQ(json::parse(rebase.body)["rebase_in_progress"], true);
+  ASSERT_TRUE(wait_until([&] { return get_mr(iid)["rebase_in_progress"] == false; }, 5s));
+  auto after = get_mr(iid);
+  EXPECT_TRUE(after["merge_error"].is_null());
+  EXPECT_NE(after["sha"], mr["sha"]);  // the rebase moved the head and started a new pipeline
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  EXPECT_EQ(json::parse(call("GET", mr_path(iid, "/pipelines")).body).size(), 2u);
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", get_mr(iid)["sha"]}}).status, 200);
+}
+
+TEST_F(SimulatorTest, RebaseConflictAndFailedPipelineAreReported) {
+  add_fault(json::array({{{"kind", "rebase_conflict"}, {"match", "Conflicted"}},
+                         {{"kind", "pipeline_fail"}, {"match", "Broken"}}}));
+  auto conflicted = open_mr("change/conflict", "Conflicted");
+  int iid = conflicted["iid"];
+  EXPECT_EQ(call("PUT", mr_path(iid, "/rebase")).status, 202);
+  ASSERT_TRUE(wait_until([&] { return get_mr(iid)["rebase_in_progress"] == false; }, 5s));
+  EXPECT_EQ(get_mr(iid)["merge_error"], "Rebase failed. Please rebase locally");
+  EXPECT_EQ(get_mr(iid)["detailed_merge_status"], "conflict");
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", get_mr(iid)["sha"]}}).status, 422);
+
+  auto broken = open_mr("change/broken", "Broken");
+  int broken_iid = broken["iid"];
+  ASSERT_TRUE(wait_until([&] { return get_mr(broken_iid)["head_pipeline"]["status"] == "failed"; }, 5s));
+  EXPECT_EQ(get_mr(broken_iid)["detailed_merge_status"], "ci_must_pass");
+}
+
+TEST_F(SimulatorTest, SecondApprovalBySameUserIs401) {
+  auto mr = open_mr("change/approve", "Approve me");
+  int iid = mr["iid"];
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), json::object(), "approver-1-token").status, 201);
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), json::object(), "approver-1-token").status, 401);
+  auto approvals = json::parse(call("GET", mr_path(iid, "/approvals"), nullptr, "approver-1-token").body);
+  EXPECT_EQ(approvals["approved_by"][0]["user"]["id"], 101);
+}
+
+TEST_F(SimulatorTest, ApprovalIsDeduplicatedAndCalledBackSigned) {
+  json submit = {{"requestId", "op-approve"},    {"title", "Change A"},
+                 {"applicant", "alice"},         {"callbackUrl", receiver.url("/api/v1/callbacks/approval")},
+                 {"form", {{"k", "v"}}},         {"ext", {{"mrId", "7"}}}};
+  auto first = call("POST", "/api/approvals", submit, "");
+  ASSERT_EQ(first.status, 201) << first.body;
+  auto again = call("POST", "/api/approvals", submit, "");
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(json::parse(again.body)["approvalId"], json::parse(first.body)["approvalId"]);
+
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 1; }, 5s));
+  auto cb = receiver.received().front();
+  EXPECT_EQ(cb.header("x-signature").value_or(""), "sha256=" + ids::hmac_sha256_hex("approval-secret", cb.body));
+  auto payload = json::parse(cb.body);
+  EXPECT_EQ(payload["result"], "APPROVED");
+  EXPECT_EQ(payload["operationId"], "op-approve");
+  EXPECT_EQ(payload["approvalId"], json::parse(first.body)["approvalId"]);
+  EXPECT_EQ(payload["ext"]["mrId"], "7");
+  EXPECT_TRUE(ids::is_uuid(payload["callbackId"].get<std::string>()));
+}
+
+TEST_F(SimulatorTest, RejectMarkerDuplicateAndReorderFaults) {
+  add_fault(json::array({{{"kind", "approval_callback"}, {"mode", "duplicate"}, {"match", "op-dup"}},
+                         {{"kind", "approval_callback"}, {"mode", "reorder"}, {"match", "op-reorder"}}}));
+  auto url = receiver.url("/cb");
+  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-reject"}, {"title", "Bad [reject]"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 1; }, 5s));
+  EXPECT_EQ(json::parse(receiver.received()[0].body)["result"], "REJECTED");
+
+  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-dup"}, {"title", "T"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 3; }, 5s));
+  auto r = receiver.received();
+  EXPECT_EQ(json::parse(r[1].body)["callbackId"], json::parse(r[2].body)["callbackId"]);  // same delivery twice
+
+  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-reorder"}, {"title", "T"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 5; }, 5s));
+  r = receiver.received();
+  EXPECT_EQ(json::parse(r[3].body)["result"], "REJECTED");
+  EXPECT_EQ(json::parse(r[4].body)["result"], "APPROVED");
+  EXPECT_EQ(stats()["callbacks"]["approval_sent"], 5);
+}
+
+TEST_F(SimulatorTest, WithdrawSendsWithdrawnCallback) {
+  sim::sim_options slow;
+  slow.callback_delay = 60s;  // the decision never comes during the test
+  sim::simulator s(slow);
+  s.start();
+  auto submitted = http_call("127.0.0.1", s.port(), "POST", "/api/approvals",
+                             json{{"requestId", "op-w"}, {"title", "T"}, {"callbackUrl", receiver.url("/cb")}}.dump());
+  ASSERT_EQ(submitted.status, 201);
+  std::string id = json::parse(submitted.body)["approvalId"];
+  EXPECT_EQ(http_call("127.0.0.1", s.port(), "POST", "/api/approvals/" + id + "/withdraw").status, 200);
+  EXPECT_EQ(http_call("127.0.0.1", s.port(), "POST", "/api/approvals/" + id + "/withdraw").status, 200);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 1; }, 5s));
+  EXPECT_EQ(json::parse(receiver.received()[0].body)["result"], "WITHDRAWN");
+  s.stop();
+}
+
+TEST_F(SimulatorTest, LostResponseClosesTheConnectionAfterTheActionTookEffect) {
+  auto mr = open_mr("change/lost", "Lost");
+  int iid = mr["iid"];
+  add_fault({{"kind", "lose_response"}, {"endpoint", "approve"}, {"count", 1}});
+  auto lost = call("POST", mr_path(iid, "/approve"), json::object(), "approver-2-token");
+  EXPECT_EQ(lost.status, 0);  // no response at all
+  auto approvals = json::parse(call("GET", mr_path(iid, "/approvals")).body);
+  EXPECT_EQ(approvals["approved_by"][0]["user"]["id"], 102);
+}
+
+TEST_F(SimulatorTest, ResetForgetsEverything) {
+  open_mr("change/reset", "Reset");
+  add_fault({{"kind", "status"}, {"status", 500}});
+  EXPECT_EQ(call("POST", "/_sim/reset", json::object(), "").status, 200);
+  EXPECT_EQ(call("GET", mr_path(1)).status, 404);
+  EXPECT_TRUE(stats()["merges"].empty());
+}

@@ -1,0 +1,122 @@
+// A change submitted over HTTP goes through approval, MR creation, its pipeline, bot approval and
+// merge, and the deploy callback, against changeflow-sim; and every failure branch ends in an
+// explicit, explained state.
+
+#include "tests/support/flow_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+using namespace changeflow::testing;
+using nlohmann::json;
+
+namespace {
+std::string submit_ok(flow_env& env, const std::string& title, const std::string& target) {
+  auto r = env.submit(title, "alice", target);
+  EXPECT_EQ(r.status, 202) << r.body << r.error;
+  auto j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) return {};
+  EXPECT_EQ(j["code"], "ACCEPTED");
+  return j["data"]["operationId"].get<std::string>();
+}
+}  // namespace
+
+TEST(ChangeFlow, SeveralChangesReachValidatedConcurrently) {
+  flow_env env;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(submit_ok(env, "change " + std::to_string(i), "svc-" + std::to_string(i)));
+  for (const auto& id : ids) {
+    auto c = env.wait_for_phase(id, "VALIDATED");
+    ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+    EXPECT_EQ(c["hint"], "DONE");
+    EXPECT_EQ(c["step"]["name"], "CALLED_BACK");
+    EXPECT_TRUE(c["mrIid"].is_number());
+    auto steps = timeline_steps(c);
+    EXPECT_TRUE(is_subsequence({"APPROVAL_SENDING", "APPROVAL_APPROVED", "CREATE_STARTED", "CREATE_MR_OPENED",
+                                "CREATE_SUCCEEDED", "HANDLE_STARTED", "HANDLE_APPROVED", "HANDLE_MERGED", "CALLED_BACK"},
+                               steps))
+        << c.dump(2);
+  }
+  // Each MR was merged exactly once (successful merges are counted per MR by the sim).
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  ASSERT_EQ(stats["merges"].size(), ids.size()) << stats.dump();
+  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count, 1) << mr;
+}
+
+TEST(ChangeFlow, RejectedApprovalAllowsReapply) {
+  flow_env env;
+  auto id = submit_ok(env, "please [reject] me", "svc-r");
+  auto c = env.wait_for_phase(id, "REJECTED");
+  ASSERT_EQ(c["phase"], "REJECTED") << c.dump(2);
+  EXPECT_EQ(c["step"]["name"], "APPROVAL_REJECTED");
+  EXPECT_EQ(c["hint"], "REAPPLY_ALLOWED");
+  // Re-apply on the same subject/target reuses the binding with a new operation.
+  auto again = submit_ok(env, "second try", "svc-r");
+  EXPECT_NE(again, id);
+  EXPECT_EQ(env.wait_for_phase(again, "VALIDATED")["phase"], "VALIDATED");
+}
+
+TEST(ChangeFlow, DuplicateSubmitAndInProgress) {
+  flow_env env(json{{"timeouts", {{"approval_wait_seconds", 600}}}}, {"--callback-delay-ms", "3000"});
+  std::string op = "3f1c2a9e-1111-4222-8333-444455556666";
+  auto first = env.submit("dup", "bob", "svc-d", op);
+  EXPECT_EQ(first.status, 202);
+  EXPECT_EQ(json::parse(first.body)["code"], "ACCEPTED");
+  auto second = env.submit("dup", "bob", "svc-d", op);
+  EXPECT_EQ(second.status, 202);
+  EXPECT_EQ(json::parse(second.body)["code"], "DUPLICATE_SUBMIT");
+  auto other = env.submit("other", "bob", "svc-d");
+  EXPECT_EQ(other.status, 409);
+  EXPECT_EQ(json::parse(other.body)["code"], "IN_PROGRESS");
+}
+
+TEST(ChangeFlow, CheckPipelineFailureIsCreateFailed) {
+  flow_env env;
+  env.add_fault({{"kind", "pipeline_fail"}, {"match", "pipefail-1"}});
+  auto id = submit_ok(env, "pipefail-1", "svc-pf");
+  auto c = env.wait_for_phase(id, "CREATE_FAILED");
+  ASSERT_EQ(c["phase"], "CREATE_FAILED") << c.dump(2);
+  EXPECT_EQ(c["step"]["name"], "CREATE_PIPELINE_FAILED");
+  EXPECT_EQ(c["hint"], "CONTACT_MAINTAINERS");
+}
+
+TEST(ChangeFlow, PipelineNeverFinishingKeepsPhaseAndSaysKeepWaiting) {
+  flow_env env(json{{"poll", {{"timeout_ms", 800}}}});
+  env.add_fault({{"kind", "pipeline_hang"}, {"match", "hang-1"}});
+  auto id = submit_ok(env, "hang-1", "svc-h");
+  auto c = env.wait_for_step(id, "CREATE_PIPELINE_PENDING");
+  ASSERT_EQ(c["step"]["name"], "CREATE_PIPELINE_PENDING") << c.dump(2);
+  EXPECT_EQ(c["phase"], "MR_CREATING");
+  EXPECT_EQ(c["hint"], "KEEP_WAITING");
+}
+
+TEST(ChangeFlow, BotNotAllowedIsHandleFailedWithSpecificStep) {
+  flow_env env(json{{"approval", {{"max_retries", 1}}}});
+  env.add_fault({{"kind", "approve_not_allowed"}, {"match", "noperm-1"}});
+  auto id = submit_ok(env, "noperm-1", "svc-np");
+  auto c = env.wait_for_phase(id, "HANDLE_FAILED");
+  ASSERT_EQ(c["phase"], "HANDLE_FAILED") << c.dump(2);
+  EXPECT_EQ(c["step"]["name"], "HANDLE_APPROVAL_FAILED");
+  EXPECT_EQ(c["hint"], "CONTACT_MAINTAINERS");
+}
+
+TEST(ChangeFlow, MergeNeedsRebaseThenSucceeds) {
+  flow_env env;
+  env.add_fault({{"kind", "merge_needs_rebase"}, {"match", "rebase-1"}, {"count", 1}});
+  auto id = submit_ok(env, "rebase-1", "svc-rb");
+  auto c = env.wait_for_phase(id, "VALIDATED");
+  ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  EXPECT_TRUE(is_subsequence({"HANDLE_APPROVED", "HANDLE_REBASING", "HANDLE_MERGING", "HANDLE_MERGED"}, timeline_steps(c)))
+      << c.dump(2);
+}
+
+TEST(ChangeFlow, RebaseConflictIsHandleFailed) {
+  flow_env env;
+  env.add_fault({{"kind", "merge_needs_rebase"}, {"match", "conflict-1"}});
+  env.add_fault({{"kind", "rebase_conflict"}, {"match", "conflict-1"}});
+  auto id = submit_ok(env, "conflict-1", "svc-cf");
+  auto c = env.wait_for_phase(id, "HANDLE_FAILED");
+  ASSERT_EQ(c["phase"], "HANDLE_FAILED") << c.dump(2);
+  EXPECT_EQ(c["step"]["name"], "HANDLE_REBASE_CONFLICT");
+}

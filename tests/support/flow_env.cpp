@@ -1,0 +1,118 @@
+#include "tests/support/flow_env.hpp"
+
+#include <stdexcept>
+
+namespace changeflow::testing {
+
+namespace {
+void merge_into(nlohmann::json& base, const nlohmann::json& over) {
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    if (it.value().is_object() && base.contains(it.key()) && base[it.key()].is_object()) {
+      merge_into(base[it.key()], it.value());
+    } else {
+      base[it.key()] = it.value();
+    }
+  }
+}
+}  // namespace
+
+flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_args) : db_(false) {
+  dir_ = make_temp_dir("cf-flow");
+  port_ = free_port();
+  std::string base = "http://127.0.0.1:" + std::to_string(port_);
+  std::vector<std::string> args = {"--deploy-callback-url", base + "/api/v1/callbacks/deploy",
+                                   "--callback-delay-ms",   "30",
+                                   "--pipeline-duration-ms", "60",
+                                   "--rebase-duration-ms",  "30"};
+  args.insert(args.end(), sim_args.begin(), sim_args.end());
+  sim_ = std::make_unique<sim_process>(dir_, args);
+  const auto& s = db_.settings();
+  config_ = {
+      {"http", {{"port", port_}}},
+      {"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}},
+      {"gitlab", {{"base_url", sim_->base_url() + "/api/v4"}}},
+      {"approval", {{"base_url", sim_->base_url()}, {"callback_url", base + "/api/v1/callbacks/approval"},
+                    {"backoff_base_ms", 10}}},
+      {"permission", {{"base_url", sim_->base_url()}}},
+      {"poll", {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
+      {"external", {{"request_timeout_ms", 3000}}},
+  };
+  merge_into(config_, config);
+  service_ = std::make_unique<service_process>(config_, dir_);
+}
+
+void flow_env::restart_service(const nlohmann::json& extra_config) {
+  service_.reset();
+  merge_into(config_, extra_config);
+  service_ = std::make_unique<service_process>(config_, dir_);
+}
+
+void flow_env::kill_service() { service_->process().kill_now(); }
+
+http_result flow_env::submit(const std::string& title, const std::string& subject, const std::string& target,
+                             const std::string& operation_id) {
+  nlohmann::json body = {{"subject", subject},
+                         {"target", target},
+                         {"title", title},
+                         {"files", {{{"path", "config/" + target + ".yaml"}, {"content", "value: " + title + "\n"}}}}};
+  if (!operation_id.empty()) body["operationId"] = operation_id;
+  return http_call("127.0.0.1", port_, "POST", "/api/v1/changes", body.dump());
+}
+
+nlohmann::json flow_env::get_change(const std::string& operation_id) {
+  auto r = http_call("127.0.0.1", port_, "GET", "/api/v1/changes/" + operation_id);
+  if (r.status != 200) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  return j.is_discarded() ? nlohmann::json::object() : j["data"];
+}
+
+nlohmann::json flow_env::wait_for_phase(const std::string& operation_id, const std::string& phase,
+                                        std::chrono::milliseconds timeout) {
+  nlohmann::json last;
+  wait_until(
+      [&] {
+        last = get_change(operation_id);
+        return last.contains("phase") && last["phase"] == phase;
+      },
+      timeout);
+  return last;
+}
+
+nlohmann::json flow_env::wait_for_step(const std::string& operation_id, const std::string& step,
+                                       std::chrono::milliseconds timeout) {
+  nlohmann::json last;
+  wait_until(
+      [&] {
+        last = get_change(operation_id);
+        return last.contains("step") && last["step"]["name"] == step;
+      },
+      timeout);
+  return last;
+}
+
+void flow_env::add_fault(const nlohmann::json& rule) {
+  auto r = sim_call("POST", "/_sim/faults", rule.dump());
+  if (r.status != 200) throw std::runtime_error("sim refused fault: " + r.body);
+}
+
+http_result flow_env::sim_call(const std::string& method, const std::string& target, const std::string& body,
+                               const std::vector<std::pair<std::string, std::string>>& headers) {
+  return http_call("127.0.0.1", sim_->port(), method, target, body, headers);
+}
+
+std::vector<std::string> timeline_steps(const nlohmann::json& change) {
+  std::vector<std::string> out;
+  if (!change.contains("timeline")) return out;
+  for (const auto& e : change["timeline"]) out.push_back(e["to"].get<std::string>());
+  return out;
+}
+
+bool is_subsequence(const std::vector<std::string>& needle, const std::vector<std::string>& hay) {
+  size_t i = 0;
+  for (const auto& h : hay) {
+    if (i < needle.size() && h == needle[i]) ++i;
+  }
+  return i == needle.size();
+}
+
+}  // namespace changeflow::testing
