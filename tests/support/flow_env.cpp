@@ -4,17 +4,6 @@
 
 namespace changeflow::testing {
 
-namespace {
-void merge_into(nlohmann::json& base, const nlohmann::json& over) {
-  for (auto it = over.begin(); it != over.end(); ++it) {
-    if (it.value().is_object() && base.contains(it.key()) && base[it.key()].is_object()) {
-      merge_into(base[it.key()], it.value());
-    } else {
-      base[it.key()] = it.value();
-    }
-  }
-}
-}  // namespace
 
 flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_args) : db_(false) {
   dir_ = make_temp_dir("cf-flow");
@@ -37,13 +26,13 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
       {"poll", {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
       {"external", {{"request_timeout_ms", 3000}}},
   };
-  merge_into(config_, config);
+  merge_json(config_, config);
   service_ = std::make_unique<service_process>(config_, dir_);
 }
 
 void flow_env::restart_service(const nlohmann::json& extra_config) {
   service_.reset();
-  merge_into(config_, extra_config);
+  merge_json(config_, extra_config);
   service_ = std::make_unique<service_process>(config_, dir_);
 }
 

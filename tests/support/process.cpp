@@ -163,17 +163,15 @@ sim_process::sim_process(const std::string& dir, std::vector<std::string> extra_
   }
 }
 
-namespace {
-void merge_into(nlohmann::json& base, const nlohmann::json& over) {
+void merge_json(nlohmann::json& base, const nlohmann::json& over) {
   for (auto it = over.begin(); it != over.end(); ++it) {
     if (it.value().is_object() && base.contains(it.key()) && base[it.key()].is_object()) {
-      merge_into(base[it.key()], it.value());
+      merge_json(base[it.key()], it.value());
     } else {
       base[it.key()] = it.value();
     }
   }
 }
-}  // namespace
 
 service_process::service_process(const nlohmann::json& config, const std::string& dir, const std::string& name) {
   config_path_ = dir + "/" + name + ".json";
@@ -188,7 +186,7 @@ service_process::service_process(const nlohmann::json& config, const std::string
 
 void service_process::rewrite_config(const nlohmann::json& config) {
   nlohmann::json full = {{"http", {{"port", 0}}}};
-  merge_into(full, config);
+  merge_json(full, config);
   std::string tmp = config_path_ + ".tmp";
   std::ofstream(tmp) << full.dump(2);
   std::filesystem::rename(tmp, config_path_);

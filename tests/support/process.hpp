@@ -42,6 +42,9 @@ std::string make_temp_dir(const std::string& prefix);
 /// Polls `predicate` every 10 ms until it holds or `timeout` passes; returns its last value.
 bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
 
+/// Deep-merges `over` into `base` (objects merge key by key; everything else replaces).
+void merge_json(nlohmann::json& base, const nlohmann::json& over);
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close).
 unsigned short free_port();
 
