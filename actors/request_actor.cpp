@@ -1,6 +1,7 @@
 #include "actors/request_actor.hpp"
 
 #include "actors/external_calls.hpp"
+#include "actors/reconciler.hpp"
 #include "base/log.hpp"
 #include "persistence/errors.hpp"
 
@@ -34,6 +35,9 @@ struct request_state {
   std::vector<workflow::effect> after_commit;
   std::optional<persistence::transition_request> pending_write;
   int persist_failures = 0;
+  // Durability: the write fence (owner + lease epoch) every transition carries.
+  std::string owner_instance;
+  std::int64_t lease_epoch = 0;
   std::string last_note;
   std::string last_error;
 };
@@ -76,12 +80,20 @@ void submit_reload(self_ptr self) {
   auto handle = caf::actor_cast<request_actor>(self);
   auto id = st.op.operation_id;
   auto now_ms = st.svc->now_ms;
-  bool queued = st.svc->db->try_submit([handle, id, now_ms](persistence::db_context& db) {
+  auto owner = st.owner_instance;
+  auto epoch = st.lease_epoch;
+  bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch](persistence::db_context& db) {
     messages::row_loaded out;
     try {
       auto r = persistence::load_operation(db.get(), id);
       out.outcome = static_cast<int>(r.outcome);
-      if (r.ok()) {
+      if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
+        // Another instance took the operation over (our lease expired while we were paused): this
+        // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
+        out.outcome = static_cast<int>(db_outcome::preempted);
+        out.error = "operation owned by " + r.value.owner_instance.value_or("nobody") + " at lease epoch " +
+                    std::to_string(r.value.lease_epoch);
+      } else if (r.ok()) {
         out.step = workflow::code_of(r.value.step);
         out.version = r.value.version;
         out.mr_iid = r.value.mr_iid.value_or(0);
@@ -111,7 +123,10 @@ void submit_persist(self_ptr self) {
   st.busy = true;
   auto handle = caf::actor_cast<request_actor>(self);
   auto req = *st.pending_write;
-  bool queued = st.svc->db->try_submit([handle, req](persistence::db_context& db) {
+  auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
+  auto project = st.svc->config->current()->string_or("gitlab.project", "");
+  auto* metrics = st.svc->metrics;
+  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, metrics](persistence::db_context& db) {
     messages::persisted out;
     out.to_step = workflow::code_of(req.to);
     try {
@@ -121,6 +136,10 @@ void submit_persist(self_ptr self) {
       if (!r.ok()) {
         out.error = r.error.message;
         if (r.outcome == db_outcome::retryable) db.reset();
+      } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
+        // The deploy pipeline may call back before MERGED is written (it was answered
+        // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
+        validate_if_already_deployed(db.get(), req.operation_id, *mr_iid, project, *metrics);
       }
     } catch (const sql::SQLException& e) {
       db.reset();
@@ -229,6 +248,7 @@ void process(self_ptr self, const workflow::event& e) {
   req.cause = d.next->cause;
   req.actor = "workflow";
   req.instance_id = st.svc->instance_id;
+  req.fence = persistence::owner_fence{st.owner_instance, st.lease_epoch};
   if (d.next->mr_iid) req.mr_iid = d.next->mr_iid;
   if (!d.next->mr_url.empty()) req.mr_url = d.next->mr_url;
   if (!d.next->approval_id.empty()) req.approval_id = d.next->approval_id;
@@ -321,6 +341,12 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
       self->quit();
       return;
     }
+    if (outcome == db_outcome::preempted) {
+      log::warn("request.ownership_lost", {{"operation_id", st.op.operation_id}, {"reason", r.error}});
+      st.svc->metrics->inc("changeflow_ownership_lost_total", "Actors stopped because another instance owns the row");
+      self->quit();
+      return;
+    }
     st.reload_pending = true;
     arm_timer(self, 1000);
     return;
@@ -374,10 +400,15 @@ request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, re
   st.svc = svc;
   st.op = std::move(seed.op);
   st.payload_json = std::move(seed.payload_json);
+  st.owner_instance = seed.owner_instance.empty() ? svc->instance_id : seed.owner_instance;
+  st.lease_epoch = seed.lease_epoch;
   st.spawned_ms = svc->now_ms();
+  if (st.op.current == workflow::step::APPROVAL_SENT && st.op.wake_at_ms > 0) {
+    // The stored deadline is authoritative: updated_at (the seed's step entry) moves on a takeover,
+    // and the approval wait must not grow with every change of owner.
+    st.op.step_entered_ms = st.op.wake_at_ms - workflow_settings_from(*svc->config->current()).approval_wait_ms;
+  }
   auto id = st.op.operation_id;
-  auto* reg = svc->actors;
-  self->attach_functor([reg, id] { reg->remove(id); });
   self->set_exception_handler([id](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
     try {
       std::rethrow_exception(eptr);
@@ -444,12 +475,43 @@ request_seed seed_from_row(const persistence::operation_row& row, std::int64_t n
   op.step_entered_ms = row.updated_at_ms ? row.updated_at_ms : now_ms;
   op.wake_at_ms = row.next_wake_at_ms.value_or(0);
   seed.payload_json = row.payload_json;
+  seed.owner_instance = row.owner_instance.value_or("");
+  seed.lease_epoch = row.lease_epoch;
   return seed;
 }
 
+namespace {
+bool is_timed_wait(workflow::step s) {
+  using workflow::step;
+  switch (s) {
+    case step::APPROVAL_SENT:
+    case step::CREATE_MR_OPENED:
+    case step::CREATE_PIPELINE_PENDING:
+    case step::HANDLE_MERGING:
+    case step::HANDLE_PIPELINE_PENDING:
+    case step::REBASE_PENDING:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed) {
   auto id = seed.op.operation_id;
+  if (!seed.owner_instance.empty() && seed.owner_instance != svc.instance_id) {
+    // Another instance owns the row: it drives the operation (it sees the change through its
+    // changed-row poll); a second actor here would be a second writer.
+    log::debug("request.not_owner", {{"operation_id", id}, {"owner", seed.owner_instance}});
+    return std::nullopt;
+  }
   if (svc.actors->find(id)) return std::nullopt;
+  // Durable timer: a waiting step resumes at its stored deadline, not at once, so a restart or a
+  // takeover does not poll every waiting operation immediately. Overdue deadlines fire now.
+  std::int64_t first_wake_in_ms = 0;
+  if (is_timed_wait(seed.op.current) && seed.op.wake_at_ms > 0) {
+    first_wake_in_ms = std::max<std::int64_t>(0, seed.op.wake_at_ms - svc.now_ms());
+  }
   live_summary summary;
   summary.operation_id = id;
   summary.step = workflow::code_of(seed.op.current);
@@ -460,8 +522,17 @@ std::optional<request_actor> spawn_request_actor(services& svc, request_seed see
     caf::anon_send_exit(handle, caf::exit_reason::user_shutdown);
     return std::nullopt;
   }
+  // Attached from outside rather than in the behavior: a lazily initialised actor that is told to
+  // exit before its first message (a waiting step at shutdown) must still leave the registry, which
+  // is what a graceful stop waits for.
+  auto* reg = svc.actors;
+  caf::actor_cast<caf::abstract_actor*>(handle)->attach_functor([reg, id] { reg->remove(id); });
   // Resume: re-run the step the stored row names (every step reads remote state before acting).
-  caf::anon_send(handle, messages::wake{0});
+  if (first_wake_in_ms > 0) {
+    caf::delayed_anon_send(handle, std::chrono::milliseconds(first_wake_in_ms), messages::wake{0});
+  } else {
+    caf::anon_send(handle, messages::wake{0});
+  }
   return handle;
 }
 

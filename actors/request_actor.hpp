@@ -25,12 +25,20 @@ using request_actor = caf::typed_actor<
 struct request_seed {
   workflow::operation_state op;
   std::string payload_json;
+  // Ownership (durability): the instance that may drive this operation and the lease epoch it holds.
+  // Every transition the actor writes is fenced on both, so a paused old owner's writes miss after a
+  // takeover. An empty owner means "created by this instance just now" (the submit path).
+  std::string owner_instance;
+  std::int64_t lease_epoch = 0;
 };
 
 /// Builds the seed from a stored row (submit or rehydration).
 request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms);
 
-/// Spawns the actor and registers it; returns nullopt when one is already registered.
+/// Spawns the actor and registers it; returns nullopt when one is already registered, or when the row
+/// is owned by another instance (that owner drives it; a non-owner never spawns a second writer).
+/// A waiting step whose stored deadline (next_wake_at) lies ahead resumes when it falls due instead
+/// of at once; every other step re-runs at once (each step reads remote state before acting).
 std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed);
 
 }  // namespace changeflow::actors

@@ -90,6 +90,18 @@ std::vector<key_spec> make_keys() {
        "Longest wait for the approval callback before APPROVAL_TIMEOUT."},
       {"timeouts.deploy_wait_seconds", I, 86400, H, "Longest wait in MERGED before the sweep flags it."},
 
+      // -- durability: rehydration, leases, timeout sweeps (issue 9)
+      {"rehydrate.rate_per_second", I, 200, H, "Actors resumed per second after start or takeover; <=0 -> 200."},
+      {"rehydrate.page_size", I, 500, R, "Rows read per page while loading the operations to resume."},
+      {"durability.sweep_interval_ms", I, 5000, H, "Interval of the timeout sweep; <=0 -> 5000."},
+      {"durability.inbox_poll_ms", I, 500, H,
+       "Interval of the owner's poll for rows changed elsewhere (callbacks at a peer); <=0 -> 500."},
+      {"durability.stuck_after_seconds", I, 60, H,
+       "An owned operation unchanged this long with no live actor gets a new actor."},
+      {"durability.approval_grace_seconds", I, 30, H,
+       "APPROVAL_SENT past its stored deadline by this much is timed out by the sweep."},
+      {"durability.shutdown_deadline_ms", I, 5000, R, "Graceful stop: time in-flight steps get to finish."},
+
       // -- batch path (hot)
       {"batch.enabled", B, false, H, "Send approved changes through the batch coordinator."},
       {"batch.round_interval_ms", I, 5000, H, "Interval of scheduled batch rounds."},
@@ -120,6 +132,15 @@ std::vector<key_spec> make_keys() {
        "Rule codes of which any grants the ops API; empty -> nobody."},
       {"auth.required", B, false, H, "Require an identity on the user API; false -> anonymous allowed."},
       {"idempotency.ttl_seconds", I, 86400, H, "Lifetime of idempotency records; <=0 -> 86400."},
+      // -- HTTP cross-cutting concerns, wiring (api area)
+      {"idempotency.cleanup_interval_ms", I, 60000, H,
+       "Interval of the expired idempotency record cleanup; <=0 -> paused (records still expire)."},
+      {"idempotency.cleanup_batch", I, 500, H, "Rows deleted per cleanup statement; <=0 -> 500."},
+      {"auth.permission_timeout_ms", I, 2000, H,
+       "Longest wait for the permission service per request; then 403 (deny). <=0 -> 2000."},
+      {"metrics.fault_injection", B, false, H,
+       "TEST HOOK: every metric emission throws inside the registry wrapper (responses must not "
+       "change). Never enable in production."},
       {"metrics.user_labels", B, false, H, "Allow user ids as metric labels (bounded cardinality risk)."},
   };
   std::sort(keys.begin(), keys.end(), [](const key_spec& a, const key_spec& b) { return a.name < b.name; });

@@ -1,14 +1,223 @@
 #include "http/api.hpp"
 
-#include "base/log.hpp"
-#include "http/envelope.hpp"
+#include "http/handlers/batch.hpp"
+#include "http/handlers/ops.hpp"
+#include "http/handlers/static_files.hpp"
 
+#include "base/log.hpp"
+#include "clients/external_context.hpp"
+#include "http/envelope.hpp"
+#include "http/handlers/callbacks.hpp"
+#include "http/handlers/changes.hpp"
+#include "http/handlers/health.hpp"
+#include "http/handlers/whoami.hpp"
+#include "http/middleware/deadline_timer.hpp"
+#include "http/middleware/pipeline.hpp"
+#include "http/middleware/rate_limiter.hpp"
+#include "http/openapi.hpp"
+
+#include <atomic>
 #include <chrono>
 
 namespace changeflow::http {
 
+namespace {
+
+using middleware::route_policy;
+
+route_policy open_route() { return {}; }
+
+/// User write: rate limited per subject, identity demanded when auth.required is on, counted as
+/// business activity, idempotent, and governed by the access switch.
+route_policy user_write(std::string bucket, std::string limit_key, std::string business_metric) {
+  route_policy p;
+  p.bucket = std::move(bucket);
+  p.limit_key = std::move(limit_key);
+  p.identity_required_key = "auth.required";
+  p.business_metric = std::move(business_metric);
+  p.idempotent_write = true;
+  p.access_controlled = true;
+  return p;
+}
+
+/// User read: no rate limit (polling the status must never be refused), identity when auth.required.
+route_policy user_read() {
+  route_policy p;
+  p.identity_required_key = "auth.required";
+  return p;
+}
+
+/// Callbacks authenticate themselves (HMAC / shared token, checked by the handler); only a rate
+/// limit per sender applies, and it is off unless rate_limit.callbacks is set.
+route_policy callback_route() {
+  route_policy p;
+  p.bucket = "callbacks";
+  p.limit_key = "rate_limit.callbacks";
+  return p;
+}
+
+/// Ops API: identity required, any rule of auth.ops_rules, rate limited per operator.
+route_policy ops_route() {
+  route_policy p;
+  p.bucket = "ops";
+  p.limit_key = "rate_limit.ops";
+  p.requires_identity = true;
+  p.required_rules_key = "auth.ops_rules";
+  return p;
+}
+
+const route_policy* find_policy(std::string_view method, std::string_view pattern) {
+  for (const auto& e : route_policies()) {
+    if (e.method == method && e.pattern == pattern) return &e.policy;
+  }
+  return nullptr;
+}
+
+/// What the API owns beyond the routes: the limiter buckets, the permission timeout timer and the
+/// chain's dependencies (which refer to both).
+struct api_state {
+  service_context& ctx;
+  middleware::rate_limiter limiter;
+  middleware::deadline_timer timer;
+  middleware::chain_deps deps;
+
+  explicit api_state(service_context& c)
+      : ctx(c),
+        deps{[&c] { return c.config.current(); }, limiter, c.metrics, nullptr,
+             [] { return std::chrono::system_clock::now(); }} {}
+};
+
+std::chrono::milliseconds permission_timeout(const config::snapshot& snap) {
+  auto v = snap.int_or("auth.permission_timeout_ms", 2000);
+  return std::chrono::milliseconds(v > 0 ? v : 2000);
+}
+
+/// One round trip to the permission service on the external pool, raced against a timer so the
+/// chain is always answered: whichever comes first wins, the other is ignored. A full pool, a
+/// missing pool or a timeout are errors, and errors deny (403).
+middleware::permission_check make_permission_check(std::weak_ptr<api_state> weak) {
+  return [weak](std::string subject, std::vector<std::string> rules, middleware::permission_callback cb) {
+    using middleware::permission_outcome;
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto answer = [once, cb = std::move(cb)](permission_outcome o) {
+      if (!once->exchange(true)) cb(std::move(o));
+    };
+    auto state = weak.lock();
+    if (!state) return answer(permission_outcome::failed("service stopping"));
+    auto snap = state->ctx.config.current();
+    state->timer.schedule(permission_timeout(*snap),
+                          [answer] { answer(permission_outcome::failed("permission check timed out")); });
+    auto* pool = state->ctx.services ? state->ctx.services->external : nullptr;
+    if (!pool) return answer(permission_outcome::failed("no external pool"));
+    bool queued = pool->try_submit([snap, subject = std::move(subject), rules = std::move(rules),
+                                    answer](clients::external_context& ec) {
+      try {
+        ec.refresh(*snap);
+        auto a = ec.permission.check(subject, rules);
+        if (a.error) return answer(permission_outcome::failed(clients::describe(*a.error)));
+        answer(permission_outcome::granted_rules(std::move(a.granted)));
+      } catch (const std::exception& e) {
+        answer(permission_outcome::failed(std::string("permission client threw: ") + e.what()));
+      } catch (...) {
+        answer(permission_outcome::failed("permission client threw"));
+      }
+    });
+    if (!queued) answer(permission_outcome::failed("external pool full"));
+  };
+}
+
+}  // namespace
+
+std::optional<std::string> authenticated_operator(const http_server::request& req) {
+  auto h = req.headers.find(authenticated_operator_header);
+  if (h == req.headers.end() || h->second.empty()) return std::nullopt;
+  return h->second;
+}
+
+// THE policy table. Every route the service serves appears here once; openapi.cpp documents the
+// same set and http_policy_test checks both against build_routes().
+const std::vector<route_policy_entry>& route_policies() {
+  static const std::vector<route_policy_entry> table = {
+      // User API. Trade-off (seed API 3.2): rate limiting runs BEFORE the idempotency check, so a
+      // retry over quota gets 429 RATE_LIMITED instead of its replayed response; it gets the
+      // replay once Retry-After has passed.
+      {"POST", "/api/v1/changes", user_write("submit", "rate_limit.submit", "submit")},
+      {"GET", "/api/v1/changes/{id}", user_read()},
+      {"GET", "/api/v1/changes", user_read()},
+      // Callbacks from the approval system and the deploy pipeline.
+      {"POST", "/api/v1/callbacks/approval", callback_route()},
+      {"POST", "/api/v1/callbacks/deploy", callback_route()},
+      // Ops API (authorized with the ops rule codes, audited by each action).
+      {"GET", "/api/v1/ops/whoami", ops_route()},
+      {"GET", "/api/v1/ops/overview", ops_route()},
+      {"GET", "/api/v1/ops/actors", ops_route()},
+      {"GET", "/api/v1/ops/operations", ops_route()},
+      {"GET", "/api/v1/ops/operations/{id}", ops_route()},
+      {"POST", "/api/v1/ops/operations/{id}/retrigger", ops_route()},
+      {"POST", "/api/v1/ops/operations/{id}/fail", ops_route()},
+      {"POST", "/api/v1/ops/operations/{id}/close", ops_route()},
+      {"POST", "/api/v1/ops/operations/{id}/resend-approval", ops_route()},
+      {"POST", "/api/v1/ops/bulk/{action}", ops_route()},
+      {"GET", "/api/v1/ops/audit", ops_route()},
+      {"GET", "/api/v1/ops/config", ops_route()},
+      {"GET", "/api/v1/ops/instances", ops_route()},
+      {"GET", "/api/v1/ops/callbacks", ops_route()},
+      {"POST", "/api/v1/ops/reconcile", ops_route()},
+      {"GET", "/api/v1/ops/batches", ops_route()},
+      {"GET", "/api/v1/ops/batches/{id}", ops_route()},
+      {"POST", "/api/v1/ops/batches/{id}/settle", ops_route()},
+      {"POST", "/api/v1/ops/batches/{id}/unblock", ops_route()},
+      {"POST", "/api/v1/ops/batch/round", ops_route()},
+      // The console (static files; the API calls it makes carry their own authorization).
+      {"GET", "/console", open_route()},
+      {"GET", "/console/{s1}", open_route()},
+      {"GET", "/console/{s1}/{s2}", open_route()},
+      {"GET", "/console/{s1}/{s2}/{s3}", open_route()},
+      {"GET", "/console/{s1}/{s2}/{s3}/{s4}", open_route()},
+      {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}", open_route()},
+      {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}", open_route()},
+      // Infrastructure: open, never limited (probes and scrapers must always get through).
+      {"GET", "/healthz", open_route()},
+      {"GET", "/readyz", open_route()},
+      {"GET", "/metrics", open_route()},
+      {"GET", "/api/openapi.json", open_route()},
+  };
+  return table;
+}
+
+std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<actors::batch_coordinator> batch) {
+  router plain;
+  add_health_routes(plain, ctx);
+  add_change_routes(plain, ctx);
+  add_callback_routes(plain, ctx);
+  add_reconcile_route(plain, ctx);
+  add_whoami_route(plain, ctx);
+  add_ops_routes(plain, ctx);
+  add_batch_routes(plain, ctx, std::move(batch));
+  add_console_routes(plain, [&ctx] { return ctx.config.current()->string_or("console.dir", ""); });
+  add_openapi_route(plain);
+  // Overlay the declared policies; a route added elsewhere with its own policy keeps it only if the
+  // table does not mention it (the table is the single source of truth).
+  auto routes = std::make_shared<router>();
+  for (auto r : plain.routes()) {
+    if (const auto* p = find_policy(r.method, r.pattern)) {
+      r.policy = *p;
+    } else {
+      log::warn("http.route_without_policy", {{"method", r.method}, {"pattern", r.pattern}});
+    }
+    routes->add(std::move(r));
+  }
+  return routes;
+}
+
 http_server::handler make_api(service_context& ctx, std::shared_ptr<const router> routes) {
-  return [&ctx, routes](http_server::request&& req, http_server::responder reply) {
+  auto state = std::make_shared<api_state>(ctx);
+  state->deps.check_permissions = make_permission_check(state);
+  return [&ctx, routes, state](http_server::request&& req, http_server::responder reply) {
+    // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
+    // wrapper; responses must not change.
+    if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->bool_or("metrics.fault_injection", false));
+
     auto m = routes->match(req.method, req.path);
     if (m.kind == router::match_kind::not_found) {
       return reply(client_error(404, "NOT_FOUND", "No such endpoint"));
@@ -20,9 +229,11 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
       r.set_header("Allow", allow);
       return reply(std::move(r));
     }
-    // API metrics: latency and status per route template, recorded when the reply is sent.
+    const route* matched = m.matched;
+    // API metrics: latency and status per route template, recorded when the reply is sent (also
+    // for requests the chain refused, so 401/403/429 show up in the latency histogram).
     auto started = std::chrono::steady_clock::now();
-    std::string pattern = m.matched->pattern;
+    std::string pattern = matched->pattern;
     std::string method = req.method;
     http_server::responder timed([&ctx, reply, started, pattern, method](http_server::response r) {
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -30,13 +241,30 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
                           {{"route", pattern}, {"method", method}, {"status", std::to_string(r.status)}}, seconds);
       reply(std::move(r));
     });
-    try {
-      m.matched->handler(req, m.params, timed);
-    } catch (const std::exception& e) {
-      timed(internal_error(std::string("handler threw: ") + e.what()));
-    } catch (...) {
-      timed(internal_error("handler threw a non-exception"));
-    }
+
+    // The reserved operator header is the server's to write: drop any client copy first.
+    req.headers.erase(std::string(authenticated_operator_header));
+    auto head = middleware::head_of(req, pattern);
+    auto shared_req = std::make_shared<http_server::request>(std::move(req));
+    auto params = std::make_shared<path_params>(std::move(m.params));
+    middleware::run_chain(
+        head, matched->policy, state->deps,
+        [routes, matched, shared_req, params, timed, state](middleware::chain_outcome out) {
+          if (!out.proceed()) return timed(std::move(*out.rejection));
+          if (out.who.id) shared_req->headers[std::string(authenticated_operator_header)] = out.who.id->account;
+          auto on_complete = out.on_complete;
+          http_server::responder completed([timed, on_complete](http_server::response r) {
+            if (on_complete) on_complete(r.status);  // never throws
+            timed(std::move(r));
+          });
+          try {
+            matched->handler(*shared_req, *params, completed);
+          } catch (const std::exception& e) {
+            completed(internal_error(std::string("handler threw: ") + e.what()));
+          } catch (...) {
+            completed(internal_error("handler threw a non-exception"));
+          }
+        });
   };
 }
 

@@ -1,17 +1,32 @@
 #pragma once
-// Assembles the HTTP API: the route table, and the request pipeline that every request goes
-// through (route match -> handler), with latency metrics per route template and status.
+// Assembles the HTTP API: the route table with every route's policy (declared in ONE table in
+// api.cpp, next to the routes), and the request pipeline every request goes through:
+//
+//   route match (404/405) -> middleware::run_chain BEFORE the body is parsed
+//        (rate limit -> authorization [permission check on the external pool, bounded by
+//         auth.permission_timeout_ms] -> access switch for user writes -> API metrics -> business
+//         metrics)
+//   -> handler -> chain on_complete(status) + latency per route template and status.
+//
+// Handlers learn the server-resolved operator through the reserved request header
+// `authenticated_operator_header`: the API first drops whatever the client sent under that name,
+// then writes the resolved identity (copy-then-overwrite, so it can never be forged).
 
+#include "actors/batch_coordinator.hpp"
 #include "actors/services.hpp"
 #include "config/store.hpp"
+#include "http/middleware/route_policy.hpp"
 #include "http/router.hpp"
 #include "http/server/message.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/db_pool.hpp"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace changeflow::http {
 
@@ -27,7 +42,32 @@ struct service_context {
   actors::services* services = nullptr;
 };
 
-/// Builds the request handler for http_server::server from a filled route table.
+/// Lower-case name of the reserved header holding the server-resolved account (absent when the
+/// caller is anonymous). Never trust a client value: make_api removes it before writing its own.
+inline constexpr std::string_view authenticated_operator_header = "x-changeflow-authenticated-operator";
+
+/// The server-resolved account of this request, if any.
+std::optional<std::string> authenticated_operator(const http_server::request& req);
+
+/// One row of the policy table.
+struct route_policy_entry {
+  std::string method;
+  std::string pattern;
+  middleware::route_policy policy;
+};
+
+/// Every route's policy, declared as data. A route missing from this table is served with an open
+/// policy and logged at start-up (http_policy_test asserts none is missing).
+const std::vector<route_policy_entry>& route_policies();
+
+/// The complete route table exactly as the service serves it (health, changes, callbacks, ops,
+/// openapi), each route carrying its policy from route_policies(). main and the tests share it.
+std::shared_ptr<const router> build_routes(service_context& ctx,
+                                           std::optional<actors::batch_coordinator> batch = std::nullopt);
+
+/// Builds the request handler for http_server::server from a filled route table. The handler owns
+/// the rate limiter and the permission-timeout timer; keep it alive until the external pool has
+/// been stopped (permission answers arriving later would find it gone).
 http_server::handler make_api(service_context& ctx, std::shared_ptr<const router> routes);
 
 }  // namespace changeflow::http

@@ -2,6 +2,7 @@
 // Route table: method + path template ("/api/v1/changes/{id}") -> handler and policy. Metrics use
 // the template, never the raw path, so label cardinality stays bounded.
 
+#include "http/middleware/route_policy.hpp"
 #include "http/server/message.hpp"
 
 #include <functional>
@@ -18,6 +19,9 @@ struct route {
   std::string method;
   std::string pattern;
   route_handler handler;
+  /// What the middleware chain enforces before the handler runs (rate limit, authorization,
+  /// metrics); the default is an open route with no limits.
+  middleware::route_policy policy{};
 };
 
 class router {

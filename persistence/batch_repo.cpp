@@ -1,6 +1,7 @@
 #include "persistence/batch_repo.hpp"
 
 #include "persistence/sql_util.hpp"
+#include "workflow/transitions.hpp"
 
 #include <algorithm>
 
@@ -105,6 +106,91 @@ bool guarded_fail(sql::Connection& conn, std::int64_t batch_id, batch_status exp
   st->setInt64(2, batch_id);
   st->setInt(3, static_cast<int>(expected));
   return st->executeUpdate() == 1;
+}
+
+// Moves member operations `from` -> `to` inside the caller's transaction: locks the matching
+// operation rows first (the fixed lock order: operation, then binding), then per chunk writes the
+// timeline events, the guarded step change and the binding phase. `where` filters operation rows.
+struct op_move {
+  workflow::step from;
+  workflow::step to;
+  std::string cause;
+  std::string instance_id;
+  std::string extra_set;  // e.g. ", batch_id = NULL, mr_iid = NULL"
+  std::function<void(sql::PreparedStatement&, int)> bind_extra = {};
+  int extra_params = 0;
+};
+
+std::vector<std::string> lock_operations(sql::Connection& conn, const std::string& where,
+                                         const std::function<int(sql::PreparedStatement&, int)>& bind,
+                                         workflow::step from) {
+  auto st = prepare(conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where +
+                              " ORDER BY operation_id FOR UPDATE");
+  st->setInt(1, workflow::code_of(from));
+  bind(*st, 2);
+  rs_ptr rs(st->executeQuery());
+  std::vector<std::string> ids;
+  while (rs->next()) ids.push_back(detail::str(*rs, "operation_id"));
+  return ids;
+}
+
+int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, const op_move& m) {
+  if (!workflow::is_allowed(m.from, m.to)) return 0;  // never write an edge the table forbids
+  const std::string to_phase(workflow::to_string(workflow::phase_of(m.to)));
+  const std::string from_phase(workflow::to_string(workflow::phase_of(m.from)));
+  int moved = 0;
+  for (const auto& chunk : detail::chunks(ids)) {
+    const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
+    auto ev = prepare(conn,
+                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
+                      "to_phase, cause, actor, instance_id, version, at) SELECT operation_id, step, "
+                      "?, ?, ?, ?, 'batch', ?, version + 1, NOW(3) FROM operation WHERE step = ? "
+                      "AND operation_id" + in);
+    ev->setInt(1, workflow::code_of(m.to));
+    ev->setString(2, from_phase);
+    ev->setString(3, to_phase);
+    ev->setString(4, m.cause.substr(0, 255));
+    detail::set_opt_string(*ev, 5, m.instance_id.empty() ? std::nullopt : std::optional(m.instance_id));
+    ev->setInt(6, workflow::code_of(m.from));
+    for (std::size_t i = 0; i < chunk.size(); ++i) ev->setString(static_cast<int>(i + 7), chunk[i]);
+    ev->executeUpdate();
+
+    auto up = prepare(conn, "UPDATE operation SET step = ?, phase = ?, version = version + 1, "
+                            "next_wake_at = NULL" + m.extra_set +
+                                " WHERE step = ? AND operation_id" + in);
+    int i = 1;
+    up->setInt(i++, workflow::code_of(m.to));
+    up->setString(i++, to_phase);
+    if (m.bind_extra) m.bind_extra(*up, i);
+    i += m.extra_params;
+    up->setInt(i++, workflow::code_of(m.from));
+    for (const auto& id : chunk) up->setString(i++, id);
+    moved += up->executeUpdate();
+
+    auto b = prepare(conn, "UPDATE binding SET phase = ? WHERE operation_id" + in);
+    b->setString(1, to_phase);
+    for (std::size_t k = 0; k < chunk.size(); ++k) b->setString(static_cast<int>(k + 2), chunk[k]);
+    b->executeUpdate();
+  }
+  return moved;
+}
+
+/// Claimed members of the batch (operation.batch_id is set when they are marked claimed).
+std::vector<std::string> lock_claimed_members(sql::Connection& conn, std::int64_t batch_id) {
+  return lock_operations(conn, "batch_id = ?",
+                         [&](sql::PreparedStatement& st, int i) {
+                           st.setInt64(i, batch_id);
+                           return i + 1;
+                         },
+                         workflow::step::BATCH_CLAIMED);
+}
+
+op_move back_to_waiting(const std::string& cause) {
+  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_WAITING, cause, "",
+          ", batch_id = NULL, mr_iid = NULL, mr_url = NULL", {}, 0};
+}
+op_move failed_alone(const std::string& cause) {
+  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_FAILED, cause, "", "", {}, 0};
 }
 }  // namespace
 
@@ -220,6 +306,10 @@ db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
                                        "batch " + std::to_string(batch_id) + " already settled");
       }
       const bool requeue = reset == member_reset::requeue;
+      // Member operations follow their processing record (no-op for rows without an operation).
+      move_operations(conn, lock_claimed_members(conn, batch_id),
+                      requeue ? back_to_waiting("batch " + std::to_string(batch_id) + " failed: " + reason)
+                              : failed_alone("batch " + std::to_string(batch_id) + " failed: " + reason));
       append_history(conn, batch_id, requeue ? "REQUEUED" : "REMOVED", "batch_id = ?",
                      [&](auto& st, int i) { st.setInt64(i, batch_id); });
       auto st = prepare(
@@ -242,6 +332,19 @@ db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
       if (!guarded_fail(conn, batch_id, batch_status::RUNNING, reason)) {
         return db_result<int>::failure(db_outcome::preempted,
                                        "batch " + std::to_string(batch_id) + " is not RUNNING");
+      }
+      {
+        // Member operations: the ones in a group wait again, the others failed alone.
+        std::vector<std::string> requeued_ids;
+        for (const auto& g : groups) requeued_ids.insert(requeued_ids.end(), g.begin(), g.end());
+        auto claimed = lock_claimed_members(conn, batch_id);
+        std::vector<std::string> back, failed;
+        for (const auto& id : claimed) {
+          (std::find(requeued_ids.begin(), requeued_ids.end(), id) != requeued_ids.end() ? back : failed)
+              .push_back(id);
+        }
+        move_operations(conn, back, back_to_waiting("batch " + std::to_string(batch_id) + ": " + reason));
+        move_operations(conn, failed, failed_alone("batch " + std::to_string(batch_id) + ": " + reason));
       }
       // Fresh group numbers above every existing one; only the slot holder requeues, so no race
       // here.
@@ -343,6 +446,168 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& c
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) out.push_back(rs->getInt64(1));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+
+db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id) {
+  return guarded<int>([&]() -> db_result<int> {
+    // The batch that last requeued this batch's oldest member, when that member is a bisection half.
+    auto st = prepare(conn,
+                      "SELECT p.id, p.split_depth, p.failure_reason FROM merge_batch_request r "
+                      "JOIN merge_batch_history h ON h.operation_id = r.operation_id AND "
+                      "h.event = 'REQUEUED' AND h.batch_id <> r.batch_id "
+                      "JOIN merge_batch p ON p.id = h.batch_id "
+                      "WHERE r.batch_id = ? AND r.split_group <> 0 ORDER BY h.id DESC LIMIT 1");
+    st->setInt64(1, batch_id);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return db_result<int>::success(0);
+    const std::int64_t parent = rs->getInt64("id");
+    const auto reason = detail::str(*rs, "failure_reason");
+    const int depth = rs->getInt("split_depth") + (reason.rfind("bisect", 0) == 0 ? 1 : 0);
+    auto up = prepare(conn, "UPDATE merge_batch SET split_depth = ?, parent_batch_id = ? WHERE id = ?");
+    up->setInt(1, depth);
+    up->setInt64(2, parent);
+    up->setInt64(3, batch_id);
+    up->executeUpdate();
+    return db_result<int>::success(depth);
+  });
+}
+
+db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
+                             const std::vector<std::string>& operation_ids) {
+  if (operation_ids.empty()) return db_result<int>::success(0);
+  return detail::retry_on_deadlock<int>([&] {
+    return guarded<int>([&]() -> db_result<int> {
+      detail::transaction tx(conn);
+      auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
+      lock->setInt64(1, batch_id);
+      rs_ptr lrs(lock->executeQuery());
+      if (!lrs->next()) return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
+      int released = 0;
+      for (const auto& chunk : detail::chunks(operation_ids)) {
+        const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
+        append_history(conn, batch_id, "DEFERRED", "batch_id = ? AND operation_id" + in,
+                       [&](auto& st, int i) {
+                         st.setInt64(i++, batch_id);
+                         for (const auto& id : chunk) st.setString(i++, id);
+                       });
+        auto up = prepare(conn, "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ? "
+                                "AND operation_id" + in);
+        up->setInt64(1, batch_id);
+        for (std::size_t i = 0; i < chunk.size(); ++i) up->setString(static_cast<int>(i + 2), chunk[i]);
+        released += up->executeUpdate();
+      }
+      tx.commit();
+      return db_result<int>::success(released);
+    });
+  });
+}
+
+db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id,
+                                    const std::string& instance_id) {
+  return detail::retry_on_deadlock<int>([&] {
+    return guarded<int>([&]() -> db_result<int> {
+      detail::transaction tx(conn);
+      auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
+      lock->setInt64(1, batch_id);
+      rs_ptr lrs(lock->executeQuery());
+      if (!lrs->next()) return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
+      auto ids = lock_operations(
+          conn, "operation_id IN (SELECT operation_id FROM merge_batch_request WHERE batch_id = ?)",
+          [&](sql::PreparedStatement& st, int i) {
+            st.setInt64(i, batch_id);
+            return i + 1;
+          },
+          workflow::step::BATCH_WAITING);
+      op_move m{workflow::step::BATCH_WAITING, workflow::step::BATCH_CLAIMED,
+                "claimed by batch " + std::to_string(batch_id), instance_id, ", batch_id = ?",
+                [&](sql::PreparedStatement& st, int i) { st.setInt64(i, batch_id); }, 1};
+      int moved = move_operations(conn, ids, m);
+      tx.commit();
+      return db_result<int>::success(moved);
+    });
+  });
+}
+
+db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                                const std::string& branch, const std::string& mr_url) {
+  return detail::retry_on_deadlock<done>([&] {
+    return guarded<done>([&]() -> db_result<done> {
+      detail::transaction tx(conn);
+      auto st = prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
+      st->setInt64(1, mr_iid);
+      st->setString(2, branch);
+      st->setInt64(3, batch_id);
+      if (st->executeUpdate() != 1)
+        return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
+      auto ops = prepare(conn, "UPDATE operation SET mr_iid = ?, mr_url = ? WHERE batch_id = ? AND step = ?");
+      ops->setInt64(1, mr_iid);
+      ops->setString(2, mr_url);
+      ops->setInt64(3, batch_id);
+      ops->setInt(4, workflow::code_of(workflow::step::BATCH_CLAIMED));
+      ops->executeUpdate();
+      tx.commit();
+      return db_result<done>::success({});
+    });
+  });
+}
+
+db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id,
+                                batch_status expected, std::int64_t mr_iid,
+                                const std::string& cause, const std::string& instance_id) {
+  return detail::retry_on_deadlock<int>([&] {
+    return guarded<int>([&]() -> db_result<int> {
+      detail::transaction tx(conn);
+      // Guarded write first: a second settler (sweep, operator, another instance) stops here.
+      auto st = prepare(conn, "UPDATE merge_batch SET status = 2, mr_iid = COALESCE(mr_iid, ?) "
+                              "WHERE id = ? AND status = ?");
+      st->setInt64(1, mr_iid);
+      st->setInt64(2, batch_id);
+      st->setInt(3, static_cast<int>(expected));
+      if (st->executeUpdate() != 1) {
+        return db_result<int>::failure(db_outcome::preempted,
+                                       "batch " + std::to_string(batch_id) + " already settled");
+      }
+      op_move m{workflow::step::BATCH_CLAIMED, workflow::step::BATCH_MERGED, cause, instance_id,
+                ", mr_iid = ?", [&](sql::PreparedStatement& s, int i) { s.setInt64(i, mr_iid); }, 1};
+      int moved = move_operations(conn, lock_claimed_members(conn, batch_id), m);
+      tx.commit();
+      return db_result<int>::success(moved);
+    });
+  });
+}
+
+db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn) {
+  using V = std::optional<batch_row>;
+  std::int64_t id = 0;
+  auto r = guarded<V>([&]() -> db_result<V> {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    rs_ptr rs(st->executeQuery("SELECT id FROM merge_batch WHERE active_slot = 1"));
+    if (rs->next()) id = rs->getInt64(1);
+    return db_result<V>::success(std::nullopt);
+  });
+  if (!r.ok() || id == 0) return r;
+  auto b = load_batch(conn, id);
+  if (!b.ok()) {
+    if (b.outcome == db_outcome::not_found) return db_result<V>::success(std::nullopt);
+    return db_result<V>::failure(b.error);
+  }
+  return db_result<V>::success(std::move(b.value));
+}
+
+db_result<std::vector<waiting_row>> list_waiting(sql::Connection& conn, int limit) {
+  using V = std::vector<waiting_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT operation_id, split_group, " + detail::ms("created_at") +
+                                " AS admitted_ms FROM merge_batch_request WHERE batch_id IS NULL "
+                                "ORDER BY created_at, id LIMIT ?");
+    st->setInt(1, limit);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next())
+      out.push_back({detail::str(*rs, "operation_id"), rs->getInt("split_group"), rs->getInt64("admitted_ms")});
     return db_result<V>::success(std::move(out));
   });
 }

@@ -100,4 +100,45 @@ db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64
 /// caller settles each (close the MR first, seeds 3.7) through the guarded settle_failed_batch.
 db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
 
+
+// -- coordinator support (issue 8): the member operations move with their batch, bulk and guarded
+// by step, in the same transaction as the batch write that causes the move (guarded write first).
+
+/// After a claim: a bisection half (split group != 0) records the batch it was split from and is
+/// one level deeper (failure_reason of that batch starts with "bisect"); other batches stay at 0.
+/// Returns the depth.
+db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id);
+
+/// Same-file conflict: these claimed members go back to the waiting set (created_at kept, so they
+/// lead the next round), guarded by the batch still RUNNING; history event DEFERRED. Their
+/// operations are still BATCH_WAITING (they were never marked claimed). Returns rows released.
+db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
+                             const std::vector<std::string>& operation_ids);
+
+/// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set), bulk, guarded
+/// by step and by the batch still RUNNING. Returns the operations moved.
+db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id,
+                                    const std::string& instance_id);
+
+/// set_batch_mr plus every claimed member's mr_iid/mr_url, one transaction.
+db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                                const std::string& branch, const std::string& mr_url);
+
+/// Success (or "merged wins"): guarded expected -> SUCCEEDED first, then members BATCH_CLAIMED ->
+/// BATCH_MERGED with the MR number, one transaction. Returns the operations moved.
+db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id,
+                                batch_status expected, std::int64_t mr_iid,
+                                const std::string& cause, const std::string& instance_id);
+
+/// The active batch (RUNNING or BLOCKED), if any, with its members.
+db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn);
+
+struct waiting_row {
+  std::string operation_id;
+  int split_group = 0;
+  std::int64_t admitted_at_ms = 0;
+};
+/// The waiting set, oldest first (ops view).
+db_result<std::vector<waiting_row>> list_waiting(sql::Connection& conn, int limit);
+
 }  // namespace changeflow::persistence

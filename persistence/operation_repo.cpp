@@ -366,6 +366,22 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
     detail::transaction tx(conn);
     auto r = detail::apply_transition(conn, req);
     if (!r.ok()) return r;  // rolled back by the guard
+    // Batch admission (issue 8): entering BATCH_WAITING admits the operation to the waiting set in
+    // the SAME transaction, so no operation can sit in BATCH_WAITING without a merge_batch_request
+    // row (a crash between two transactions would strand it: no actor runs for BATCH_WAITING).
+    // Chosen over "the coordinator admits pending BATCH_WAITING operations at round start" because
+    // that needs a scan of operation by step every round. A duplicate key means "already admitted"
+    // (I4: a requeued member keeps its row, an operator re-trigger after BATCH_FAILED re-inserts).
+    if (req.to == step::BATCH_WAITING) {
+      auto adm = prepare(
+          conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+      adm->setString(1, req.operation_id);
+      try {
+        adm->executeUpdate();
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() != 1062) throw;
+      }
+    }
     tx.commit();
     return r;
   });

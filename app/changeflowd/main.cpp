@@ -1,16 +1,25 @@
 // changeflowd: assembly only. Reads the configuration, migrates the schema, starts the actor
 // system, the worker pools and the HTTP server, and stops all of it on SIGINT/SIGTERM.
 
+#include "actors/lease_keeper.hpp"  // durability (issue 9)
+#include "actors/idempotency_cleaner.hpp"
+#include "actors/reconciler.hpp"  // callbacks/reconciliation (issue 6)
+#include "actors/batch_coordinator.hpp"  // batch coordinator (issue 8)
 #include "actors/registry.hpp"
+#include "actors/rehydrator.hpp"  // durability (issue 9)
+#include "actors/sweeper.hpp"     // durability (issue 9)
 #include "actors/services.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/external_context.hpp"
 #include "config/store.hpp"
 #include "http/api.hpp"
+#include "http/handlers/batch.hpp"  // batch coordinator (issue 8)
 #include "http/handlers/callbacks.hpp"
 #include "http/handlers/changes.hpp"
 #include "http/handlers/health.hpp"
+#include "http/handlers/ops.hpp"            // ops area (issue 10)
+#include "http/handlers/static_files.hpp"   // ops area (issue 10)
 #include "messages/messages.hpp"
 #include "http/server/server.hpp"
 #include "metrics/registry.hpp"
@@ -217,10 +226,41 @@ int main(int argc, char** argv) {
   });
 
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
-  auto routes = std::make_shared<http::router>();
-  http::add_health_routes(*routes, ctx);
-  http::add_change_routes(*routes, ctx);
-  http::add_callback_routes(*routes, ctx);
+  // -- durability (issue 9): register the instance lease, resume every owned operation (paced; /readyz
+  // says "rehydrating N/M" until done), take over expired peers' operations, sweep timeouts.
+  actors::rehydrator rehydrate(svc);
+  actors::lease_keeper lease(svc, rehydrate);
+  actors::sweeper sweeps(svc, rehydrate);
+  if (!lease.register_now(std::chrono::seconds(10))) {
+    log::error("startup.instance_register_failed", {{"instance_id", svc.instance_id}});
+    return 1;
+  }
+  {
+    auto earlier = ctx.not_ready_reason;
+    ctx.not_ready_reason = [earlier, &rehydrate]() -> std::optional<std::string> {
+      if (earlier) {
+        if (auto r = earlier()) return r;
+      }
+      return rehydrate.not_ready_reason();
+    };
+  }
+  rehydrate.start();
+  lease.start();
+  sweeps.start();
+  metrics.on_collect([&rehydrate](metrics::registry& m) {
+    m.set("changeflow_rehydrate_queue", "Operations waiting for a paced resume", {},
+          static_cast<double>(rehydrate.queued()));
+  });
+  actors::idempotency_cleaner idem_cleaner(cfg, *db, metrics);
+  idem_cleaner.start();
+  // Reconciliation of lost deploy callbacks (reconcile.interval_ms, hot; manual trigger via ops).
+  auto reconciler = actors::spawn_reconciler(svc);
+  // One batch coordinator per instance, always running: a round is a lock-free pre-check when
+  // nothing waits; batch.enabled only decides whether approved changes enter the waiting set.
+  // It resumes a RUNNING batch at start.
+  auto batch_coordinator = actors::spawn_batch_coordinator(svc);
+  // -- HTTP API: one route table with its policies, shared with the tests (http::build_routes).
+  auto routes = http::build_routes(ctx, batch_coordinator);
 
   http_server::server_options server_opts;
   server_opts.address = snap->string_or("http.address", "127.0.0.1");
@@ -250,11 +290,41 @@ int main(int argc, char** argv) {
   server.stop_accepting();
   server.stop();
   cfg.stop_watching();
+  idem_cleaner.stop();  // api area
+  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);  // callbacks/reconciliation (issue 6)
+  caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator (issue 8)
+  // -- durability (issue 9): no new work; give in-flight steps until the deadline to finish and
+  // persist (whatever is still running then resumes from its stored row at the next owner).
+  sweeps.stop();
+  lease.stop();
+  rehydrate.stop();
+  {
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(std::max<std::int64_t>(0, cfg.current()->int_or("durability.shutdown_deadline_ms", 5000)));
+    while (std::chrono::steady_clock::now() < deadline &&
+           !live_actors.list([](const actors::live_summary& a) { return a.busy; }, 1).empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   // Request actors are stateless beyond their rows: stop them, then the pools they use.
   for (const auto& a : live_actors.list(nullptr, SIZE_MAX)) {
     if (auto h = live_actors.find(a.operation_id)) caf::anon_send_exit(*h, caf::exit_reason::user_shutdown);
   }
+  {
+    // durability (issue 9): each actor leaves the registry as it exits; wait for that (bounded) so no
+    // actor outlives the registry and services it points to when main's locals are destroyed.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (live_actors.size() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (live_actors.size() > 0) {
+      log::warn("shutdown.actors_still_live", {{"count", live_actors.size()}});
+      system.await_actors_before_shutdown(false);
+    }
+  }
   external.stop();
+  // Release the lease last (after the final fenced writes were queued) so peers take over at once.
+  lease.release_now(std::chrono::seconds(3));  // durability (issue 9)
   db->stop();
   log::info("shutdown.done");
   return 0;

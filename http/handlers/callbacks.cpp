@@ -1,11 +1,13 @@
 #include "http/handlers/callbacks.hpp"
 
+#include "actors/reconciler.hpp"
 #include "actors/request_actor.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "http/envelope.hpp"
 #include "messages/messages.hpp"
 #include "persistence/callback_repo.hpp"
+#include "persistence/reconcile_repo.hpp"
 
 #include <caf/all.hpp>
 #include <cppconn/exception.h>
@@ -20,6 +22,11 @@ http_server::response outcome_response(std::string_view outcome, nlohmann::json 
   extra["outcome"] = outcome;
   // Always 2xx once authenticated and well-formed, so the sender stops retrying.
   return ok(extra);
+}
+
+void count_callback(metrics::registry& m, std::string_view kind, std::string_view outcome) {
+  m.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
+        {{"kind", std::string(kind)}, {"outcome", std::string(outcome)}});
 }
 
 /// Tells the operation's actor to reload its row; spawns one when none lives here (the process
@@ -38,8 +45,7 @@ void nudge(actors::services* svc, persistence::db_context& db, const std::string
 void approval_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto snap = ctx.config.current();
   if (!approval_signature_valid(req, snap->get_string("callbacks.approval_secret"))) {
-    ctx.metrics.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
-                    {{"kind", "approval"}, {"outcome", "UNAUTHENTICATED"}});
+    count_callback(ctx.metrics, "approval", "UNAUTHENTICATED");
     return reply(client_error(401, "UNAUTHENTICATED", "Callback signature missing or invalid"));
   }
   auto j = nlohmann::json::parse(req.body, nullptr, false);
@@ -78,11 +84,16 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
         return reply(internal_error("database: " + r.error.message));
       }
       auto outcome = std::string(persistence::to_string(r.value.outcome));
-      metrics->inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
-                   {{"kind", "approval"}, {"outcome", outcome}});
+      count_callback(*metrics, "approval", outcome);
       log::info("callback.approval", {{"operation_id", operation_id}, {"callback_id", callback_id},
                                       {"result", result}, {"outcome", outcome}});
-      if (r.value.outcome == persistence::callback_outcome::APPLIED) nudge(svc, db, operation_id, "approval callback");
+      // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
+      // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
+      // already-applied row; a reload of an unchanged row is harmless.
+      if (r.value.outcome == persistence::callback_outcome::APPLIED ||
+          r.value.outcome == persistence::callback_outcome::DUPLICATE) {
+        nudge(svc, db, operation_id, "approval callback");
+      }
       reply(outcome_response(outcome));
     } catch (const sql::SQLException& e) {
       db.reset();
@@ -92,13 +103,69 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
 }
 
+/// What a recorded deploy delivery did: which operations it names, and the classified outcome.
+struct deploy_applied {
+  persistence::deploy_outcome outcome = persistence::deploy_outcome::IGNORED_STALE;
+  int matched = 0;
+  int validated = 0;
+};
+
+/// Runs on a db worker after the delivery was recorded. The candidates are the operations the
+/// pipeline named, or else the operations carrying this MR number in our project (the MR ->
+/// operation mapping is ours, so this is an exact match, not an inference).
+persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const persistence::deploy_callback_in& cb,
+                                                    const std::vector<std::string>& named_ids,
+                                                    const std::string& our_project, metrics::registry& metrics) {
+  using R = persistence::db_result<deploy_applied>;
+  using persistence::deploy_outcome;
+  deploy_applied out;
+  if (cb.status != "success") {
+    // Not in effect: nothing to validate. A failed deploy is kept (and counted) for the operators;
+    // it never raises the reconciliation watermark (that one reads successes only).
+    out.outcome = cb.status == "failed" ? deploy_outcome::DEPLOY_FAILED : deploy_outcome::IGNORED_STALE;
+    return R::success(out);
+  }
+  std::vector<std::string> candidates = named_ids;
+  if (candidates.empty() && cb.project == our_project) {
+    auto by_mr = persistence::operations_for_mr(conn, cb.mr_iid);
+    if (!by_mr.ok()) return R::failure(by_mr.error);
+    for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
+  }
+  out.matched = static_cast<int>(candidates.size());
+  std::vector<std::string> not_flipped;
+  for (const auto& id : candidates) {
+    auto r = actors::validate_and_count(conn, id, actors::validation_path::callback, metrics);
+    if (!r.ok() && r.outcome != persistence::db_outcome::not_found) return R::failure(r.error);
+    if (r.ok() && r.value) {
+      ++out.validated;
+    } else {
+      not_flipped.push_back(id);
+    }
+  }
+  if (out.validated > 0) {
+    out.outcome = deploy_outcome::APPLIED;
+    return R::success(out);
+  }
+  // Nothing flipped. When an operation is still on its way to MERGED, the callback overtook our own
+  // write (merge answered, MERGED not yet committed): OUT_OF_ORDER. Its MR number is recorded, so
+  // reconciliation converges it once it is MERGED and older than min_age (mr_iid <= watermark).
+  auto rows = persistence::load_operations(conn, not_flipped);
+  if (!rows.ok()) return R::failure(rows.error);
+  out.outcome = deploy_outcome::IGNORED_STALE;
+  for (const auto& row : rows.value) {
+    if (!workflow::is_terminal(row.phase) && row.phase != workflow::phase::MERGED) {
+      out.outcome = deploy_outcome::OUT_OF_ORDER;
+    }
+  }
+  return R::success(out);
+}
+
 void deploy_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto snap = ctx.config.current();
   auto secret = snap->get_string("callbacks.deploy_secret");
   auto token = req.header("x-gitlab-token");
   if (!secret || !token || !ids::constant_time_equal(*token, *secret)) {
-    ctx.metrics.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
-                    {{"kind", "deploy"}, {"outcome", "UNAUTHENTICATED"}});
+    count_callback(ctx.metrics, "deploy", "UNAUTHENTICATED");
     return reply(client_error(401, "UNAUTHENTICATED", "Callback token missing or invalid"));
   }
   auto j = nlohmann::json::parse(req.body, nullptr, false);
@@ -117,8 +184,12 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
   }
   cb.mr_iid = j["mrIid"].get<std::int64_t>();
   cb.project = j.contains("project") && j["project"].is_string() ? j["project"].get<std::string>() : "";
+  if (cb.project.size() > 255) return reply(client_error(400, "BAD_REQUEST", "'project' is too long"));
   if (j.contains("pipelineId") && j["pipelineId"].is_number_integer()) cb.pipeline_id = j["pipelineId"].get<std::int64_t>();
   cb.status = j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
+  if (cb.status.empty() || cb.status.size() > 32) {
+    return reply(client_error(400, "BAD_REQUEST", "'status' is required (1-32 characters)"));
+  }
   std::vector<std::string> operation_ids;
   if (j.contains("operationIds") && j["operationIds"].is_array()) {
     for (const auto& id : j["operationIds"]) {
@@ -130,38 +201,52 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
     cb.operation_ids_json = j["operationIds"].dump();
   }
   auto* metrics = &ctx.metrics;
+  std::string our_project = snap->string_or("gitlab.project", "");
+  std::string payload = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
     try {
       auto& conn = db.get();
-      auto recorded = persistence::record_deploy_callback(conn, cb);
+      // Durable before anything else: the MR number (watermark) and the ledger row commit together.
+      auto recorded = persistence::record_deploy_delivery(conn, cb, payload);
       if (!recorded.ok()) {
         if (recorded.outcome == db_outcome::retryable) db.reset();
         return reply(internal_error("database: " + recorded.error.message,
                                     recorded.outcome == db_outcome::retryable ? 503 : 500));
       }
       if (recorded.value == persistence::record_outcome::duplicate) {
-        metrics->inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
-                     {{"kind", "deploy"}, {"outcome", "DUPLICATE"}});
+        count_callback(*metrics, "deploy", "DUPLICATE");
         return reply(outcome_response("DUPLICATE"));
       }
-      int flipped = 0;
-      if (cb.status == "success") {
-        // Exact match when the pipeline names the operations; otherwise the MR number is recorded and
-        // reconciliation infers the rest from the watermark.
-        for (const auto& id : operation_ids) {
-          auto r = persistence::mark_validated(conn, id, "callback");
-          if (r.ok() && r.value) {
-            ++flipped;
-            metrics->inc("changeflow_validated_total", "Operations validated, by path", {{"via", "callback"}});
-          }
-        }
+      auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
+      if (!applied.ok()) {
+        // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
+        // makes the sender retry; the retry is a DUPLICATE, and reconciliation (mr_iid <= the
+        // recorded watermark) converges the operations.
+        if (applied.outcome == db_outcome::retryable) db.reset();
+        return reply(internal_error("database: " + applied.error.message, 503));
       }
-      metrics->inc("changeflow_callbacks_total", "Callbacks by kind and outcome", {{"kind", "deploy"}, {"outcome", "APPLIED"}});
-      reply(outcome_response("APPLIED", {{"validated", flipped}}));
+      auto outcome = std::string(persistence::to_string(applied.value.outcome));
+      auto set = persistence::set_deploy_outcome(conn, cb.delivery_id, applied.value.outcome);
+      if (!set.ok()) log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
+      count_callback(*metrics, "deploy", outcome);
+      log::info("callback.deploy", {{"delivery_id", cb.delivery_id}, {"mr_iid", cb.mr_iid}, {"status", cb.status},
+                                    {"matched", applied.value.matched}, {"validated", applied.value.validated},
+                                    {"outcome", outcome}});
+      reply(outcome_response(outcome, {{"matched", applied.value.matched}, {"validated", applied.value.validated}}));
     } catch (const sql::SQLException& e) {
       db.reset();
       reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
     }
+  });
+  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+}
+
+/// POST /api/v1/ops/reconcile: one reconciliation run now, the same code the timer runs; answers
+/// what it did. Overlapping with a timer run is safe (mark_validated flips exactly once).
+void manual_reconcile(service_context& ctx, http_server::responder reply) {
+  bool queued = actors::submit_reconciliation(*ctx.services, "manual", [reply](actors::reconcile_report r) {
+    if (!r.ok) return reply(internal_error("reconciliation: " + r.error, 503));
+    reply(ok(actors::to_json(r)));
   });
   if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
 }
@@ -188,6 +273,19 @@ void add_callback_routes(router& r, service_context& ctx) {
          [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            deploy_callback(ctx, req, std::move(reply));
          }});
+}
+
+void add_reconcile_route(router& r, service_context& ctx) {
+  route rt{"POST", "/api/v1/ops/reconcile",
+           [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+             manual_reconcile(ctx, std::move(reply));
+           }};
+  // Ops API: authenticated operators only, once the middleware chain enforces policies.
+  rt.policy.bucket = "ops";
+  rt.policy.limit_key = "rate_limit.ops";
+  rt.policy.requires_identity = true;
+  rt.policy.required_rules_key = "auth.ops_rules";
+  r.add(std::move(rt));
 }
 
 }  // namespace changeflow::http

@@ -5,6 +5,11 @@
 #include "base/log.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
+#include "http/middleware/error_mapping.hpp"
+#include "http/middleware/idempotency.hpp"
+#include "persistence/idempotency_repo.hpp"
+
+#include <algorithm>
 
 #include <cppconn/exception.h>
 
@@ -13,18 +18,141 @@ namespace changeflow::http {
 namespace {
 
 using persistence::db_outcome;
+using middleware::api_outcome;
+using middleware::outcome_response;
 
 http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable) return internal_error("database: " + e.message, 503);
-  return internal_error("database: " + e.message);
+  if (e.outcome == db_outcome::retryable) return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
+  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
+}
+
+http_server::response overloaded() { return outcome_response(api_outcome::overloaded); }
+
+constexpr std::size_t max_idempotency_key_length = 200;
+constexpr std::string_view submit_route = "/api/v1/changes";
+
+/// Printable ASCII, 1..200 characters (the stored key is prefixed and must fit VARCHAR(255)).
+bool valid_idempotency_key(std::string_view k) {
+  if (k.empty() || k.size() > max_idempotency_key_length) return false;
+  return std::all_of(k.begin(), k.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+}
+
+/// Creates the operation and spawns its actor; the response the client gets (and, for 2xx, the one
+/// stored for replay). Runs on a database worker.
+http_server::response create_and_start(persistence::db_context& db, actors::services* svc,
+                                       const persistence::new_operation& op) {
+  auto r = persistence::create_operation(db.get(), op);
+  if (!r.ok()) {
+    if (r.outcome == db_outcome::retryable) db.reset();
+    return db_failure(r.error);
+  }
+  nlohmann::json data = {{"operationId", op.operation_id}, {"statusUrl", "/api/v1/changes/" + op.operation_id}};
+  switch (r.value) {
+    case persistence::create_outcome::created: {
+      persistence::operation_row row;
+      row.operation_id = op.operation_id;
+      row.subject_id = op.subject_id;
+      row.target_key = op.target_key;
+      row.flow = std::string(workflow::to_string(op.flow));
+      row.step = op.initial_step;
+      row.phase = workflow::phase_of(op.initial_step);
+      row.version = 1;
+      row.title = op.title;
+      row.payload_json = op.payload_json;
+      row.updated_at_ms = svc->now_ms();
+      actors::spawn_request_actor(*svc, actors::seed_from_row(row, svc->now_ms()));
+      svc->metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
+      data["phase"] = workflow::to_string(row.phase);
+      data["step"] = workflow::to_string(row.step);
+      return outcome_response(api_outcome::accepted, {}, data);
+    }
+    case persistence::create_outcome::duplicate_operation:
+      // The operation exists but this is not a replay of a stored response (the idempotency record
+      // expired, or another Idempotency-Key was used): the client keeps its form locked.
+      return outcome_response(api_outcome::duplicate_submit, {}, data);
+    case persistence::create_outcome::in_progress:
+    case persistence::create_outcome::preempted:
+      return outcome_response(api_outcome::in_progress,
+                              "A change for this subject and target is still in progress; wait for it to finish "
+                              "or ask an operator to close it");
+  }
+  return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
+}
+
+/// Idempotent submit: begin (insert IN_FLIGHT or read the winner) -> run -> complete with the
+/// ORIGINAL response so a retry replays it byte for byte. Only 2xx responses are stored: an error
+/// drops the record, so the retry runs afresh instead of replaying a transient failure forever.
+http_server::response submit_once(persistence::db_context& db, actors::services* svc,
+                                  const persistence::new_operation& op, const std::string& key,
+                                  const std::string& fingerprint, int ttl_seconds) {
+  auto begun = persistence::idem_begin(db.get(), key, fingerprint, ttl_seconds);
+  if (!begun.ok()) {
+    if (begun.outcome == db_outcome::retryable) db.reset();
+    return db_failure(begun.error);
+  }
+  if (!begun.value.fresh) {
+    const auto& rec = *begun.value.existing;
+    middleware::idempotency_record existing;
+    existing.key = rec.key;
+    existing.fingerprint = rec.fingerprint;
+    existing.state = rec.state == persistence::idem_state::COMPLETED ? middleware::idempotency_state::completed
+                                                                      : middleware::idempotency_state::in_flight;
+    existing.status = static_cast<unsigned>(rec.status_code.value_or(0));
+    existing.response_body = rec.response_body.value_or("");
+    // The database already filtered out expired records with ITS clock; do not re-judge expiry
+    // with ours (two clocks would disagree near the boundary).
+    existing.expires_at = std::chrono::system_clock::time_point::max();
+    switch (middleware::decide(existing, fingerprint, std::chrono::system_clock::now())) {
+      case middleware::idempotency_decision::replay_stored_response: {
+        http_server::response replay;
+        replay.status = existing.status;
+        replay.body = existing.response_body;
+        replay.set_header("Idempotent-Replayed", "true");
+        return replay;
+      }
+      case middleware::idempotency_decision::conflict_changed_body_422:
+        return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "idempotency key reused: " + key);
+      case middleware::idempotency_decision::in_flight_409:
+        return outcome_response(api_outcome::request_in_flight);
+      case middleware::idempotency_decision::proceed_fresh:
+        break;  // unreachable: the record is live
+    }
+    return outcome_response(api_outcome::unavailable, {}, nullptr, "idempotency record vanished: " + key);
+  }
+  http_server::response res;
+  try {
+    res = create_and_start(db, svc, op);
+  } catch (...) {
+    persistence::idem_abandon(db.get(), key);
+    throw;
+  }
+  if (res.status >= 200 && res.status < 300) {
+    auto done = persistence::idem_complete(db.get(), key, static_cast<int>(res.status), res.body);
+    if (!done.ok()) log::warn("idempotency.complete_failed", {{"key", key}, {"error", done.error.message}});
+  } else {
+    persistence::idem_abandon(db.get(), key);
+  }
+  return res;
 }
 
 void submit(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto parsed = dto::parse_submit(req.body);
   if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(client_error(400, "BAD_REQUEST", err->message));
+    return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
+  // Key: the Idempotency-Key header, else the client's operationId. Without either the request
+  // is not deduplicated (a fresh server-side id is generated): clients should send one.
+  std::optional<std::string> key;
+  if (auto h = req.header("idempotency-key")) {
+    if (!valid_idempotency_key(*h)) {
+      return reply(outcome_response(api_outcome::bad_request,
+                                    "'Idempotency-Key' must be 1-200 printable ASCII characters"));
+    }
+    key = std::string(*h);
+  } else if (request.operation_id) {
+    key = *request.operation_id;
+  }
   auto snap = ctx.config.current();
   auto order = workflow::parse_flow(snap->string_or("flow.default", "approve_then_create"))
                    .value_or(workflow::flow::approve_then_create);
@@ -39,61 +167,32 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
   op.actor = "user:" + request.subject;
+  std::string scoped_key = key ? "submit:" + *key : std::string();
+  std::string fingerprint = key ? middleware::request_fingerprint("POST", submit_route, req.body) : std::string();
+  int ttl = static_cast<int>(middleware::idempotency_ttl(*snap).count());
   auto* svc = ctx.services;
-  bool queued = ctx.db.try_submit([op, reply, svc](persistence::db_context& db) {
+  bool queued = ctx.db.try_submit([op, reply, svc, scoped_key, fingerprint, ttl](persistence::db_context& db) {
     try {
-      auto r = persistence::create_operation(db.get(), op);
-      if (!r.ok()) {
-        if (r.outcome == db_outcome::retryable) db.reset();
-        return reply(db_failure(r.error));
-      }
-      nlohmann::json data = {{"operationId", op.operation_id},
-                             {"statusUrl", "/api/v1/changes/" + op.operation_id}};
-      switch (r.value) {
-        case persistence::create_outcome::created: {
-          persistence::operation_row row;
-          row.operation_id = op.operation_id;
-          row.subject_id = op.subject_id;
-          row.target_key = op.target_key;
-          row.flow = std::string(workflow::to_string(op.flow));
-          row.step = op.initial_step;
-          row.phase = workflow::phase_of(op.initial_step);
-          row.version = 1;
-          row.title = op.title;
-          row.payload_json = op.payload_json;
-          row.updated_at_ms = svc->now_ms();
-          actors::spawn_request_actor(*svc, actors::seed_from_row(row, svc->now_ms()));
-          svc->metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
-          data["phase"] = workflow::to_string(row.phase);
-          data["step"] = workflow::to_string(row.step);
-          return reply(ok(data, 202, "ACCEPTED"));
-        }
-        case persistence::create_outcome::duplicate_operation:
-          // The client keeps its form locked: this is the same submission again, not a new one.
-          return reply(ok(data, 202, "DUPLICATE_SUBMIT"));
-        case persistence::create_outcome::in_progress:
-        case persistence::create_outcome::preempted:
-          return reply(client_error(409, "IN_PROGRESS",
-                                    "A change for this subject and target is still in progress; wait for it to "
-                                    "finish or ask an operator to close it"));
-      }
-      reply(internal_error("unknown create outcome"));
+      if (scoped_key.empty()) return reply(create_and_start(db, svc, op));
+      reply(submit_once(db, svc, op, scoped_key, fingerprint, ttl));
     } catch (const sql::SQLException& e) {
       db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
+    } catch (const std::exception& e) {
+      reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("submit failed: ") + e.what()));
     }
   });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  if (!queued) reply(overloaded());
 }
 
 void get_one(service_context& ctx, const std::string& id, http_server::responder reply) {
-  if (!ids::is_uuid(id)) return reply(client_error(404, "NOT_FOUND", "No such operation"));
+  if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
   auto* svc = ctx.services;
   bool queued = ctx.db.try_submit([id, reply, svc](persistence::db_context& db) {
     try {
       auto& conn = db.get();
       auto row = persistence::load_operation(conn, id);
-      if (row.outcome == db_outcome::not_found) return reply(client_error(404, "NOT_FOUND", "No such operation"));
+      if (row.outcome == db_outcome::not_found) return reply(outcome_response(api_outcome::not_found, "No such operation"));
       if (!row.ok()) return reply(db_failure(row.error));
       auto events = persistence::list_events(conn, id);
       if (!events.ok()) return reply(db_failure(events.error));
@@ -102,24 +201,24 @@ void get_one(service_context& ctx, const std::string& id, http_server::responder
       for (const auto& e : events.value) timeline.push_back(dto::to_json(e));
       data["timeline"] = std::move(timeline);
       data["live"] = svc->actors->find(id).has_value();
-      reply(ok(data));
+      reply(outcome_response(api_outcome::ok, {}, data));
     } catch (const sql::SQLException& e) {
       db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
     }
   });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  if (!queued) reply(overloaded());
 }
 
 void list_by_subject(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto subject = req.query_param("subject");
-  if (!subject || subject->empty()) return reply(client_error(400, "BAD_REQUEST", "'subject' query parameter is required"));
+  if (!subject || subject->empty()) return reply(outcome_response(api_outcome::bad_request, "'subject' query parameter is required"));
   int limit = 50;
   if (auto l = req.query_param("limit")) {
     try {
       limit = std::clamp(std::stoi(*l), 1, 500);
     } catch (...) {
-      return reply(client_error(400, "BAD_REQUEST", "'limit' must be a number"));
+      return reply(outcome_response(api_outcome::bad_request, "'limit' must be a number"));
     }
   }
   bool queued = ctx.db.try_submit([s = *subject, limit, reply](persistence::db_context& db) {
@@ -128,13 +227,13 @@ void list_by_subject(service_context& ctx, http_server::request& req, http_serve
       if (!rows.ok()) return reply(db_failure(rows.error));
       nlohmann::json items = nlohmann::json::array();
       for (const auto& row : rows.value) items.push_back(dto::to_json(row));
-      reply(ok({{"items", items}}));
+      reply(outcome_response(api_outcome::ok, {}, {{"items", items}}));
     } catch (const sql::SQLException& e) {
       db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
     }
   });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  if (!queued) reply(overloaded());
 }
 
 }  // namespace

@@ -14,6 +14,13 @@ status_mapping map_outcome(api_outcome o) {
       return {202, "DUPLICATE_SUBMIT", "This request was already submitted"};
     case api_outcome::in_progress:
       return {409, "IN_PROGRESS", "The same request is still being processed"};
+    case api_outcome::request_in_flight:
+      return {409, "REQUEST_IN_FLIGHT",
+              "The first request with this idempotency key is still being processed; retry shortly "
+              "to receive its response"};
+    case api_outcome::access_closed:
+      return {403, "ACCESS_CLOSED",
+              "Submissions are closed at the moment; try again during the access window"};
     case api_outcome::ok:
       return {200, "OK", "OK"};
     case api_outcome::not_found:
@@ -64,6 +71,16 @@ http_server::response outcome_response(api_outcome o, std::string_view message,
     case api_outcome::duplicate_submit:
     case api_outcome::ok:
       return envelope(m.status, m.code, message.empty() ? m.default_message : message, data);
+    case api_outcome::request_in_flight: {
+      if (!log_detail.empty()) {
+        log::warn("http.rejected",
+                  {{"code", m.code}, {"status", m.status}, {"detail", std::string(log_detail)}});
+      }
+      auto r = envelope(m.status, m.code, message.empty() ? m.default_message : message, data);
+      r.set_header("Retry-After", "1");
+      return r;
+    }
+    case api_outcome::access_closed:
     case api_outcome::in_progress:
     case api_outcome::not_found:
     case api_outcome::bad_request:

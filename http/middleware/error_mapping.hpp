@@ -15,11 +15,13 @@ enum class api_outcome {
   accepted,              // 202 ACCEPTED: new request taken, poll for its state
   duplicate_submit,      // 202 DUPLICATE_SUBMIT: same request seen before; keep the form locked
   in_progress,           // 409 IN_PROGRESS: the same operation is still running
+  request_in_flight,     // 409 REQUEST_IN_FLIGHT: first request with this idempotency key running
   ok,                    // 200 OK
   not_found,             // 404 NOT_FOUND
   bad_request,           // 400 BAD_REQUEST: fix the request
   unauthenticated,       // 401 UNAUTHENTICATED
   forbidden,             // 403 FORBIDDEN, message always "Access denied"
+  access_closed,         // 403 ACCESS_CLOSED: user writes are switched off (access.mode/window)
   rate_limited,          // 429 RATE_LIMITED
   conflict,              // 409 CONFLICT: state changed underneath (stale write)
   idempotency_mismatch,  // 422 IDEMPOTENCY_KEY_REUSED: same key, different body

@@ -27,6 +27,8 @@ TEST(ErrorMapping, EveryOutcomeTableDriven) {
       {api_outcome::unavailable, 503, "UNAVAILABLE"},
       {api_outcome::overloaded, 503, "OVERLOADED"},
       {api_outcome::internal, 500, "INTERNAL_ERROR"},
+      {api_outcome::request_in_flight, 409, "REQUEST_IN_FLIGHT"},
+      {api_outcome::access_closed, 403, "ACCESS_CLOSED"},
   };
   for (const auto& c : cases) {
     auto m = map_outcome(c.outcome);

@@ -2,7 +2,10 @@
 
 #include "base/log.hpp"
 #include "http/envelope.hpp"
+#include "http/middleware/access_mode.hpp"
+#include "http/middleware/error_mapping.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 namespace changeflow::http::middleware {
@@ -17,6 +20,8 @@ struct chain_run {
   std::shared_ptr<const config::snapshot> snap;
   std::function<void(chain_outcome)> done;
   chain_outcome outcome;
+  std::chrono::system_clock::time_point now{};
+  std::vector<std::string> rules;  // the route's rule codes as in force for this request
   std::atomic<bool> finished{false};
   std::atomic<bool> answered{false};  // the permission callback is honoured once
 
@@ -60,6 +65,15 @@ void count_business(metrics::registry& m, const std::string& action, const char*
 
 void pass(const std::shared_ptr<chain_run>& run) {
   auto& m = run->deps.metrics;
+  // 2b. Access switch for user writes: misconfiguration closes (see access_mode.hpp). Checked after
+  // authorization so an anonymous caller still learns it must log in, and before the metrics so a
+  // refused write is never counted as business activity.
+  if (run->policy.access_controlled && !access_allowed(*run->snap, run->now)) {
+    m.inc("changeflow_access_closed_total", "User writes refused because access is closed",
+          {{"route", run->head.route}});
+    return run->reject(outcome_response(api_outcome::access_closed, {}, nullptr,
+                                        "access.mode/access.window closed for " + run->head.route));
+  }
   // 3. API metrics: request received (latency by status is recorded by the API when it replies).
   m.inc("changeflow_http_requests_received_total",
         "Requests admitted past rate limit and authorization",
@@ -89,11 +103,22 @@ void authorize(const std::shared_ptr<chain_run>& run) {
   bool identity_required =
       p.requires_identity ||
       (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, false));
-  if (!needs_identity(p.required_rules, identity_required)) return pass(run);
+  bool rules_from_config = !p.required_rules_key.empty();
+  run->rules = rules_from_config ? run->snap->get_list(p.required_rules_key) : p.required_rules;
+  run->rules.erase(std::remove_if(run->rules.begin(), run->rules.end(),
+                                  [](const std::string& r) { return r.empty(); }),
+                   run->rules.end());
+  // A rules key that is cleared or empty grants nobody: it still demands an identity (401 first),
+  // then denies with 403 without asking the permission service.
+  if (rules_from_config) identity_required = true;
+  if (!needs_identity(run->rules, identity_required)) return pass(run);
 
   const auto& who = run->outcome.who;
-  if (p.required_rules.empty() || !who.id) {
-    auto d = decide_authorization(p.required_rules, identity_required, who, std::nullopt);
+  if (rules_from_config && run->rules.empty() && who.id) {
+    return deny(run, authz_decision::deny_403, p.required_rules_key + " is empty: nobody is granted");
+  }
+  if (run->rules.empty() || !who.id) {
+    auto d = decide_authorization(run->rules, identity_required, who, std::nullopt);
     if (d == authz_decision::allow) return pass(run);
     return deny(run, d, "identity: " + std::string(identity::to_string(who.reason)));
   }
@@ -101,7 +126,7 @@ void authorize(const std::shared_ptr<chain_run>& run) {
   auto on_answer = [run](permission_outcome answer) {
     if (run->answered.exchange(true)) return;
     try {
-      auto d = decide_authorization(run->policy.required_rules, true, run->outcome.who, answer);
+      auto d = decide_authorization(run->rules, true, run->outcome.who, answer);
       if (d == authz_decision::allow) return pass(run);
       deny(run, d, answer.granted ? "rule not granted" : "permission service: " + answer.error);
     } catch (...) {
@@ -112,7 +137,7 @@ void authorize(const std::shared_ptr<chain_run>& run) {
     return deny(run, authz_decision::deny_403, "no permission service configured");
   }
   try {
-    run->deps.check_permissions(who.id->account, p.required_rules, on_answer);
+    run->deps.check_permissions(who.id->account, run->rules, on_answer);
   } catch (const std::exception& e) {
     if (!run->answered.exchange(true))
       deny(run, authz_decision::deny_403, std::string("permission check threw: ") + e.what());
@@ -136,6 +161,7 @@ void run_chain(const request_head& head, const route_policy& policy, chain_deps&
     if (!run->snap)
       return run->reject(internal_error("middleware chain: no configuration snapshot", 503));
     auto now = deps.clock ? deps.clock() : std::chrono::system_clock::now();
+    run->now = now;
     const auto& snap = *run->snap;
 
     run->outcome.who = identity::resolve_identity(head.headers, head.peer_address, snap, now);

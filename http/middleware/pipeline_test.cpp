@@ -104,19 +104,24 @@ http::identity::header_map bearer(const std::string& sub) {
   return {{"authorization", "Bearer " + token_for(sub)}};
 }
 
-const route_policy submit_policy{"submit", "rate_limit.submit", {}, false, "", "submit", true};
-const route_policy ops_policy{
-    "ops", "rate_limit.ops", {"changeflow.ops", "changeflow.admin"}, true, "", "", false};
-const route_policy user_policy{"submit", "rate_limit.submit", {}, true, "", "submit", true};
-const route_policy status_policy{"", "", {}, false, "", "", false};
+const route_policy submit_policy{.bucket = "submit", .limit_key = "rate_limit.submit", .business_metric = "submit", .idempotent_write = true};
+const route_policy ops_policy{.bucket = "ops",
+                              .limit_key = "rate_limit.ops",
+                              .required_rules = {"changeflow.ops", "changeflow.admin"},
+                              .requires_identity = true};
+const route_policy user_policy{.bucket = "submit", .limit_key = "rate_limit.submit", .requires_identity = true, .business_metric = "submit", .idempotent_write = true};
+const route_policy status_policy{};
 
 }  // namespace
 
 TEST(Pipeline, RateLimitRejectsBeforeAnythingElse) {
   fixture f;
   f.permissions.how = fake_permissions::mode::answer;
-  const route_policy limited_ops{
-      "ops", "rate_limit.submit", ops_policy.required_rules, true, "", "ops_action", false};
+  const route_policy limited_ops{.bucket = "ops",
+                                 .limit_key = "rate_limit.submit",
+                                 .required_rules = ops_policy.required_rules,
+                                 .requires_identity = true,
+                                 .business_metric = "ops_action"};
   auto h = head("/api/v1/ops/x", "192.0.2.7", bearer("alice@corp.example"));
   EXPECT_EQ(f.status_of(h, limited_ops), 200u);
   EXPECT_EQ(f.status_of(h, limited_ops), 200u);

@@ -21,6 +21,9 @@ struct route_policy {
   std::string limit_key;
   /// Rule codes of which ANY grants access (one permission-service round trip); empty = no authz.
   std::vector<std::string> required_rules;
+  /// Config key (list of strings) read on every request that REPLACES `required_rules` (the ops
+  /// API uses "auth.ops_rules"). Cleared or empty list -> nobody is granted (fail closed).
+  std::string required_rules_key;
   /// True when the route needs a login identity even without rule codes (401 otherwise).
   bool requires_identity = false;
   /// Optional bool config key read on every request that, when true, also requires an identity
@@ -32,6 +35,10 @@ struct route_policy {
   /// True for write endpoints that carry an idempotency key (operationId); informational for
   /// handlers.
   bool idempotent_write = false;
+  /// True for user WRITE routes governed by access.mode / access.window: when access is closed the
+  /// chain answers 403 ACCESS_CLOSED after authorization (so 401/403 keep their meaning) and before
+  /// any metric or handler.
+  bool access_controlled = false;
 };
 
 }  // namespace changeflow::http::middleware

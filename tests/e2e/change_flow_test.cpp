@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 using namespace changeflow::testing;
@@ -65,7 +66,10 @@ TEST(ChangeFlow, DuplicateSubmitAndInProgress) {
   EXPECT_EQ(json::parse(first.body)["code"], "ACCEPTED");
   auto second = env.submit("dup", "bob", "svc-d", op);
   EXPECT_EQ(second.status, 202);
-  EXPECT_EQ(json::parse(second.body)["code"], "DUPLICATE_SUBMIT");
+  // api area (issue 7): a retry with the same operationId and body replays the ORIGINAL response
+  // byte for byte; DUPLICATE_SUBMIT (no stored response, e.g. another Idempotency-Key or an expired
+  // record) is covered in tests/e2e/http_policy_test.cpp.
+  EXPECT_EQ(second.body, first.body);
   auto other = env.submit("other", "bob", "svc-d");
   EXPECT_EQ(other.status, 409);
   EXPECT_EQ(json::parse(other.body)["code"], "IN_PROGRESS");
@@ -119,4 +123,58 @@ TEST(ChangeFlow, RebaseConflictIsHandleFailed) {
   auto c = env.wait_for_phase(id, "HANDLE_FAILED");
   ASSERT_EQ(c["phase"], "HANDLE_FAILED") << c.dump(2);
   EXPECT_EQ(c["step"]["name"], "HANDLE_REBASE_CONFLICT");
+}
+
+TEST(ChangeFlow, MrMergedElsewhereBeforeHandlingFinishesWithoutApproving) {
+  // Legacy order: the MR exists before approval; while the approval is pending, someone merges it.
+  flow_env env(json{{"flow", {{"default", "create_then_approve"}}}});
+  env.add_fault({{"kind", "approval_callback"}, {"mode", "delay"}, {"delay_ms", 1500}, {"match", "merged-elsewhere"}});
+  auto id = submit_ok(env, "merged-elsewhere", "svc-me");
+  auto waiting = env.wait_for_step(id, "APPROVAL_SENT");
+  ASSERT_EQ(waiting["step"]["name"], "APPROVAL_SENT") << waiting.dump(2);
+  ASSERT_TRUE(waiting["mrIid"].is_number());
+  auto iid = std::to_string(waiting["mrIid"].get<long long>());
+  std::string mr_path = "/api/v4/projects/config%2Fchanges/merge_requests/" + iid;
+  auto mr = json::parse(env.sim_call("GET", mr_path, "", {{"PRIVATE-TOKEN", "author-token"}}).body);
+  auto merged = env.sim_call("PUT", mr_path + "/merge", json{{"sha", mr["sha"]}}.dump(),
+                             {{"PRIVATE-TOKEN", "author-token"}, {"Content-Type", "application/json"}});
+  ASSERT_EQ(merged.status, 200) << merged.body;
+
+  auto c = env.wait_for_phase(id, "VALIDATED");
+  ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  auto steps = timeline_steps(c);
+  EXPECT_TRUE(is_subsequence({"CREATE_STARTED", "CREATE_SUCCEEDED", "APPROVAL_SENDING", "APPROVAL_APPROVED",
+                              "HANDLE_STARTED", "HANDLE_ALREADY_MERGED", "CALLED_BACK"},
+                             steps))
+      << c.dump(2);
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), "HANDLE_APPROVED"), 0);
+  // No bot approval was attempted on the merged MR.
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  EXPECT_FALSE(stats["approvals"].contains("config/changes!" + iid)) << stats["approvals"].dump();
+}
+
+TEST(ChangeFlow, FullWorkerPoolBecomesAnExplicitCountedState) {
+  // One external thread and a queue of one: while it is stuck on a slow approval submit, further
+  // calls are refused at once and their operations record CREATE_OVERLOADED instead of hanging.
+  flow_env env(json{{"external", {{"pool_size", 1}, {"queue_capacity", 1}}}});
+  env.add_fault({{"kind", "slow"}, {"endpoint", "approval_submit"}, {"delay_ms", 1500}, {"match", "overload"}});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(submit_ok(env, "overload " + std::to_string(i), "svc-o" + std::to_string(i)));
+  int overloaded = 0;
+  for (const auto& id : ids) {
+    nlohmann::json c;
+    wait_until(
+        [&] {
+          c = env.get_change(id);
+          return c.contains("phase") && (c["phase"] == "CREATE_FAILED" || c["phase"] == "VALIDATED");
+        },
+        std::chrono::seconds(60));
+    if (c["step"]["name"] == "CREATE_OVERLOADED") {
+      ++overloaded;
+      EXPECT_EQ(c["hint"], "KEEP_WAITING");
+    }
+  }
+  EXPECT_GE(overloaded, 1);
+  auto metrics = http_call("127.0.0.1", env.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("changeflow_external_rejected_total"), std::string::npos);
 }

@@ -1,0 +1,198 @@
+#include "actors/batch_calls.hpp"
+
+#include "actors/external_calls.hpp"
+#include "clients/approver.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <set>
+
+namespace changeflow::actors {
+
+namespace {
+
+std::vector<clients::commit_action> actions_of(const std::string& payload_json) {
+  std::vector<clients::commit_action> actions;
+  auto payload = nlohmann::json::parse(payload_json, nullptr, false);
+  if (payload.is_discarded() || !payload.is_object() || !payload.contains("files") ||
+      !payload["files"].is_array())
+    return actions;
+  for (const auto& f : payload["files"]) {
+    if (!f.is_object()) continue;
+    clients::commit_action a;
+    a.file_path = f.value("path", "");
+    a.content = f.value("content", "");
+    a.action = f.value("action", "create");
+    if (!a.file_path.empty()) actions.push_back(std::move(a));
+  }
+  return actions;
+}
+
+batch_mr_view failed(const clients::call_error& e) {
+  batch_mr_view v;
+  v.outcome = e.retryable ? batch_mr_view::call::retryable : batch_mr_view::call::refused;
+  v.error = clients::describe(e);
+  return v;
+}
+
+batch_mr_view view_of(const clients::merge_request& mr) {
+  batch_mr_view v;
+  v.iid = mr.iid;
+  v.web_url = mr.web_url;
+  v.state = mr.state;
+  v.sha = mr.sha;
+  v.detailed_merge_status = mr.detailed_merge_status;
+  v.has_conflicts = mr.has_conflicts;
+  if (mr.head_pipeline) {
+    v.pipeline_status = mr.head_pipeline->status;
+    v.pipeline_sha = mr.head_pipeline->sha;
+  }
+  return v;
+}
+
+std::string batch_marker(std::int64_t batch_id) { return "changeflow-batch: " + std::to_string(batch_id); }
+
+}  // namespace
+
+batch_plan plan_batch(std::vector<batch_member_change> members) {
+  std::stable_sort(members.begin(), members.end(),
+                   [](const auto& a, const auto& b) { return a.created_at_ms < b.created_at_ms; });
+  batch_plan plan;
+  std::set<std::string> touched;
+  for (auto& m : members) {
+    auto actions = actions_of(m.payload_json);
+    bool conflicts = std::any_of(actions.begin(), actions.end(),
+                                 [&](const auto& a) { return touched.count(a.file_path) > 0; });
+    if (conflicts) {
+      plan.deferred.push_back(m.operation_id);
+      continue;
+    }
+    for (auto& a : actions) {
+      touched.insert(a.file_path);
+      plan.actions.push_back(std::move(a));
+    }
+    plan.included.push_back(std::move(m));
+  }
+  return plan;
+}
+
+std::string batch_branch(std::int64_t batch_id) { return "changeflow/batch-" + std::to_string(batch_id); }
+
+std::string batch_title(std::int64_t batch_id, const std::vector<batch_member_change>& members) {
+  std::string t = "changeflow batch " + std::to_string(batch_id) + ":";
+  for (std::size_t i = 0; i < members.size(); ++i) t += (i ? "; " : " ") + members[i].title;
+  if (t.size() > 255) t = t.substr(0, 252) + "...";
+  return t;
+}
+
+std::string batch_description(std::int64_t batch_id, const std::vector<batch_member_change>& members) {
+  std::string d = batch_marker(batch_id) + "\n";
+  for (const auto& m : members) d += operation_marker(m.operation_id) + "\n";
+  d += "\nChanges in this batch:\n";
+  for (const auto& m : members) d += "- " + m.title + " (requested by " + m.subject_id + ")\n";
+  return d;
+}
+
+batch_verdict classify(const batch_mr_view& mr) {
+  if (mr.state == "merged") return batch_verdict::merged;
+  if (mr.state == "closed" || mr.state.empty()) return batch_verdict::closed;
+  if (mr.detailed_merge_status == "need_rebase" || mr.detailed_merge_status == "conflict" || mr.has_conflicts)
+    return batch_verdict::needs_rebase;
+  // Only a pipeline that ran on the MR's current sha decides anything.
+  if (mr.pipeline_status.empty() || mr.pipeline_sha != mr.sha) return batch_verdict::running;
+  if (mr.pipeline_status == "failed" || mr.pipeline_status == "canceled") return batch_verdict::pipeline_failed;
+  if (mr.pipeline_status == "success") return batch_verdict::ready;
+  return batch_verdict::running;
+}
+
+batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
+                            const batch_plan& plan) {
+  ctx.refresh(snap);
+  const auto& token = ctx.endpoints.author_token;
+  const auto branch = batch_branch(batch_id);
+  const auto target = snap.string_or("gitlab.target_branch", "main");
+  const auto marker = batch_marker(batch_id);
+  auto commit = ctx.gitlab.ensure_branch_with_commit(
+      token, branch, target, marker + ": " + std::to_string(plan.included.size()) + " changes", plan.actions, marker);
+  if (!commit) return failed(commit.error());
+  auto mr = ctx.gitlab.create_mr(token, branch, target, batch_title(batch_id, plan.included),
+                                 batch_description(batch_id, plan.included));
+  if (!mr) return failed(mr.error());
+  return view_of(mr->mr);
+}
+
+batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid) {
+  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+  if (!mr) return failed(mr.error());
+  return view_of(mr.value());
+}
+
+batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id) {
+  auto open = ctx.gitlab.list_open_mrs(ctx.endpoints.author_token, batch_branch(batch_id));
+  if (!open) return failed(open.error());
+  if (open->empty()) return batch_mr_view{};  // state "": no MR
+  return view_of(open->front());
+}
+
+merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
+  ctx.refresh(snap);
+  const auto& token = ctx.endpoints.author_token;
+  merge_attempt out;
+  auto mr = ctx.gitlab.get_mr(token, iid, false);
+  if (!mr) {
+    out.mr = failed(mr.error());
+    out.answer = out.mr.outcome == batch_mr_view::call::retryable ? merge_answer::retryable : merge_answer::refused;
+    return out;
+  }
+  out.mr = view_of(mr.value());
+  if (mr->state == "merged") return {merge_answer::merged, out.mr};
+  if (mr->state != "opened") return {merge_answer::closed, out.mr};
+  for (const auto& bot : ctx.endpoints.approvers) {
+    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+    if (!res) {
+      out.mr.error = clients::describe(res.error());
+      out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::refused;
+      return out;
+    }
+  }
+  // Merge with the sha the pipeline ran on: a head that moved since is refused (409), not merged.
+  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  if (merged) {
+    out.mr = view_of(merged.value());
+    out.answer = merged->state == "merged" ? merge_answer::merged : merge_answer::not_yet;
+    return out;
+  }
+  const auto& e = merged.error();
+  out.mr.error = clients::describe(e);
+  switch (clients::classify_merge_error(e)) {
+    case clients::merge_refusal::not_mergeable_yet:
+    case clients::merge_refusal::sha_mismatch: out.answer = merge_answer::not_yet; return out;
+    case clients::merge_refusal::needs_rebase: out.answer = merge_answer::needs_rebase; return out;
+    case clients::merge_refusal::not_allowed:
+    case clients::merge_refusal::other: break;
+  }
+  // A lost response is retryable: the next read finds the MR merged.
+  out.answer = e.retryable ? merge_answer::retryable : merge_answer::refused;
+  return out;
+}
+
+batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid) {
+  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+  if (!res && !(res.error().what == clients::call_error::kind::http_status && res.error().status == 409))
+    return failed(res.error());
+  return read_batch_mr(ctx, iid);
+}
+
+batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid) {
+  const auto& token = ctx.endpoints.author_token;
+  auto before = ctx.gitlab.get_mr(token, iid, false);
+  if (!before) return failed(before.error());
+  if (before->state == "opened" || before->state == "locked") {
+    // The close may lose to a merge that lands first: that is exactly the race the re-read settles.
+    (void)ctx.gitlab.close_mr(token, iid);
+  }
+  return read_batch_mr(ctx, iid);
+}
+
+}  // namespace changeflow::actors

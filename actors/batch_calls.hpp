@@ -1,0 +1,94 @@
+#pragma once
+// The batch coordinator's external calls (issue 8). Everything here that talks to GitLab blocks and
+// runs on a thread of the external worker pool, never on an actor thread; `plan_batch` and the
+// naming helpers are pure.
+
+#include "clients/external_context.hpp"
+#include "config/snapshot.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace changeflow::actors {
+
+/// One member as the batch MR needs it (read from its operation row).
+struct batch_member_change {
+  std::string operation_id;
+  std::string subject_id;
+  std::string title;
+  std::string payload_json;  // {"files":[{"path","content","action"?}]}
+  std::int64_t created_at_ms = 0;
+};
+
+struct batch_plan {
+  std::vector<batch_member_change> included;  // in commit order (oldest first)
+  std::vector<std::string> deferred;           // touch a file an earlier member already touches
+  std::vector<clients::commit_action> actions;  // ONE commit carrying every included member's files
+};
+
+/// Orders members by created_at (stable: ties keep the claim order) and keeps a member only when
+/// none of its paths is touched by an earlier included member: one commit cannot carry two
+/// versions of one file, and the later change must land on top of the earlier one, so the later
+/// member waits for the next round (its waiting row keeps its admission time, so it leads it).
+batch_plan plan_batch(std::vector<batch_member_change> members);
+
+std::string batch_branch(std::int64_t batch_id);  // changeflow/batch-<id>
+/// "changeflow batch <id>: <title>; <title>; ..." cut at 255 characters (GitLab's limit). Member
+/// titles are in the title so a rule matching one member's title matches its batch MR.
+std::string batch_title(std::int64_t batch_id, const std::vector<batch_member_change>& members);
+/// One `changeflow-operation: <uuid>` line per member (the deploy pipeline reports them back), then
+/// the member titles and subjects.
+std::string batch_description(std::int64_t batch_id, const std::vector<batch_member_change>& members);
+
+/// What the coordinator needs to know about the batch MR after a call.
+struct batch_mr_view {
+  enum class call { ok, retryable, refused } outcome = call::ok;
+  std::string error;
+  std::int64_t iid = 0;
+  std::string web_url;
+  std::string state;  // opened | closed | merged | locked | "" (no MR)
+  std::string sha;
+  std::string pipeline_status;  // of the head pipeline, "" when none
+  std::string pipeline_sha;
+  std::string detailed_merge_status;
+  bool has_conflicts = false;
+};
+
+/// How a read MR stands, decided from the view alone (pure).
+enum class batch_verdict {
+  merged,           // merged (by us earlier, or by anyone)
+  closed,           // closed outside the coordinator
+  pipeline_failed,  // head pipeline on the current sha failed/canceled: deterministic
+  ready,            // pipeline passed on the current sha: approve and merge
+  needs_rebase,     // behind the target or conflicting
+  running,          // keep polling
+};
+batch_verdict classify(const batch_mr_view& mr);
+
+/// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
+/// batch marker) + MR (409 -> the open MR of the branch).
+batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap,
+                            std::int64_t batch_id, const batch_plan& plan);
+batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
+/// The open MR of the batch branch (resume after a crash before the MR number was recorded);
+/// state "" when there is none.
+batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
+
+enum class merge_answer { merged, not_yet, needs_rebase, closed, refused, retryable };
+struct merge_attempt {
+  merge_answer answer = merge_answer::retryable;
+  batch_mr_view mr;
+};
+/// Approves as every reviewer bot (approve_as_reviewer, each retried on its own), then merges with
+/// the sha the pipeline ran on.
+merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap,
+                                std::int64_t iid);
+/// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
+batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid);
+/// Seeds 3.7: close the MR if it is still open, then re-read it. The answer's state is the MR's
+/// final word ("merged" wins over the close); outcome retryable when it could not be read.
+batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid);
+
+}  // namespace changeflow::actors

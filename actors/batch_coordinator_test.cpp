@@ -1,0 +1,170 @@
+// The coordinator's pure decisions, and its repository steps on a real MariaDB.
+#include "actors/batch_coordinator.hpp"
+#include "persistence/batch_repo.hpp"
+#include "persistence/repo_test_support.hpp"
+#include "tests/support/test_db.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace changeflow;
+using namespace changeflow::actors;
+using persistence::test::new_op;
+using persistence::test::walk;
+using S = workflow::step;
+
+namespace {
+batch_member_change member(const std::string& id, std::int64_t created, const std::string& path) {
+  return {id, "alice", "title " + id,
+          R"({"files":[{"path":")" + path + R"(","content":"x"}]})", created};
+}
+}  // namespace
+
+TEST(BatchPlan, LaterMemberTouchingTheSameFileIsDeferred) {
+  // Claim order b, a; created_at order a (1), b (2), c (3): b is later than a and shares its file.
+  auto plan = plan_batch({member("b", 2, "x.yaml"), member("a", 1, "x.yaml"), member("c", 3, "y.yaml")});
+  ASSERT_EQ(plan.included.size(), 2u);
+  EXPECT_EQ(plan.included[0].operation_id, "a");
+  EXPECT_EQ(plan.included[1].operation_id, "c");
+  ASSERT_EQ(plan.deferred.size(), 1u);
+  EXPECT_EQ(plan.deferred[0], "b");
+  ASSERT_EQ(plan.actions.size(), 2u);  // one commit, one action per included file
+}
+
+TEST(BatchPlan, TitleAndDescriptionNameEveryMember) {
+  std::vector<batch_member_change> ms = {member("op-1", 1, "a"), member("op-2", 2, "b")};
+  auto title = batch_title(9, ms);
+  EXPECT_NE(title.find("title op-1"), std::string::npos);
+  EXPECT_NE(title.find("title op-2"), std::string::npos);
+  auto d = batch_description(9, ms);
+  EXPECT_NE(d.find("changeflow-operation: op-1"), std::string::npos);
+  EXPECT_NE(d.find("changeflow-operation: op-2"), std::string::npos);
+  EXPECT_LE(batch_title(1, std::vector<batch_member_change>(100, member("long-id", 1, "p"))).size(), 255u);
+}
+
+TEST(BatchFailure, BisectsUntilAloneAndBoundedBySplits) {
+  EXPECT_EQ(plan_failure(true, 6, 0, 6), failure_plan::bisect);
+  EXPECT_EQ(plan_failure(true, 1, 3, 6), failure_plan::fail_alone);
+  EXPECT_EQ(plan_failure(true, 2, 6, 6), failure_plan::fail_all);
+  EXPECT_EQ(plan_failure(false, 6, 0, 6), failure_plan::requeue_all);
+  auto h = halves({member("a", 1, "a"), member("b", 2, "b"), member("c", 3, "c")});
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0], (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(h[1], (std::vector<std::string>{"c"}));
+}
+
+TEST(BatchVerdict, OnlyAPipelineOnTheCurrentShaDecides) {
+  batch_mr_view mr;
+  mr.state = "opened";
+  mr.sha = "new";
+  mr.pipeline_sha = "old";
+  mr.pipeline_status = "failed";
+  EXPECT_EQ(classify(mr), batch_verdict::running);
+  mr.pipeline_sha = "new";
+  EXPECT_EQ(classify(mr), batch_verdict::pipeline_failed);
+  mr.pipeline_status = "success";
+  EXPECT_EQ(classify(mr), batch_verdict::ready);
+  mr.state = "merged";
+  EXPECT_EQ(classify(mr), batch_verdict::merged);
+}
+
+// -- repository steps of the coordinator, real MariaDB
+
+TEST(BatchRepo, EnteringBatchWaitingAdmitsAndADuplicateAdmissionIsANoOp) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "alice", "t1");
+  walk(*c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + id + "'"), "1");
+  auto again = persistence::admit(*c, id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again.value);  // already admitted
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "1");
+}
+
+TEST(BatchRepo, ClaimMarkSucceedMovesMembersAndReleasesTheSlot) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(new_op(*c, "u" + std::to_string(i), "t" + std::to_string(i)));
+    walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  }
+  db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
+  auto claim = persistence::claim(*c, 50);
+  ASSERT_TRUE(claim.ok());
+  ASSERT_EQ(claim.value.kind, persistence::claim_kind::claimed);
+  const auto batch = claim.value.batch_id;
+  auto moved = persistence::mark_members_claimed(*c, batch, "test");
+  ASSERT_TRUE(moved.ok()) << moved.error.message;
+  EXPECT_EQ(moved.value, 3);
+  ASSERT_TRUE(persistence::record_batch_mr(*c, batch, 42, "changeflow/batch-x", "http://mr/42").ok());
+  auto ok = persistence::settle_succeeded(*c, batch, persistence::batch_status::RUNNING, 42, "merged", "test");
+  ASSERT_TRUE(ok.ok()) << ok.error.message;
+  EXPECT_EQ(ok.value, 3);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10604 AND phase = 'MERGED' AND mr_iid = 42"), "3");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE phase = 'MERGED'"), "3");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
+  // A second settler (sweep racing the coordinator) is preempted and writes nothing.
+  auto late = persistence::settle_failed_batch(*c, batch, persistence::batch_status::RUNNING,
+                                               persistence::member_reset::requeue, "late");
+  EXPECT_EQ(late.outcome, persistence::db_outcome::preempted);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10604"), "3");
+  // The deploy callback path validates a batch member.
+  auto v = persistence::mark_validated(*c, ids[0], "callback");
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v.value.has_value());
+}
+
+TEST(BatchRepo, BisectionRequeuesHalvesAndTheLoneFailureEndsBatchFailed) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(new_op(*c, "u" + std::to_string(i), "t" + std::to_string(i)));
+    walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  }
+  db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
+  auto first = persistence::claim(*c, 50);
+  ASSERT_EQ(first.value.kind, persistence::claim_kind::claimed);
+  ASSERT_TRUE(persistence::mark_members_claimed(*c, first.value.batch_id, "t").ok());
+  auto split = persistence::requeue_members(*c, first.value.batch_id, {{ids[0], ids[1]}, {ids[2], ids[3]}}, "bisect: x");
+  ASSERT_TRUE(split.ok()) << split.error.message;
+  EXPECT_EQ(split.value, 4);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10601 AND batch_id IS NULL"), "4");
+  // The older half is claimed alone, one level deeper.
+  auto half = persistence::claim(*c, 50);
+  ASSERT_EQ(half.value.kind, persistence::claim_kind::claimed);
+  EXPECT_EQ(half.value.members.size(), 2u);
+  auto depth = persistence::record_lineage(*c, half.value.batch_id);
+  ASSERT_TRUE(depth.ok()) << depth.error.message;
+  EXPECT_EQ(depth.value, 1);
+  ASSERT_TRUE(persistence::mark_members_claimed(*c, half.value.batch_id, "t").ok());
+  // Fails alone (no group): members BATCH_FAILED, waiting rows removed, slot released.
+  auto alone = persistence::requeue_members(*c, half.value.batch_id, {}, "failed alone: x");
+  ASSERT_TRUE(alone.ok()) << alone.error.message;
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10603 AND phase = 'HANDLE_FAILED'"), "2");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "2");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
+}
+
+TEST(BatchRepo, DeferredMemberGoesBackToWaitingAndLeadsTheNextRound) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  auto a = new_op(*c, "a", "ta");
+  walk(*c, a, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  auto b = new_op(*c, "b", "tb");
+  walk(*c, b, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
+  auto cl = persistence::claim(*c, 50);
+  ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
+  auto d = persistence::defer_members(*c, cl.value.batch_id, {b});
+  ASSERT_TRUE(d.ok()) << d.error.message;
+  EXPECT_EQ(d.value, 1);
+  ASSERT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
+  EXPECT_EQ(persistence::load_operation(*c, a).value.step, S::BATCH_CLAIMED);
+  EXPECT_EQ(persistence::load_operation(*c, b).value.step, S::BATCH_WAITING);
+  auto w = persistence::list_waiting(*c, 10);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(w.value.size(), 1u);
+  EXPECT_EQ(w.value[0].operation_id, b);
+}

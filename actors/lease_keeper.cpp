@@ -1,0 +1,151 @@
+#include "actors/lease_keeper.hpp"
+
+#include "base/log.hpp"
+#include "persistence/errors.hpp"
+#include "persistence/instance_repo.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+#include <atomic>
+#include <functional>
+#include <future>
+
+namespace changeflow::actors {
+
+namespace {
+using lease_atom = caf::atom_constant<caf::atom("lease_tick")>;
+
+int lease_seconds_of(const services& svc) {
+  return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->int_or("instance.lease_seconds", 30)));
+}
+
+/// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
+bool run_blocking(services& svc, std::chrono::milliseconds timeout,
+                  std::function<bool(persistence::db_context&)> job) {
+  auto done = std::make_shared<std::promise<bool>>();
+  auto result = done->get_future();
+  bool queued = svc.db->try_submit([done, job = std::move(job)](persistence::db_context& db) {
+    bool ok = false;
+    try {
+      ok = job(db);
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      log::warn("lease.db_error", {{"error", e.what()}});
+    }
+    done->set_value(ok);
+  });
+  if (!queued) return false;
+  if (result.wait_for(timeout) != std::future_status::ready) return false;
+  return result.get();
+}
+}  // namespace
+
+struct lease_keeper::shared_state {
+  std::atomic<bool> in_flight{false};
+  std::atomic<bool> stopped{false};
+};
+
+namespace {
+
+void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
+  auto lease = lease_seconds_of(*svc);
+  auto beat = persistence::heartbeat(db.get(), svc->instance_id, lease);
+  if (beat.outcome == persistence::db_outcome::not_found) {
+    // Marked stopped or deleted behind our back: register again. Operations taken over meanwhile
+    // stay with their new owner (our actors find that out through their fence and stop).
+    log::warn("lease.re_register", {{"instance_id", svc->instance_id}});
+    persistence::register_instance(db.get(), svc->instance_id, lease);
+  } else if (!beat.ok()) {
+    if (beat.outcome == persistence::db_outcome::retryable) db.reset();
+    log::warn("lease.heartbeat_failed", {{"error", beat.error.message}});
+    return;
+  }
+  auto page = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
+  auto taken = persistence::take_over_expired(db.get(), svc->instance_id, page);
+  if (!taken.ok()) {
+    if (taken.outcome == persistence::db_outcome::retryable) db.reset();
+    log::warn("lease.takeover_failed", {{"error", taken.error.message}});
+    return;
+  }
+  if (taken.value.empty()) return;
+  std::vector<std::string> ids;
+  for (const auto& t : taken.value) ids.push_back(t.operation_id);
+  svc->metrics->inc("changeflow_takeovers_total", "Operations taken over from an instance whose lease expired", {},
+                    static_cast<double>(ids.size()));
+  log::info("lease.took_over", {{"operations", ids.size()}});
+  auto rows = persistence::load_operations(db.get(), ids);
+  // A failed load leaves the rows owned by us without an actor: the sweeper's stuck scan resumes them.
+  if (rows.ok()) rehydrate->enqueue(std::move(rows.value));
+}
+
+caf::behavior ticker_impl(caf::event_based_actor* self, services* svc, rehydrator* rehydrate,
+                          std::shared_ptr<lease_keeper::shared_state> sh) {
+  self->send(self, lease_atom::value);
+  return {
+      [self, svc, rehydrate, sh](lease_atom) {
+        if (sh->stopped) return;
+        // One job at a time: a slow database must not pile up heartbeats.
+        if (!sh->in_flight.exchange(true)) {
+          bool queued = svc->db->try_submit([svc, rehydrate, sh](persistence::db_context& db) {
+            try {
+              if (!sh->stopped) tick(db, svc, rehydrate);
+            } catch (const sql::SQLException& e) {
+              db.reset();
+              log::warn("lease.db_error", {{"error", e.what()}});
+            }
+            sh->in_flight = false;
+          });
+          if (!queued) sh->in_flight = false;
+        }
+        auto interval = std::max<std::int64_t>(200, lease_seconds_of(*svc) * 1000 / 3);
+        self->delayed_send(self, std::chrono::milliseconds(interval), lease_atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+lease_keeper::lease_keeper(services& svc, rehydrator& rehydrate)
+    : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
+
+lease_keeper::~lease_keeper() { stop(); }
+
+bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
+  auto* svc = &svc_;
+  return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
+    auto r = persistence::register_instance(db.get(), svc->instance_id, lease_seconds_of(*svc));
+    if (!r.ok()) {
+      if (r.outcome == persistence::db_outcome::retryable) db.reset();
+      log::error("lease.register_failed", {{"error", r.error.message}});
+      return false;
+    }
+    log::info("lease.registered", {{"instance_id", svc->instance_id}, {"epoch", r.value}});
+    return true;
+  });
+}
+
+void lease_keeper::start() { ticker_ = svc_.system->spawn(ticker_impl, &svc_, &rehydrate_, shared_); }
+
+void lease_keeper::stop() {
+  shared_->stopped = true;
+  if (ticker_) {
+    caf::anon_send_exit(ticker_, caf::exit_reason::user_shutdown);
+    ticker_ = nullptr;
+  }
+}
+
+bool lease_keeper::release_now(std::chrono::milliseconds timeout) {
+  auto* svc = &svc_;
+  return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
+    auto r = persistence::mark_instance_stopped(db.get(), svc->instance_id);
+    if (!r.ok()) {
+      log::warn("lease.release_failed", {{"error", r.error.message}});
+      return false;
+    }
+    log::info("lease.released", {{"instance_id", svc->instance_id}});
+    return true;
+  });
+}
+
+}  // namespace changeflow::actors

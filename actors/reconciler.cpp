@@ -1,0 +1,172 @@
+#include "actors/reconciler.hpp"
+
+#include "base/log.hpp"
+#include "persistence/reconcile_repo.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+#include <chrono>
+
+namespace changeflow::actors {
+
+namespace {
+using reconcile_tick_atom = caf::atom_constant<caf::atom("rc_tick")>;
+using reconcile_done_atom = caf::atom_constant<caf::atom("rc_done")>;
+
+constexpr auto disabled_recheck = std::chrono::milliseconds(1000);
+}  // namespace
+
+std::string_view to_string(validation_path p) {
+  return p == validation_path::callback ? "callback" : "reconciliation";
+}
+
+persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std::string& operation_id,
+                                                validation_path via, metrics::registry& metrics) {
+  auto r = persistence::mark_validated(conn, operation_id, std::string(to_string(via)));
+  if (!r.ok()) return persistence::db_result<bool>::failure(r.error);
+  if (!r.value) return persistence::db_result<bool>::success(false);
+  // The flip is committed and this call made it: count here and nowhere else.
+  metrics.inc("changeflow_validated_total", "Operations validated (MERGED -> VALIDATED), by path",
+              {{"via", std::string(to_string(via))}});
+  return persistence::db_result<bool>::success(true);
+}
+
+persistence::db_result<bool> validate_if_already_deployed(sql::Connection& conn, const std::string& operation_id,
+                                                          std::int64_t mr_iid, const std::string& project,
+                                                          metrics::registry& metrics) {
+  auto deployed = persistence::deploy_succeeded(conn, project, mr_iid);
+  if (!deployed.ok()) return persistence::db_result<bool>::failure(deployed.error);
+  if (!deployed.value) return persistence::db_result<bool>::success(false);
+  return validate_and_count(conn, operation_id, validation_path::callback, metrics);
+}
+
+reconcile_plan plan_reconciliation(const std::vector<persistence::merged_candidate>& candidates,
+                                   std::optional<std::int64_t> watermark) {
+  reconcile_plan plan;
+  for (const auto& c : candidates) {
+    // See the header: <= watermark means its own callback arrived or a later MR's did (deploys
+    // run in merge order), so this one's was lost. No watermark yet: nothing can be inferred.
+    if (watermark && c.mr_iid <= *watermark) {
+      plan.validate.push_back(c.operation_id);
+    } else {
+      plan.wait.push_back(c.operation_id);
+    }
+  }
+  return plan;
+}
+
+reconcile_settings reconcile_settings_from(const config::snapshot& snap) {
+  reconcile_settings s;
+  s.min_age_s = static_cast<int>(snap.int_or("reconcile.min_age_seconds", 300));
+  s.max_age_s = static_cast<int>(snap.int_or("reconcile.max_age_seconds", 86400));
+  s.project = snap.string_or("gitlab.project", "");
+  return s;
+}
+
+nlohmann::json to_json(const reconcile_report& r) {
+  nlohmann::json j = {{"trigger", r.trigger},     {"scanned", r.scanned}, {"validated", r.validated},
+                      {"alreadyValidated", r.already}, {"waiting", r.waiting}, {"failed", r.failed},
+                      {"watermark", r.watermark ? nlohmann::json(*r.watermark) : nlohmann::json(nullptr)}};
+  return j;
+}
+
+reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s,
+                                    metrics::registry& metrics, std::string trigger) {
+  reconcile_report rep;
+  rep.trigger = std::move(trigger);
+  auto fail = [&](const persistence::db_error& e) {
+    rep.ok = false;
+    rep.retryable = e.outcome == persistence::db_outcome::retryable;
+    rep.error = e.message;
+    metrics.inc("changeflow_reconcile_runs_total", "Reconciliation runs by trigger and result",
+                {{"trigger", rep.trigger}, {"result", "error"}});
+    log::warn("reconcile.failed", {{"trigger", rep.trigger}, {"error", rep.error}});
+    return rep;
+  };
+  // Query 1 of 2: operation -> mr_iid of every MERGED row in the window, in bulk.
+  auto candidates = persistence::merged_in_window(conn, s.min_age_s, s.max_age_s, s.limit);
+  if (!candidates.ok()) return fail(candidates.error);
+  rep.scanned = static_cast<int>(candidates.value.size());
+  // Query 2 of 2: the watermark. Read after the candidates so a callback that lands in between can
+  // only raise it (never makes the inference claim more than it knows).
+  auto watermark = persistence::deploy_watermark(conn, s.project);
+  if (!watermark.ok()) return fail(watermark.error);
+  rep.watermark = watermark.value;
+
+  auto plan = plan_reconciliation(candidates.value, rep.watermark);
+  rep.waiting = static_cast<int>(plan.wait.size());
+  for (const auto& id : plan.validate) {
+    auto r = validate_and_count(conn, id, validation_path::reconciliation, metrics);
+    if (!r.ok()) {
+      ++rep.failed;
+      if (r.outcome == persistence::db_outcome::retryable && r.error.code != 1213 && r.error.code != 1205) {
+        return fail(r.error);  // the connection is gone: stop, the next run picks the rest up
+      }
+      continue;
+    }
+    ++(r.value ? rep.validated : rep.already);
+  }
+  metrics.inc("changeflow_reconcile_runs_total", "Reconciliation runs by trigger and result",
+              {{"trigger", rep.trigger}, {"result", "ok"}});
+  metrics.set("changeflow_reconcile_waiting", "MERGED operations in the window above the watermark", {},
+              static_cast<double>(rep.waiting));
+  log::info("reconcile.run", {{"trigger", rep.trigger},
+                              {"scanned", rep.scanned},
+                              {"validated", rep.validated},
+                              {"already", rep.already},
+                              {"waiting", rep.waiting},
+                              {"failed", rep.failed},
+                              {"watermark", rep.watermark ? nlohmann::json(*rep.watermark) : nlohmann::json(nullptr)}});
+  return rep;
+}
+
+bool submit_reconciliation(services& svc, std::string trigger, std::function<void(reconcile_report)> done) {
+  auto settings = reconcile_settings_from(*svc.config->current());
+  auto* metrics = svc.metrics;
+  return svc.db->try_submit([settings, metrics, trigger = std::move(trigger),
+                             done = std::move(done)](persistence::db_context& db) {
+    reconcile_report rep;
+    try {
+      rep = run_reconciliation(db.get(), settings, *metrics, trigger);
+    } catch (const sql::SQLException& e) {  // db.get() could not connect
+      rep.ok = false;
+      rep.retryable = true;
+      rep.trigger = trigger;
+      rep.error = std::string("database unreachable: ") + e.what();
+    }
+    if (rep.retryable) db.reset();
+    if (done) done(std::move(rep));
+  });
+}
+
+namespace {
+caf::behavior reconciler_impl(caf::event_based_actor* self, services* svc) {
+  auto interval = [svc]() -> std::int64_t { return svc->config->current()->int_or("reconcile.interval_ms", 60000); };
+  auto arm = [self](std::chrono::milliseconds after) { self->delayed_send(self, after, reconcile_tick_atom::value); };
+  // The first run waits one interval: start-up has enough to do, and min_age skips fresh rows anyway.
+  auto first = interval();
+  arm(first > 0 ? std::chrono::milliseconds(first) : disabled_recheck);
+  return {
+      [=](reconcile_tick_atom) {
+        auto every = interval();
+        if (every <= 0) return arm(disabled_recheck);  // disabled; the key is hot, look again later
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        // The DB work runs on the db pool; the actor only hears back when it is done, so the next
+        // timer run never overlaps the previous one.
+        bool queued = submit_reconciliation(*svc, "timer", [me](reconcile_report r) {
+          caf::anon_send(me, reconcile_done_atom::value, r.ok);
+        });
+        if (!queued) arm(std::chrono::milliseconds(every));
+      },
+      [=](reconcile_done_atom, bool) {
+        auto every = interval();
+        arm(every > 0 ? std::chrono::milliseconds(every) : disabled_recheck);
+      },
+  };
+}
+}  // namespace
+
+caf::actor spawn_reconciler(services& svc) { return svc.system->spawn(reconciler_impl, &svc); }
+
+}  // namespace changeflow::actors

@@ -1,0 +1,209 @@
+#include "actors/rehydrator.hpp"
+
+#include "actors/request_actor.hpp"
+#include "base/log.hpp"
+#include "persistence/errors.hpp"
+#include "persistence/instance_repo.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace changeflow::actors {
+
+namespace {
+using pace_atom = caf::atom_constant<caf::atom("rh_pace")>;
+constexpr std::int64_t tick_ms = 50;
+}  // namespace
+
+struct rehydrator::shared_state {
+  struct item {
+    persistence::operation_row row;
+    bool initial = false;  // part of the start-up backlog (counts for readiness)
+  };
+  mutable std::mutex mutex;
+  std::deque<item> queue;
+  std::atomic<bool> loading{true};
+  std::atomic<std::size_t> initial_total{0};
+  std::atomic<std::size_t> initial_done{0};
+  std::atomic<bool> stopped{false};
+  std::int64_t load_started_ms = 0;
+  double pace_credit = 0;  // pacer only: fractional spawns carried to the next tick
+
+  void push(std::vector<persistence::operation_row> rows, bool initial) {
+    std::lock_guard lock(mutex);
+    for (auto& r : rows) {
+      if (initial) ++initial_total;
+      queue.push_back({std::move(r), initial});
+    }
+  }
+};
+
+namespace {
+
+/// Only rows a request actor drives are worth queuing: terminal, MERGED and batch rows are not.
+std::vector<persistence::operation_row> resumable(std::vector<persistence::operation_row> rows) {
+  std::vector<persistence::operation_row> out;
+  out.reserve(rows.size());
+  for (auto& r : rows) {
+    if (workflow::needs_actor(r.step)) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+caf::behavior pacer_impl(caf::event_based_actor* self, services* svc,
+                         std::shared_ptr<rehydrator::shared_state> sh) {
+  self->send(self, pace_atom::value);
+  return {
+      [self, svc, sh](pace_atom) {
+        auto& carry = sh->pace_credit;
+        if (sh->stopped) return;
+        auto rate = svc->config->current()->int_or("rehydrate.rate_per_second", 200);
+        if (rate <= 0) rate = 200;
+        carry += static_cast<double>(rate) * tick_ms / 1000.0;
+        std::vector<rehydrator::shared_state::item> batch;
+        {
+          std::lock_guard lock(sh->mutex);
+          while (carry >= 1.0 && !sh->queue.empty()) {
+            batch.push_back(std::move(sh->queue.front()));
+            sh->queue.pop_front();
+            carry -= 1.0;
+          }
+          if (sh->queue.empty()) carry = std::min(carry, 1.0);  // no credit saved up while idle
+        }
+        for (auto& it : batch) {
+          auto now = svc->now_ms();
+          if (spawn_request_actor(*svc, seed_from_row(it.row, now))) {
+            svc->metrics->inc("changeflow_rehydrated_total", "Request actors resumed from their stored row");
+          }
+          if (it.initial && ++sh->initial_done == sh->initial_total && !sh->loading) {
+            log::info("rehydrate.done", {{"operations", sh->initial_total.load()},
+                                         {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+          }
+        }
+        self->delayed_send(self, std::chrono::milliseconds(tick_ms), pace_atom::value);
+      },
+  };
+}
+
+/// The start-up load, on a database worker: pages of owned rows, then takeovers. Retries a
+/// connectivity failure for a while (the database may be restarting); the sweeper and the lease
+/// keeper pick up whatever a failed load left behind.
+void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
+  auto page_size = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
+  std::string after;
+  std::size_t owned = 0, taken_count = 0;
+  int failures = 0;
+  auto failed = [&](const std::string& what) {
+    db.reset();
+    log::warn("rehydrate.load_failed", {{"error", what}, {"attempt", failures}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    return ++failures < 60 && !sh->stopped;
+  };
+  // 1. Rows this instance already owns (a restart with the same instance.id).
+  while (!sh->stopped) {
+    try {
+      auto page = persistence::list_owned_nonterminal(db.get(), svc->instance_id, after, page_size);
+      if (!page.ok()) {
+        if (failed(page.error.message)) continue;
+        break;
+      }
+      if (page.value.empty()) break;
+      after = page.value.back().operation_id;
+      bool last = static_cast<int>(page.value.size()) < page_size;
+      auto rows = resumable(std::move(page.value));
+      owned += rows.size();
+      sh->push(std::move(rows), true);
+      if (last) break;
+    } catch (const sql::SQLException& e) {
+      if (!failed(e.what())) break;
+    }
+  }
+  // 2. Rows whose owner's lease expired (a crashed peer, or this host's previous instance id).
+  while (!sh->stopped) {
+    try {
+      auto taken = persistence::take_over_expired(db.get(), svc->instance_id, page_size);
+      if (!taken.ok()) {
+        if (failed(taken.error.message)) continue;
+        break;
+      }
+      if (taken.value.empty()) break;
+      std::vector<std::string> ids;
+      for (const auto& t : taken.value) ids.push_back(t.operation_id);
+      auto rows = persistence::load_operations(db.get(), ids);
+      if (!rows.ok()) {
+        // Taken but not loaded: the sweeper's stuck scan finds them (owned, no actor).
+        if (failed(rows.error.message)) continue;
+        break;
+      }
+      auto r = resumable(std::move(rows.value));
+      taken_count += r.size();
+      sh->push(std::move(r), true);
+      if (static_cast<int>(taken.value.size()) < page_size) break;
+    } catch (const sql::SQLException& e) {
+      if (!failed(e.what())) break;
+    }
+  }
+  sh->loading = false;
+  log::info("rehydrate.loaded", {{"owned", owned}, {"taken_over", taken_count},
+                                 {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+  if (sh->initial_done >= sh->initial_total) {
+    log::info("rehydrate.done", {{"operations", sh->initial_total.load()},
+                                 {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+  }
+}
+
+}  // namespace
+
+rehydrator::rehydrator(services& svc) : svc_(svc), shared_(std::make_shared<shared_state>()) {}
+
+rehydrator::~rehydrator() { stop(); }
+
+void rehydrator::start() {
+  shared_->load_started_ms = svc_.now_ms();
+  pacer_ = svc_.system->spawn(pacer_impl, &svc_, shared_);
+  auto* svc = &svc_;
+  auto sh = shared_;
+  bool queued = svc_.db->try_submit([svc, sh](persistence::db_context& db) { load_backlog(db, svc, sh); });
+  if (!queued) {
+    // Cannot happen at start (the queue is empty); if it does, the sweeper resumes the rows later.
+    log::error("rehydrate.not_queued");
+    shared_->loading = false;
+  }
+}
+
+void rehydrator::enqueue(std::vector<persistence::operation_row> rows) {
+  shared_->push(resumable(std::move(rows)), false);
+}
+
+bool rehydrator::initial_done() const {
+  return !shared_->loading && shared_->initial_done >= shared_->initial_total;
+}
+
+std::optional<std::string> rehydrator::not_ready_reason() const {
+  if (initial_done()) return std::nullopt;
+  auto total = std::to_string(shared_->initial_total.load());
+  return "rehydrating " + std::to_string(shared_->initial_done.load()) + "/" + total +
+         (shared_->loading ? "+ (loading)" : "");
+}
+
+std::size_t rehydrator::queued() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->queue.size();
+}
+
+void rehydrator::stop() {
+  shared_->stopped = true;
+  if (pacer_) {
+    caf::anon_send_exit(pacer_, caf::exit_reason::user_shutdown);
+    pacer_ = nullptr;
+  }
+}
+
+}  // namespace changeflow::actors

@@ -1,0 +1,190 @@
+#include "actors/sweeper.hpp"
+
+#include "actors/request_actor.hpp"
+#include "base/log.hpp"
+#include "messages/messages.hpp"
+#include "persistence/durability_repo.hpp"
+#include "persistence/errors.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+#include <atomic>
+
+namespace changeflow::actors {
+
+namespace {
+using inbox_atom = caf::atom_constant<caf::atom("inbox_tick")>;
+using sweep_atom = caf::atom_constant<caf::atom("sweep_tick")>;
+}  // namespace
+
+struct sweeper::shared_state {
+  std::atomic<bool> inbox_in_flight{false};
+  std::atomic<bool> sweep_in_flight{false};
+  std::atomic<bool> stopped{false};
+  std::string stuck_cursor;  // sweep job only (one at a time): keyset position of the stuck scan
+};
+
+namespace {
+
+std::int64_t positive_or(const services& svc, const char* key, std::int64_t fallback) {
+  auto v = svc.config->current()->int_or(key, fallback);
+  return v > 0 ? v : fallback;
+}
+
+void nudge_live(services* svc, const std::string& id, const char* cause) {
+  if (auto a = svc->actors->find(id)) caf::anon_send(*a, messages::row_changed{cause});
+}
+
+/// Owner's inbox: rows changed recently; compare with what the live actors know.
+void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
+  auto interval = positive_or(*svc, "durability.inbox_poll_ms", 500);
+  // The look-back overlaps several polls so a slow poll never skips a change; duplicates are
+  // harmless (the version comparison below filters them).
+  auto changed = persistence::list_owned_changed_since(db.get(), svc->instance_id, interval * 4 + 2000, 2000);
+  if (!changed.ok()) {
+    if (changed.outcome == persistence::db_outcome::retryable) db.reset();
+    return;
+  }
+  std::vector<std::string> to_spawn;
+  for (const auto& c : changed.value) {
+    if (!workflow::needs_actor(c.step)) continue;
+    if (auto summary = svc->actors->summary(c.operation_id)) {
+      if (summary->version < c.version) {
+        nudge_live(svc, c.operation_id, "row changed elsewhere");
+        svc->metrics->inc("changeflow_inbox_nudges_total", "Actors told to reload a row changed elsewhere");
+      }
+      continue;
+    }
+    to_spawn.push_back(c.operation_id);
+  }
+  // During the start-up backlog the rehydrator resumes these in its own (paced) order.
+  if (to_spawn.empty() || !rehydrate->initial_done()) return;
+  auto rows = persistence::load_operations(db.get(), to_spawn);
+  if (!rows.ok()) return;
+  for (const auto& row : rows.value) {
+    if (!workflow::needs_actor(row.step) || row.owner_instance.value_or("") != svc->instance_id) continue;
+    if (spawn_request_actor(*svc, seed_from_row(row, svc->now_ms()))) {
+      svc->metrics->inc("changeflow_inbox_spawns_total", "Actors spawned for rows changed elsewhere");
+    }
+  }
+}
+
+void time_out(persistence::db_context& db, services* svc, const persistence::overdue_operation& o,
+              workflow::step to, const std::string& cause) {
+  persistence::transition_request req;
+  req.operation_id = o.operation_id;
+  req.expected_version = o.version;
+  req.from = o.step;
+  req.to = to;
+  req.cause = cause;
+  req.actor = "sweeper";
+  req.instance_id = svc->instance_id;
+  req.clear_wake = true;
+  auto r = persistence::transition(db.get(), req);
+  if (r.ok()) {
+    svc->metrics->inc("changeflow_sweep_timeouts_total", "Operations moved by the timeout sweep",
+                      {{"step", std::string(workflow::to_string(to))}});
+    log::info("sweep.timed_out", {{"operation_id", o.operation_id}, {"to", workflow::to_string(to)}});
+    nudge_live(svc, o.operation_id, "timed out by the sweep");
+  } else if (r.outcome == persistence::db_outcome::retryable) {
+    db.reset();
+  }
+  // preempted: an actor or a peer's sweep moved it first; nothing to do.
+}
+
+void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, std::string& cursor) {
+  auto grace = static_cast<int>(positive_or(*svc, "durability.approval_grace_seconds", 30));
+  auto deploy_wait = static_cast<int>(positive_or(*svc, "timeouts.deploy_wait_seconds", 86400));
+  auto stuck_after = static_cast<int>(positive_or(*svc, "durability.stuck_after_seconds", 60));
+  if (auto overdue = persistence::list_approval_overdue(db.get(), grace, 200); overdue.ok()) {
+    for (const auto& o : overdue.value) {
+      time_out(db, svc, o, workflow::step::APPROVAL_TIMEOUT, "no approval decision before the deadline (sweep)");
+    }
+  }
+  if (auto overdue = persistence::list_deploy_overdue(db.get(), deploy_wait, 200); overdue.ok()) {
+    for (const auto& o : overdue.value) {
+      time_out(db, svc, o, workflow::step::DEPLOY_TIMEOUT,
+               "no deploy confirmation within timeouts.deploy_wait_seconds (sweep)");
+    }
+  }
+  if (!rehydrate->initial_done()) return;
+  constexpr int page = 500;
+  auto stale = persistence::list_owned_unchanged(db.get(), svc->instance_id, stuck_after, cursor, page);
+  if (!stale.ok()) {
+    if (stale.outcome == persistence::db_outcome::retryable) db.reset();
+    return;
+  }
+  cursor = static_cast<int>(stale.value.size()) < page ? std::string() : stale.value.back().operation_id;
+  std::vector<persistence::operation_row> orphans;
+  for (auto& row : stale.value) {
+    if (workflow::needs_actor(row.step) && !svc->actors->find(row.operation_id)) orphans.push_back(std::move(row));
+  }
+  if (orphans.empty()) return;
+  svc->metrics->inc("changeflow_sweep_respawns_total", "Owned operations found without a live actor", {},
+                    static_cast<double>(orphans.size()));
+  log::info("sweep.respawn", {{"operations", orphans.size()}});
+  rehydrate->enqueue(std::move(orphans));
+}
+
+template <class Atom, class Job>
+caf::behavior ticker(caf::event_based_actor* self, services* svc, std::shared_ptr<sweeper::shared_state> sh,
+                     std::atomic<bool> sweeper::shared_state::*in_flight, const char* interval_key,
+                     std::int64_t default_ms, Job job) {
+  self->send(self, Atom::value);
+  return {
+      [=](Atom) {
+        if (sh->stopped) return;
+        auto& flag = (*sh).*in_flight;
+        if (!flag.exchange(true)) {
+          bool queued = svc->db->try_submit([sh, in_flight, job](persistence::db_context& db) {
+            try {
+              if (!sh->stopped) job(db);
+            } catch (const sql::SQLException& e) {
+              db.reset();
+              log::warn("sweep.db_error", {{"error", e.what()}});
+            }
+            ((*sh).*in_flight) = false;
+          });
+          if (!queued) flag = false;
+        }
+        self->delayed_send(self, std::chrono::milliseconds(positive_or(*svc, interval_key, default_ms)), Atom::value);
+      },
+  };
+}
+
+}  // namespace
+
+sweeper::sweeper(services& svc, rehydrator& rehydrate)
+    : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
+
+sweeper::~sweeper() { stop(); }
+
+void sweeper::start() {
+  auto* svc = &svc_;
+  auto* rh = &rehydrate_;
+  inbox_ = svc_.system->spawn(
+      [=](caf::event_based_actor* self, std::shared_ptr<shared_state> sh) {
+        return ticker<inbox_atom>(self, svc, sh, &shared_state::inbox_in_flight, "durability.inbox_poll_ms", 500,
+                                  [svc, rh](persistence::db_context& db) { poll_inbox(db, svc, rh); });
+      },
+      shared_);
+  sweep_ = svc_.system->spawn(
+      [=](caf::event_based_actor* self, std::shared_ptr<shared_state> sh) {
+        return ticker<sweep_atom>(self, svc, sh, &shared_state::sweep_in_flight, "durability.sweep_interval_ms",
+                                  5000, [svc, rh, sh](persistence::db_context& db) { sweep(db, svc, rh, sh->stuck_cursor); });
+      },
+      shared_);
+}
+
+void sweeper::stop() {
+  shared_->stopped = true;
+  for (auto* a : {&inbox_, &sweep_}) {
+    if (*a) {
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      *a = nullptr;
+    }
+  }
+}
+
+}  // namespace changeflow::actors

@@ -1,0 +1,685 @@
+// changeflow-load: the benchmark driver (issue 11). Never part of the test suite; no assertions.
+//
+//   changeflow-load flow   --port P --n N --c C [--threads T] [--tag X] [--service-pid S] [--db-pid D] DB
+//       submits N changes (unique subject/target each) with at most C unfinished, waits until all are
+//       terminal (progress read from the database in bulk), prints throughput, latency, CPU and RSS.
+//   changeflow-load hold   --port P --n N --c C [--threads T] [--tag X] [--wait-phase APPROVAL_SENT] DB
+//       submits N changes and waits until all sit in the waiting phase; writes their ids to --ids FILE.
+//   changeflow-load raw    --conns K --seconds S --shape raw|repo|cached DB
+//       the limit: a guarded-UPDATE + commit loop on K connections (raw), the persistence layer's own
+//       transition() on K connections (repo), and the same three statements with statements prepared
+//       once and autocommit left off (cached: the proposed fix, prototyped here).
+//   DB = --db-host H --db-port P [--db-user U] [--db-password W] --db-name NAME
+//
+// Output: human-readable lines plus `key=value` lines (prefixed "kv ") that bench/run turns into
+// bench/RESULTS.md.
+
+#include "persistence/connection.hpp"
+#include "persistence/operation_repo.hpp"
+#include "workflow/status.hpp"
+#include "workflow/transitions.hpp"
+
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace changeflow;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+
+struct args {
+  std::map<std::string, std::string> kv;
+  std::string get(const std::string& k, const std::string& d = "") const {
+    auto it = kv.find(k);
+    return it == kv.end() ? d : it->second;
+  }
+  long long num(const std::string& k, long long d) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? d : std::stoll(it->second);
+  }
+};
+
+args parse(int argc, char** argv, int from) {
+  args a;
+  for (int i = from; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0 || i + 1 >= argc) {
+      std::cerr << "changeflow-load: bad argument " << k << "\n";
+      std::exit(2);
+    }
+    a.kv[k.substr(2)] = argv[++i];
+  }
+  return a;
+}
+
+persistence::db_settings db_from(const args& a) {
+  persistence::db_settings s;
+  s.host = a.get("db-host", "127.0.0.1");
+  s.port = static_cast<int>(a.num("db-port", 3306));
+  s.user = a.get("db-user", "changeflow");
+  s.password = a.get("db-password", "changeflow");
+  s.database = a.get("db-name", "changeflow");
+  s.read_timeout_ms = 60000;
+  return s;
+}
+
+void kv(const std::string& k, const std::string& v) { std::cout << "kv " << k << "=" << v << "\n"; }
+void kv(const std::string& k, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  kv(k, std::string(b));
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc readings: CPU time (utime+stime) and peak/current RSS of another process.
+
+double cpu_ms(long pid) {
+  if (pid <= 0) return 0;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  std::vector<std::string> fields;
+  while (rest >> field) fields.push_back(field);
+  // After "pid (comm) " the state is field 3; utime/stime are fields 14/15 -> indices 11/12 here.
+  if (fields.size() < 13) return 0;
+  double ticks = std::stod(fields[11]) + std::stod(fields[12]);
+  return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+long status_kb(long pid, const std::string& key) {
+  if (pid <= 0) return 0;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal keep-alive HTTP/1.1 client (blocking). Enough for JSON requests with Content-Length.
+
+class http_conn {
+ public:
+  explicit http_conn(int port) : port_(port) {}
+  ~http_conn() { drop(); }
+
+  // Returns the status (0 on transport failure) and fills body.
+  int call(const std::string& method, const std::string& target, const std::string& body, std::string& out) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (fd_ < 0 && !connect_now()) continue;
+      std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+      if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      req += "\r\n" + body;
+      if (!send_all(req)) {
+        drop();
+        continue;
+      }
+      int status = read_response(out);
+      if (status == 0) {
+        drop();
+        continue;
+      }
+      return status;
+    }
+    return 0;
+  }
+
+ private:
+  bool connect_now() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) return false;
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    timeval tv{30, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      drop();
+      return false;
+    }
+    buf_.clear();
+    return true;
+  }
+  void drop() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool send_all(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      auto n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  bool fill() {
+    char tmp[16384];
+    auto n = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  int read_response(std::string& out) {
+    size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
+      if (!fill()) return 0;
+    }
+    std::string head = buf_.substr(0, end);
+    buf_.erase(0, end + 4);
+    int status = 0;
+    if (head.size() > 12) status = std::atoi(head.c_str() + 9);
+    size_t length = 0;
+    std::string lower = head;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    auto p = lower.find("content-length:");
+    if (p != std::string::npos) length = std::stoul(lower.substr(p + 15));
+    bool close_after = lower.find("connection: close") != std::string::npos;
+    while (buf_.size() < length) {
+      if (!fill()) return 0;
+    }
+    out = buf_.substr(0, length);
+    buf_.erase(0, length);
+    if (close_after) drop();
+    return status;
+  }
+
+  int port_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto idx = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(idx, v.size() - 1)];
+}
+
+void report_latency(const std::string& name, const std::vector<double>& ms) {
+  std::printf("%-28s n=%zu p50=%.1f ms p95=%.1f ms p99=%.1f ms max=%.1f ms\n", name.c_str(), ms.size(),
+              percentile(ms, 50), percentile(ms, 95), percentile(ms, 99), percentile(ms, 100));
+  kv(name + ".n", std::to_string(ms.size()));
+  kv(name + ".p50_ms", percentile(ms, 50));
+  kv(name + ".p95_ms", percentile(ms, 95));
+  kv(name + ".p99_ms", percentile(ms, 99));
+  kv(name + ".max_ms", percentile(ms, 100));
+}
+
+std::vector<double> query_doubles(sql::Connection& c, const std::string& q) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(q));
+  std::vector<double> out;
+  while (rs->next()) out.push_back(rs->getDouble(1));
+  return out;
+}
+
+std::map<std::string, long> phase_counts(sql::Connection& c, const std::string& tag) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
+      "SELECT phase, COUNT(*) FROM operation WHERE subject_id LIKE '" + tag + "-%' GROUP BY phase"));
+  std::map<std::string, long> out;
+  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submission: T threads, each with one keep-alive connection; a change may be submitted only while
+// fewer than C submitted changes are unfinished (`finished` is fed by the database poller).
+
+struct submitter {
+  int port;
+  long n;
+  long c;
+  std::string tag;
+  std::atomic<long> next{0};
+  std::atomic<long> accepted{0};
+  std::atomic<long> rejected{0};
+  std::atomic<long> finished{0};
+  std::atomic<bool> stop{false};
+  double rate = 0;  // submissions per second; 0 = as fast as the in-flight cap allows
+  clock_type::time_point start = clock_type::now();
+  std::mutex mu;
+  std::vector<std::string> ids;
+  std::vector<std::string> sample_errors;
+
+  void run_thread() {
+    http_conn conn(port);
+    std::string out;
+    for (;;) {
+      long i = next.fetch_add(1);
+      if (i >= n) return;
+      while (!stop && accepted.load() - finished.load() >= c) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (stop) return;
+      if (rate > 0) std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(
+                                                               std::chrono::duration<double>(double(i) / rate)));
+      std::string key = tag + "-" + std::to_string(i);
+      std::string body = R"({"subject":")" + key + R"(","target":"t-)" + key + R"(","title":"bench )" + key +
+                         R"(","files":[{"path":"config/)" + key + R"(.yaml","content":"value: 1\n"}]})";
+      int status = conn.call("POST", "/api/v1/changes", body, out);
+      if (status == 202 && out.find("\"ACCEPTED\"") != std::string::npos) {
+        accepted.fetch_add(1);
+        auto p = out.find("\"operationId\":\"");
+        if (p != std::string::npos) {
+          std::lock_guard<std::mutex> g(mu);
+          ids.push_back(out.substr(p + 15, 36));
+        }
+      } else {
+        rejected.fetch_add(1);
+        std::lock_guard<std::mutex> g(mu);
+        if (sample_errors.size() < 5) sample_errors.push_back(std::to_string(status) + " " + out.substr(0, 200));
+      }
+    }
+  }
+};
+
+bool is_failed_phase(const std::string& p) {
+  return p == "CREATE_FAILED" || p == "HANDLE_FAILED" || p == "REJECTED" || p == "CLOSED";
+}
+
+// Submits and waits; `done_phase` empty = any terminal phase counts as finished.
+struct drive_result {
+  double wall_s = 0;
+  double submit_s = 0;
+  long validated = 0;
+  long failed = 0;
+  bool timed_out = false;
+};
+
+drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::string& wait_phase,
+                   long timeout_s, long poll_ms) {
+  drive_result r;
+  auto t0 = clock_type::now();
+  sub.start = t0;
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back([&] { sub.run_thread(); });
+  std::atomic<bool> submitted_all{false};
+  std::thread joiner([&] {
+    for (auto& t : pool) t.join();
+    r.submit_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    submitted_all = true;
+  });
+  auto deadline = t0 + std::chrono::seconds(timeout_s);
+  long last_print = -1;
+  for (;;) {
+    auto counts = phase_counts(db, sub.tag);
+    long done = 0, failed = 0, target = 0;
+    for (auto& [p, k] : counts) {
+      if (is_failed_phase(p)) failed += k;
+      if (p == wait_phase) target += k;
+    }
+    done = target + failed;
+    sub.finished = done;
+    r.validated = target;
+    r.failed = failed;
+    if (done / 1000 != last_print) {
+      last_print = done / 1000;
+      std::fprintf(stderr, "  progress: %ld/%ld %s, %ld failed, %ld rejected\n", target, sub.n, wait_phase.c_str(), failed,
+                   sub.rejected.load());
+    }
+    if (submitted_all && done + sub.rejected.load() >= sub.n) break;
+    if (clock_type::now() > deadline) {
+      r.timed_out = true;
+      sub.stop = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+  r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  joiner.join();
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// flow
+
+int cmd_flow(const args& a) {
+  auto settings = db_from(a);
+  auto db = persistence::open_connection(settings);
+  submitter sub;
+  sub.port = static_cast<int>(a.num("port", 8080));
+  sub.n = a.num("n", 2000);
+  sub.c = a.num("c", 200);
+  sub.tag = a.get("tag", "flow");
+  sub.rate = static_cast<double>(a.num("rate", 0));
+  long service_pid = a.num("service-pid", 0), db_pid = a.num("db-pid", 0);
+  double svc_cpu0 = cpu_ms(service_pid), db_cpu0 = cpu_ms(db_pid);
+  long events0 = static_cast<long>(query_doubles(*db, "SELECT COUNT(*) FROM operation_event")[0]);
+
+  auto r = drive(sub, *db, static_cast<int>(a.num("threads", 8)), "VALIDATED", a.num("timeout-s", 900),
+                 a.num("poll-ms", 100));
+
+  double svc_cpu = cpu_ms(service_pid) - svc_cpu0, db_cpu = cpu_ms(db_pid) - db_cpu0;
+  long events = static_cast<long>(query_doubles(*db, "SELECT COUNT(*) FROM operation_event")[0]) - events0;
+  const std::string mine = "o.subject_id LIKE '" + sub.tag + "-%'";
+  auto e2e = query_doubles(*db,
+                           "SELECT TIMESTAMPDIFF(MICROSECOND, o.created_at, MIN(e.at)) / 1000 FROM operation o "
+                           "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_phase = 'VALIDATED' "
+                           "WHERE " + mine + " GROUP BY o.operation_id, o.created_at");
+  // Approval callback: the ledger row is stamped when the handler's transaction inserts it; the
+  // APPROVAL_APPROVED event is written in that same transaction (apply_approval_callback), so this
+  // is the in-database part only. The HTTP-side figure comes from the route latency histogram.
+  auto approval = query_doubles(*db,
+                                "SELECT TIMESTAMPDIFF(MICROSECOND, l.received_at, MIN(e.at)) / 1000 FROM callback_ledger l "
+                                "JOIN operation o ON o.operation_id = l.operation_id "
+                                "JOIN operation_event e ON e.operation_id = l.operation_id AND e.to_step = " +
+                                    std::to_string(workflow::code_of(workflow::step::APPROVAL_APPROVED)) +
+                                    " WHERE l.kind = 'approval' AND " + mine + " GROUP BY l.id, l.received_at");
+  auto deploy = query_doubles(*db,
+                              "SELECT TIMESTAMPDIFF(MICROSECOND, d.r, MIN(e.at)) / 1000 FROM operation o "
+                              "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_step = " +
+                                  std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
+                                  " JOIN (SELECT mr_iid, MIN(received_at) r FROM deploy_callback GROUP BY mr_iid) d "
+                                  "ON d.mr_iid = o.mr_iid WHERE " + mine + " GROUP BY o.operation_id, d.r");
+  long done = r.validated;
+  std::printf("flow: %ld submitted, %ld VALIDATED, %ld failed, %ld rejected%s in %.2f s (submissions took %.2f s)\n",
+              sub.n, r.validated, r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "", r.wall_s, r.submit_s);
+  std::printf("changes/s %.1f  transitions/s %.1f  (%ld operation_event rows, %.1f per change)\n", done / r.wall_s,
+              events / r.wall_s, events, done ? double(events) / double(done) : 0.0);
+  report_latency("e2e", e2e);
+  report_latency("approval_cb_to_commit", approval);
+  report_latency("deploy_cb_to_commit", deploy);
+  long hwm = status_kb(service_pid, "VmHWM");
+  std::printf("changeflowd peak RSS %.1f MiB; CPU service %.0f ms + database %.0f ms = %.2f ms per change\n", hwm / 1024.0,
+              svc_cpu, db_cpu, done ? (svc_cpu + db_cpu) / double(done) : 0.0);
+  for (auto& e : sub.sample_errors) std::printf("  error sample: %s\n", e.c_str());
+  kv("flow.n", std::to_string(sub.n));
+  kv("flow.c", std::to_string(sub.c));
+  kv("flow.validated", std::to_string(r.validated));
+  kv("flow.failed", std::to_string(r.failed));
+  kv("flow.rejected", std::to_string(sub.rejected.load()));
+  kv("flow.timed_out", r.timed_out ? "yes" : "no");
+  kv("flow.wall_s", r.wall_s);
+  kv("flow.changes_per_s", done / r.wall_s);
+  kv("flow.events", std::to_string(events));
+  kv("flow.transitions_per_s", events / r.wall_s);
+  kv("flow.events_per_change", done ? double(events) / double(done) : 0.0);
+  kv("flow.service_hwm_kb", std::to_string(hwm));
+  kv("flow.service_cpu_ms", svc_cpu);
+  kv("flow.db_cpu_ms", db_cpu);
+  kv("flow.cpu_ms_per_change", done ? (svc_cpu + db_cpu) / double(done) : 0.0);
+  kv("flow.service_cpu_ms_per_change", done ? svc_cpu / double(done) : 0.0);
+  kv("flow.db_cpu_ms_per_change", done ? db_cpu / double(done) : 0.0);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// hold
+
+int cmd_hold(const args& a) {
+  auto db = persistence::open_connection(db_from(a));
+  submitter sub;
+  sub.port = static_cast<int>(a.num("port", 8080));
+  sub.n = a.num("n", 10000);
+  sub.c = a.num("c", 1000000000);  // waiting operations never finish: no in-flight cap
+  sub.tag = a.get("tag", "hold");
+  std::string wait_phase = a.get("wait-phase", "APPROVAL_SENT");
+  auto r = drive(sub, *db, static_cast<int>(a.num("threads", 8)), wait_phase, a.num("timeout-s", 900),
+                 a.num("poll-ms", 250));
+  std::printf("hold: %ld submitted, %ld in %s, %ld failed, %ld rejected%s in %.2f s (%.0f submits/s)\n", sub.n,
+              r.validated, wait_phase.c_str(), r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "",
+              r.wall_s, double(sub.n) / r.wall_s);
+  for (auto& e : sub.sample_errors) std::printf("  error sample: %s\n", e.c_str());
+  kv("hold.waiting", std::to_string(r.validated));
+  kv("hold.failed", std::to_string(r.failed));
+  kv("hold.rejected", std::to_string(sub.rejected.load()));
+  kv("hold.wall_s", r.wall_s);
+  kv("hold.submits_per_s", double(sub.n) / r.wall_s);
+  if (auto file = a.get("ids"); !file.empty()) {
+    std::ofstream f(file, std::ios::app);
+    for (auto& id : sub.ids) f << id << "\n";
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// raw / repo / cached: the database's guarded-commit limit and the persistence layer's distance
+// from it, on K connections for S seconds. Each connection owns its rows: no lock waits by design,
+// so the figure is the commit rate, not a contention artefact.
+
+// A legal cycle of the transition table (a self-loop, else a two-step cycle), so repo transitions
+// can run forever on the same rows.
+std::vector<workflow::step> legal_cycle() {
+  using workflow::step;
+  for (auto s : workflow::all_steps) {
+    if (workflow::is_allowed(s, s, workflow::actor_kind::workflow)) return {s};
+  }
+  for (auto s : workflow::all_steps) {
+    for (auto t : workflow::all_steps) {
+      if (s != t && workflow::is_allowed(s, t, workflow::actor_kind::workflow) &&
+          workflow::is_allowed(t, s, workflow::actor_kind::workflow))
+        return {s, t};
+    }
+  }
+  return {};
+}
+
+int cmd_raw(const args& a) {
+  auto settings = db_from(a);
+  const int conns = static_cast<int>(a.num("conns", 4));
+  const double seconds = static_cast<double>(a.num("seconds", 5));
+  const std::string shape = a.get("shape", "raw");
+  const int rows_per_conn = 8;
+  auto setup = persistence::open_connection(settings);
+  auto cycle = legal_cycle();
+  if (shape != "raw" && cycle.empty()) {
+    std::cerr << "no legal transition cycle in the table\n";
+    return 1;
+  }
+  {
+    std::unique_ptr<sql::Statement> st(setup->createStatement());
+    st->execute("CREATE TABLE IF NOT EXISTS bench_raw (id CHAR(36) NOT NULL PRIMARY KEY, step INT NOT NULL, "
+                "version BIGINT NOT NULL, updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) "
+                "ON UPDATE CURRENT_TIMESTAMP(3)) ENGINE=InnoDB");
+    st->execute("DELETE FROM bench_raw");
+  }
+  // Rows: bench_raw for raw; real operations (with binding) for repo/cached.
+  std::vector<std::vector<std::string>> ids(static_cast<size_t>(conns));
+  char buf[64];
+  for (int c = 0; c < conns; ++c) {
+    for (int i = 0; i < rows_per_conn; ++i) {
+      std::snprintf(buf, sizeof buf, "b%07d-%04d-0000-0000-%012lld", c, i,
+                    static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count() % 1000000000000LL));
+      std::string id = buf;
+      ids[static_cast<size_t>(c)].push_back(id);
+      if (shape == "raw") {
+        std::unique_ptr<sql::PreparedStatement> ins(setup->prepareStatement("INSERT INTO bench_raw (id, step, version) VALUES (?, 1, 1)"));
+        ins->setString(1, id);
+        ins->executeUpdate();
+      } else {
+        persistence::new_operation op;
+        op.operation_id = id;
+        op.subject_id = "rawbench-" + id;
+        op.target_key = "t";
+        op.title = "raw bench";
+        auto r = persistence::create_operation(*setup, op);
+        if (!r.ok()) {
+          std::cerr << "create_operation failed: " << r.error.message << "\n";
+          return 1;
+        }
+        // Move it onto the cycle with guarded UPDATEs (setup only; not timed).
+        std::unique_ptr<sql::PreparedStatement> mv(setup->prepareStatement("UPDATE operation SET step = ? WHERE operation_id = ?"));
+        mv->setInt(1, workflow::code_of(cycle[0]));
+        mv->setString(2, id);
+        mv->executeUpdate();
+      }
+    }
+  }
+  std::atomic<long> total{0}, failures{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < conns; ++c) {
+    threads.emplace_back([&, c] {
+      auto conn = persistence::open_connection(settings);
+      auto& mine = ids[static_cast<size_t>(c)];
+      std::vector<std::int64_t> version(mine.size(), 1);
+      std::vector<size_t> pos(mine.size(), 0);
+      long n = 0, bad = 0;
+      try {
+        if (shape == "raw") {
+          conn->setAutoCommit(false);
+          std::unique_ptr<sql::PreparedStatement> up(conn->prepareStatement(
+              "UPDATE bench_raw SET step = ?, version = version + 1 WHERE id = ? AND version = ? AND step = ?"));
+          for (size_t k = 0; !stop; ++k) {
+            size_t i = k % mine.size();
+            up->setInt(1, 1);
+            up->setString(2, mine[i]);
+            up->setInt64(3, version[i]);
+            up->setInt(4, 1);
+            if (up->executeUpdate() == 1) ++version[i]; else ++bad;
+            conn->commit();
+            ++n;
+          }
+        } else if (shape == "repo") {
+          for (size_t k = 0; !stop; ++k) {
+            size_t i = k % mine.size();
+            persistence::transition_request req;
+            req.operation_id = mine[i];
+            req.expected_version = version[i];
+            req.from = cycle[pos[i] % cycle.size()];
+            req.to = cycle[(pos[i] + 1) % cycle.size()];
+            req.cause = "bench";
+            req.actor = "workflow";
+            req.instance_id = "bench";
+            auto r = persistence::transition(*conn, req);
+            if (r.ok()) {
+              version[i] = r.value;
+              ++pos[i];
+            } else {
+              ++bad;
+            }
+            ++n;
+          }
+        } else {  // cached: the proposed fix
+          conn->setAutoCommit(false);
+          std::unique_ptr<sql::PreparedStatement> up(conn->prepareStatement(
+              "UPDATE operation SET step = ?, phase = ?, version = version + 1 WHERE operation_id = ? AND version = ? AND step = ?"));
+          std::unique_ptr<sql::PreparedStatement> bind(conn->prepareStatement("UPDATE binding SET phase = ? WHERE operation_id = ?"));
+          std::unique_ptr<sql::PreparedStatement> ev(conn->prepareStatement(
+              "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
+              "instance_id, version, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3))"));
+          for (size_t k = 0; !stop; ++k) {
+            size_t i = k % mine.size();
+            auto from = cycle[pos[i] % cycle.size()], to = cycle[(pos[i] + 1) % cycle.size()];
+            std::string to_phase(workflow::to_string(workflow::phase_of(to)));
+            std::string from_phase(workflow::to_string(workflow::phase_of(from)));
+            up->setInt(1, workflow::code_of(to));
+            up->setString(2, to_phase);
+            up->setString(3, mine[i]);
+            up->setInt64(4, version[i]);
+            up->setInt(5, workflow::code_of(from));
+            if (up->executeUpdate() != 1) {
+              conn->rollback();
+              ++bad;
+              ++n;
+              continue;
+            }
+            bind->setString(1, to_phase);
+            bind->setString(2, mine[i]);
+            bind->executeUpdate();
+            ev->setString(1, mine[i]);
+            ev->setInt(2, workflow::code_of(from));
+            ev->setInt(3, workflow::code_of(to));
+            ev->setString(4, from_phase);
+            ev->setString(5, to_phase);
+            ev->setString(6, "bench");
+            ev->setString(7, "workflow");
+            ev->setString(8, "bench");
+            ev->setInt64(9, version[i] + 1);
+            ev->executeUpdate();
+            conn->commit();
+            ++version[i];
+            ++pos[i];
+            ++n;
+          }
+        }
+      } catch (const sql::SQLException& e) {
+        std::cerr << "raw loop: " << e.what() << " (" << e.getErrorCode() << ")\n";
+      }
+      total += n;
+      failures += bad;
+    });
+  }
+  auto t0 = clock_type::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double el = std::chrono::duration<double>(clock_type::now() - t0).count();
+  double rate = double(total.load()) / el;
+  std::printf("%s: %d connections, %ld transactions in %.2f s = %.0f tx/s (%ld guard misses)\n", shape.c_str(), conns,
+              total.load(), el, rate, failures.load());
+  kv(shape + ".conns", std::to_string(conns));
+  kv(shape + ".tx_per_s", rate);
+  kv(shape + ".guard_misses", std::to_string(failures.load()));
+  // Leave no bench rows behind in the operation table (the rehydrator would pick them up).
+  if (shape != "raw") {
+    std::unique_ptr<sql::Statement> st(setup->createStatement());
+    st->execute("DELETE e FROM operation_event e JOIN operation o ON o.operation_id = e.operation_id WHERE o.subject_id LIKE 'rawbench-%'");
+    st->execute("DELETE FROM binding WHERE subject_id LIKE 'rawbench-%'");
+    st->execute("DELETE FROM operation WHERE subject_id LIKE 'rawbench-%'");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: changeflow-load flow|hold|raw --option value ...\n";
+    return 2;
+  }
+  persistence::init_driver();
+  std::string cmd = argv[1];
+  auto a = parse(argc, argv, 2);
+  try {
+    if (cmd == "flow") return cmd_flow(a);
+    if (cmd == "hold") return cmd_hold(a);
+    if (cmd == "raw") return cmd_raw(a);
+  } catch (const sql::SQLException& e) {
+    std::cerr << "changeflow-load: database error " << e.getErrorCode() << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "changeflow-load: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "changeflow-load: unknown command " << cmd << "\n";
+  return 2;
+}

@@ -1,0 +1,52 @@
+import { get } from '../api';
+import { age, errorBox, h, link, table } from '../dom';
+import type { PageContext } from '../main';
+
+const FIELDS = ['phase', 'step', 'flow', 'owner', 'subject', 'target', 'older_than_s'];
+
+export async function renderOperations(ctx: PageContext): Promise<void> {
+  // The filter form is built once per visit; polls only refresh the result table.
+  let results = ctx.root.querySelector('#op-results') as HTMLElement | null;
+  if (!results) {
+    const form = h('form', { class: 'filters', id: 'op-filters' },
+      FIELDS.map((f) => h('label', {}, f, h('input', { name: f, value: ctx.query.get(f) ?? '', size: 14 }))),
+      h('button', { type: 'submit' }, 'Filter')) as HTMLFormElement;
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const f of FIELDS) {
+        const v = (form.elements.namedItem(f) as HTMLInputElement).value.trim();
+        if (v) q.set(f, v);
+      }
+      history.pushState(null, '', '/console/operations' + (q.toString() ? '?' + q : ''));
+      window.dispatchEvent(new PopStateEvent('popstate'));
+    });
+    results = h('div', { id: 'op-results' });
+    ctx.root.replaceChildren(h('h2', {}, 'Operations'), form, results);
+  }
+  const q = new URLSearchParams();
+  for (const f of [...FIELDS, 'after', 'limit']) {
+    const v = ctx.query.get(f);
+    if (v) q.set(f, v);
+  }
+  const r = await get('/api/v1/ops/operations?' + q.toString());
+  if (!ctx.alive()) return;
+  if (r.status !== 200) {
+    results.replaceChildren(errorBox(r.status, r.body.message));
+    return;
+  }
+  const items = r.body.data.items as any[];
+  const rows = items.map((o) => [
+    link(`/operations/${o.operationId}`, o.operationId.slice(0, 8), { class: 'op-link', 'data-op': o.operationId }),
+    o.title, o.subject, o.target, `${o.step.name} (${o.step.code})`, o.phase, o.flow, o.ownerInstance ?? '—',
+    age(o.updatedAtMs), o.attempts,
+  ]);
+  const next = r.body.data.nextAfter as string | null;
+  const nextQ = new URLSearchParams(q);
+  if (next) nextQ.set('after', next);
+  results.replaceChildren(...([
+    table(['id', 'title', 'subject', 'target', 'step', 'phase', 'flow', 'owner', 'unchanged for', 'attempts'], rows, { id: 'op-table' }),
+    items.length === 0 ? h('p', { class: 'muted' }, 'No operations match.') : null,
+    next ? link('/operations?' + nextQ.toString(), 'Next page →') : null,
+  ].filter(Boolean) as Node[]));
+}

@@ -1,0 +1,175 @@
+#include "http/handlers/batch.hpp"
+
+#include "http/envelope.hpp"
+#include "persistence/batch_repo.hpp"
+#include "persistence/operation_repo.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+namespace changeflow::http {
+
+namespace {
+
+using persistence::db_outcome;
+
+http_server::response db_failure(const persistence::db_error& e) {
+  if (e.outcome == db_outcome::retryable) return internal_error("database: " + e.message, 503);
+  return internal_error("database: " + e.message);
+}
+
+middleware::route_policy ops_policy() {
+  middleware::route_policy p;
+  p.bucket = "ops";
+  p.required_rules = {"changeflow.ops", "changeflow.admin"};
+  p.required_rules_key = "auth.ops_rules";
+  p.requires_identity = true;
+  return p;
+}
+
+nlohmann::json batch_json(const persistence::batch_row& b) {
+  nlohmann::json j = {{"id", b.id},
+                      {"status", std::string(persistence::to_string(b.status))},
+                      {"mrIid", b.mr_iid ? nlohmann::json(*b.mr_iid) : nlohmann::json(nullptr)},
+                      {"branch", b.branch.value_or("")},
+                      {"splitDepth", b.split_depth},
+                      {"parentBatchId", b.parent_batch_id ? nlohmann::json(*b.parent_batch_id) : nlohmann::json(nullptr)},
+                      {"failureReason", b.failure_reason.value_or("")},
+                      {"createdAtMs", b.created_at_ms},
+                      {"updatedAtMs", b.updated_at_ms}};
+  return j;
+}
+
+std::optional<std::int64_t> parse_id(const std::string& s) {
+  try {
+    std::size_t used = 0;
+    auto v = std::stoll(s, &used);
+    if (used != s.size() || v <= 0) return std::nullopt;
+    return v;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+/// Runs a db job for a handler; any driver exception becomes a 503.
+void with_db(service_context& ctx, http_server::responder reply,
+             std::function<void(sql::Connection&, http_server::responder&)> job) {
+  bool queued = ctx.db.try_submit([reply, job](persistence::db_context& db) mutable {
+    try {
+      job(db.get(), reply);
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+    }
+  });
+  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+}
+
+/// Asks the coordinator without blocking an HTTP thread: a short-lived actor makes the request.
+template <class... Ts>
+void ask(service_context& ctx, const std::optional<actors::batch_coordinator>& c, http_server::responder reply,
+         std::function<http_server::response(const std::string&)> answer, Ts... args) {
+  if (!c || !ctx.services || !ctx.services->system)
+    return reply(client_error(503, "BATCH_DISABLED", "No batch coordinator runs in this instance"));
+  auto coordinator = *c;
+  ctx.services->system->spawn(
+      [coordinator, reply, answer](caf::event_based_actor* self, Ts... xs) {
+        self->request(coordinator, std::chrono::seconds(5), xs...)
+            .then([reply, answer](const std::string& s) { reply(answer(s)); },
+                  [reply](caf::error& e) { reply(internal_error("batch coordinator: " + caf::to_string(e), 503)); });
+      },
+      args...);
+}
+
+}  // namespace
+
+void add_batch_routes(router& r, service_context& ctx, std::optional<actors::batch_coordinator> coordinator) {
+  r.add({"GET", "/api/v1/ops/batches",
+         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+           std::int64_t before = 0;
+           int limit = 50;
+           if (auto b = req.query_param("before")) before = parse_id(*b).value_or(0);
+           if (auto l = req.query_param("limit")) limit = static_cast<int>(std::clamp<std::int64_t>(parse_id(*l).value_or(50), 1, 500));
+           with_db(ctx, reply, [before, limit](sql::Connection& conn, http_server::responder& reply) {
+             auto rows = persistence::list_batches(conn, before, limit);
+             if (!rows.ok()) return reply(db_failure(rows.error));
+             nlohmann::json items = nlohmann::json::array();
+             for (const auto& b : rows.value) items.push_back(batch_json(b));
+             reply(ok({{"items", items}}));
+           });
+         },
+         ops_policy()});
+
+  r.add({"GET", "/api/v1/ops/batches/{id}",
+         [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
+           auto id = parse_id(p.at("id"));
+           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           with_db(ctx, reply, [id = *id](sql::Connection& conn, http_server::responder& reply) {
+             auto b = persistence::load_batch(conn, id);
+             if (b.outcome == db_outcome::not_found) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+             if (!b.ok()) return reply(db_failure(b.error));
+             auto ops = persistence::load_operations(conn, b.value.members);
+             if (!ops.ok()) return reply(db_failure(ops.error));
+             auto waiting = persistence::list_waiting(conn, 500);
+             if (!waiting.ok()) return reply(db_failure(waiting.error));
+             auto j = batch_json(b.value);
+             nlohmann::json members = nlohmann::json::array();
+             for (const auto& o : ops.value) {
+               members.push_back({{"operationId", o.operation_id},
+                                  {"title", o.title},
+                                  {"subject", o.subject_id},
+                                  {"step", std::string(workflow::to_string(o.step))},
+                                  {"phase", std::string(workflow::to_string(o.phase))},
+                                  {"batchId", o.batch_id ? nlohmann::json(*o.batch_id) : nlohmann::json(nullptr)}});
+             }
+             j["members"] = members;
+             nlohmann::json w = nlohmann::json::array();
+             for (const auto& x : waiting.value)
+               w.push_back({{"operationId", x.operation_id}, {"splitGroup", x.split_group}, {"admittedAtMs", x.admitted_at_ms}});
+             j["waiting"] = w;
+             reply(ok(j));
+           });
+         },
+         ops_policy()});
+
+  r.add({"POST", "/api/v1/ops/batches/{id}/settle",
+         [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
+           auto id = parse_id(p.at("id"));
+           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           ask(ctx, coordinator, reply,
+               [](const std::string& s) {
+                 if (s == "busy")
+                   return client_error(409, "BUSY", "The coordinator is driving another round; retry shortly");
+                 return ok({{"result", s}}, 202, "ACCEPTED");
+               },
+               actors::batch_settle_atom::value, *id);
+         },
+         ops_policy()});
+
+  r.add({"POST", "/api/v1/ops/batches/{id}/unblock",
+         [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
+           auto id = parse_id(p.at("id"));
+           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           auto* system = ctx.services ? ctx.services->system : nullptr;
+           with_db(ctx, reply, [id = *id, coordinator, system](sql::Connection& conn, http_server::responder& reply) {
+             auto w = persistence::finish_batch(conn, id, persistence::batch_status::BLOCKED,
+                                                persistence::batch_status::RUNNING, std::string("unblocked by an operator"));
+             if (w.outcome == db_outcome::preempted)
+               return reply(client_error(409, "NOT_BLOCKED", "The batch is not BLOCKED"));
+             if (!w.ok()) return reply(db_failure(w.error));
+             if (coordinator && system) caf::anon_send(*coordinator, actors::batch_adopt_atom::value, id);
+             reply(ok({{"id", id}, {"status", "RUNNING"}}));
+           });
+         },
+         ops_policy()});
+
+  r.add({"POST", "/api/v1/ops/batch/round",
+         [&ctx, coordinator](http_server::request&, const path_params&, http_server::responder reply) {
+           ask(ctx, coordinator, reply,
+               [](const std::string& s) { return ok({{"result", s}}, 202, "ACCEPTED"); },
+               actors::batch_round_atom::value);
+         },
+         ops_policy()});
+}
+
+}  // namespace changeflow::http

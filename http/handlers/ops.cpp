@@ -1,0 +1,887 @@
+#include "http/handlers/ops.hpp"
+
+#include "actors/request_actor.hpp"
+#include "base/ids.hpp"
+#include "base/log.hpp"
+#include "http/dto/change_dto.hpp"
+#include "http/envelope.hpp"
+#include "http/handlers/whoami.hpp"
+#include "http/middleware/authorization.hpp"
+#include "http/middleware/error_mapping.hpp"
+#include "http/middleware/idempotency.hpp"
+#include "persistence/audit_repo.hpp"
+#include "persistence/idempotency_repo.hpp"
+#include "persistence/operation_repo.hpp"
+#include "persistence/ops_repo.hpp"
+#include "workflow/decide.hpp"
+#include "workflow/transitions.hpp"
+
+#include <caf/all.hpp>
+#include <cppconn/exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace changeflow::http {
+
+namespace {
+
+using json = nlohmann::json;
+using middleware::api_outcome;
+using middleware::outcome_response;
+using persistence::db_outcome;
+using workflow::step;
+
+constexpr std::size_t max_idempotency_key_length = 200;
+constexpr int bulk_cap = 500;
+constexpr auto live_snapshot_timeout = std::chrono::milliseconds(300);
+
+json null_or(const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); }
+json null_or(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+http_server::response db_failure(const persistence::db_error& e) {
+  if (e.outcome == db_outcome::retryable) return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
+  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
+}
+
+/// The ops view of a row: the user view plus what only operators see (owner, wake, attempts, error).
+json ops_row_json(const persistence::operation_row& row) {
+  auto j = dto::to_json(row);
+  j["ownerInstance"] = null_or(row.owner_instance);
+  j["leaseEpoch"] = row.lease_epoch;
+  j["nextWakeAtMs"] = null_or(row.next_wake_at_ms);
+  j["attempts"] = row.attempts;
+  j["lastError"] = null_or(row.last_error);
+  j["batchId"] = null_or(row.batch_id);
+  j["approvalId"] = null_or(row.approval_id);
+  j["updatedAtMs"] = row.updated_at_ms;
+  j["createdAtMs"] = row.created_at_ms;
+  j["terminal"] = workflow::is_terminal(row.phase);
+  return j;
+}
+
+json summary_json(const actors::live_summary& s) {
+  auto st = workflow::step_from_code(s.step);
+  return {{"operationId", s.operation_id},
+          {"step", {{"code", s.step}, {"name", st ? json(workflow::to_string(*st)) : json(nullptr)}}},
+          {"phase", st ? json(workflow::to_string(workflow::phase_of(*st))) : json(nullptr)},
+          {"flow", s.flow},
+          {"version", s.version},
+          {"mrIid", s.mr_iid ? json(s.mr_iid) : json(nullptr)},
+          {"nextWakeMs", s.next_wake_ms ? json(s.next_wake_ms) : json(nullptr)},
+          {"polls", s.polls},
+          {"mergeAttempts", s.merge_attempts},
+          {"spawnedMs", s.spawned_ms},
+          {"stepEnteredMs", s.step_entered_ms},
+          {"busy", s.busy},
+          {"lastNote", s.last_note},
+          {"lastError", s.last_error}};
+}
+
+json callback_json(const persistence::callback_ledger_row& c) {
+  return {{"id", c.id},
+          {"deliveryId", c.delivery_id},
+          {"kind", c.kind},
+          {"operationId", null_or(c.operation_id)},
+          {"outcome", c.outcome},
+          {"receivedAtMs", c.received_at_ms},
+          {"appliedAtMs", null_or(c.applied_at_ms)}};
+}
+
+/// Parses a 0..max integer query value; nullopt (and a 400 for the caller) when malformed.
+std::optional<int> int_param(const http_server::request& req, std::string_view name, int fallback, int lo, int hi,
+                             std::string& error) {
+  auto v = req.query_param(name);
+  if (!v || v->empty()) return fallback;
+  try {
+    std::size_t used = 0;
+    long n = std::stol(*v, &used);
+    if (used != v->size()) throw std::invalid_argument("trailing");
+    return static_cast<int>(std::clamp<long>(n, lo, hi));
+  } catch (...) {
+    error = "'" + std::string(name) + "' must be a number";
+    return std::nullopt;
+  }
+}
+
+std::optional<step> parse_step_param(const std::string& v) {
+  if (auto s = workflow::parse_step(v)) return s;
+  try {
+    std::size_t used = 0;
+    int code = std::stoi(v, &used);
+    if (used == v.size()) return workflow::step_from_code(code);
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+/// Filter from query parameters (or from a bulk body's "filter" object, passed as a request whose
+/// query was built from it). Error text when a value is invalid.
+std::optional<persistence::ops_operation_filter> parse_filter(const json& q, std::string& error) {
+  persistence::ops_operation_filter f;
+  auto text = [&](const char* name) -> std::string {
+    if (!q.contains(name)) return {};
+    const auto& v = q[name];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_number_integer()) return std::to_string(v.get<long long>());
+    return {};
+  };
+  if (auto v = text("phase"); !v.empty()) {
+    f.phase = workflow::parse_phase(v);
+    if (!f.phase) {
+      error = "unknown phase '" + v + "'";
+      return std::nullopt;
+    }
+  }
+  if (auto v = text("step"); !v.empty()) {
+    f.step = parse_step_param(v);
+    if (!f.step) {
+      error = "unknown step '" + v + "' (use a step name or code)";
+      return std::nullopt;
+    }
+  }
+  f.flow = text("flow");
+  f.owner = text("owner");
+  f.subject = text("subject");
+  f.target = text("target");
+  f.after = text("after");
+  try {
+    if (auto v = text("older_than_s"); !v.empty()) f.older_than_s = std::max(0, std::stoi(v));
+    if (auto v = text("limit"); !v.empty()) f.limit = std::clamp(std::stoi(v), 1, 500);
+  } catch (...) {
+    error = "'older_than_s' and 'limit' must be numbers";
+    return std::nullopt;
+  }
+  if (auto v = text("active"); v == "true" || v == "1") f.only_nonterminal = true;
+  return f;
+}
+
+bool valid_idempotency_key(std::string_view k) {
+  if (k.empty() || k.size() > max_idempotency_key_length) return false;
+  return std::all_of(k.begin(), k.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+}
+
+/// Everything an action needs once the request is parsed (copied onto worker threads).
+struct action_request {
+  ops_action action = ops_action::retrigger;
+  std::string operation_id;
+  std::string operator_name;
+  json params;             // client params with the server-written operator (audit form applied later)
+  std::string reason;      // fail / close reason
+  std::optional<std::int64_t> expected_version;
+  std::string idem_key;    // scoped; "" = none
+  std::string fingerprint;
+  int idem_ttl_s = 86400;
+};
+
+std::string actor_label(const std::string& op) { return "operator:" + op; }
+
+void audit(persistence::db_context& db, const std::string& op, const std::string& action, const std::string& target,
+           const json& params, const std::string& outcome, const std::string& dedup_key) {
+  persistence::audit_entry e;
+  e.operator_name = op;
+  e.action = action;
+  e.target = target;
+  e.params_json = middleware::audit_params(params).dump(-1, ' ', false, json::error_handler_t::replace);
+  e.outcome = outcome;
+  if (!dedup_key.empty()) e.dedup_key = dedup_key;
+  try {
+    auto r = persistence::insert_audit(db.get(), e);
+    if (!r.ok()) log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", r.error.message}});
+  } catch (const sql::SQLException& ex) {
+    db.reset();
+    log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", ex.what()}});
+  }
+}
+
+/// After an operator transition: nudge the local actor, or start one when the new step needs it and
+/// this instance owns the row. Returns what happened, for the answer.
+std::string wake_actor(persistence::db_context& db, actors::services* svc, const std::string& id, step to,
+                       const std::string& cause) {
+  if (auto a = svc->actors->find(id)) {
+    caf::anon_send(*a, messages::row_changed{cause});
+    return "nudged";
+  }
+  if (!workflow::needs_actor(to)) return "none_needed";
+  auto row = persistence::load_operation(db.get(), id);
+  if (!row.ok()) return "not_started";
+  auto owner = row.value.owner_instance.value_or("");
+  if (!owner.empty() && owner != svc->instance_id) return "owner:" + owner;
+  return actors::spawn_request_actor(*svc, actors::seed_from_row(row.value, svc->now_ms())) ? "spawned" : "not_started";
+}
+
+struct applied {
+  http_server::response res;
+  std::string audit_outcome;
+};
+
+/// The guarded write of one planned action (runs on a database worker).
+applied apply_transition(persistence::db_context& db, actors::services* svc, const persistence::operation_row& row,
+                         step to, const action_request& a, const std::string& cause) {
+  persistence::transition_request t;
+  t.operation_id = row.operation_id;
+  t.expected_version = row.version;
+  t.from = row.step;
+  t.to = to;
+  t.by = workflow::actor_kind::operator_only;
+  t.cause = cause.substr(0, 250);
+  t.actor = actor_label(a.operator_name).substr(0, 160);
+  t.instance_id = svc->instance_id;
+  if (a.action == ops_action::retrigger || a.action == ops_action::resend_approval) {
+    // Run the step again now, with a fresh poll budget: a stored deadline would delay the resume.
+    t.clear_wake = true;
+    t.attempts = 0;
+  } else {
+    t.clear_wake = true;
+    if (!a.reason.empty()) t.last_error = "operator: " + a.reason;
+  }
+  auto r = persistence::transition(db.get(), t);
+  if (r.outcome == db_outcome::preempted) {
+    return {outcome_response(api_outcome::conflict,
+                             "The operation changed while you acted (it is no longer at " +
+                                 std::string(workflow::to_string(row.step)) + " v" + std::to_string(row.version) +
+                                 "); reload it and decide again"),
+            "PREEMPTED"};
+  }
+  if (r.outcome == db_outcome::illegal_transition) {
+    return {outcome_response(api_outcome::conflict, "The transition table does not allow this action from " +
+                                                         std::string(workflow::to_string(row.step))),
+            "REFUSED"};
+  }
+  if (!r.ok()) {
+    if (r.outcome == db_outcome::retryable) db.reset();
+    return {db_failure(r.error), "ERROR"};
+  }
+  auto woke = wake_actor(db, svc, row.operation_id, to, cause);
+  json data = {{"operationId", row.operation_id},
+               {"action", to_string(a.action)},
+               {"from", workflow::to_string(row.step)},
+               {"to", workflow::to_string(to)},
+               {"phase", workflow::to_string(workflow::phase_of(to))},
+               {"version", r.value},
+               {"actor", woke}};
+  return {outcome_response(api_outcome::ok, "Done: " + std::string(workflow::to_string(row.step)) + " -> " +
+                                                std::string(workflow::to_string(to)),
+                           data),
+          "OK"};
+}
+
+/// Finishes an action: stores the idempotent answer (2xx only, so a refusal can be retried after the
+/// state changed), writes the audit entry and replies.
+void finish(persistence::db_context& db, const action_request& a, const applied& result,
+            const http_server::responder& reply) {
+  if (!a.idem_key.empty()) {
+    try {
+      if (result.res.status >= 200 && result.res.status < 300) {
+        auto done = persistence::idem_complete(db.get(), a.idem_key, static_cast<int>(result.res.status), result.res.body);
+        if (!done.ok()) log::warn("ops.idempotency_complete_failed", {{"error", done.error.message}});
+      } else {
+        persistence::idem_abandon(db.get(), a.idem_key);
+      }
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      log::warn("ops.idempotency_complete_failed", {{"error", e.what()}});
+    }
+  }
+  audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, result.audit_outcome,
+        result.audit_outcome == "OK" && !a.idem_key.empty() ? a.idem_key : std::string());
+  reply(result.res);
+}
+
+/// Idempotency gate: nullopt = proceed (this request owns the key, or there is none); otherwise the
+/// answer to send (replay, 409 in flight, 422 key reused).
+std::optional<http_server::response> idem_gate(persistence::db_context& db, const action_request& a) {
+  if (a.idem_key.empty()) return std::nullopt;
+  auto begun = persistence::idem_begin(db.get(), a.idem_key, a.fingerprint, a.idem_ttl_s);
+  if (!begun.ok()) {
+    if (begun.outcome == db_outcome::retryable) db.reset();
+    return db_failure(begun.error);
+  }
+  if (begun.value.fresh) return std::nullopt;
+  const auto& rec = *begun.value.existing;
+  if (rec.fingerprint != a.fingerprint) {
+    return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "ops idempotency key reused");
+  }
+  if (rec.state != persistence::idem_state::COMPLETED) return outcome_response(api_outcome::request_in_flight);
+  http_server::response replay;
+  replay.status = static_cast<unsigned>(rec.status_code.value_or(200));
+  replay.body = rec.response_body.value_or("");
+  replay.set_header("Idempotent-Replayed", "true");
+  return replay;
+}
+
+void run_close(persistence::db_context& db, actors::services* svc, persistence::operation_row row, action_request a,
+               http_server::responder reply, persistence::db_pool* pool);
+
+/// One action on one operation, on a database worker. `reply` gets exactly one answer.
+void run_action(persistence::db_context& db, actors::services* svc, persistence::db_pool* pool, action_request a,
+                http_server::responder reply) {
+  if (auto early = idem_gate(db, a)) {
+    if (early->status >= 400) {
+      audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, "REFUSED", {});
+    }
+    return reply(std::move(*early));
+  }
+  auto refuse = [&](api_outcome o, const std::string& message, const std::string& audit_outcome) {
+    finish(db, a, {outcome_response(o, message), audit_outcome}, reply);
+  };
+  auto row = persistence::load_operation(db.get(), a.operation_id);
+  if (row.outcome == db_outcome::not_found) return refuse(api_outcome::not_found, "No such operation", "NOT_FOUND");
+  if (!row.ok()) {
+    if (row.outcome == db_outcome::retryable) db.reset();
+    return finish(db, a, {db_failure(row.error), "ERROR"}, reply);
+  }
+  if (a.expected_version && *a.expected_version != row.value.version) {
+    return refuse(api_outcome::conflict,
+                  "The operation moved on since you looked (version " + std::to_string(row.value.version) +
+                      ", you saw " + std::to_string(*a.expected_version) + " at step " +
+                      std::string(workflow::to_string(row.value.step)) + "); reload it and decide again",
+                  "STALE");
+  }
+  auto plan = plan_action(a.action, row.value.step);
+  if (!plan.target) return refuse(api_outcome::conflict, plan.refusal, "REFUSED");
+  if (a.action == ops_action::close && row.value.mr_iid) return run_close(db, svc, row.value, a, reply, pool);
+  std::string cause = "operator " + std::string(to_string(a.action));
+  if (!a.reason.empty()) cause += ": " + a.reason;
+  finish(db, a, apply_transition(db, svc, row.value, *plan.target, a, cause), reply);
+}
+
+/// Close with an MR: read it first (seeds 3.4) on the external pool; merged -> record
+/// HANDLE_ALREADY_MERGED, opened -> close it, closed -> nothing to close; then the guarded write back
+/// on the database pool.
+void run_close(persistence::db_context&, actors::services* svc, persistence::operation_row row, action_request a,
+               http_server::responder reply, persistence::db_pool* pool) {
+  auto snap = svc->config->current();
+  auto back_to_db = [svc, pool, row, a, reply](std::optional<step> target, std::string cause, std::string failure) {
+    bool queued = pool->try_submit([svc, row, a, reply, target, cause, failure](persistence::db_context& db) {
+      try {
+        if (!target) {
+          return finish(db, a, {outcome_response(api_outcome::unavailable, {}, nullptr, failure), "ERROR"}, reply);
+        }
+        if (!workflow::is_allowed(row.step, *target, workflow::actor_kind::operator_only)) {
+          return finish(db, a,
+                        {outcome_response(api_outcome::conflict, "The MR is merged but the transition table does not "
+                                                                 "allow recording that from " +
+                                                                     std::string(workflow::to_string(row.step))),
+                         "REFUSED"},
+                        reply);
+        }
+        finish(db, a, apply_transition(db, svc, row, *target, a, cause), reply);
+      } catch (const sql::SQLException& e) {
+        db.reset();
+        reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database: ") + e.what()));
+      }
+    });
+    if (!queued) reply(outcome_response(api_outcome::overloaded));
+  };
+  std::int64_t iid = *row.mr_iid;
+  bool queued = svc->external->try_submit([snap, iid, back_to_db, reason = a.reason](clients::external_context& ec) {
+    try {
+      ec.refresh(*snap);
+      auto mr = ec.gitlab.get_mr(ec.endpoints.author_token, iid, false);
+      if (!mr) return back_to_db(std::nullopt, {}, "reading the MR failed: " + clients::describe(mr.error()));
+      std::string suffix = reason.empty() ? "" : ": " + reason;
+      if (mr->state == "merged") return back_to_db(step::HANDLE_ALREADY_MERGED, "operator close found the MR merged", {});
+      if (mr->state == "opened" || mr->state == "locked") {
+        auto closed = ec.gitlab.close_mr(ec.endpoints.author_token, iid);
+        if (!closed) return back_to_db(std::nullopt, {}, "closing the MR failed: " + clients::describe(closed.error()));
+        return back_to_db(step::CLOSE_SUCCEEDED, "operator closed the MR" + suffix, {});
+      }
+      back_to_db(step::CLOSE_SUCCEEDED, "operator close (MR already " + mr->state + ")" + suffix, {});
+    } catch (const std::exception& e) {
+      back_to_db(std::nullopt, {}, std::string("close threw: ") + e.what());
+    }
+  });
+  if (!queued) reply(outcome_response(api_outcome::overloaded));
+}
+
+// -- request parsing shared by the action routes ------------------------------------------------
+
+struct parsed_action {
+  std::optional<action_request> request;
+  std::optional<http_server::response> error;
+};
+
+parsed_action parse_action(service_context& ctx, const operator_source& who, http_server::request& req,
+                           ops_action action, const std::string& id, const std::string& route_template) {
+  parsed_action out;
+  auto op = who(req);
+  if (!op) {
+    out.error = outcome_response(api_outcome::unauthenticated);
+    return out;
+  }
+  json body = json::object();
+  if (!req.body.empty()) {
+    body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) {
+      out.error = outcome_response(api_outcome::bad_request, "The body must be a JSON object");
+      return out;
+    }
+  }
+  action_request a;
+  a.action = action;
+  a.operation_id = id;
+  a.operator_name = *op;
+  if (body.contains("reason")) {
+    if (!body["reason"].is_string()) {
+      out.error = outcome_response(api_outcome::bad_request, "'reason' must be a string");
+      return out;
+    }
+    a.reason = body["reason"].get<std::string>().substr(0, 200);
+  }
+  if (action == ops_action::fail && a.reason.empty()) {
+    out.error = outcome_response(api_outcome::bad_request, "A 'reason' is required to force a failure");
+    return out;
+  }
+  if (body.contains("expectedVersion")) {
+    if (!body["expectedVersion"].is_number_integer()) {
+      out.error = outcome_response(api_outcome::bad_request, "'expectedVersion' must be an integer");
+      return out;
+    }
+    a.expected_version = body["expectedVersion"].get<std::int64_t>();
+  }
+  json params = body;
+  params["operationId"] = id;
+  // Copy-then-overwrite (seed API 3.4): a client value under the reserved name never survives.
+  a.params = middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""});
+  if (auto h = req.header("idempotency-key")) {
+    if (!valid_idempotency_key(*h)) {
+      out.error = outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters");
+      return out;
+    }
+    // Scoped by operator and action: the same key from another operator is another request.
+    a.idem_key = "ops:" + *op + ":" + std::string(*h);
+    if (a.idem_key.size() > 250) a.idem_key = "ops:" + ids::sha256_hex(a.idem_key);
+    a.fingerprint = middleware::request_fingerprint("POST", route_template, id + "\n" + req.body);
+    a.idem_ttl_s = static_cast<int>(middleware::idempotency_ttl(*ctx.config.current()).count());
+  }
+  out.request = std::move(a);
+  return out;
+}
+
+void submit_db(service_context& ctx, http_server::responder reply,
+               std::function<void(persistence::db_context&)> job) {
+  bool queued = ctx.db.try_submit([job = std::move(job), reply](persistence::db_context& db) {
+    try {
+      job(db);
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database: ") + e.what()));
+    } catch (const std::exception& e) {
+      reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("ops handler: ") + e.what()));
+    }
+  });
+  if (!queued) reply(outcome_response(api_outcome::overloaded));
+}
+
+// -- read endpoints -----------------------------------------------------------------------------
+
+void list_actors(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  std::string error;
+  auto limit = int_param(req, "limit", 200, 1, 2000, error);
+  if (!limit) return reply(outcome_response(api_outcome::bad_request, error));
+  auto step_name = req.query_param("step").value_or("");
+  std::optional<step> step_filter;
+  if (!step_name.empty()) {
+    step_filter = parse_step_param(step_name);
+    if (!step_filter) return reply(outcome_response(api_outcome::bad_request, "unknown step '" + step_name + "'"));
+  }
+  auto& reg = *ctx.services->actors;
+  auto items = reg.list(
+      [&](const actors::live_summary& s) { return !step_filter || s.step == workflow::code_of(*step_filter); },
+      static_cast<std::size_t>(*limit));
+  json list = json::array();
+  for (const auto& s : items) list.push_back(summary_json(s));
+  json by_step = json::object();
+  for (auto [code, n] : reg.count_by_step()) {
+    auto st = workflow::step_from_code(code);
+    by_step[st ? std::string(workflow::to_string(*st)) : std::to_string(code)] = n;
+  }
+  reply(outcome_response(api_outcome::ok, {},
+                         {{"instance", ctx.services->instance_id}, {"total", reg.size()}, {"byStep", by_step},
+                          {"items", list}}));
+}
+
+void list_operations(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  std::string error;
+  auto f = parse_filter(query_params_json(req.query), error);
+  if (!f) return reply(outcome_response(api_outcome::bad_request, error));
+  submit_db(ctx, reply, [f = *f, reply](persistence::db_context& db) {
+    auto page = persistence::list_ops_operations(db.get(), f);
+    if (!page.ok() && page.outcome == db_outcome::not_found) {
+      return reply(outcome_response(api_outcome::bad_request, "'after' is not a cursor this API returned"));
+    }
+    if (!page.ok()) return reply(db_failure(page.error));
+    json items = json::array();
+    for (const auto& r : page.value.items) items.push_back(ops_row_json(r));
+    reply(outcome_response(api_outcome::ok, {},
+                           {{"items", items},
+                            {"nextAfter", page.value.next_after.empty() ? json(nullptr) : json(page.value.next_after)}}));
+  });
+}
+
+void get_operation(service_context& ctx, const std::string& id, http_server::responder reply) {
+  if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+  auto* svc = ctx.services;
+  submit_db(ctx, reply, [svc, id, reply](persistence::db_context& db) {
+    auto& conn = db.get();
+    auto row = persistence::load_operation(conn, id);
+    if (row.outcome == db_outcome::not_found) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+    if (!row.ok()) return reply(db_failure(row.error));
+    auto events = persistence::list_events(conn, id);
+    if (!events.ok()) return reply(db_failure(events.error));
+    auto callbacks = persistence::list_callbacks_for_operation(conn, id);
+    if (!callbacks.ok()) return reply(db_failure(callbacks.error));
+    auto data = ops_row_json(row.value);
+    json timeline = json::array();
+    for (const auto& e : events.value) {
+      auto ej = dto::to_json(e);
+      ej["instanceId"] = null_or(e.instance_id);
+      ej["atMs"] = e.at_ms;
+      if (e.from_step) ej["fromCode"] = workflow::code_of(*e.from_step);
+      ej["toCode"] = workflow::code_of(e.to_step);
+      timeline.push_back(std::move(ej));
+    }
+    data["timeline"] = std::move(timeline);
+    json cbs = json::array();
+    for (const auto& c : callbacks.value) cbs.push_back(callback_json(c));
+    data["callbacks"] = std::move(cbs);
+    data["allowedActions"] = allowed_actions_json(row.value.step);
+    data["live"] = nullptr;
+    if (auto summary = svc->actors->summary(id)) {
+      json live = {{"instance", svc->instance_id}, {"summary", summary_json(*summary)}, {"snapshot", nullptr}};
+      // Ask the actor itself, bounded: a busy or dying actor must not hold this worker long; the
+      // registry summary above is the fallback view.
+      if (auto actor = svc->actors->find(id)) {
+        try {
+          caf::scoped_actor self{*svc->system};
+          self->request(*actor, live_snapshot_timeout, messages::inspect_request{})
+              .receive(
+                  [&](const messages::actor_snapshot& snap) {
+                    auto parsed = json::parse(snap.json, nullptr, false);
+                    if (!parsed.is_discarded()) live["snapshot"] = std::move(parsed);
+                  },
+                  [&](caf::error& err) { live["snapshotError"] = self->system().render(err); });
+        } catch (const std::exception& e) {
+          live["snapshotError"] = e.what();
+        }
+      }
+      data["live"] = std::move(live);
+    }
+    reply(outcome_response(api_outcome::ok, {}, data));
+  });
+}
+
+/// Steps an operator should look at first: outcome unknown, refused for load, or unexpected errors.
+std::vector<step> stuck_steps() {
+  return {step::CREATE_PIPELINE_PENDING, step::HANDLE_PIPELINE_PENDING, step::REBASE_PENDING,
+          step::CREATE_OVERLOADED,       step::HANDLE_OVERLOADED,       step::CREATE_ERROR,
+          step::HANDLE_ERROR,            step::DEPLOY_TIMEOUT};
+}
+
+void overview(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  std::string error;
+  auto old_s = int_param(req, "old_wait_s", 600, 1, 30 * 86400, error);
+  if (!old_s) return reply(outcome_response(api_outcome::bad_request, error));
+  auto* svc = ctx.services;
+  submit_db(ctx, reply, [svc, old = *old_s, reply](persistence::db_context& db) {
+    auto& conn = db.get();
+    auto phases = persistence::count_operations_by_phase(conn);
+    if (!phases.ok()) return reply(db_failure(phases.error));
+    persistence::ops_operation_filter stuck_f;
+    stuck_f.steps_in = stuck_steps();
+    stuck_f.limit = 50;
+    auto stuck = persistence::list_ops_operations(conn, stuck_f);
+    if (!stuck.ok()) return reply(db_failure(stuck.error));
+    persistence::ops_operation_filter old_f;
+    old_f.only_nonterminal = true;
+    old_f.older_than_s = old;
+    old_f.limit = 50;
+    auto waits = persistence::list_ops_operations(conn, old_f);
+    if (!waits.ok()) return reply(db_failure(waits.error));
+    auto cb = persistence::callback_outcome_counts(conn);
+    if (!cb.ok()) return reply(db_failure(cb.error));
+    json by_phase = json::object();
+    for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
+    for (const auto& [p, n] : phases.value) by_phase[p] = n;
+    json stuck_items = json::array();
+    std::set<std::string> seen;
+    for (const auto& r : stuck.value.items) {
+      auto j = ops_row_json(r);
+      j["why"] = "step " + std::string(workflow::to_string(r.step));
+      stuck_items.push_back(std::move(j));
+      seen.insert(r.operation_id);
+    }
+    for (const auto& r : waits.value.items) {
+      if (seen.count(r.operation_id)) continue;
+      auto j = ops_row_json(r);
+      j["why"] = "no progress for over " + std::to_string(old) + " s";
+      stuck_items.push_back(std::move(j));
+    }
+    reply(outcome_response(api_outcome::ok, {},
+                           {{"byPhase", by_phase},
+                            {"stuck", stuck_items},
+                            {"callbacks", cb.value},
+                            {"liveActors", svc->actors->size()},
+                            {"instance", svc->instance_id}}));
+  });
+}
+
+void list_audit(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  std::string error;
+  auto limit = int_param(req, "limit", 100, 1, 500, error);
+  if (!limit) return reply(outcome_response(api_outcome::bad_request, error));
+  std::int64_t before = 0;
+  if (auto b = req.query_param("before"); b && !b->empty()) {
+    try {
+      before = std::stoll(*b);
+    } catch (...) {
+      return reply(outcome_response(api_outcome::bad_request, "'before' must be a number"));
+    }
+  }
+  submit_db(ctx, reply, [before, limit = *limit, reply](persistence::db_context& db) {
+    auto rows = persistence::list_audit(db.get(), before, limit);
+    if (!rows.ok()) return reply(db_failure(rows.error));
+    json items = json::array();
+    for (const auto& r : rows.value) {
+      auto params = r.entry.params_json.empty() ? json(nullptr) : json::parse(r.entry.params_json, nullptr, false);
+      items.push_back({{"id", r.id},
+                       {"atMs", r.at_ms},
+                       {"operator", r.entry.operator_name},
+                       {"action", r.entry.action},
+                       {"target", r.entry.target},
+                       {"params", params.is_discarded() ? json(nullptr) : params},
+                       {"outcome", r.entry.outcome}});
+    }
+    json next = rows.value.size() == static_cast<std::size_t>(limit) && !rows.value.empty() ? json(rows.value.back().id)
+                                                                                            : json(nullptr);
+    reply(outcome_response(api_outcome::ok, {}, {{"items", items}, {"nextBefore", next}}));
+  });
+}
+
+void list_instances(service_context& ctx, http_server::responder reply) {
+  auto* svc = ctx.services;
+  submit_db(ctx, reply, [svc, reply](persistence::db_context& db) {
+    auto rows = persistence::list_instances(db.get());
+    if (!rows.ok()) return reply(db_failure(rows.error));
+    json items = json::array();
+    for (const auto& r : rows.value) {
+      items.push_back({{"instanceId", r.instance_id},
+                       {"startedAtMs", r.started_at_ms},
+                       {"heartbeatAtMs", r.heartbeat_at_ms},
+                       {"leaseUntilMs", r.lease_until_ms},
+                       {"epoch", r.epoch},
+                       {"address", r.address},
+                       {"status", r.status},
+                       {"leaseLive", r.lease_live},
+                       {"ownedActive", r.owned_nonterminal},
+                       {"self", r.instance_id == svc->instance_id}});
+    }
+    reply(outcome_response(api_outcome::ok, {}, {{"self", svc->instance_id}, {"items", items}}));
+  });
+}
+
+void list_callbacks(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  std::string error;
+  auto limit = int_param(req, "limit", 50, 1, 500, error);
+  if (!limit) return reply(outcome_response(api_outcome::bad_request, error));
+  submit_db(ctx, reply, [limit = *limit, reply](persistence::db_context& db) {
+    auto counts = persistence::callback_outcome_counts(db.get());
+    if (!counts.ok()) return reply(db_failure(counts.error));
+    auto recent = persistence::recent_callbacks(db.get(), {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}, limit);
+    if (!recent.ok()) return reply(db_failure(recent.error));
+    json items = json::array();
+    for (const auto& c : recent.value) items.push_back(callback_json(c));
+    reply(outcome_response(api_outcome::ok, {}, {{"counts", counts.value}, {"recentUnapplied", items}}));
+  });
+}
+
+// -- bulk ------------------------------------------------------------------------------------------
+
+void bulk(service_context& ctx, const operator_source& who, http_server::request& req, const std::string& action_name,
+          http_server::responder reply) {
+  auto action = parse_ops_action(action_name);
+  if (!action || (*action != ops_action::retrigger && *action != ops_action::fail)) {
+    return reply(outcome_response(api_outcome::not_found, "Bulk actions are 'retrigger' and 'fail'"));
+  }
+  auto op = who(req);
+  if (!op) return reply(outcome_response(api_outcome::unauthenticated));
+  auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return reply(outcome_response(api_outcome::bad_request, "The body must be a JSON object"));
+  json filter_json = body.value("filter", json::object());
+  if (!filter_json.is_object()) return reply(outcome_response(api_outcome::bad_request, "'filter' must be an object"));
+  // A bulk action without any narrowing filter would act on everything: refuse it.
+  if (filter_json.empty()) return reply(outcome_response(api_outcome::bad_request, "A bulk action needs a non-empty 'filter'"));
+  std::string error;
+  auto f = parse_filter(filter_json, error);
+  if (!f) return reply(outcome_response(api_outcome::bad_request, error));
+  // Default: count only. Only an explicit JSON false acts.
+  bool dry_run = !(body.contains("dryRun") && body["dryRun"].is_boolean() && !body["dryRun"].get<bool>());
+  std::string reason = body.contains("reason") && body["reason"].is_string() ? body["reason"].get<std::string>().substr(0, 200) : "";
+  if (*action == ops_action::fail && reason.empty() && !dry_run) {
+    return reply(outcome_response(api_outcome::bad_request, "A 'reason' is required to force failures"));
+  }
+  auto params = middleware::apply_operator_identity(body, identity::identity{*op, ""});
+  auto* svc = ctx.services;
+  submit_db(ctx, reply, [svc, f = *f, a = *action, dry_run, reason, params, who_name = *op, reply](persistence::db_context& db) {
+    auto rows = persistence::select_ops_operations(db.get(), f, bulk_cap);
+    if (!rows.ok()) return reply(db_failure(rows.error));
+    std::vector<const persistence::operation_row*> eligible;
+    for (const auto& r : rows.value) {
+      if (plan_action(a, r.step).target) eligible.push_back(&r);
+    }
+    json ids = json::array();
+    for (std::size_t i = 0; i < eligible.size() && i < 100; ++i) ids.push_back(eligible[i]->operation_id);
+    json data = {{"action", to_string(a)},   {"dryRun", dry_run},      {"matched", rows.value.size()},
+                 {"eligible", eligible.size()}, {"capped", rows.value.size() >= static_cast<std::size_t>(bulk_cap)},
+                 {"sampleIds", ids}};
+    if (dry_run) {
+      audit(db, who_name, "bulk-" + std::string(to_string(a)), "dry-run", params,
+            "DRY_RUN:" + std::to_string(eligible.size()), {});
+      return reply(outcome_response(api_outcome::ok, {}, data));
+    }
+    json outcomes = json::object();
+    for (const auto* r : eligible) {
+      action_request one;
+      one.action = a;
+      one.operation_id = r->operation_id;
+      one.operator_name = who_name;
+      one.reason = reason;
+      json p = params;
+      p["operationId"] = r->operation_id;
+      one.params = p;
+      auto plan = plan_action(a, r->step);
+      std::string cause = "operator bulk " + std::string(to_string(a)) + (reason.empty() ? "" : ": " + reason);
+      auto result = apply_transition(db, svc, *r, *plan.target, one, cause);
+      audit(db, who_name, std::string(to_string(a)), r->operation_id, one.params, result.audit_outcome, {});
+      outcomes[result.audit_outcome] = outcomes.value(result.audit_outcome, 0) + 1;
+    }
+    data["outcomes"] = outcomes;
+    audit(db, who_name, "bulk-" + std::string(to_string(a)), "filter", params, "APPLIED:" + outcomes.dump(), {});
+    reply(outcome_response(api_outcome::ok, {}, data));
+  });
+}
+
+}  // namespace
+
+// -- pure core ------------------------------------------------------------------------------------
+
+std::string_view to_string(ops_action a) {
+  switch (a) {
+    case ops_action::retrigger: return "retrigger";
+    case ops_action::fail: return "fail";
+    case ops_action::close: return "close";
+    case ops_action::resend_approval: return "resend-approval";
+  }
+  return "?";
+}
+
+std::optional<ops_action> parse_ops_action(std::string_view name) {
+  for (auto a : {ops_action::retrigger, ops_action::fail, ops_action::close, ops_action::resend_approval}) {
+    if (to_string(a) == name) return a;
+  }
+  return std::nullopt;
+}
+
+std::optional<step> retrigger_target(step current) {
+  for (const auto& r : workflow::transition_table()) {
+    if (r.from != current || r.by != workflow::actor_kind::operator_only) continue;
+    // The operator's closing edges are separate actions, not a re-run of the step.
+    if (r.to == step::FORCED_FAILED || r.to == step::CLOSE_SUCCEEDED || r.to == step::HANDLE_ALREADY_MERGED) continue;
+    return r.to;
+  }
+  return std::nullopt;
+}
+
+action_plan plan_action(ops_action a, step current) {
+  auto name = std::string(workflow::to_string(current));
+  auto targets = workflow::allowed_targets(current, workflow::actor_kind::operator_only);
+  auto allows = [&](step s) { return std::find(targets.begin(), targets.end(), s) != targets.end(); };
+  switch (a) {
+    case ops_action::retrigger:
+      if (auto t = retrigger_target(current)) return {t, {}};
+      return {std::nullopt, "Step " + name + " has no re-trigger: it is still running on its own, or final"};
+    case ops_action::fail:
+      if (allows(step::FORCED_FAILED)) return {step::FORCED_FAILED, {}};
+      return {std::nullopt, "Step " + name + " is final: a failure can no longer be forced"};
+    case ops_action::close:
+      if (allows(step::CLOSE_SUCCEEDED)) return {step::CLOSE_SUCCEEDED, {}};
+      return {std::nullopt, "Step " + name + " cannot be closed (final, or already merged)"};
+    case ops_action::resend_approval:
+      if (allows(step::APPROVAL_SENDING)) return {step::APPROVAL_SENDING, {}};
+      return {std::nullopt, "The approval can only be resent after a failed submission (now at " + name + ")"};
+  }
+  return {std::nullopt, "unknown action"};
+}
+
+json allowed_actions_json(step current) {
+  json out = json::array();
+  for (auto a : {ops_action::retrigger, ops_action::resend_approval, ops_action::fail, ops_action::close}) {
+    auto p = plan_action(a, current);
+    if (p.target) out.push_back({{"action", to_string(a)}, {"target", workflow::to_string(*p.target)}});
+  }
+  return out;
+}
+
+middleware::route_policy ops_route_policy() {
+  middleware::route_policy p;
+  p.bucket = "ops";
+  p.limit_key = "rate_limit.ops";
+  p.required_rules = {"changeflow.ops", "changeflow.admin"};
+  p.required_rules_key = "auth.ops_rules";
+  p.requires_identity = true;
+  return p;
+}
+
+void add_ops_routes(router& r, service_context& ctx, operator_source who) {
+  if (!who) who = [](const http_server::request& req) { return authenticated_operator(req); };
+  auto add = [&](std::string method, std::string pattern, route_handler h) {
+    route rt{std::move(method), std::move(pattern), std::move(h)};
+    rt.policy = ops_route_policy();
+    r.add(std::move(rt));
+  };
+  add("GET", "/api/v1/ops/overview", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    overview(ctx, req, std::move(reply));
+  });
+  add("GET", "/api/v1/ops/actors", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_actors(ctx, req, std::move(reply));
+  });
+  add("GET", "/api/v1/ops/operations", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_operations(ctx, req, std::move(reply));
+  });
+  add("GET", "/api/v1/ops/operations/{id}", [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
+    get_operation(ctx, p.at("id"), std::move(reply));
+  });
+  for (auto a : {ops_action::retrigger, ops_action::fail, ops_action::close, ops_action::resend_approval}) {
+    std::string pattern = "/api/v1/ops/operations/{id}/" + std::string(to_string(a));
+    add("POST", pattern, [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
+      const auto& id = p.at("id");
+      if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+      auto parsed = parse_action(ctx, who, req, a, id, pattern);
+      if (parsed.error) return reply(std::move(*parsed.error));
+      auto* svc = ctx.services;
+      auto* pool = &ctx.db;
+      submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
+        run_action(db, svc, pool, a, reply);
+      });
+    });
+  }
+  add("POST", "/api/v1/ops/bulk/{action}", [&ctx, who](http_server::request& req, const path_params& p, http_server::responder reply) {
+    bulk(ctx, who, req, p.at("action"), std::move(reply));
+  });
+  add("GET", "/api/v1/ops/audit", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_audit(ctx, req, std::move(reply));
+  });
+  add("GET", "/api/v1/ops/config", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+    reply(outcome_response(api_outcome::ok, {}, ctx.config.current()->describe()));
+  });
+  add("GET", "/api/v1/ops/instances", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+    list_instances(ctx, std::move(reply));
+  });
+  add("GET", "/api/v1/ops/callbacks", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_callbacks(ctx, req, std::move(reply));
+  });
+}
+
+}  // namespace changeflow::http

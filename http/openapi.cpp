@@ -1,0 +1,303 @@
+#include "http/openapi.hpp"
+
+#include "base/log.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace changeflow::http {
+
+namespace {
+
+// The document. Envelope, error codes and the idempotency contract are described once in
+// components and referenced by every operation. docs/api.md is the prose companion.
+constexpr const char* document_text = R"json({
+  "openapi": "3.0.3",
+  "info": {
+    "title": "changeflow API",
+    "version": "1.0.0",
+    "description": "Configuration-as-code change requests carried through approval, a GitLab MR, its pipeline, bot approval and merge, and a deploy callback. Every JSON response uses the envelope {code, message, data}. See docs/api.md."
+  },
+  "components": {
+    "securitySchemes": {
+      "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT (HS256, exp required)"},
+      "approvalSignature": {"type": "apiKey", "in": "header", "name": "X-Signature", "description": "sha256=<hex HMAC-SHA256(body, callbacks.approval_secret)>"},
+      "deployToken": {"type": "apiKey", "in": "header", "name": "X-Gitlab-Token"}
+    },
+    "parameters": {
+      "IdempotencyKey": {"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 200}, "description": "Key of this write; defaults to the body's operationId. A retry with the same key and body replays the original response byte for byte; the same key with another body is 422; while the first request runs, 409 REQUEST_IN_FLIGHT."},
+      "OperationId": {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}
+    },
+    "schemas": {
+      "Envelope": {
+        "type": "object",
+        "required": ["code", "message", "data"],
+        "properties": {
+          "code": {"type": "string", "description": "Machine-readable outcome: OK, ACCEPTED, DUPLICATE_SUBMIT, BAD_REQUEST, UNAUTHENTICATED, FORBIDDEN, ACCESS_CLOSED, NOT_FOUND, METHOD_NOT_ALLOWED, IN_PROGRESS, REQUEST_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, RATE_LIMITED, INTERNAL_ERROR, UNAVAILABLE, OVERLOADED"},
+          "message": {"type": "string"},
+          "data": {"nullable": true}
+        }
+      },
+      "ErrorData": {"type": "object", "properties": {"errorId": {"type": "string", "description": "5xx only: quote it to the maintainers; it is in the server log line."}}},
+      "SubmitRequest": {
+        "type": "object",
+        "required": ["subject", "target", "title", "files"],
+        "properties": {
+          "operationId": {"type": "string", "format": "uuid"},
+          "subject": {"type": "string"},
+          "target": {"type": "string"},
+          "title": {"type": "string"},
+          "files": {"type": "array", "items": {"type": "object", "required": ["path", "content"], "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "action": {"type": "string", "enum": ["create", "update", "delete"]}}}}
+        }
+      }
+    },
+    "responses": {
+      "Unauthenticated": {"description": "401 UNAUTHENTICATED: no valid identity", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+      "Forbidden": {"description": "403 FORBIDDEN, message always \"Access denied\"", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+      "RateLimited": {"description": "429 RATE_LIMITED with Retry-After and RateLimit-* headers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}},
+      "ServerError": {"description": "500 INTERNAL_ERROR / 503 UNAVAILABLE or OVERLOADED: generic message and data.errorId", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}}}
+    }
+  },
+  "paths": {
+    "/api/v1/changes": {
+      "post": {
+        "summary": "Submit a change request",
+        "description": "Rate limited (rate_limit.submit per identity, else per client address); identity required when auth.required; refused with 403 ACCESS_CLOSED when access.mode/access.window closes user writes. Rate limiting runs before the idempotency check.",
+        "security": [{}, {"bearer": []}],
+        "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
+        "responses": {
+          "202": {"description": "ACCEPTED (new) or DUPLICATE_SUBMIT (this operation exists already: keep the form locked); data {operationId, statusUrl, phase?, step?}"},
+          "400": {"description": "BAD_REQUEST: the message says what to fix"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"description": "ACCESS_CLOSED: user writes are switched off now"},
+          "409": {"description": "IN_PROGRESS (another change for this subject and target is running) or REQUEST_IN_FLIGHT (the first request with this idempotency key is still running; retry after Retry-After)"},
+          "422": {"description": "IDEMPOTENCY_KEY_REUSED: the key was used for a different body"},
+          "429": {"$ref": "#/components/responses/RateLimited"},
+          "500": {"$ref": "#/components/responses/ServerError"},
+          "503": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "get": {
+        "summary": "List a subject's operations",
+        "parameters": [
+          {"name": "subject", "in": "query", "required": true, "schema": {"type": "string"}},
+          {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}
+        ],
+        "responses": {"200": {"description": "OK; data {items: [...]}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/changes/{id}": {
+      "get": {
+        "summary": "Status of one operation with its timeline and hint (KEEP_WAITING, CONTACT_MAINTAINERS, ...)",
+        "parameters": [{"$ref": "#/components/parameters/OperationId"}],
+        "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/callbacks/approval": {
+      "post": {
+        "summary": "Approval system callback {callbackId, operationId, result: APPROVED|REJECTED|WITHDRAWN}",
+        "security": [{"approvalSignature": []}],
+        "responses": {"200": {"description": "OK (applied, or ignored as stale/duplicate)"}, "400": {"description": "BAD_REQUEST"}, "401": {"description": "UNAUTHENTICATED: signature missing or invalid"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/callbacks/deploy": {
+      "post": {
+        "summary": "Deploy pipeline callback {deliveryId, mrIid, project?, pipelineId?, status, operationIds?}",
+        "security": [{"deployToken": []}],
+        "responses": {"200": {"description": "OK"}, "400": {"description": "BAD_REQUEST"}, "401": {"description": "UNAUTHENTICATED: token missing or invalid"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/ops/whoami": {
+      "get": {
+        "summary": "The operator as resolved by the server (a client-sent __authenticatedOperator is overwritten)",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK; data {operator, params}"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/overview": {
+      "get": {
+        "summary": "Counts by phase, stuck-looking operations first, callback outcomes, batch status",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/actors": {
+      "get": {
+        "summary": "Live request actors on this instance with their summaries",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations": {
+      "get": {
+        "summary": "Operations across all instances; filters phase, step, flow, owner, subject, target, older_than_s; paged by limit/after",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}": {
+      "get": {
+        "summary": "One operation in depth: timeline, callback ledger, owner, next wake, last error, allowed actions",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}/retrigger": {
+      "post": {
+        "summary": "Re-trigger the current step (operator edge of the transition table)",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}/fail": {
+      "post": {
+        "summary": "Force a terminal failure with a reason",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}/close": {
+      "post": {
+        "summary": "Close the change and its MR if open (a merged MR is recorded as merged)",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}/resend-approval": {
+      "post": {
+        "summary": "Submit the approval request again",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/bulk/{action}": {
+      "post": {
+        "summary": "Bulk retrigger or fail for a filtered set; dryRun returns the count",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/audit": {
+      "get": {
+        "summary": "Audit log of operator actions (masked, truncated parameters)",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/config": {
+      "get": {
+        "summary": "Effective configuration with the source of each value",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/instances": {
+      "get": {
+        "summary": "Instances, their leases and the operations each owns",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/callbacks": {
+      "get": {
+        "summary": "Callback outcome counts and recent stale/duplicate/out-of-order deliveries",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/reconcile": {
+      "post": {
+        "summary": "Run reconciliation of lost deploy callbacks now",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/batches": {
+      "get": {
+        "summary": "Batches, newest first",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/batches/{id}": {
+      "get": {
+        "summary": "One batch with its members and the waiting set",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/batches/{id}/settle": {
+      "post": {
+        "summary": "Settle a batch (close, re-read, merged wins)",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/batches/{id}/unblock": {
+      "post": {
+        "summary": "Release a BLOCKED batch's slot",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/batch/round": {
+      "post": {
+        "summary": "Run a batch admission round now",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/console": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}/{s5}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/healthz": {"get": {"summary": "Process alive", "responses": {"200": {"description": "OK"}}}},
+    "/readyz": {"get": {"summary": "Ready: database reachable, schema current, service ready", "responses": {"200": {"description": "OK"}, "503": {"description": "NOT_READY with data.reason"}}}},
+    "/metrics": {"get": {"summary": "Prometheus text exposition", "responses": {"200": {"description": "text/plain; version=0.0.4"}}}},
+    "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3 document (not enveloped)"}}}}
+  }
+})json";
+
+}  // namespace
+
+const nlohmann::json& openapi_document() {
+  static const nlohmann::json doc = [] {
+    auto parsed = nlohmann::json::parse(document_text, nullptr, false);
+    if (parsed.is_discarded()) {
+      log::error("openapi.invalid_document", {});
+      return nlohmann::json::object();
+    }
+    return parsed;
+  }();
+  return doc;
+}
+
+std::set<std::pair<std::string, std::string>> documented_operations(const nlohmann::json& doc) {
+  std::set<std::pair<std::string, std::string>> out;
+  if (!doc.contains("paths") || !doc["paths"].is_object()) return out;
+  static const std::set<std::string> methods = {"get", "put", "post", "delete", "patch", "head", "options"};
+  for (const auto& [path, item] : doc["paths"].items()) {
+    if (!item.is_object()) continue;
+    for (const auto& [method, op] : item.items()) {
+      if (!methods.count(method)) continue;
+      std::string upper = method;
+      std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+      out.emplace(upper, path);
+    }
+  }
+  return out;
+}
+
+void add_openapi_route(router& r) {
+  r.add({"GET", "/api/openapi.json", [](http_server::request&, const path_params&, http_server::responder reply) {
+           http_server::response res;
+           res.body = log::safe_dump(openapi_document());
+           reply(std::move(res));
+         }});
+}
+
+}  // namespace changeflow::http

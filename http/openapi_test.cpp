@@ -1,0 +1,61 @@
+// The OpenAPI document and the policy table describe exactly the routes the service serves: the
+// route table is built the way main builds it (build_routes), then compared both ways.
+
+#include "http/api.hpp"
+#include "http/openapi.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace changeflow;
+
+namespace {
+struct fixture {
+  std::shared_ptr<config::store> cfg;
+  std::unique_ptr<persistence::db_pool> db;
+  metrics::registry metrics;
+  actors::services svc;
+  std::unique_ptr<http::service_context> ctx;
+  fixture() {
+    auto loaded = config::load_from_json(nlohmann::json::object(), [](const std::string&) { return std::nullopt; });
+    cfg = std::make_shared<config::store>(loaded.snap);
+    // Connections are opened lazily: nothing here talks to a database.
+    db = persistence::make_db_pool(persistence::db_settings{}, 1, 1);
+    ctx = std::make_unique<http::service_context>(http::service_context{*cfg, *db, metrics, 1, nullptr, &svc});
+  }
+  ~fixture() { db->stop(); }
+};
+}  // namespace
+
+TEST(OpenApi, EveryServedRouteIsDocumentedAndViceVersa) {
+  fixture f;
+  auto routes = http::build_routes(*f.ctx);
+  std::set<std::pair<std::string, std::string>> served;
+  for (const auto& r : routes->routes()) served.emplace(r.method, r.pattern);
+  auto documented = http::documented_operations(http::openapi_document());
+  ASSERT_FALSE(served.empty());
+  for (const auto& op : served) EXPECT_TRUE(documented.count(op)) << "undocumented route " << op.first << " " << op.second;
+  for (const auto& op : documented) EXPECT_TRUE(served.count(op)) << "documented but not served " << op.first << " " << op.second;
+  EXPECT_EQ(http::openapi_document()["openapi"].get<std::string>().substr(0, 2), "3.");
+}
+
+TEST(OpenApi, EveryServedRouteHasADeclaredPolicy) {
+  fixture f;
+  auto routes = http::build_routes(*f.ctx);
+  std::set<std::pair<std::string, std::string>> declared;
+  for (const auto& e : http::route_policies()) declared.emplace(e.method, e.pattern);
+  for (const auto& r : routes->routes()) {
+    EXPECT_TRUE(declared.count({r.method, r.pattern})) << "no policy for " << r.method << " " << r.pattern;
+  }
+  // The declared policies are the ones served (the overlay in build_routes works).
+  auto m = routes->match("POST", "/api/v1/changes");
+  ASSERT_NE(m.matched, nullptr);
+  EXPECT_EQ(m.matched->policy.bucket, "submit");
+  EXPECT_EQ(m.matched->policy.limit_key, "rate_limit.submit");
+  EXPECT_TRUE(m.matched->policy.access_controlled);
+  EXPECT_EQ(m.matched->policy.business_metric, "submit");
+  auto whoami = routes->match("GET", "/api/v1/ops/whoami");
+  ASSERT_NE(whoami.matched, nullptr);
+  EXPECT_EQ(whoami.matched->policy.required_rules_key, "auth.ops_rules");
+  EXPECT_TRUE(routes->match("GET", "/healthz").matched->policy.limit_key.empty());
+  EXPECT_TRUE(routes->match("GET", "/api/v1/changes/{id}").matched->policy.limit_key.empty());
+}

@@ -1,0 +1,229 @@
+#include "persistence/ops_repo.hpp"
+
+#include "persistence/operation_sql.hpp"
+#include "persistence/sql_util.hpp"
+
+#include <algorithm>
+#include <functional>
+
+namespace changeflow::persistence {
+
+using detail::guarded;
+using detail::prepare;
+using detail::rs_ptr;
+
+namespace {
+
+using binder = std::function<void(sql::PreparedStatement&, int)>;
+
+struct where_clause {
+  std::string sql;
+  std::vector<binder> binds;
+  void add(const std::string& cond, binder b = nullptr) {
+    sql += sql.empty() ? " WHERE " : " AND ";
+    sql += cond;
+    if (b) binds.push_back(std::move(b));
+  }
+};
+
+/// "<ms>:<id>" -> (ms, id); nullopt when malformed (the caller answers 400 before this runs).
+std::optional<std::pair<std::int64_t, std::string>> parse_cursor(const std::string& c) {
+  auto colon = c.find(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    auto ms = std::stoll(c.substr(0, colon), &used);
+    if (used != colon) return std::nullopt;
+    return std::make_pair(ms, c.substr(colon + 1));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+where_clause build_where(const ops_operation_filter& f) {
+  where_clause w;
+  if (f.phase) {
+    std::string p(workflow::to_string(*f.phase));
+    w.add("phase = ?", [p](auto& st, int i) { st.setString(i, p); });
+  }
+  if (f.step) {
+    int code = workflow::code_of(*f.step);
+    w.add("step = ?", [code](auto& st, int i) { st.setInt(i, code); });
+  }
+  if (!f.steps_in.empty()) {
+    std::string list;
+    for (auto s : f.steps_in) list += (list.empty() ? "" : ", ") + std::to_string(workflow::code_of(s));
+    w.add("step IN (" + list + ")");  // integer codes from the enum, never user text
+  }
+  if (!f.flow.empty()) w.add("flow = ?", [v = f.flow](auto& st, int i) { st.setString(i, v); });
+  if (!f.owner.empty()) w.add("owner_instance = ?", [v = f.owner](auto& st, int i) { st.setString(i, v); });
+  if (!f.subject.empty()) w.add("subject_id = ?", [v = f.subject](auto& st, int i) { st.setString(i, v); });
+  if (!f.target.empty()) w.add("target_key = ?", [v = f.target](auto& st, int i) { st.setString(i, v); });
+  if (f.older_than_s > 0) {
+    int s = f.older_than_s;
+    w.add("updated_at < NOW(3) - INTERVAL ? SECOND", [s](auto& st, int i) { st.setInt(i, s); });
+  }
+  if (f.only_nonterminal) w.add("phase NOT IN (" + detail::terminal_phase_list() + ")");
+  return w;
+}
+
+callback_ledger_row read_callback(sql::ResultSet& rs) {
+  callback_ledger_row r;
+  r.id = rs.getInt64("id");
+  r.delivery_id = detail::str(rs, "delivery_id");
+  r.kind = detail::str(rs, "kind");
+  r.operation_id = detail::opt_string(rs, "operation_id");
+  r.outcome = detail::str(rs, "outcome");
+  r.received_at_ms = rs.getInt64("received_at_ms");
+  r.applied_at_ms = detail::opt_int64(rs, "applied_at_ms");
+  return r;
+}
+
+const std::string& callback_columns() {
+  static const std::string cols = "id, delivery_id, kind, operation_id, outcome, " + detail::ms("received_at") +
+                                  " AS received_at_ms, " + detail::ms("applied_at") + " AS applied_at_ms";
+  return cols;
+}
+
+}  // namespace
+
+db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const ops_operation_filter& f) {
+  using V = ops_operation_page;
+  return guarded<V>([&]() -> db_result<V> {
+    auto w = build_where(f);
+    if (!f.after.empty()) {
+      auto cursor = parse_cursor(f.after);
+      if (!cursor) return db_result<V>::failure(db_outcome::not_found, "malformed cursor");
+      // Row-value comparison on the epoch-ms form of updated_at: the cursor carries milliseconds.
+      auto [ms, id] = *cursor;
+      w.add("(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
+            [ms, id](auto& st, int i) {
+              st.setInt64(i, ms);
+              st.setInt64(i + 1, ms);
+              st.setString(i + 2, id);
+            });
+    }
+    int limit = std::clamp(f.limit, 1, 500);
+    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation" + w.sql +
+                                " ORDER BY updated_at, operation_id LIMIT ?");
+    int i = 1;
+    for (std::size_t b = 0; b < w.binds.size(); ++b) {
+      w.binds[b](*st, i);
+      // The cursor binder fills three placeholders; every other binder one.
+      i += (!f.after.empty() && b + 1 == w.binds.size()) ? 3 : 1;
+    }
+    st->setInt(i, limit + 1);
+    rs_ptr rs(st->executeQuery());
+    V page;
+    while (rs->next()) page.items.push_back(detail::read_operation(*rs));
+    if (static_cast<int>(page.items.size()) > limit) {
+      page.items.resize(static_cast<std::size_t>(limit));
+      const auto& last = page.items.back();
+      page.next_after = std::to_string(last.updated_at_ms) + ":" + last.operation_id;
+    }
+    return db_result<V>::success(std::move(page));
+  });
+}
+
+db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f,
+                                                            int cap) {
+  using V = std::vector<operation_row>;
+  V out;
+  f.limit = 500;
+  f.after.clear();
+  for (;;) {
+    auto page = list_ops_operations(conn, f);
+    if (!page.ok()) return db_result<V>::failure(page.error);
+    for (auto& r : page.value.items) {
+      if (static_cast<int>(out.size()) >= cap) return db_result<V>::success(std::move(out));
+      out.push_back(std::move(r));
+    }
+    if (page.value.next_after.empty()) return db_result<V>::success(std::move(out));
+    f.after = page.value.next_after;
+  }
+}
+
+db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Connection& conn) {
+  using V = std::map<std::string, std::int64_t>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT phase, COUNT(*) AS n FROM operation GROUP BY phase");
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out[detail::str(*rs, "phase")] = rs->getInt64("n");
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Connection& conn,
+                                                                         const std::string& operation_id) {
+  using V = std::vector<callback_ledger_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT " + callback_columns() +
+                                " FROM callback_ledger WHERE operation_id = ? ORDER BY id LIMIT 200");
+    st->setString(1, operation_id);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(read_callback(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Connection& conn) {
+  using V = std::map<std::string, std::int64_t>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT outcome, COUNT(*) AS n FROM callback_ledger GROUP BY outcome");
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out[detail::str(*rs, "outcome")] = rs->getInt64("n");
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
+                                                             const std::vector<std::string>& outcomes,
+                                                             int limit) {
+  using V = std::vector<callback_ledger_row>;
+  if (outcomes.empty()) return db_result<V>::success({});
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE outcome IN (" +
+                                detail::placeholders(outcomes.size()) + ") ORDER BY id DESC LIMIT ?");
+    int i = 1;
+    for (const auto& o : outcomes) st->setString(i++, o);
+    st->setInt(i, std::clamp(limit, 1, 500));
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) out.push_back(read_callback(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<instance_row>> list_instances(sql::Connection& conn) {
+  using V = std::vector<instance_row>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn, "SELECT i.instance_id, " + detail::ms("i.started_at") + " AS started_at_ms, " +
+                                detail::ms("i.heartbeat_at") + " AS heartbeat_at_ms, " + detail::ms("i.lease_until") +
+                                " AS lease_until_ms, i.epoch, i.address, i.status, (i.lease_until > NOW(3)) AS live, "
+                                "(SELECT COUNT(*) FROM operation o WHERE o.owner_instance = i.instance_id AND "
+                                "o.phase NOT IN (" +
+                                detail::terminal_phase_list() +
+                                ")) AS owned FROM instance i ORDER BY i.instance_id");
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) {
+      instance_row r;
+      r.instance_id = detail::str(*rs, "instance_id");
+      r.started_at_ms = rs->getInt64("started_at_ms");
+      r.heartbeat_at_ms = rs->getInt64("heartbeat_at_ms");
+      r.lease_until_ms = rs->getInt64("lease_until_ms");
+      r.epoch = rs->getInt64("epoch");
+      r.address = detail::str(*rs, "address");
+      r.status = detail::str(*rs, "status");
+      r.lease_live = rs->getInt("live") != 0;
+      r.owned_nonterminal = rs->getInt64("owned");
+      out.push_back(std::move(r));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+}  // namespace changeflow::persistence

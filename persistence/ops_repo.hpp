@@ -1,0 +1,83 @@
+#pragma once
+// Read side of the ops API: operations across ALL instances (the database, not this process's
+// actors), the callback ledger per operation and its outcome counts, and the instance leases.
+// Reads only; every write an operator triggers goes through operation_repo::transition (guarded by
+// version + step, so an action raced by the workflow fails as preempted instead of overwriting).
+
+#include "persistence/operation_repo.hpp"
+#include "persistence/result.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace changeflow::persistence {
+
+/// Every field optional; empty = not filtered. Keyset paging on (updated_at, operation_id) oldest
+/// first, so "stuck-looking" (oldest untouched) rows come first and a page never repeats a row
+/// while others are updated (an updated row moves to the end instead).
+struct ops_operation_filter {
+  std::optional<workflow::phase> phase;
+  std::optional<workflow::step> step;
+  std::vector<workflow::step> steps_in;  // any of these steps (the overview's "stuck" set)
+  std::string flow;
+  std::string owner;       // owner_instance exact match
+  std::string subject;     // subject_id exact match
+  std::string target;      // target_key exact match
+  int older_than_s = 0;    // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
+  bool only_nonterminal = false;
+  int limit = 50;          // clamped to 1..500
+  /// Cursor from the previous page: "<updated_at_ms>:<operation_id>"; "" = first page.
+  std::string after;
+};
+
+struct ops_operation_page {
+  std::vector<operation_row> items;
+  std::string next_after;  // "" when this was the last page
+};
+
+db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const ops_operation_filter& f);
+/// Operation ids matching the filter (no paging, at most `cap`), for bulk actions and dry runs.
+db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f,
+                                                            int cap);
+
+/// Number of operations per phase name (phases without rows are absent).
+db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Connection& conn);
+
+struct callback_ledger_row {
+  std::int64_t id = 0;
+  std::string delivery_id;
+  std::string kind;  // approval | deploy
+  std::optional<std::string> operation_id;
+  std::string outcome;  // APPLIED | DUPLICATE | IGNORED_STALE | OUT_OF_ORDER | PENDING
+  std::int64_t received_at_ms = 0;
+  std::optional<std::int64_t> applied_at_ms;
+};
+
+db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Connection& conn,
+                                                                         const std::string& operation_id);
+/// Outcome -> count over the whole ledger.
+db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Connection& conn);
+/// Newest first, only the given outcomes (e.g. {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}).
+db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
+                                                             const std::vector<std::string>& outcomes,
+                                                             int limit);
+
+struct instance_row {
+  std::string instance_id;
+  std::int64_t started_at_ms = 0;
+  std::int64_t heartbeat_at_ms = 0;
+  std::int64_t lease_until_ms = 0;
+  std::int64_t epoch = 0;
+  std::string address;
+  std::string status;
+  bool lease_live = false;        // lease_until > NOW(3) on the DB clock
+  std::int64_t owned_nonterminal = 0;
+};
+db_result<std::vector<instance_row>> list_instances(sql::Connection& conn);
+
+}  // namespace changeflow::persistence

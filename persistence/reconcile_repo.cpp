@@ -1,0 +1,127 @@
+#include "persistence/reconcile_repo.hpp"
+
+#include "persistence/sql_util.hpp"
+
+namespace changeflow::persistence {
+
+using detail::guarded;
+using detail::prepare;
+using detail::rs_ptr;
+
+std::string_view to_string(deploy_outcome o) {
+  switch (o) {
+    case deploy_outcome::APPLIED:
+      return "APPLIED";
+    case deploy_outcome::DUPLICATE:
+      return "DUPLICATE";
+    case deploy_outcome::IGNORED_STALE:
+      return "IGNORED_STALE";
+    case deploy_outcome::OUT_OF_ORDER:
+      return "OUT_OF_ORDER";
+    case deploy_outcome::DEPLOY_FAILED:
+      return "DEPLOY_FAILED";
+  }
+  return "IGNORED_STALE";
+}
+
+std::string deploy_ledger_key(const std::string& delivery_id) { return "deploy:" + delivery_id; }
+
+db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, std::int64_t mr_iid) {
+  using V = std::vector<mr_operation>;
+  return guarded<V>([&]() -> db_result<V> {
+    // LEFT JOIN: an operation replaced by a re-apply keeps its mr_iid but has no binding any more.
+    auto st = prepare(conn,
+                      "SELECT o.operation_id, o.step, b.phase AS binding_phase FROM operation o "
+                      "LEFT JOIN binding b ON b.operation_id = o.operation_id "
+                      "WHERE o.mr_iid = ? ORDER BY o.created_at");
+    st->setInt64(1, mr_iid);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) {
+      mr_operation m;
+      m.operation_id = detail::str(*rs, "operation_id");
+      auto s = workflow::step_from_code(rs->getInt("step"));
+      if (!s) continue;  // unknown step code: not ours to touch
+      m.step = *s;
+      if (auto p = detail::opt_string(*rs, "binding_phase")) m.binding_phase = workflow::parse_phase(*p);
+      out.push_back(std::move(m));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const deploy_callback_in& cb,
+                                                 const std::string& payload_json) {
+  using R = db_result<record_outcome>;
+  return guarded<record_outcome>([&]() -> R {
+    detail::transaction tx(conn);
+    auto dup = [](sql::PreparedStatement& st) {
+      try {
+        st.executeUpdate();
+        return false;
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() == 1062) return true;
+        throw;
+      }
+    };
+    auto st = prepare(conn,
+                      "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
+                      "operation_ids, received_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
+    st->setString(1, cb.delivery_id);
+    st->setString(2, cb.project);
+    st->setInt64(3, cb.mr_iid);
+    detail::set_opt_int64(*st, 4, cb.pipeline_id);
+    st->setString(5, cb.status);
+    detail::set_opt_string(*st, 6, cb.operation_ids_json);
+    if (dup(*st)) return R::success(record_outcome::duplicate);  // rolled back: nothing written
+
+    auto led = prepare(conn,
+                       "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
+                       "received_at) VALUES (?, 'deploy', NULL, ?, 'PENDING', NOW(3))");
+    led->setString(1, deploy_ledger_key(cb.delivery_id));
+    detail::set_opt_string(*led, 2, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+    // Both rows or neither: the deploy_callback key already proved the delivery is new, so a ledger
+    // duplicate here would be a corrupt ledger; report it as a duplicate rather than fail the sender.
+    if (dup(*led)) return R::success(record_outcome::duplicate);
+    tx.commit();
+    return R::success(record_outcome::inserted);
+  });
+}
+
+db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id,
+                                   deploy_outcome outcome) {
+  return guarded<done>([&]() -> db_result<done> {
+    auto st = prepare(conn,
+                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
+    st->setString(1, std::string(to_string(outcome)));
+    st->setString(2, deploy_ledger_key(delivery_id));
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no delivery " + delivery_id);
+    return db_result<done>::success({});
+  });
+}
+
+db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, const std::string& project) {
+  using V = std::optional<std::int64_t>;
+  return guarded<V>([&]() -> db_result<V> {
+    // Served by idx_deploy_status_mr (status, mr_iid); the project filter reads few rows per status.
+    auto st = prepare(conn,
+                      "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = ?");
+    st->setString(1, project);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return db_result<V>::success(std::nullopt);
+    return db_result<V>::success(detail::opt_int64(*rs, "m"));
+  });
+}
+
+db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid) {
+  return guarded<bool>([&]() -> db_result<bool> {
+    auto st = prepare(conn,
+                      "SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND project = ? LIMIT 1");
+    st->setInt64(1, mr_iid);
+    st->setString(2, project);
+    rs_ptr rs(st->executeQuery());
+    return db_result<bool>::success(rs->next());
+  });
+}
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,68 @@
+#pragma once
+// Deploy callbacks and reconciliation of lost ones (MR-lifecycle seeds 3.7, database write-up 3.6).
+//
+// A deploy callback names an MR; the MR -> operation mapping is ours (operation.mr_iid), so a
+// callback without operation ids is still matched exactly by its MR number. Every deploy delivery
+// is recorded twice in one transaction: in `deploy_callback` (its MR number feeds the watermark)
+// and in `callback_ledger` (kind 'deploy', the classified outcome). The watermark is the largest MR
+// number of the project with a successful deploy callback; reconciliation compares each MERGED
+// operation's MR number with it (see actors/reconciler.hpp for the inference and its condition).
+
+#include "persistence/callback_repo.hpp"
+#include "persistence/result.hpp"
+#include "workflow/status.hpp"
+
+#include <cppconn/connection.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace changeflow::persistence {
+
+/// An operation that carries an MR number, with where its binding stands (nullopt when a re-apply
+/// gave the binding to another operation).
+struct mr_operation {
+  std::string operation_id;
+  workflow::step step = workflow::step::APPROVAL_SENDING;
+  std::optional<workflow::phase> binding_phase;
+};
+/// Every operation whose mr_iid is `mr_iid` (a batch MR carries several), one query.
+db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, std::int64_t mr_iid);
+
+/// Closed set of deploy-callback outcomes, as recorded in the ledger and counted.
+enum class deploy_outcome {
+  APPLIED,        // at least one operation flipped MERGED -> VALIDATED by this delivery
+  DUPLICATE,      // this delivery id was seen before: nothing written
+  IGNORED_STALE,  // nothing to flip (already validated, replaced, unknown MR or other project)
+  OUT_OF_ORDER,   // a matched operation is not MERGED yet: the callback overtook our own write
+  DEPLOY_FAILED,  // the deploy pipeline reported a failure: recorded, nothing validated
+};
+std::string_view to_string(deploy_outcome o);
+
+/// The ledger key of a deploy delivery ("deploy:" + delivery id), so a deploy and an approval
+/// sender can never collide on the ledger's UNIQUE delivery id.
+std::string deploy_ledger_key(const std::string& delivery_id);
+
+/// One transaction: INSERT deploy_callback + INSERT callback_ledger (kind deploy, PENDING). A
+/// repeated delivery id answers `duplicate` and writes nothing.
+db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const deploy_callback_in& cb,
+                                                 const std::string& payload_json);
+
+/// The classified outcome on the ledger row of a deploy delivery.
+db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id,
+                                   deploy_outcome outcome);
+
+/// The reconciliation watermark of one project: the largest MR number with a successful deploy
+/// callback; nullopt when there is none. MR numbers only increase within a project, so the
+/// watermark is per project.
+db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn,
+                                                        const std::string& project);
+
+/// True when a successful deploy callback for this MR of this project is recorded (one indexed
+/// read). For the path that writes MERGED: a callback that overtook that write is applied at once.
+db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid);
+
+}  // namespace changeflow::persistence

@@ -1,0 +1,114 @@
+// Batch path end to end (issue 8): real MariaDB, changeflow-sim and changeflowd with batch.enabled.
+#include "tests/support/flow_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace changeflow::testing;
+using nlohmann::json;
+
+namespace {
+
+json batch_config() {
+  return json{{"batch", {{"enabled", true}, {"round_interval_ms", 300}, {"max_members", 50}, {"max_splits", 6}}}};
+}
+
+std::string submit_ok(flow_env& env, const std::string& title, const std::string& subject, const std::string& target) {
+  auto r = env.submit(title, subject, target);
+  EXPECT_EQ(r.status, 202) << r.body << r.error;
+  auto j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data")) return {};
+  return j["data"]["operationId"].get<std::string>();
+}
+
+int count(flow_env& env, const std::string& sql) { return std::stoi(env.db().scalar(sql)); }
+
+}  // namespace
+
+TEST(Batch, BurstOfFiftyEndsInAHandfulOfBatchMrsAllValidated) {
+  flow_env env(batch_config());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 50; ++i)
+    ids.push_back(submit_ok(env, "burst " + std::to_string(i), "user-" + std::to_string(i), "svc-" + std::to_string(i)));
+  int max_active = 0;
+  for (const auto& id : ids) {
+    auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
+    ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+    EXPECT_EQ(c["step"]["name"], "CALLED_BACK");
+    EXPECT_TRUE(is_subsequence({"APPROVAL_APPROVED", "BATCH_WAITING", "BATCH_CLAIMED", "BATCH_MERGED", "CALLED_BACK"},
+                               timeline_steps(c)))
+        << c.dump(2);
+    max_active = std::max(max_active, count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"));
+  }
+  EXPECT_LE(max_active, 1);  // I1, observed during the run
+  const int batches = count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2");
+  EXPECT_GE(batches, 1);
+  EXPECT_LE(batches, 10) << "50 changes should ride in a handful of batch MRs";
+  EXPECT_EQ(count(env, "SELECT COUNT(DISTINCT mr_iid) FROM operation"), batches);
+  // Exactly one BATCH_MERGED event per member.
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10604"), 50);
+}
+
+TEST(Batch, OneBadMemberIsBisectedDownAndFailsAloneTheOthersMerge) {
+  // Rounds only by hand at first so the six changes land in one batch.
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 600000;
+  flow_env env(cfg);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(submit_ok(env, (i == 4 ? "poison-change" : "good-change-" + std::to_string(i)), "user-" + std::to_string(i),
+                            "bis-" + std::to_string(i)));
+  for (const auto& id : ids) ASSERT_EQ(env.wait_for_step(id, "BATCH_WAITING")["step"]["name"], "BATCH_WAITING");
+  // Every pipeline of an MR whose title carries the poisoned member's title fails.
+  env.add_fault(json{{"kind", "pipeline_fail"}, {"match", "poison-change"}});
+  // The service now runs rounds often (hot reload) to walk the bisection.
+  env.restart_service(json{{"batch", {{"round_interval_ms", 200}}}});
+  for (int i = 0; i < 6; ++i) {
+    if (i == 4) continue;
+    auto c = env.wait_for_phase(ids[i], "VALIDATED", std::chrono::seconds(120));
+    EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  }
+  auto bad = env.wait_for_step(ids[4], "BATCH_FAILED", std::chrono::seconds(120));
+  EXPECT_EQ(bad["step"]["name"], "BATCH_FAILED") << bad.dump(2);
+  EXPECT_EQ(bad["phase"], "HANDLE_FAILED");
+  EXPECT_EQ(bad["hint"], "CONTACT_MAINTAINERS");
+  EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE failure_reason LIKE 'bisect%'"), 1);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), 0);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ids[4] + "'"), 0);
+}
+
+TEST(Batch, TwoMembersTouchingTheSameFileTheLaterWaitsForTheNextRound) {
+  flow_env env(batch_config());
+  auto first = submit_ok(env, "same-file-1", "alice", "shared-target");
+  auto second = submit_ok(env, "same-file-2", "bob", "shared-target");
+  auto a = env.wait_for_phase(first, "VALIDATED", std::chrono::seconds(60));
+  auto b = env.wait_for_phase(second, "VALIDATED", std::chrono::seconds(60));
+  ASSERT_EQ(a["phase"], "VALIDATED");
+  ASSERT_EQ(b["phase"], "VALIDATED");
+  // Whether they were claimed together or not, they never shared one batch MR.
+  EXPECT_NE(a["mrIid"], b["mrIid"]);
+}
+
+TEST(Batch, CrashedCoordinatorsRunningBatchIsSettledBySweep) {
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 200;
+  flow_env env(cfg);
+  auto id = submit_ok(env, "hang-change", "carol", "hang-target");
+  env.add_fault(json{{"kind", "pipeline_hang"}, {"match", "hang-change"}, {"count", 1}});
+  ASSERT_EQ(env.wait_for_step(id, "BATCH_CLAIMED")["step"]["name"], "BATCH_CLAIMED");
+  ASSERT_TRUE(wait_until([&] { return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND mr_iid IS NOT NULL") == 1; },
+                         std::chrono::seconds(30)));
+  env.kill_service();
+  // Let the orphan age past the restarted service's running timeout (database clock).
+  ASSERT_TRUE(wait_until([&] { return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND created_at < NOW(3) - INTERVAL 2 SECOND") == 1; },
+                         std::chrono::seconds(30)));
+  // The restarted service has a 1 s running timeout: its sweep settles the orphan (requeue), the
+  // member is claimed again into a fresh batch whose pipeline passes (the hang fired once).
+  env.restart_service(json{{"batch", {{"running_timeout_seconds", 1}}}});
+  auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(90));
+  EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 3 AND failure_reason LIKE '%sweep%'"), 1);
+  EXPECT_TRUE(is_subsequence({"BATCH_CLAIMED", "BATCH_WAITING", "BATCH_CLAIMED", "BATCH_MERGED"}, timeline_steps(c)))
+      << c.dump(2);
+}

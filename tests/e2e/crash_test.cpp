@@ -1,0 +1,172 @@
+// Durability (issue 9): changeflowd is SIGKILLed at random points while many changes are in
+// flight, restarted each time, and every operation still ends in a terminal state or an explicit,
+// explained waiting state, with no MR merged twice, no bot approving twice, no table invariant
+// broken, and exactly one MERGED -> VALIDATED flip recorded per validated operation.
+
+#include "tests/support/flow_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+using namespace changeflow::testing;
+using nlohmann::json;
+
+namespace {
+
+const std::set<std::string> terminal_phases = {"VALIDATED", "CREATE_FAILED", "HANDLE_FAILED", "REJECTED", "CLOSED"};
+
+/// A phase in which nothing is running and the user has been told what to do: terminal, or a
+/// wait for the outside world (approval decision, deploy confirmation) with hint KEEP_WAITING.
+bool settled(const json& c) {
+  if (!c.contains("phase")) return false;
+  auto phase = c["phase"].get<std::string>();
+  if (terminal_phases.count(phase)) return true;
+  auto step = c["step"]["name"].get<std::string>();
+  bool waiting_outside = step == "APPROVAL_SENT" || phase == "MERGED";
+  return waiting_outside && c.value("hint", "") == "KEEP_WAITING";
+}
+
+void check_invariants(flow_env& env) {
+  auto& db = env.db();
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT subject_id, target_key FROM binding GROUP BY subject_id, "
+                      "target_key HAVING COUNT(*) > 1) d"),
+            "0")
+      << "one binding per (subject, target)";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding b LEFT JOIN operation o ON o.operation_id = b.operation_id "
+                      "WHERE o.operation_id IS NULL"),
+            "0")
+      << "every binding's operation exists";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding b JOIN operation o ON o.operation_id = b.operation_id "
+                      "WHERE o.phase <> b.phase"),
+            "0")
+      << "binding phase equals its operation's phase";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT operation_id FROM merge_batch_request GROUP BY operation_id "
+                      "HAVING COUNT(*) > 1) d"),
+            "0")
+      << "no operation in two batches";
+  EXPECT_LE(std::stoi(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)")), 1)
+      << "at most one active batch";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT mr_iid FROM operation WHERE mr_iid IS NOT NULL AND batch_id IS "
+                      "NULL GROUP BY mr_iid HAVING COUNT(*) > 1) d"),
+            "0")
+      << "no two operations share an MR (a re-run creation step reuses its own MR)";
+}
+
+}  // namespace
+
+TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
+  const unsigned seed = static_cast<unsigned>(std::random_device{}());
+  std::cout << "crash test seed " << seed << "\n";
+  std::mt19937 rng(seed);
+  flow_env env(json{{"instance", {{"id", "crash-a"}, {"lease_seconds", 3}}},
+                    {"durability", {{"inbox_poll_ms", 200}, {"sweep_interval_ms", 500}, {"stuck_after_seconds", 2}}},
+                    {"rehydrate", {{"rate_per_second", 400}}},
+                    // A deploy callback sent while the service was down is lost by the sender after
+                    // its retries; reconciliation validates those operations (seeds 3.7).
+                    {"reconcile", {{"interval_ms", 1000}, {"min_age_seconds", 1}}}},
+               // Slow enough approvals and pipelines that each kill lands in the middle of flows.
+               {"--callback-delay-ms", "250", "--pipeline-duration-ms", "400"});
+  constexpr int total = 40;
+  std::vector<std::string> ids;
+  auto submit_wave = [&](int from, int to) {
+    for (int i = from; i < to; ++i) {
+      auto r = env.submit("crash change " + std::to_string(i), "crash-user", "svc-" + std::to_string(i));
+      ASSERT_EQ(r.status, 202) << r.body << r.error;
+      ids.push_back(json::parse(r.body)["data"]["operationId"].get<std::string>());
+    }
+  };
+  // Four waves of ten; after each of the first three, SIGKILL at a random point of the flow and
+  // restart at once (a crash mid-step: approval submission, MR creation, pipeline wait, merge...).
+  int kills = 0;
+  int in_flight_at_kill = 0;  // operations in a non-terminal phase at the moment of each SIGKILL
+  auto in_flight = [&] {
+    return std::stoi(env.db().scalar("SELECT COUNT(*) FROM operation WHERE phase NOT IN ('VALIDATED', "
+                                     "'CREATE_FAILED', 'HANDLE_FAILED', 'REJECTED', 'CLOSED')"));
+  };
+  for (int wave = 0; wave < 4; ++wave) {
+    submit_wave(wave * 10, wave * 10 + 10);
+    if (wave == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 1200)(rng)));
+    in_flight_at_kill += in_flight();
+    env.kill_service();
+    ++kills;
+    env.restart_service();
+    // A second kill soon after the restart hits the rehydration itself.
+    if (wave == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 400)(rng)));
+      in_flight_at_kill += in_flight();
+      env.kill_service();
+      ++kills;
+      env.restart_service();
+    }
+  }
+  ASSERT_GE(kills, 3);
+  std::cout << "kills " << kills << ", operations in flight at the kills (summed) " << in_flight_at_kill << "\n";
+  ASSERT_GT(in_flight_at_kill, 0) << "the kills must interrupt operations mid-flight";
+  ASSERT_EQ(ids.size(), static_cast<size_t>(total));
+
+  // Every operation settles: terminal, or an explained wait for the outside world.
+  std::map<std::string, json> final_state;
+  for (const auto& id : ids) {
+    json last;
+    bool ok = wait_until(
+        [&] {
+          last = env.get_change(id);
+          return settled(last) && (last["phase"] != "MERGED" || !last.value("live", true));
+        },
+        std::chrono::seconds(90));
+    ASSERT_TRUE(ok) << "operation never settled: " << last.dump(2);
+    final_state[id] = last;
+  }
+  // Deploy callbacks are delivered after the merge; give the ones still in flight their chance.
+  wait_until(
+      [&] {
+        for (const auto& id : ids) {
+          auto c = env.get_change(id);
+          if (c["phase"] == "MERGED") return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(20));
+  std::map<std::string, int> by_phase;
+  for (const auto& id : ids) {
+    final_state[id] = env.get_change(id);
+    ++by_phase[final_state[id]["phase"].get<std::string>()];
+  }
+  for (const auto& [p, n] : by_phase) std::cout << "  phase " << p << ": " << n << "\n";
+  // Nothing in this run can legitimately fail: no faults were injected, so a crash must not turn
+  // into a failure state either.
+  EXPECT_EQ(by_phase["CREATE_FAILED"] + by_phase["HANDLE_FAILED"], 0) << [&] {
+    std::string s;
+    for (auto& [id, c] : final_state)
+      if (c["phase"] == "CREATE_FAILED" || c["phase"] == "HANDLE_FAILED") s += c.dump(2) + "\n";
+    return s;
+  }();
+  EXPECT_GE(by_phase["VALIDATED"], total / 2) << "most changes complete despite the crashes";
+
+  // GitLab side: no MR merged twice, no bot approved an MR twice.
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
+  for (const auto& [mr, users] : stats["approvals"].items()) {
+    for (const auto& [user, count] : users.items()) EXPECT_LE(count.get<int>(), 1) << mr << " by " << user;
+  }
+  int merged_ops = by_phase["VALIDATED"] + by_phase["MERGED"];
+  EXPECT_EQ(static_cast<int>(stats["merges"].size()), merged_ops) << stats.dump();
+
+  check_invariants(env);
+  // The validated count equals the flips recorded in the timeline, one per operation.
+  auto flips = env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE from_phase = 'MERGED' AND to_phase = "
+                               "'VALIDATED'");
+  auto flipped_ops = env.db().scalar("SELECT COUNT(DISTINCT operation_id) FROM operation_event WHERE from_phase = "
+                                     "'MERGED' AND to_phase = 'VALIDATED'");
+  EXPECT_EQ(std::stoi(flips), by_phase["VALIDATED"]);
+  EXPECT_EQ(flips, flipped_ops) << "an operation was validated twice";
+  // Rehydration actually happened (the restarts resumed operations from their rows).
+  EXPECT_NE(env.service().process().log_contents().find("rehydrate.loaded"), std::string::npos);
+}
