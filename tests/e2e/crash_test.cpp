@@ -111,29 +111,22 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   ASSERT_GT(in_flight_at_kill, 0) << "the kills must interrupt operations mid-flight";
   ASSERT_EQ(ids.size(), static_cast<size_t>(total));
 
-  // Every operation settles: terminal, or an explained wait for the outside world.
+  // Every operation settles: all reach a terminal phase, unless a callback was lost by its sender
+  // while the service was down (then: an explained wait, checked below).
   std::map<std::string, json> final_state;
-  for (const auto& id : ids) {
-    json last;
-    bool ok = wait_until(
-        [&] {
-          last = env.get_change(id);
-          return settled(last) && (last["phase"] != "MERGED" || !last.value("live", true));
-        },
-        std::chrono::seconds(90));
-    ASSERT_TRUE(ok) << "operation never settled: " << last.dump(2);
-    final_state[id] = last;
+  auto all_terminal = [&] {
+    for (const auto& id : ids) {
+      auto c = env.get_change(id);
+      if (!c.contains("phase") || !terminal_phases.count(c["phase"].get<std::string>())) return false;
+    }
+    return true;
+  };
+  if (!wait_until(all_terminal, std::chrono::seconds(40))) {
+    for (const auto& id : ids) {
+      auto c = env.get_change(id);
+      EXPECT_TRUE(settled(c)) << "operation neither terminal nor in an explained wait: " << c.dump(2);
+    }
   }
-  // Deploy callbacks are delivered after the merge; give the ones still in flight their chance.
-  wait_until(
-      [&] {
-        for (const auto& id : ids) {
-          auto c = env.get_change(id);
-          if (c["phase"] == "MERGED") return false;
-        }
-        return true;
-      },
-      std::chrono::seconds(20));
   std::map<std::string, int> by_phase;
   for (const auto& id : ids) {
     final_state[id] = env.get_change(id);
@@ -156,6 +149,11 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   for (const auto& [mr, users] : stats["approvals"].items()) {
     for (const auto& [user, count] : users.items()) EXPECT_LE(count.get<int>(), 1) << mr << " by " << user;
   }
+  // An operation may only be left waiting for its approval when the approval system gave up
+  // delivering its callback (the service was down for all of the sender's retries).
+  std::cout << "  sim callbacks " << stats["callbacks"].dump() << "\n";
+  EXPECT_LE(by_phase["APPROVAL_SENT"], stats["callbacks"].value("approval_failed", 0))
+      << "an operation waits for an approval callback that was never given up on";
   int merged_ops = by_phase["VALIDATED"] + by_phase["MERGED"];
   EXPECT_EQ(static_cast<int>(stats["merges"].size()), merged_ops) << stats.dump();
 
