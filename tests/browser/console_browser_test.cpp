@@ -2,6 +2,7 @@
 // changeflowd: overview -> stuck operation -> timeline -> re-trigger -> advance; and the stale-asset
 // recovery (reload once, then a "Refresh page" button instead of a loop).
 
+#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
 
 #include <gtest/gtest.h>
@@ -23,19 +24,7 @@ namespace {
 constexpr const char* jwt_secret = "browser-test-secret";
 constexpr const char* chromium = "/usr/bin/chromium";
 
-std::string mint(const std::string& sub) {
-  jwt_t* raw = nullptr;
-  if (jwt_new(&raw) != 0) return {};
-  std::unique_ptr<jwt_t, void (*)(jwt_t*)> j(raw, jwt_free);
-  jwt_add_grant(j.get(), "sub", sub.c_str());
-  jwt_add_grant_int(j.get(), "exp", static_cast<long>(std::time(nullptr)) + 3600);
-  jwt_set_alg(j.get(), JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(jwt_secret),
-              static_cast<int>(std::string(jwt_secret).size()));
-  char* text = jwt_encode_str(j.get());
-  std::string out = text ? text : "";
-  std::free(text);
-  return out;
-}
+std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 3600); }
 
 std::string source_dir() {
   const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");

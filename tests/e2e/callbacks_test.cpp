@@ -6,6 +6,7 @@
 // with the simulator's own decision pushed out of the test's lifetime.
 
 #include "base/ids.hpp"
+#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
 
 #include <gtest/gtest.h>
@@ -62,19 +63,7 @@ http_result post_deploy(flow_env& env, const json& body, const std::string& toke
                    {{"Content-Type", "application/json"}, {"X-Gitlab-Token", token}});
 }
 
-std::string mint(const std::string& sub) {
-  jwt_t* raw = nullptr;
-  if (jwt_new(&raw) != 0) return {};
-  std::unique_ptr<jwt_t, void (*)(jwt_t*)> j(raw, jwt_free);
-  jwt_add_grant(j.get(), "sub", sub.c_str());
-  jwt_add_grant_int(j.get(), "exp", static_cast<long>(std::time(nullptr)) + 600);
-  jwt_set_alg(j.get(), JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(jwt_secret),
-              static_cast<int>(std::string(jwt_secret).size()));
-  char* text = jwt_encode_str(j.get());
-  std::string out = text ? text : "";
-  std::free(text);
-  return out;
-}
+std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 600); }
 
 /// POST /api/v1/ops/reconcile as an operator; the run's report.
 json reconcile_now(flow_env& env) {

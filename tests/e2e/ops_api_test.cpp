@@ -2,6 +2,7 @@
 // (401/403 "Access denied"), actions along the operator edges, idempotency, refusals, and the audit
 // log carrying the server-written operator.
 
+#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
 
 #include <gtest/gtest.h>
@@ -17,19 +18,7 @@ namespace {
 
 constexpr const char* jwt_secret = "ops-test-secret";
 
-std::string mint(const std::string& sub) {
-  jwt_t* raw = nullptr;
-  if (jwt_new(&raw) != 0) return {};
-  std::unique_ptr<jwt_t, void (*)(jwt_t*)> j(raw, jwt_free);
-  jwt_add_grant(j.get(), "sub", sub.c_str());
-  jwt_add_grant_int(j.get(), "exp", static_cast<long>(std::time(nullptr)) + 600);
-  jwt_set_alg(j.get(), JWT_ALG_HS256, reinterpret_cast<const unsigned char*>(jwt_secret),
-              static_cast<int>(std::string(jwt_secret).size()));
-  char* text = jwt_encode_str(j.get());
-  std::string out = text ? text : "";
-  std::free(text);
-  return out;
-}
+std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 600); }
 
 using headers = std::vector<std::pair<std::string, std::string>>;
 
