@@ -11,6 +11,7 @@
 //   lose_response                           perform the action, then close without answering
 //   approve_not_allowed {user_id?}          401 on approve (0/absent = any user)
 //   check_items_change                      the project's check items change before this approve
+//   merged_before_close                     a close of an open MR finds it merged (a merge landed first)
 //   merge_needs_rebase                      merge answers 422 need_rebase until a rebase happens
 //   rebase_conflict                         the rebase fails with merge_error (a conflict)
 //   pipeline_fail | pipeline_hang           the next pipeline of the MR fails / never finishes

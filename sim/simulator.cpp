@@ -453,6 +453,11 @@ struct simulator::impl {
       out.res = json_response(200, mr_json(project_name, *mr, now));
     } else if (endpoint == "update_mr") {
       auto state_event = body.value("state_event", req.query_param("state_event").value_or(""));
+      // A merge that lands just before the close (another merger, or a merge whose answer was lost):
+      // the close then finds the MR merged.
+      if (state_event == "close" && mr->state == "opened" && faults.take("merged_before_close", "update_mr", mr->subject())) {
+        land(proj, project_name, *mr);
+      }
       // GitLab ignores an impossible transition (closing a merged MR) and answers with the MR as is.
       if (state_event == "close" && mr->state == "opened") mr->state = "closed";
       out.res = json_response(200, mr_json(project_name, *mr, now));
@@ -585,12 +590,17 @@ struct simulator::impl {
     if (body.contains("sha") && body["sha"] != mr.sha) {
       return message(409, "SHA does not match HEAD of source branch: " + mr.sha);
     }
+    land(proj, project_name, mr);
+    return json_response(200, mr_json(project_name, mr, now));
+  }
+
+  /// The MR merges into its target branch and the deploy pipeline is scheduled.
+  void land(sim_project& proj, const std::string& project_name, sim_mr& mr) {
     mr.state = "merged";
     mr.merge_commit_sha = next_sha();
     proj.branches[mr.target] = {*mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'"};
     ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
     schedule_deploy(project_name, mr);
-    return json_response(200, mr_json(project_name, mr, now));
   }
 
   // ---- approval system

@@ -146,6 +146,20 @@ TEST_F(SimulatorTest, ClosedMergeRequestCannotBeMergedAndUnknownTokenIs401) {
   EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 405);
 }
 
+TEST_F(SimulatorTest, MergedBeforeCloseTheCloseFindsTheMergeRequestMerged) {
+  add_fault({{"kind", "merged_before_close"}, {"match", "Late merge"}, {"count", 1}});
+  auto mr = open_mr("change/late-merge", "Late merge");
+  int iid = mr["iid"];
+  auto closed = call("PUT", mr_path(iid), {{"state_event", "close"}});
+  ASSERT_EQ(closed.status, 200);
+  EXPECT_EQ(json::parse(closed.body)["state"], "merged");
+  EXPECT_EQ(get_mr(iid)["state"], "merged");
+  EXPECT_EQ(stats()["merges"]["config/changes!" + std::to_string(iid)], 1);
+  // The rule fired once: another MR closes normally.
+  auto other = open_mr("change/late-merge-2", "Late merge 2");
+  EXPECT_EQ(json::parse(call("PUT", mr_path(other["iid"]), {{"state_event", "close"}}).body)["state"], "closed");
+}
+
 TEST_F(SimulatorTest, NeedsRebaseThenRebaseThenMerge) {
   add_fault({{"kind", "merge_needs_rebase"}, {"match", "Rebase me"}, {"count", 1}});
   auto mr = open_mr("change/rebase", "Rebase me");

@@ -1,9 +1,15 @@
 // Batch path end to end (issue 8): real MariaDB, changeflow-sim and changeflowd with batch.enabled.
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <iostream>
 #include <set>
+#include <thread>
 
 using namespace changeflow::testing;
 using nlohmann::json;
@@ -111,4 +117,121 @@ TEST(Batch, CrashedCoordinatorsRunningBatchIsSettledBySweep) {
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 3 AND failure_reason LIKE '%sweep%'"), 1);
   EXPECT_TRUE(is_subsequence({"BATCH_CLAIMED", "BATCH_WAITING", "BATCH_CLAIMED", "BATCH_MERGED"}, timeline_steps(c)))
       << c.dump(2);
+}
+
+TEST(Batch, MergeThatLandsRightAfterTheFailureWasDecidedWins) {
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 200;
+  flow_env env(cfg);
+  // The batch pipeline fails (failure decided); when the coordinator closes the MR, a merge has
+  // just landed (another merger): the re-read after the close finds it merged.
+  env.add_fault(json{{"kind", "pipeline_fail"}, {"match", "late-merge-change"}, {"count", 1}});
+  env.add_fault(json{{"kind", "merged_before_close"}, {"match", "late-merge-change"}, {"count", 1}});
+  auto id = submit_ok(env, "late-merge-change", "dora", "late-merge-target");
+  auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(60));
+  ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  EXPECT_TRUE(is_subsequence({"BATCH_WAITING", "BATCH_CLAIMED", "BATCH_MERGED", "CALLED_BACK"}, timeline_steps(c)))
+      << c.dump(2);
+  // One batch, settled SUCCEEDED through the failure path's re-read; no requeue, no split.
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch"), 1);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"), 1);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id +
+                           "' AND to_step = 10604 AND cause LIKE '%merged wins%'"),
+            1);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REQUEUED'"), 0);
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  for (const auto& [mr, merges] : stats["merges"].items()) EXPECT_EQ(merges.get<int>(), 1) << mr;
+}
+
+TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
+  constexpr const char* secret = "batch-ops-secret";
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 60;
+  cfg["batch"]["max_members"] = 4;  // many rounds
+  cfg["auth"] = {{"jwt_secret", secret}};
+  cfg["rate_limit"] = {{"ops", 100000}};
+  cfg["instance"] = {{"id", "coord-a"}};
+  flow_env env(cfg);
+  ASSERT_EQ(env.sim_call("POST", "/_sim/permissions", json{{"subject", "alice"}, {"granted", {"changeflow.ops"}}}.dump())
+                .status,
+            200);
+  json cfg_b = env.config();
+  cfg_b["instance"]["id"] = "coord-b";
+  cfg_b["http"]["port"] = free_port();
+  service_process b(cfg_b, env.dir(), "changeflowd-b");
+  const std::vector<unsigned short> ports = {env.port(), static_cast<unsigned short>(cfg_b["http"]["port"].get<int>())};
+
+  // Sample the active-slot count for the whole run, and fire manual rounds at both instances.
+  std::atomic<bool> done{false};
+  std::atomic<int> max_active{0};
+  std::atomic<int> manual_rounds{0};
+  std::thread sampler([&] {
+    auto conn = env.db().connect();
+    std::unique_ptr<sql::Statement> st(conn->createStatement());
+    while (!done) {
+      std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"));
+      if (rs->next()) max_active = std::max(max_active.load(), rs->getInt(1));
+    }
+  });
+  std::thread trigger([&] {
+    const std::vector<std::pair<std::string, std::string>> h = {
+        {"Authorization", "Bearer " + changeflow::testing::mint_hs256(secret, "alice", 600)}};
+    for (int i = 0; !done; ++i) {
+      auto r = http_call("127.0.0.1", ports[i % 2], "POST", "/api/v1/ops/batch/round", "{}", h);
+      if (r.status == 200 || r.status == 202) ++manual_rounds;
+    }
+  });
+
+  std::vector<std::string> ids;
+  for (int i = 0; i < 24; ++i) {
+    json body = {{"subject", "coord-user-" + std::to_string(i)},
+                 {"target", "coord-svc-" + std::to_string(i)},
+                 {"title", "coord change " + std::to_string(i)},
+                 {"files", {{{"path", "config/coord-" + std::to_string(i) + ".yaml"}, {"content", "v: 1\n"}}}}};
+    auto r = http_call("127.0.0.1", ports[i % 2], "POST", "/api/v1/changes", body.dump());
+    ASSERT_EQ(r.status, 202) << r.body << r.error;
+    ids.push_back(json::parse(r.body)["data"]["operationId"].get<std::string>());
+  }
+  for (const auto& id : ids) {
+    auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
+    EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  }
+  done = true;
+  sampler.join();
+  trigger.join();
+
+  EXPECT_LE(max_active.load(), 1) << "I1: at most one RUNNING/BLOCKED batch at any sampled moment";
+  EXPECT_GT(manual_rounds.load(), 0);
+  // No two batches' lifetimes (claim .. settlement) overlap.
+  auto conn = env.db().connect();
+  std::unique_ptr<sql::Statement> st(conn->createStatement());
+  std::unique_ptr<sql::ResultSet> overlap(st->executeQuery(
+      "SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+      "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at"));
+  ASSERT_TRUE(overlap->next());
+  EXPECT_EQ(overlap->getInt(1), 0) << "two batches were active at the same time";
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 3, 4)"), 0);
+  EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"), 6) << "max 4 members per batch";
+  // Every member was claimed exactly once, by one of the two coordinators.
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602"), 24);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND instance_id NOT IN "
+                       "('coord-a', 'coord-b')"),
+            0);
+  // Both coordinators ran rounds that met an occupied slot or claimed: contention really happened.
+  auto rounds = [&](unsigned short port, const std::string& outcome) {
+    auto m = http_call("127.0.0.1", port, "GET", "/metrics");
+    const std::string key = "changeflow_batch_rounds_total{outcome=\"" + outcome + "\"}";
+    auto at = m.body.find(key);
+    return at == std::string::npos ? 0.0 : std::stod(m.body.substr(at + key.size()));
+  };
+  double occupied = rounds(ports[0], "slot_occupied") + rounds(ports[1], "slot_occupied");
+  double claimed = rounds(ports[0], "claimed") + rounds(ports[1], "claimed");
+  EXPECT_GT(occupied, 0) << "the coordinators never contended for the slot";
+  std::cout << "batches " << claimed << ", slot_occupied rounds " << occupied << ", manual rounds " << manual_rounds
+            << ", members claimed by coord-b "
+            << env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND instance_id = 'coord-b'")
+            << "\n";
+  EXPECT_EQ(claimed, count(env, "SELECT COUNT(*) FROM merge_batch"));
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  for (const auto& [mr, merges] : stats["merges"].items()) EXPECT_EQ(merges.get<int>(), 1) << mr;
 }
