@@ -265,7 +265,8 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
   st.busy = false;
   auto outcome = static_cast<db_outcome>(p.outcome);
   if (outcome == db_outcome::ok && st.pending_write) {
-    const auto& w = *st.pending_write;
+    // Moved out before the reset below: `w` is still read afterwards (metrics, log line).
+    const auto w = std::move(*st.pending_write);
     auto from = st.op.current;
     st.op.current = w.to;
     st.op.version = p.new_version;

@@ -5,10 +5,10 @@
 //       terminal (progress read from the database in bulk), prints throughput, latency, CPU and RSS.
 //   changeflow-load hold   --port P --n N --c C [--threads T] [--tag X] [--wait-phase APPROVAL_SENT] DB
 //       submits N changes and waits until all sit in the waiting phase; writes their ids to --ids FILE.
-//   changeflow-load raw    --conns K --seconds S --shape raw|repo|cached DB
-//       the limit: a guarded-UPDATE + commit loop on K connections (raw), the persistence layer's own
-//       transition() on K connections (repo), and the same three statements with statements prepared
-//       once and autocommit left off (cached: the proposed fix, prototyped here).
+//   changeflow-load raw    --conns K --seconds S --shape raw|repo|repo-phase DB
+//       the limit: a prepared guarded-UPDATE + commit loop on K connections (raw), and the persistence
+//       layer's own transition() on K connections, within one phase (repo) or across phases
+//       (repo-phase: the binding's phase moves too).
 //   DB = --db-host H --db-port P [--db-user U] [--db-password W] --db-name NAME
 //
 // Output: human-readable lines plus `key=value` lines (prefixed "kv ") that bench/run turns into
@@ -471,21 +471,25 @@ int cmd_hold(const args& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// raw / repo / cached: the database's guarded-commit limit and the persistence layer's distance
+// raw / repo / repo-phase: the database's guarded-commit limit and the persistence layer's distance
 // from it, on K connections for S seconds. Each connection owns its rows: no lock waits by design,
 // so the figure is the commit rate, not a contention artefact.
 
-// A legal cycle of the transition table (a self-loop, else a two-step cycle), so repo transitions
-// can run forever on the same rows.
-std::vector<workflow::step> legal_cycle() {
+// A legal cycle of the transition table so repo transitions can run forever on the same rows:
+// a self-loop (phase unchanged), or with `phase_change` a two-step cycle across two phases (the
+// trigger then also moves the binding's phase, as about half of a real flow's transitions do).
+std::vector<workflow::step> legal_cycle(bool phase_change) {
   using workflow::step;
-  for (auto s : workflow::all_steps) {
-    if (workflow::is_allowed(s, s, workflow::actor_kind::workflow)) return {s};
+  if (!phase_change) {
+    for (auto s : workflow::all_steps) {
+      if (workflow::is_allowed(s, s, workflow::actor_kind::workflow)) return {s};
+    }
   }
   for (auto s : workflow::all_steps) {
     for (auto t : workflow::all_steps) {
       if (s != t && workflow::is_allowed(s, t, workflow::actor_kind::workflow) &&
-          workflow::is_allowed(t, s, workflow::actor_kind::workflow))
+          workflow::is_allowed(t, s, workflow::actor_kind::workflow) &&
+          (!phase_change || workflow::phase_of(s) != workflow::phase_of(t)))
         return {s, t};
     }
   }
@@ -499,7 +503,7 @@ int cmd_raw(const args& a) {
   const std::string shape = a.get("shape", "raw");
   const int rows_per_conn = 8;
   auto setup = persistence::open_connection(settings);
-  auto cycle = legal_cycle();
+  auto cycle = legal_cycle(shape == "repo-phase");
   if (shape != "raw" && cycle.empty()) {
     std::cerr << "no legal transition cycle in the table\n";
     return 1;
@@ -511,7 +515,7 @@ int cmd_raw(const args& a) {
                 "ON UPDATE CURRENT_TIMESTAMP(3)) ENGINE=InnoDB");
     st->execute("DELETE FROM bench_raw");
   }
-  // Rows: bench_raw for raw; real operations (with binding) for repo/cached.
+  // Rows: bench_raw for raw; real operations (with binding) for repo and repo-phase.
   std::vector<std::vector<std::string>> ids(static_cast<size_t>(conns));
   char buf[64];
   for (int c = 0; c < conns; ++c) {
@@ -568,7 +572,7 @@ int cmd_raw(const args& a) {
             conn->commit();
             ++n;
           }
-        } else if (shape == "repo") {
+        } else {  // repo / repo-phase: persistence::transition() as the service calls it
           for (size_t k = 0; !stop; ++k) {
             size_t i = k % mine.size();
             persistence::transition_request req;
@@ -586,48 +590,6 @@ int cmd_raw(const args& a) {
             } else {
               ++bad;
             }
-            ++n;
-          }
-        } else {  // cached: the proposed fix
-          conn->setAutoCommit(false);
-          std::unique_ptr<sql::PreparedStatement> up(conn->prepareStatement(
-              "UPDATE operation SET step = ?, phase = ?, version = version + 1 WHERE operation_id = ? AND version = ? AND step = ?"));
-          std::unique_ptr<sql::PreparedStatement> bind(conn->prepareStatement("UPDATE binding SET phase = ? WHERE operation_id = ?"));
-          std::unique_ptr<sql::PreparedStatement> ev(conn->prepareStatement(
-              "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
-              "instance_id, version, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3))"));
-          for (size_t k = 0; !stop; ++k) {
-            size_t i = k % mine.size();
-            auto from = cycle[pos[i] % cycle.size()], to = cycle[(pos[i] + 1) % cycle.size()];
-            std::string to_phase(workflow::to_string(workflow::phase_of(to)));
-            std::string from_phase(workflow::to_string(workflow::phase_of(from)));
-            up->setInt(1, workflow::code_of(to));
-            up->setString(2, to_phase);
-            up->setString(3, mine[i]);
-            up->setInt64(4, version[i]);
-            up->setInt(5, workflow::code_of(from));
-            if (up->executeUpdate() != 1) {
-              conn->rollback();
-              ++bad;
-              ++n;
-              continue;
-            }
-            bind->setString(1, to_phase);
-            bind->setString(2, mine[i]);
-            bind->executeUpdate();
-            ev->setString(1, mine[i]);
-            ev->setInt(2, workflow::code_of(from));
-            ev->setInt(3, workflow::code_of(to));
-            ev->setString(4, from_phase);
-            ev->setString(5, to_phase);
-            ev->setString(6, "bench");
-            ev->setString(7, "workflow");
-            ev->setString(8, "bench");
-            ev->setInt64(9, version[i] + 1);
-            ev->executeUpdate();
-            conn->commit();
-            ++version[i];
-            ++pos[i];
             ++n;
           }
         }

@@ -11,7 +11,7 @@ namespace changeflow::config {
 namespace {
 using J = nlohmann::json;
 constexpr auto I = value_type::integer;
-constexpr auto N = value_type::number;
+[[maybe_unused]] constexpr auto N = value_type::number;  // no number key yet (clang: unused)
 constexpr auto B = value_type::boolean;
 constexpr auto S = value_type::string;
 constexpr auto L = value_type::string_list;
@@ -31,6 +31,9 @@ std::vector<key_spec> make_keys() {
       {"instance.id", S, J(), R, "This instance's id; missing -> hostname-pid-random."},
       {"instance.lease_seconds", I, 30, R, "Lease an instance holds on its operations; renewed by heartbeat."},
       {"actors.threads", I, 2, R, "CAF scheduler threads."},
+      {"actors.scheduler", S, "sharing", R,
+       "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle) | stealing (CAF's "
+       "polling work stealing: idle threads spin and nap, which costs CPU at moderate load); unknown -> sharing."},
       {"log.level", S, "info", H, "debug|info|warn|error; unknown -> info."},
       {"console.dir", S, J(), R, "Directory of the built console; missing -> console served as 404."},
 

@@ -74,7 +74,7 @@ std::int64_t last_insert_id(sql::Connection& conn) {
 /// Sum of affected rows of a chunked "<prefix> IN (...)" statement over request ids.
 int update_requests_in(sql::Connection& conn, const std::string& prefix,
                        const std::vector<std::int64_t>& ids,
-                       const std::function<int(sql::PreparedStatement&)>& bind_leading) {
+                       const std::function<int(detail::statement&)>& bind_leading) {
   int affected = 0;
   for (const auto& chunk : detail::chunks(ids)) {
     auto st = prepare(conn, prefix + " IN (" + detail::placeholders(chunk.size()) + ")");
@@ -87,7 +87,7 @@ int update_requests_in(sql::Connection& conn, const std::string& prefix,
 
 void append_history(sql::Connection& conn, std::int64_t batch_id, const char* event,
                     const std::string& where,
-                    const std::function<void(sql::PreparedStatement&, int)>& bind_where) {
+                    const std::function<void(detail::statement&, int)>& bind_where) {
   auto st =
       prepare(conn, std::string("INSERT INTO merge_batch_history (batch_id, operation_id, "
                                 "request_id, event, split_group, at) "
@@ -117,12 +117,12 @@ struct op_move {
   std::string cause;
   std::string instance_id;
   std::string extra_set;  // e.g. ", batch_id = NULL, mr_iid = NULL"
-  std::function<void(sql::PreparedStatement&, int)> bind_extra = {};
+  std::function<void(detail::statement&, int)> bind_extra = {};
   int extra_params = 0;
 };
 
 std::vector<std::string> lock_operations(sql::Connection& conn, const std::string& where,
-                                         const std::function<int(sql::PreparedStatement&, int)>& bind,
+                                         const std::function<int(detail::statement&, int)>& bind,
                                          workflow::step from) {
   auto st = prepare(conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where +
                               " ORDER BY operation_id FOR UPDATE");
@@ -178,7 +178,7 @@ int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, 
 /// Claimed members of the batch (operation.batch_id is set when they are marked claimed).
 std::vector<std::string> lock_claimed_members(sql::Connection& conn, std::int64_t batch_id) {
   return lock_operations(conn, "batch_id = ?",
-                         [&](sql::PreparedStatement& st, int i) {
+                         [&](detail::statement& st, int i) {
                            st.setInt64(i, batch_id);
                            return i + 1;
                          },
@@ -242,7 +242,7 @@ db_result<claim_result> claim(sql::Connection& conn, int max_members, const clai
     for (const auto& m : members) ids.push_back(m.request_id);
     int claimed = update_requests_in(
         conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id", ids,
-        [&](sql::PreparedStatement& st) {
+        [&](detail::statement& st) {
           st.setInt64(1, batch_id);
           return 2;
         });
@@ -516,14 +516,14 @@ db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id
       if (!lrs->next()) return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
       auto ids = lock_operations(
           conn, "operation_id IN (SELECT operation_id FROM merge_batch_request WHERE batch_id = ?)",
-          [&](sql::PreparedStatement& st, int i) {
+          [&](detail::statement& st, int i) {
             st.setInt64(i, batch_id);
             return i + 1;
           },
           workflow::step::BATCH_WAITING);
       op_move m{workflow::step::BATCH_WAITING, workflow::step::BATCH_CLAIMED,
                 "claimed by batch " + std::to_string(batch_id), instance_id, ", batch_id = ?",
-                [&](sql::PreparedStatement& st, int i) { st.setInt64(i, batch_id); }, 1};
+                [&](detail::statement& st, int i) { st.setInt64(i, batch_id); }, 1};
       int moved = move_operations(conn, ids, m);
       tx.commit();
       return db_result<int>::success(moved);
@@ -571,7 +571,7 @@ db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id,
                                        "batch " + std::to_string(batch_id) + " already settled");
       }
       op_move m{workflow::step::BATCH_CLAIMED, workflow::step::BATCH_MERGED, cause, instance_id,
-                ", mr_iid = ?", [&](sql::PreparedStatement& s, int i) { s.setInt64(i, mr_iid); }, 1};
+                ", mr_iid = ?", [&](detail::statement& s, int i) { s.setInt64(i, mr_iid); }, 1};
       int moved = move_operations(conn, lock_claimed_members(conn, batch_id), m);
       tx.commit();
       return db_result<int>::success(moved);

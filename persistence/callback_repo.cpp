@@ -31,7 +31,7 @@ std::string_view to_string(callback_outcome o) {
 
 namespace {
 /// INSERT that answers `duplicate` on 1062 instead of failing.
-bool insert_unless_duplicate(sql::PreparedStatement& st) {
+bool insert_unless_duplicate(detail::statement& st) {
   try {
     st.executeUpdate();
     return true;

@@ -19,7 +19,7 @@ std::string step_list(std::initializer_list<workflow::step> steps) {
   return out;
 }
 
-std::vector<overdue_operation> read_overdue(sql::PreparedStatement& st) {
+std::vector<overdue_operation> read_overdue(detail::statement& st) {
   rs_ptr rs(st.executeQuery());
   std::vector<overdue_operation> out;
   while (rs->next()) {

@@ -15,6 +15,8 @@ namespace changeflow::persistence {
 // steps are stored as their INT code, phases and flows as their names; DATETIME(3) timestamps are
 // written and compared with the database clock only; JSON columns hold caller-built documents.
 std::vector<std::string> schema_v2();
+// Migration 3: transitions in one statement (staging columns + BEFORE UPDATE trigger).
+std::vector<std::string> schema_v3();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -33,6 +35,7 @@ CREATE TABLE IF NOT EXISTS instance (
   KEY idx_instance_lease (lease_until)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql"}},
       {2, "workflow, batch, callback, idempotency and audit tables", schema_v2()},
+      {3, "transition event trigger", schema_v3()},
   };
   return migrations;
 }

@@ -64,61 +64,48 @@ operation_row read_operation(sql::ResultSet& rs) {
 }
 
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req) {
-  using binder = std::function<void(sql::PreparedStatement&, int)>;
-  std::string q = "UPDATE operation SET step = ?, phase = ?, version = version + 1";
-  std::vector<binder> binds;
+  // One text statement, one round trip (migration 3: the trigger writes the event and the binding's
+  // phase). Text rather than a prepared statement because prepare + execute + close costs three
+  // round trips and the column list varies per call; every string goes through the connection's
+  // own escaping (mysql_real_escape_string, charset-aware), every number is formatted here.
+  const sql_text t(conn);
   const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
-  binds.push_back([&](auto& st, int i) { st.setInt(i, workflow::code_of(req.to)); });
-  binds.push_back([&](auto& st, int i) { st.setString(i, to_phase); });
-  if (req.mr_iid) {
-    q += ", mr_iid = ?";
-    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.mr_iid); });
-  }
-  if (req.mr_url) {
-    q += ", mr_url = ?";
-    binds.push_back([&](auto& st, int i) { st.setString(i, *req.mr_url); });
-  }
-  if (req.approval_id) {
-    q += ", approval_id = ?";
-    binds.push_back([&](auto& st, int i) { st.setString(i, *req.approval_id); });
-  }
+  std::string q;
+  q.reserve(512);
+  q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
+  q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+  if (req.mr_iid) q += ", mr_iid = " + std::to_string(*req.mr_iid);
+  if (req.mr_url) q += ", mr_url = " + t.quote(*req.mr_url);
+  if (req.approval_id) q += ", approval_id = " + t.quote(*req.approval_id);
   if (req.batch_id) {
-    q += ", batch_id = ?";
-    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.batch_id); });
+    q += ", batch_id = " + std::to_string(*req.batch_id);
   } else if (req.clear_batch) {
     q += ", batch_id = NULL";
   }
   if (req.wake_in_ms) {
     // DB clock: application hosts may disagree about the time, the database does not.
-    q += ", next_wake_at = NOW(3) + INTERVAL ? * 1000 MICROSECOND";
-    binds.push_back([&](auto& st, int i) { st.setInt64(i, *req.wake_in_ms); });
+    q += ", next_wake_at = NOW(3) + INTERVAL " + std::to_string(*req.wake_in_ms * 1000) + " MICROSECOND";
   } else if (req.clear_wake) {
     q += ", next_wake_at = NULL";
   }
-  if (req.attempts) {
-    q += ", attempts = ?";
-    binds.push_back([&](auto& st, int i) { st.setInt(i, *req.attempts); });
-  }
-  std::string truncated_error;
+  if (req.attempts) q += ", attempts = " + std::to_string(*req.attempts);
   if (req.last_error) {
-    truncated_error = req.last_error->substr(0, 1024);
-    q += ", last_error = ?";
-    binds.push_back([&](auto& st, int i) { st.setString(i, truncated_error); });
+    q += ", last_error = " + t.quote(req.last_error->substr(0, 1024));
   } else if (req.clear_last_error) {
     q += ", last_error = NULL";
   }
-  q += " WHERE operation_id = ? AND version = ? AND step = ?";
-  binds.push_back([&](auto& st, int i) { st.setString(i, req.operation_id); });
-  binds.push_back([&](auto& st, int i) { st.setInt64(i, req.expected_version); });
-  binds.push_back([&](auto& st, int i) { st.setInt(i, workflow::code_of(req.from)); });
+  q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
+  q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
+  q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+  q += " WHERE operation_id = " + t.quote(req.operation_id);
+  q += " AND version = " + std::to_string(req.expected_version);
+  q += " AND step = " + std::to_string(workflow::code_of(req.from));
   if (req.fence) {
-    q += " AND owner_instance = ? AND lease_epoch = ?";
-    binds.push_back([&](auto& st, int i) { st.setString(i, req.fence->instance_id); });
-    binds.push_back([&](auto& st, int i) { st.setInt64(i, req.fence->lease_epoch); });
+    q += " AND owner_instance = " + t.quote(req.fence->instance_id);
+    q += " AND lease_epoch = " + std::to_string(req.fence->lease_epoch);
   }
-  auto upd = prepare(conn, q);
-  for (std::size_t i = 0; i < binds.size(); ++i) binds[i](*upd, static_cast<int>(i + 1));
-  if (upd->executeUpdate() != 1) {
+  std::unique_ptr<sql::Statement> upd(conn.createStatement());
+  if (upd->executeUpdate(q) != 1) {
     // Only on the failure path: tell "gone" from "moved on" for the caller.
     auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
     probe->setString(1, req.operation_id);
@@ -129,30 +116,7 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
             std::to_string(req.expected_version) + " and step " +
             std::string(workflow::to_string(req.from)));
   }
-  // A binding that no longer points at this operation was reset by a re-apply (only possible from a
-  // re-appliable phase): the operation keeps its own history, the relationship row is not ours.
-  auto bind = prepare(conn, "UPDATE binding SET phase = ? WHERE operation_id = ?");
-  bind->setString(1, to_phase);
-  bind->setString(2, req.operation_id);
-  bind->executeUpdate();
-
-  const std::int64_t new_version = req.expected_version + 1;
-  auto ev = prepare(
-      conn,
-      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, "
-      "actor, instance_id, version, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3))");
-  ev->setString(1, req.operation_id);
-  ev->setInt(2, workflow::code_of(req.from));
-  ev->setInt(3, workflow::code_of(req.to));
-  ev->setString(4, std::string(workflow::to_string(workflow::phase_of(req.from))));
-  ev->setString(5, to_phase);
-  ev->setString(6, req.cause.substr(0, 255));
-  ev->setString(7, req.actor.substr(0, 160));
-  set_opt_string(
-      *ev, 8, req.instance_id.empty() ? std::nullopt : std::optional<std::string>(req.instance_id));
-  ev->setInt64(9, new_version);
-  ev->executeUpdate();
-  return db_result<std::int64_t>::success(new_version);
+  return db_result<std::int64_t>::success(req.expected_version + 1);
 }
 
 }  // namespace detail
@@ -363,6 +327,9 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
                                                           " is not in the transition table");
   }
   return guarded<std::int64_t>([&]() -> R {
+    // The common case is one autocommitted statement (see apply_transition); only an admission to
+    // the batch waiting set needs a second statement and therefore a transaction.
+    if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req);
     detail::transaction tx(conn);
     auto r = detail::apply_transition(conn, req);
     if (!r.ok()) return r;  // rolled back by the guard
@@ -372,7 +339,7 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
     // Chosen over "the coordinator admits pending BATCH_WAITING operations at round start" because
     // that needs a scan of operation by step every round. A duplicate key means "already admitted"
     // (I4: a requeued member keeps its row, an operator re-trigger after BATCH_FAILED re-inserts).
-    if (req.to == step::BATCH_WAITING) {
+    {
       auto adm = prepare(
           conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
       adm->setString(1, req.operation_id);

@@ -4,6 +4,7 @@
 #include "persistence/callback_repo.hpp"
 #include "persistence/instance_repo.hpp"
 #include "persistence/repo_test_support.hpp"
+#include "persistence/sql_util.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -99,6 +100,81 @@ TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
   ASSERT_EQ(many.value.size(), 1u);
   EXPECT_EQ(load_operation(*c, "missing").outcome, db_outcome::not_found);
   EXPECT_EQ(list_operations_by_subject(*c, "alice", 10).value.size(), 1u);
+}
+
+TEST(OperationRepo, TransitionIsOneStatementWhoseTextSurvivesHostileBytes) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "mallory", "repo/evil.yaml");
+  // Quotes, backslashes, a NUL, SQL comment and statement separators, multi-byte UTF-8.
+  const std::string hostile = std::string("it's \\' \" ; DROP TABLE operation; -- ") + '\0' + " \xc3\xa9\xe2\x82\xac %_";
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = 1;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::APPROVAL_SENT;
+  t.cause = hostile;
+  t.actor = hostile;
+  t.instance_id = hostile;
+  t.approval_id = hostile;
+  t.last_error = hostile;
+  // The statement counter moves by exactly one: no BEGIN/COMMIT, no second statement.
+  auto questions = [&] {
+    std::unique_ptr<sql::Statement> st(c->createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Questions'"));
+    rs->next();
+    return rs->getInt64(2);
+  };
+  const auto before = questions();
+  auto v = transition(*c, t);
+  const auto after = questions();
+  ASSERT_TRUE(v.ok()) << v.error.message;
+  EXPECT_EQ(after - before, 2) << "the transition plus this SHOW";
+  auto row = load_operation(*c, id);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row.value.approval_id, hostile);
+  EXPECT_EQ(row.value.last_error, hostile);
+  auto events = list_events(*c, id);
+  ASSERT_EQ(events.value.size(), 2u);
+  EXPECT_EQ(events.value[1].cause, hostile);
+  EXPECT_EQ(events.value[1].actor, hostile);
+  EXPECT_EQ(events.value[1].instance_id, hostile);
+  EXPECT_EQ(events.value[1].version, 2);
+  // The trigger's staging columns are empty at rest; other writers of the row add no event.
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE event_actor IS NOT NULL OR event_cause IS NOT NULL "
+                      "OR event_instance IS NOT NULL"),
+            "0");
+  std::unique_ptr<sql::Statement> st(c->createStatement());
+  st->executeUpdate("UPDATE operation SET attempts = attempts + 1 WHERE operation_id = '" + id + "'");
+  EXPECT_EQ(count_events(db, id), "2");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), "1");
+  // A guard miss writes nothing, event included.
+  auto stale = transition(*c, t);
+  EXPECT_EQ(stale.outcome, db_outcome::preempted);
+  EXPECT_EQ(count_events(db, id), "2");
+}
+
+TEST(BoundStatement, PlaceholdersOutsideQuotesAreBoundAndValuesEscaped) {
+  test_database db;
+  auto c = db.connect();
+  detail::statement st(*c, "SELECT '?', \"a?b\", `x?` AS q, ?, ? FROM operation WHERE phase = 'it''s ?' AND id = ?");
+  st.setString(1, "o'k\\");
+  st.setInt64(2, -42);
+  EXPECT_THROW(st.bound_sql(), std::logic_error) << "the third placeholder is unbound";
+  st.setNull(3);
+  EXPECT_EQ(st.bound_sql(),
+            "SELECT '?', \"a?b\", `x?` AS q, 'o\\'k\\\\', -42 FROM operation WHERE phase = 'it''s ?' AND id = NULL");
+  EXPECT_THROW(st.setInt(4, 1), std::out_of_range);
+  // A value full of metacharacters round-trips through the server unchanged.
+  const std::string hostile = std::string("'; DROP TABLE operation; -- \\ \" ? ") + '\0' + "\xe2\x82\xac";
+  detail::statement echo(*c, "SELECT ? AS v");
+  echo.setString(1, hostile);
+  std::unique_ptr<sql::ResultSet> rs(echo.executeQuery());
+  ASSERT_TRUE(rs->next());
+  EXPECT_EQ(std::string(rs->getString("v")), hostile);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                      "table_name = 'operation'"),
+            "1");
 }
 
 TEST(OperationRepo, CreateIsIdempotentAndRefusesToOverwriteActiveRows) {

@@ -14,7 +14,7 @@ using detail::rs_ptr;
 
 namespace {
 
-using binder = std::function<void(sql::PreparedStatement&, int)>;
+using binder = std::function<void(detail::statement&, int)>;
 
 struct where_clause {
   std::string sql;

@@ -55,7 +55,7 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
   using R = db_result<record_outcome>;
   return guarded<record_outcome>([&]() -> R {
     detail::transaction tx(conn);
-    auto dup = [](sql::PreparedStatement& st) {
+    auto dup = [](detail::statement& st) {
       try {
         st.executeUpdate();
         return false;

@@ -2,6 +2,10 @@
 
 #include "workflow/status.hpp"
 
+#include <mysql_connection.h>
+
+#include <stdexcept>
+
 namespace changeflow::persistence::detail {
 
 std::string placeholders(std::size_t n) {
@@ -9,6 +13,82 @@ std::string placeholders(std::size_t n) {
   out.reserve(n * 3);
   for (std::size_t i = 0; i < n; ++i) out += i ? ", ?" : "?";
   return out;
+}
+
+sql_text::sql_text(sql::Connection& c) : conn_(c) {
+  if (!dynamic_cast<sql::mysql::MySQL_Connection*>(&c)) throw std::logic_error("sql_text needs a MySQL connection");
+}
+
+std::string sql_text::quote(const std::string& v) const {
+  auto& mysql = static_cast<sql::mysql::MySQL_Connection&>(conn_);
+  std::string out = "'";
+  out += std::string(mysql.escapeString(sql::SQLString(v)));
+  out += "'";
+  return out;
+}
+
+statement::statement(sql::Connection& c, std::string sql) : conn_(c), text_(c), sql_(std::move(sql)) {
+  // Placeholders are the `?` outside '...', "..." and `...` (with backslash and doubled-quote escapes).
+  char quote = 0;
+  for (std::size_t i = 0; i < sql_.size(); ++i) {
+    const char ch = sql_[i];
+    if (quote) {
+      if (ch == '\\' && quote != '`') {
+        ++i;
+      } else if (ch == quote) {
+        if (i + 1 < sql_.size() && sql_[i + 1] == quote) ++i;
+        else quote = 0;
+      }
+    } else if (ch == '\'' || ch == '"' || ch == '`') {
+      quote = ch;
+    } else if (ch == '?') {
+      marks_.push_back(i);
+    }
+  }
+  values_.resize(marks_.size());
+}
+
+void statement::bind(int index, std::string literal) {
+  if (index < 1 || static_cast<std::size_t>(index) > values_.size()) {
+    throw std::out_of_range("placeholder " + std::to_string(index) + " of " + std::to_string(values_.size()));
+  }
+  values_[static_cast<std::size_t>(index - 1)] = std::move(literal);
+}
+
+void statement::setString(int index, const std::string& v) { bind(index, text_.quote(v)); }
+void statement::setInt(int index, std::int32_t v) { bind(index, std::to_string(v)); }
+void statement::setInt64(int index, std::int64_t v) { bind(index, std::to_string(v)); }
+void statement::setNull(int index, int) { bind(index, "NULL"); }
+
+std::string statement::bound_sql() const {
+  std::string out;
+  std::size_t extra = 0;
+  for (const auto& v : values_) extra += v ? v->size() : 0;
+  out.reserve(sql_.size() + extra);
+  std::size_t from = 0;
+  for (std::size_t k = 0; k < marks_.size(); ++k) {
+    if (!values_[k]) throw std::logic_error("placeholder " + std::to_string(k + 1) + " is not bound");
+    out.append(sql_, from, marks_[k] - from);
+    out += *values_[k];
+    from = marks_[k] + 1;
+  }
+  out.append(sql_, from, std::string::npos);
+  return out;
+}
+
+int statement::executeUpdate() {
+  st_.reset(conn_.createStatement());
+  return st_->executeUpdate(bound_sql());
+}
+
+sql::ResultSet* statement::executeQuery() {
+  st_.reset(conn_.createStatement());
+  return st_->executeQuery(bound_sql());
+}
+
+bool statement::execute() {
+  st_.reset(conn_.createStatement());
+  return st_->execute(bound_sql());
 }
 
 const std::string& terminal_phase_list() {

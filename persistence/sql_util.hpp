@@ -19,50 +19,97 @@
 
 namespace changeflow::persistence::detail {
 
-/// RAII transaction: BEGIN on construction (autocommit off), rollback in the destructor unless
-/// committed, autocommit restored either way. Rollback errors are swallowed: the connection may be
-/// the very thing that failed (killed, server gone), and the caller already has the real error.
+/// RAII transaction: START TRANSACTION on construction, rollback in the destructor unless committed.
+/// Autocommit stays on for the session: an explicit transaction suspends it until COMMIT/ROLLBACK,
+/// so no `SET autocommit` round trip is needed before or after (the previous shape toggled it twice
+/// per transaction). Rollback errors are swallowed: the connection may be the very thing that failed
+/// (killed, server gone), and the caller already has the real error.
 class transaction {
  public:
-  explicit transaction(sql::Connection& c) : conn_(c) { conn_.setAutoCommit(false); }
+  // COMMIT and ROLLBACK are sent as statements: the driver's commit()/rollback() refuse to run
+  // while the session's autocommit flag is on.
+  explicit transaction(sql::Connection& c) : conn_(c) { run("START TRANSACTION"); }
   ~transaction() {
     if (!committed_) {
       try {
-        conn_.rollback();
+        run("ROLLBACK");
       } catch (...) {
       }
-    }
-    try {
-      conn_.setAutoCommit(true);
-    } catch (...) {
     }
   }
   transaction(const transaction&) = delete;
   transaction& operator=(const transaction&) = delete;
   void commit() {
-    conn_.commit();
+    run("COMMIT");
     committed_ = true;
   }
 
  private:
+  void run(const char* sql) {
+    std::unique_ptr<sql::Statement> st(conn_.createStatement());
+    st->execute(sql);
+  }
   sql::Connection& conn_;
   bool committed_ = false;
 };
 
-using stmt_ptr = std::unique_ptr<sql::PreparedStatement>;
 using rs_ptr = std::unique_ptr<sql::ResultSet>;
 
-inline stmt_ptr prepare(sql::Connection& c, const std::string& q) {
-  return stmt_ptr(c.prepareStatement(q));
-}
+/// Literal quoting for statements sent as text: the connection's own escaping
+/// (mysql_real_escape_string), which knows its character set.
+class sql_text {
+ public:
+  explicit sql_text(sql::Connection& c);
+  /// 'escaped' — safe for any bytes, including quotes, backslashes and NUL.
+  std::string quote(const std::string& v) const;
 
-inline void set_opt_string(sql::PreparedStatement& st, int i, const std::optional<std::string>& v) {
+ private:
+  sql::Connection& conn_;
+};
+
+/// A statement with `?` placeholders, bound on the client and sent as ONE text query.
+///
+/// Why not the driver's server-side prepared statements: Connector/C++ prepares, executes and
+/// closes a statement per use (the repositories run each statement once per transaction), which is
+/// three messages and two round trips where a text query is one. On this workload the round trips,
+/// not the server's parse time, were the cost (docs/performance.md). Values never enter the SQL
+/// text unescaped: strings go through `sql_text::quote`, numbers are formatted here, and a `?`
+/// inside a quoted literal or identifier of the statement text is left alone.
+class statement {
+ public:
+  statement(sql::Connection& c, std::string sql);
+  void setString(int index, const std::string& v);
+  void setInt(int index, std::int32_t v);
+  void setInt64(int index, std::int64_t v);
+  void setNull(int index, int sql_type = 0);
+  int executeUpdate();
+  sql::ResultSet* executeQuery();
+  bool execute();
+  /// The SQL text as it will be sent; throws std::logic_error when a placeholder is unbound.
+  std::string bound_sql() const;
+
+ private:
+  void bind(int index, std::string literal);
+
+  sql::Connection& conn_;
+  sql_text text_;
+  std::string sql_;
+  std::vector<std::size_t> marks_;  // offsets of the placeholders in sql_
+  std::vector<std::optional<std::string>> values_;
+  std::unique_ptr<sql::Statement> st_;  // kept so an open ResultSet's parent outlives it
+};
+
+using stmt_ptr = std::unique_ptr<statement>;
+
+inline stmt_ptr prepare(sql::Connection& c, const std::string& q) { return std::make_unique<statement>(c, q); }
+
+inline void set_opt_string(statement& st, int i, const std::optional<std::string>& v) {
   if (v)
     st.setString(i, *v);
   else
     st.setNull(i, 0);
 }
-inline void set_opt_int64(sql::PreparedStatement& st, int i, const std::optional<std::int64_t>& v) {
+inline void set_opt_int64(statement& st, int i, const std::optional<std::int64_t>& v) {
   if (v)
     st.setInt64(i, *v);
   else
