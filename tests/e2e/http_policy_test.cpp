@@ -5,6 +5,7 @@
 
 #include "http/middleware/idempotency.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
 #include <gtest/gtest.h>
 #include <jwt.h>
@@ -36,20 +37,7 @@ json base_config(json extra = json::object()) {
 /// A token minted with libjwt. exp_offset is seconds from now; alg none ignores the key.
 std::string mint(const std::string& sub, long exp_offset = 600, jwt_alg_t alg = JWT_ALG_HS256,
                  const std::string& key = jwt_secret) {
-  jwt_t* raw = nullptr;
-  if (jwt_new(&raw) != 0) return {};
-  std::unique_ptr<jwt_t, void (*)(jwt_t*)> j(raw, jwt_free);
-  jwt_add_grant(j.get(), "sub", sub.c_str());
-  jwt_add_grant_int(j.get(), "exp", static_cast<long>(std::time(nullptr)) + exp_offset);
-  if (alg == JWT_ALG_NONE) {
-    jwt_set_alg(j.get(), JWT_ALG_NONE, nullptr, 0);
-  } else {
-    jwt_set_alg(j.get(), alg, reinterpret_cast<const unsigned char*>(key.data()), static_cast<int>(key.size()));
-  }
-  char* text = jwt_encode_str(j.get());
-  std::string out = text ? text : "";
-  std::free(text);
-  return out;
+  return mint_jwt(sub, key, exp_offset, alg);
 }
 
 using headers = std::vector<std::pair<std::string, std::string>>;
