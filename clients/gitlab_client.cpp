@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace changeflow::clients {
 
@@ -88,7 +89,11 @@ std::vector<check_item> parse_check_items(const std::string& body) {
   std::vector<check_item> items;
   for (const auto& item : j.at("check_items")) {
     check_item c;
-    c.id = item.at("id").is_string() ? item.at("id").get<std::string>() : item.at("id").dump();
+    const auto& id = item.at("id");
+    // A string or a number; anything else is not a check item (and dumping a deeply nested value
+    // recursed until the stack overflowed: fuzz_gitlab, regression-check-item-id-deep-nesting).
+    if (!id.is_string() && !id.is_number()) throw std::runtime_error("check item id is not a string or number");
+    c.id = id.is_string() ? id.get<std::string>() : id.dump();
     c.title = str(item, "title");
     items.push_back(std::move(c));
   }

@@ -91,20 +91,24 @@ std::string http_response::header(const std::string& lower_name) const {
 
 namespace {
 
-std::string flatten(const nlohmann::json& j) {
+// Depth-limited: a hostile or broken upstream can nest arrays a million deep inside its 4 MiB
+// answer, and unbounded recursion overflowed the stack (fuzz_gitlab,
+// regression-error-message-deep-nesting).
+std::string flatten(const nlohmann::json& j, int depth = 0) {
   if (j.is_string()) return j.get<std::string>();
+  if (depth >= 8 && (j.is_array() || j.is_object())) return "...";
   std::string out;
   if (j.is_array()) {
     for (const auto& item : j) {
       if (!out.empty()) out += "; ";
-      out += flatten(item);
+      out += flatten(item, depth + 1);
     }
     return out;
   }
   if (j.is_object()) {
     for (const auto& [key, value] : j.items()) {
       if (!out.empty()) out += "; ";
-      out += key + ": " + flatten(value);
+      out += key + ": " + flatten(value, depth + 1);
     }
     return out;
   }

@@ -5,6 +5,7 @@
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "http/envelope.hpp"
+#include "http/handlers/callback_body.hpp"
 #include "messages/messages.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
@@ -48,26 +49,14 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
     count_callback(ctx.metrics, "approval", "UNAUTHENTICATED");
     return reply(client_error(401, "UNAUTHENTICATED", "Callback signature missing or invalid"));
   }
-  auto j = nlohmann::json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return reply(client_error(400, "BAD_REQUEST", "Body must be a JSON object"));
-  auto text = [&](const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string(); };
-  std::string callback_id = text("callbackId");
-  std::string operation_id = text("operationId");
-  std::string result = text("result");
-  if (callback_id.empty() || callback_id.size() > 128) {
-    return reply(client_error(400, "BAD_REQUEST", "'callbackId' is required (1-128 characters)"));
-  }
-  if (!ids::is_uuid(operation_id)) return reply(client_error(400, "BAD_REQUEST", "'operationId' must be a UUID"));
-  persistence::approval_result decision;
-  if (result == "APPROVED") {
-    decision = persistence::approval_result::APPROVED;
-  } else if (result == "REJECTED") {
-    decision = persistence::approval_result::REJECTED;
-  } else if (result == "WITHDRAWN") {
-    decision = persistence::approval_result::WITHDRAWN;
-  } else {
-    return reply(client_error(400, "BAD_REQUEST", "'result' must be APPROVED, REJECTED or WITHDRAWN"));
-  }
+  // Parsing and validation: callback_body.hpp (pure, fuzzed by fuzz/fuzz_callbacks).
+  auto parsed = parse_approval_callback_body(req.body);
+  if (auto* e = std::get_if<callback_body_error>(&parsed)) return reply(client_error(400, "BAD_REQUEST", e->message));
+  auto& fields = std::get<approval_callback_body>(parsed);
+  std::string callback_id = fields.callback_id;
+  std::string operation_id = fields.operation_id;
+  std::string result = fields.result;
+  persistence::approval_result decision = fields.decision;
   auto* svc = ctx.services;
   auto* metrics = &ctx.metrics;
   std::string body = req.body;
@@ -168,41 +157,15 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
     count_callback(ctx.metrics, "deploy", "UNAUTHENTICATED");
     return reply(client_error(401, "UNAUTHENTICATED", "Callback token missing or invalid"));
   }
-  auto j = nlohmann::json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return reply(client_error(400, "BAD_REQUEST", "Body must be a JSON object"));
-  persistence::deploy_callback_in cb;
-  cb.delivery_id = j.contains("deliveryId") && j["deliveryId"].is_string() ? j["deliveryId"].get<std::string>() : "";
-  if (cb.delivery_id.empty()) {
-    auto header_key = req.header("idempotency-key");
-    if (header_key) cb.delivery_id = std::string(*header_key);
-  }
-  if (cb.delivery_id.empty() || cb.delivery_id.size() > 128) {
-    return reply(client_error(400, "BAD_REQUEST", "'deliveryId' is required (1-128 characters)"));
-  }
-  if (!j.contains("mrIid") || !j["mrIid"].is_number_integer() || j["mrIid"].get<std::int64_t>() <= 0) {
-    return reply(client_error(400, "BAD_REQUEST", "'mrIid' must be a positive integer"));
-  }
-  cb.mr_iid = j["mrIid"].get<std::int64_t>();
-  cb.project = j.contains("project") && j["project"].is_string() ? j["project"].get<std::string>() : "";
-  if (cb.project.size() > 255) return reply(client_error(400, "BAD_REQUEST", "'project' is too long"));
-  if (j.contains("pipelineId") && j["pipelineId"].is_number_integer()) cb.pipeline_id = j["pipelineId"].get<std::int64_t>();
-  cb.status = j.contains("status") && j["status"].is_string() ? j["status"].get<std::string>() : "";
-  if (cb.status.empty() || cb.status.size() > 32) {
-    return reply(client_error(400, "BAD_REQUEST", "'status' is required (1-32 characters)"));
-  }
-  std::vector<std::string> operation_ids;
-  if (j.contains("operationIds") && j["operationIds"].is_array()) {
-    for (const auto& id : j["operationIds"]) {
-      if (!id.is_string() || !ids::is_uuid(id.get<std::string>())) {
-        return reply(client_error(400, "BAD_REQUEST", "'operationIds' must be an array of UUIDs"));
-      }
-      operation_ids.push_back(id.get<std::string>());
-    }
-    cb.operation_ids_json = j["operationIds"].dump();
-  }
+  // Parsing and validation: callback_body.hpp (pure, fuzzed by fuzz/fuzz_callbacks).
+  auto parsed = parse_deploy_callback_body(req.body, req.header("idempotency-key"));
+  if (auto* e = std::get_if<callback_body_error>(&parsed)) return reply(client_error(400, "BAD_REQUEST", e->message));
+  auto& fields = std::get<deploy_callback_body>(parsed);
+  persistence::deploy_callback_in cb = fields.cb;
+  std::vector<std::string> operation_ids = fields.operation_ids;
   auto* metrics = &ctx.metrics;
   std::string our_project = snap->string_or("gitlab.project", "");
-  std::string payload = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string payload = fields.payload;
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
     try {
       auto& conn = db.get();

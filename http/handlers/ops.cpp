@@ -5,6 +5,7 @@
 #include "base/log.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
+#include "http/handlers/ops_body.hpp"
 #include "http/handlers/whoami.hpp"
 #include "http/middleware/authorization.hpp"
 #include "http/middleware/error_mapping.hpp"
@@ -105,56 +106,9 @@ std::optional<int> int_param(const http_server::request& req, std::string_view n
   }
 }
 
-std::optional<step> parse_step_param(const std::string& v) {
-  if (auto s = workflow::parse_step(v)) return s;
-  try {
-    std::size_t used = 0;
-    int code = std::stoi(v, &used);
-    if (used == v.size()) return workflow::step_from_code(code);
-  } catch (...) {
-  }
-  return std::nullopt;
-}
-
-/// Filter from query parameters (or from a bulk body's "filter" object, passed as a request whose
-/// query was built from it). Error text when a value is invalid.
+// parse_step_param and the filter parser live in ops_body.hpp (pure, fuzzed: fuzz/fuzz_ops_actions).
 std::optional<persistence::ops_operation_filter> parse_filter(const json& q, std::string& error) {
-  persistence::ops_operation_filter f;
-  auto text = [&](const char* name) -> std::string {
-    if (!q.contains(name)) return {};
-    const auto& v = q[name];
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_number_integer()) return std::to_string(v.get<long long>());
-    return {};
-  };
-  if (auto v = text("phase"); !v.empty()) {
-    f.phase = workflow::parse_phase(v);
-    if (!f.phase) {
-      error = "unknown phase '" + v + "'";
-      return std::nullopt;
-    }
-  }
-  if (auto v = text("step"); !v.empty()) {
-    f.step = parse_step_param(v);
-    if (!f.step) {
-      error = "unknown step '" + v + "' (use a step name or code)";
-      return std::nullopt;
-    }
-  }
-  f.flow = text("flow");
-  f.owner = text("owner");
-  f.subject = text("subject");
-  f.target = text("target");
-  f.after = text("after");
-  try {
-    if (auto v = text("older_than_s"); !v.empty()) f.older_than_s = std::max(0, std::stoi(v));
-    if (auto v = text("limit"); !v.empty()) f.limit = std::clamp(std::stoi(v), 1, 500);
-  } catch (...) {
-    error = "'older_than_s' and 'limit' must be numbers";
-    return std::nullopt;
-  }
-  if (auto v = text("active"); v == "true" || v == "1") f.only_nonterminal = true;
-  return f;
+  return parse_ops_filter(q, error);
 }
 
 bool valid_idempotency_key(std::string_view k) {
@@ -411,37 +365,19 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
     out.error = outcome_response(api_outcome::unauthenticated);
     return out;
   }
-  json body = json::object();
-  if (!req.body.empty()) {
-    body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
-      out.error = outcome_response(api_outcome::bad_request, "The body must be a JSON object");
-      return out;
-    }
+  auto parsed = parse_ops_action_body(req.body, action == ops_action::fail);
+  if (auto* message = std::get_if<std::string>(&parsed)) {
+    out.error = outcome_response(api_outcome::bad_request, *message);
+    return out;
   }
+  auto& fields = std::get<ops_action_body>(parsed);
   action_request a;
   a.action = action;
   a.operation_id = id;
   a.operator_name = *op;
-  if (body.contains("reason")) {
-    if (!body["reason"].is_string()) {
-      out.error = outcome_response(api_outcome::bad_request, "'reason' must be a string");
-      return out;
-    }
-    a.reason = body["reason"].get<std::string>().substr(0, 200);
-  }
-  if (action == ops_action::fail && a.reason.empty()) {
-    out.error = outcome_response(api_outcome::bad_request, "A 'reason' is required to force a failure");
-    return out;
-  }
-  if (body.contains("expectedVersion")) {
-    if (!body["expectedVersion"].is_number_integer()) {
-      out.error = outcome_response(api_outcome::bad_request, "'expectedVersion' must be an integer");
-      return out;
-    }
-    a.expected_version = body["expectedVersion"].get<std::int64_t>();
-  }
-  json params = body;
+  a.reason = std::move(fields.reason);
+  a.expected_version = fields.expected_version;
+  json params = std::move(fields.body);
   params["operationId"] = id;
   // Copy-then-overwrite (seed API 3.4): a client value under the reserved name never survives.
   a.params = middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""});
@@ -707,24 +643,15 @@ void bulk(service_context& ctx, const operator_source& who, http_server::request
   }
   auto op = who(req);
   if (!op) return reply(outcome_response(api_outcome::unauthenticated));
-  auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return reply(outcome_response(api_outcome::bad_request, "The body must be a JSON object"));
-  json filter_json = body.value("filter", json::object());
-  if (!filter_json.is_object()) return reply(outcome_response(api_outcome::bad_request, "'filter' must be an object"));
-  // A bulk action without any narrowing filter would act on everything: refuse it.
-  if (filter_json.empty()) return reply(outcome_response(api_outcome::bad_request, "A bulk action needs a non-empty 'filter'"));
-  std::string error;
-  auto f = parse_filter(filter_json, error);
-  if (!f) return reply(outcome_response(api_outcome::bad_request, error));
-  // Default: count only. Only an explicit JSON false acts.
-  bool dry_run = !(body.contains("dryRun") && body["dryRun"].is_boolean() && !body["dryRun"].get<bool>());
-  std::string reason = body.contains("reason") && body["reason"].is_string() ? body["reason"].get<std::string>().substr(0, 200) : "";
-  if (*action == ops_action::fail && reason.empty() && !dry_run) {
-    return reply(outcome_response(api_outcome::bad_request, "A 'reason' is required to force failures"));
-  }
-  auto params = middleware::apply_operator_identity(body, identity::identity{*op, ""});
+  // Filter, dryRun (default: count only; only an explicit JSON false acts) and reason: ops_body.hpp.
+  auto parsed = parse_ops_bulk_body(req.body, *action == ops_action::fail);
+  if (auto* message = std::get_if<std::string>(&parsed)) return reply(outcome_response(api_outcome::bad_request, *message));
+  auto& fields = std::get<ops_bulk_body>(parsed);
+  bool dry_run = fields.dry_run;
+  std::string reason = fields.reason;
+  auto params = middleware::apply_operator_identity(fields.body, identity::identity{*op, ""});
   auto* svc = ctx.services;
-  submit_db(ctx, reply, [svc, f = *f, a = *action, dry_run, reason, params, who_name = *op, reply](persistence::db_context& db) {
+  submit_db(ctx, reply, [svc, f = fields.filter, a = *action, dry_run, reason, params, who_name = *op, reply](persistence::db_context& db) {
     auto rows = persistence::select_ops_operations(db.get(), f, bulk_cap);
     if (!rows.ok()) return reply(db_failure(rows.error));
     std::vector<const persistence::operation_row*> eligible;

@@ -1,6 +1,7 @@
 #include "http/server/server.hpp"
 
 #include "base/log.hpp"
+#include "http/server/beast_request.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -30,12 +31,6 @@ struct counters {
   std::atomic<std::uint64_t> too_large{0};
   std::atomic<std::uint64_t> timeouts{0};
 };
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
 
 class session : public std::enable_shared_from_this<session> {
  public:
@@ -77,18 +72,7 @@ class session : public std::enable_shared_from_this<session> {
 
     ++counters_.requests;
     auto& msg = parser_->get();
-    request req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    auto qpos = req.target.find('?');
-    req.path = percent_decode(std::string_view(req.target).substr(0, qpos));
-    if (qpos != std::string::npos) req.query = req.target.substr(qpos + 1);
-    for (const auto& field : msg) {
-      auto name = lower(std::string_view(field.name_string().data(), field.name_string().size()));
-      auto [it, inserted] = req.headers.emplace(name, std::string(field.value()));
-      if (!inserted) it->second += ", " + std::string(field.value());
-    }
-    req.body = std::move(msg.body());
+    request req = to_request(msg);  // beast_request.hpp (shared with fuzz/fuzz_http_request)
     beast::error_code peer_ec;
     auto ep = stream_.socket().remote_endpoint(peer_ec);
     if (!peer_ec) req.peer_address = ep.address().to_string();

@@ -1,0 +1,100 @@
+// fuzz_callbacks: approval and deploy callback bodies through the handlers' parsers
+// (http/handlers/callback_body.hpp). Input: 'A' + approval body, or 'D' + Idempotency-Key header
+// value + '\n' + deploy body (an empty header line means no header).
+// Invariants: never throws; accepted fields satisfy the documented limits; every string that the
+// handler writes to the database is valid UTF-8 (utf8mb4 columns refuse anything else, and the
+// sender would retry a 500 forever); accepted -> serialize -> parse gives the same value.
+
+#include "fuzz/fuzz_support.hpp"
+#include "http/handlers/callback_body.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+using namespace changeflow;
+using nlohmann::json;
+
+namespace {
+
+const char* result_name(persistence::approval_result r) {
+  switch (r) {
+    case persistence::approval_result::APPROVED: return "APPROVED";
+    case persistence::approval_result::REJECTED: return "REJECTED";
+    case persistence::approval_result::WITHDRAWN: return "WITHDRAWN";
+  }
+  return "?";
+}
+
+void approval(const std::string& body) {
+  auto parsed = http::parse_approval_callback_body(body);
+  if (auto* e = std::get_if<http::callback_body_error>(&parsed)) {
+    FUZZ_CHECK(!e->message.empty(), "a refusal names its reason");
+    return;
+  }
+  const auto& a = std::get<http::approval_callback_body>(parsed);
+  FUZZ_CHECK(!a.callback_id.empty() && a.callback_id.size() <= 128, "callbackId length");
+  FUZZ_CHECK(ids::is_uuid(a.operation_id), "operationId is a UUID");
+  FUZZ_CHECK(a.result == result_name(a.decision), "decision matches the text");
+  FUZZ_CHECK(fuzz::valid_utf8(a.callback_id), "callbackId is valid UTF-8");
+  json wire = {{"callbackId", a.callback_id}, {"operationId", a.operation_id}, {"result", a.result}};
+  auto again = http::parse_approval_callback_body(fuzz::strict_dump(wire, "approval re-serializes"));
+  FUZZ_CHECK(std::holds_alternative<http::approval_callback_body>(again), "re-serialized approval is accepted");
+  const auto& b = std::get<http::approval_callback_body>(again);
+  FUZZ_CHECK(b.callback_id == a.callback_id && b.operation_id == a.operation_id && b.decision == a.decision,
+             "approval round trip is stable");
+}
+
+void deploy(const std::string& rest) {
+  auto nl = rest.find('\n');
+  std::optional<std::string> header;
+  std::string body = rest;
+  if (nl != std::string::npos) {
+    if (nl > 0) header = rest.substr(0, nl);
+    body = rest.substr(nl + 1);
+  }
+  auto parsed = http::parse_deploy_callback_body(
+      body, header ? std::optional<std::string_view>(*header) : std::optional<std::string_view>());
+  if (auto* e = std::get_if<http::callback_body_error>(&parsed)) {
+    FUZZ_CHECK(!e->message.empty(), "a refusal names its reason");
+    return;
+  }
+  const auto& d = std::get<http::deploy_callback_body>(parsed);
+  const auto& cb = d.cb;
+  FUZZ_CHECK(!cb.delivery_id.empty() && cb.delivery_id.size() <= 128, "deliveryId length");
+  FUZZ_CHECK(cb.mr_iid > 0, "mrIid positive");
+  FUZZ_CHECK(cb.project.size() <= 255, "project length");
+  FUZZ_CHECK(!cb.status.empty() && cb.status.size() <= 32, "status length");
+  for (const auto& id : d.operation_ids) FUZZ_CHECK(ids::is_uuid(id), "operationIds are UUIDs");
+  // Stored in utf8mb4 columns by record_deploy_delivery.
+  FUZZ_CHECK(fuzz::valid_utf8(cb.delivery_id), "deliveryId is valid UTF-8");
+  FUZZ_CHECK(fuzz::valid_utf8(cb.project) && fuzz::valid_utf8(cb.status), "project/status are valid UTF-8");
+  FUZZ_CHECK(fuzz::valid_utf8(d.payload), "payload is valid UTF-8");
+  auto payload = json::parse(d.payload, nullptr, false);
+  FUZZ_CHECK(payload.is_object(), "payload is a JSON object");
+  if (cb.operation_ids_json) {
+    auto list = json::parse(*cb.operation_ids_json, nullptr, false);
+    FUZZ_CHECK(list.is_array() && list.size() == d.operation_ids.size(), "operation_ids_json matches the list");
+  }
+  json wire = {{"deliveryId", cb.delivery_id}, {"mrIid", cb.mr_iid}, {"project", cb.project}, {"status", cb.status}};
+  if (cb.pipeline_id) wire["pipelineId"] = *cb.pipeline_id;
+  if (cb.operation_ids_json) wire["operationIds"] = d.operation_ids;
+  auto again = http::parse_deploy_callback_body(fuzz::strict_dump(wire, "deploy re-serializes"), std::nullopt);
+  FUZZ_CHECK(std::holds_alternative<http::deploy_callback_body>(again), "re-serialized deploy is accepted");
+  const auto& e = std::get<http::deploy_callback_body>(again).cb;
+  FUZZ_CHECK(e.delivery_id == cb.delivery_id && e.mr_iid == cb.mr_iid && e.project == cb.project &&
+                 e.status == cb.status && e.pipeline_id == cb.pipeline_id && e.operation_ids_json == cb.operation_ids_json,
+             "deploy round trip is stable");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] == 'D') {
+    deploy(rest);
+  } else {
+    approval(rest);
+  }
+  return 0;
+}

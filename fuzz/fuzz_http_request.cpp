@@ -1,0 +1,183 @@
+// fuzz_http_request: raw bytes through what the server does with a connection's first request:
+// Beast's request_parser with the server's default body/header limits (http/server/server.hpp),
+// the same conversion to http_server::request (http/server/beast_request.hpp), then route matching
+// on the service's route table (http/router.hpp) and, for /console paths, the static file handler
+// against a temporary console directory with a file OUTSIDE it that must never be served.
+// Invariants: never throws; the router's answer agrees with the pattern it names; query/header
+// accessors never throw; the console never serves a file outside its directory.
+//
+// The route list mirrors route_policies() in http/api.cpp (building the real table needs the
+// CAF/database service context); keep it in sync when routes are added.
+
+#include "fuzz/fuzz_support.hpp"
+#include "base/log.hpp"
+#include "http/handlers/static_files.hpp"
+#include "http/router.hpp"
+#include "http/server/beast_request.hpp"
+#include "http/server/server.hpp"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+using namespace changeflow;
+namespace bhttp = boost::beast::http;
+
+namespace {
+
+const char* const routes_table[][2] = {
+    {"GET", "/healthz"},
+    {"GET", "/readyz"},
+    {"GET", "/metrics"},
+    {"GET", "/api/openapi.json"},
+    {"GET", "/api/v1/changes"},
+    {"POST", "/api/v1/changes"},
+    {"GET", "/api/v1/changes/{id}"},
+    {"POST", "/api/v1/callbacks/approval"},
+    {"POST", "/api/v1/callbacks/deploy"},
+    {"GET", "/api/v1/ops/actors"},
+    {"GET", "/api/v1/ops/audit"},
+    {"GET", "/api/v1/ops/batches"},
+    {"GET", "/api/v1/ops/batches/{id}"},
+    {"POST", "/api/v1/ops/batches/{id}/settle"},
+    {"POST", "/api/v1/ops/batches/{id}/unblock"},
+    {"POST", "/api/v1/ops/batch/round"},
+    {"POST", "/api/v1/ops/bulk/{action}"},
+    {"GET", "/api/v1/ops/callbacks"},
+    {"GET", "/api/v1/ops/config"},
+    {"GET", "/api/v1/ops/instances"},
+    {"GET", "/api/v1/ops/operations"},
+    {"GET", "/api/v1/ops/operations/{id}"},
+    {"POST", "/api/v1/ops/operations/{id}/close"},
+    {"POST", "/api/v1/ops/operations/{id}/fail"},
+    {"POST", "/api/v1/ops/operations/{id}/resend-approval"},
+    {"POST", "/api/v1/ops/operations/{id}/retrigger"},
+    {"GET", "/api/v1/ops/overview"},
+    {"POST", "/api/v1/ops/reconcile"},
+    {"GET", "/api/v1/ops/whoami"},
+    {"GET", "/console"},
+    {"GET", "/console/{s1}"},
+    {"GET", "/console/{s1}/{s2}"},
+    {"GET", "/console/{s1}/{s2}/{s3}"},
+    {"GET", "/console/{s1}/{s2}/{s3}/{s4}"},
+    {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}"},
+    {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}"},
+};
+
+const std::string secret_text = "FUZZ-SECRET-OUTSIDE-CONSOLE";
+
+struct fixture {
+  http::router routes;
+  std::string console_dir;
+  fixture() {
+    log::set_min_level(log::level::error);
+    for (const auto& r : routes_table) {
+      http::route rt;
+      rt.method = r[0];
+      rt.pattern = r[1];
+      rt.handler = [](http_server::request&, const http::path_params&, http_server::responder) {};
+      routes.add(std::move(rt));
+    }
+    // <tmp>/cf-fuzz-console-<pid>/{secret.txt, dist/{index.html, favicon.ico, assets/app-AbCd1234.js}}
+    auto base = std::filesystem::temp_directory_path() / ("cf-fuzz-console-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(base / "dist" / "assets");
+    std::ofstream(base / "secret.txt") << secret_text;
+    std::ofstream(base / "dist" / "index.html") << "<!doctype html><title>console</title>";
+    std::ofstream(base / "dist" / "favicon.ico") << "icon";
+    std::ofstream(base / "dist" / "assets" / "app-AbCd1234.js") << "console.log(1)";
+    std::error_code ec;
+    std::filesystem::create_symlink(base / "secret.txt", base / "dist" / "link.txt", ec);
+    console_dir = (base / "dist").string();
+    base_dir = base;
+  }
+  ~fixture() {
+    std::error_code ec;
+    std::filesystem::remove_all(base_dir, ec);
+  }
+  std::filesystem::path base_dir;
+};
+
+fixture& fx() {
+  static fixture f;
+  return f;
+}
+
+std::size_t placeholders(std::string_view pattern) {
+  std::size_t n = 0;
+  for (auto seg : http::split_path(pattern)) n += seg.size() >= 2 && seg.front() == '{' && seg.back() == '}';
+  return n;
+}
+
+void check_route(const http_server::request& req) {
+  auto& f = fx();
+  auto m = f.routes.match(req.method, req.path);
+  auto segments = http::split_path(req.path);
+  switch (m.kind) {
+    case http::router::match_kind::found:
+      FUZZ_CHECK(m.matched != nullptr && m.matched->method == req.method, "found route has the method");
+      FUZZ_CHECK(http::split_path(m.matched->pattern).size() == segments.size(), "pattern length matches");
+      FUZZ_CHECK(m.params.size() == placeholders(m.matched->pattern), "one param per placeholder");
+      for (const auto& [k, v] : m.params) FUZZ_CHECK(!v.empty() && v.find('/') == std::string::npos, "param is a segment");
+      break;
+    case http::router::match_kind::method_not_allowed:
+      FUZZ_CHECK(!m.allowed_methods.empty(), "405 lists the allowed methods");
+      for (const auto& a : m.allowed_methods) FUZZ_CHECK(a != req.method, "405 never lists the method used");
+      break;
+    case http::router::match_kind::not_found:
+      FUZZ_CHECK(m.matched == nullptr && m.allowed_methods.empty(), "404 is empty");
+      break;
+  }
+  if (m.kind == http::router::match_kind::found && req.path.rfind("/console", 0) == 0) {
+    auto res = http::serve_console(req, f.console_dir);
+    FUZZ_CHECK(res.status == 200 || res.status == 400 || res.status == 404, "console answers 200/400/404");
+    FUZZ_CHECK(res.body.find(secret_text) == std::string::npos, "console never serves a file outside its directory");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  (void)fx();
+  http_server::server_options opts;  // the limits changeflowd runs with unless configured
+  bhttp::request_parser<bhttp::string_body> parser;
+  parser.body_limit(opts.body_limit);
+  parser.header_limit(opts.header_limit);
+  parser.eager(true);
+  boost::beast::error_code ec;
+  const char* p = reinterpret_cast<const char*>(data);
+  std::size_t left = size;
+  while (left > 0 && !ec && !parser.is_done()) {
+    auto used = parser.put(boost::asio::const_buffer(p, left), ec);
+    if (ec == bhttp::error::need_more) {
+      ec = {};
+      break;
+    }
+    if (used == 0) break;
+    p += used;
+    left -= used;
+  }
+  // The peer closed the connection after these bytes: like Beast's async_read, no bytes at all is
+  // end_of_stream (the server just closes), otherwise put_eof finishes or refuses the message.
+  if (!parser.got_some()) return 0;
+  if (!ec && !parser.is_done()) parser.put_eof(ec);
+  if (ec || !parser.is_done()) return 0;  // the server answers 400/413/431 and closes
+
+  auto req = http_server::to_request(parser.get());
+  FUZZ_CHECK(!req.method.empty(), "a parsed request has a method");
+  FUZZ_CHECK(req.path.size() <= req.target.size(), "decoding never grows the path");
+  for (const auto& [name, value] : req.headers) {
+    for (unsigned char c : name) FUZZ_CHECK(!(c >= 'A' && c <= 'Z'), "header names are lower case");
+    FUZZ_CHECK(req.header(name).has_value(), "every header is found by its name");
+  }
+  for (const char* q : {"limit", "before", "after", "phase", "step", "id"}) {
+    if (auto v = req.query_param(q)) FUZZ_CHECK(v->size() <= req.query.size(), "query value within the query");
+  }
+  check_route(req);
+  return 0;
+}
