@@ -20,6 +20,8 @@ namespace changeflow::actors {
 namespace {
 using pace_atom = caf::atom_constant<caf::atom("rh_pace")>;
 constexpr std::int64_t tick_ms = 50;
+// Actors started per tick for rows that make no external call at start (40,000/s).
+constexpr std::size_t quiet_per_tick = 2000;
 }  // namespace
 
 struct rehydrator::shared_state {
@@ -28,7 +30,10 @@ struct rehydrator::shared_state {
     bool initial = false;  // part of the start-up backlog (counts for readiness)
   };
   mutable std::mutex mutex;
-  std::deque<item> queue;
+  // Rows due for work within a second (their actor calls out at once: paced) and rows waiting for
+  // a callback or a long timer (no call at start: spawned without pace).
+  std::deque<item> due;
+  std::deque<item> quiet;
   std::atomic<bool> loading{true};
   std::atomic<std::size_t> initial_total{0};
   std::atomic<std::size_t> initial_done{0};
@@ -36,13 +41,15 @@ struct rehydrator::shared_state {
   std::int64_t load_started_ms = 0;
   double pace_credit = 0;  // pacer only: fractional spawns carried to the next tick
 
-  void push(std::vector<persistence::operation_row> rows, bool initial) {
+  void push(std::vector<persistence::operation_row> rows, bool initial, std::int64_t now_ms) {
     std::lock_guard lock(mutex);
     for (auto& r : rows) {
       if (initial) ++initial_total;
-      queue.push_back({std::move(r), initial});
+      const bool is_quiet = r.next_wake_at_ms && *r.next_wake_at_ms > now_ms + 1000;
+      (is_quiet ? quiet : due).push_back({std::move(r), initial});
     }
   }
+  std::size_t size() const { return due.size() + quiet.size(); }
 };
 
 namespace {
@@ -69,13 +76,20 @@ caf::behavior pacer_impl(caf::event_based_actor* self, services* svc,
         carry += static_cast<double>(rate) * tick_ms / 1000.0;
         std::vector<rehydrator::shared_state::item> batch;
         {
+          // The pace protects the external systems from a restart's burst of calls. A row whose
+          // next wake-up is far off makes no call when its actor starts, so it costs no credit:
+          // only a cap per tick keeps the actor threads free.
           std::lock_guard lock(sh->mutex);
-          while (carry >= 1.0 && !sh->queue.empty()) {
-            batch.push_back(std::move(sh->queue.front()));
-            sh->queue.pop_front();
+          for (std::size_t n = 0; n < quiet_per_tick && !sh->quiet.empty(); ++n) {
+            batch.push_back(std::move(sh->quiet.front()));
+            sh->quiet.pop_front();
+          }
+          while (carry >= 1.0 && !sh->due.empty()) {
+            batch.push_back(std::move(sh->due.front()));
+            sh->due.pop_front();
             carry -= 1.0;
           }
-          if (sh->queue.empty()) carry = std::min(carry, 1.0);  // no credit saved up while idle
+          if (sh->due.empty()) carry = std::min(carry, 1.0);  // no credit saved up while idle
         }
         for (auto& it : batch) {
           auto now = svc->now_ms();
@@ -119,7 +133,7 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
       bool last = static_cast<int>(page.value.size()) < page_size;
       auto rows = resumable(std::move(page.value));
       owned += rows.size();
-      sh->push(std::move(rows), true);
+      sh->push(std::move(rows), true, svc->now_ms());
       if (last) break;
     } catch (const sql::SQLException& e) {
       if (!failed(e.what())) break;
@@ -144,7 +158,7 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
       }
       auto r = resumable(std::move(rows.value));
       taken_count += r.size();
-      sh->push(std::move(r), true);
+      sh->push(std::move(r), true, svc->now_ms());
       if (static_cast<int>(taken.value.size()) < page_size) break;
     } catch (const sql::SQLException& e) {
       if (!failed(e.what())) break;
@@ -179,7 +193,7 @@ void rehydrator::start() {
 }
 
 void rehydrator::enqueue(std::vector<persistence::operation_row> rows) {
-  shared_->push(resumable(std::move(rows)), false);
+  shared_->push(resumable(std::move(rows)), false, svc_.now_ms());
 }
 
 bool rehydrator::initial_done() const {
@@ -195,7 +209,7 @@ std::optional<std::string> rehydrator::not_ready_reason() const {
 
 std::size_t rehydrator::queued() const {
   std::lock_guard lock(shared_->mutex);
-  return shared_->queue.size();
+  return shared_->size();
 }
 
 void rehydrator::stop() {

@@ -168,3 +168,43 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   // Rehydration actually happened (the restarts resumed operations from their rows).
   EXPECT_NE(env.service().process().log_contents().find("rehydrate.loaded"), std::string::npos);
 }
+
+// Rehydration after a crash: rows waiting for a callback start at once, rows due for an external
+// call keep the pace (rehydrate.rate_per_second, here 1/s so the difference is unmistakable).
+TEST(Crash, RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced) {
+  flow_env env(json{{"instance", {{"id", "rehydrate-inst"}}}});
+  auto& db = env.db();
+  constexpr int waiting = 60, due = 8;
+  env.add_fault(json{{"kind", "approval_callback"}, {"mode", "drop"}, {"match", "wait-approval"}});
+  env.add_fault(json{{"kind", "pipeline_hang"}, {"match", "hung-pipeline"}});
+  for (int i = 0; i < waiting; ++i)
+    ASSERT_EQ(env.submit("wait-approval " + std::to_string(i), "rh-user", "rh-wait-" + std::to_string(i)).status, 202);
+  for (int i = 0; i < due; ++i)
+    ASSERT_EQ(env.submit("hung-pipeline " + std::to_string(i), "rh-user", "rh-due-" + std::to_string(i)).status, 202);
+  auto count = [&](const std::string& where) { return std::stoi(db.scalar("SELECT COUNT(*) FROM operation WHERE " + where)); };
+  ASSERT_TRUE(wait_until([&] { return count("step = 10012") == waiting && count("step = 10003") == due; },
+                         std::chrono::seconds(60)))
+      << db.scalar("SELECT GROUP_CONCAT(DISTINCT step) FROM operation");  // APPROVAL_SENT, CREATE_PIPELINE_PENDING
+  env.kill_service();
+  env.restart_service(json{{"rehydrate", {{"rate_per_second", 1}}}});
+  auto metric = [&](const std::string& name) {
+    auto body = http_call("127.0.0.1", env.port(), "GET", "/metrics").body;
+    double sum = 0;
+    for (std::size_t at = body.find("\n" + name); at != std::string::npos; at = body.find("\n" + name, at + 1)) {
+      auto eol = body.find('\n', at + 1);
+      auto line = body.substr(at + 1, eol - at - 1);
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return sum;
+  };
+  // All waiting rows live while most due rows are still queued behind the 1/s pace.
+  double queued = 0;
+  ASSERT_TRUE(wait_until([&] {
+    queued = metric("changeflow_rehydrate_queue");
+    return metric("changeflow_live_actors{phase=\"APPROVAL_SENT\"}") >= waiting;
+  }, std::chrono::seconds(30)));
+  EXPECT_GE(queued, 1) << "the due rows are paced, not started in one burst";
+  // The paced rows are resumed too, one a second.
+  EXPECT_TRUE(wait_until([&] { return metric("changeflow_rehydrate_queue") == 0; }, std::chrono::seconds(60)));
+  EXPECT_EQ(http_call("127.0.0.1", env.port(), "GET", "/readyz").status, 200);
+}
