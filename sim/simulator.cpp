@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <mutex>
@@ -780,7 +781,8 @@ struct simulator::impl {
         ++counters.callbacks[kind + "_sent"];
       } else if (attempt < opts.callback_attempts) {
         ++counters.callbacks[kind + "_retried"];
-        deliver(url, body, headers, kind, ms(100) * (1 << (attempt - 1)), attempt + 1);
+        // Exponential backoff capped at 2 s, as senders that retry for a long time do.
+        deliver(url, body, headers, kind, std::min(ms(2000), ms(100) * (1 << std::min(attempt - 1, 5))), attempt + 1);
       } else {
         ++counters.callbacks[kind + "_failed"];
         log::warn("sim.callback_gave_up", {{"kind", kind}, {"attempts", attempt}});

@@ -3,6 +3,7 @@
 #include "base/log.hpp"
 #include "sim/simulator.hpp"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -14,6 +15,7 @@ namespace {
 void usage() {
   std::cerr << "usage: changeflow-sim [--port N] [--port-file F] [--seed S] [--approval-secret X]\n"
                "         [--deploy-secret Y] [--deploy-callback-url URL] [--callback-delay-ms D]\n"
+               "         [--callback-attempts N]  deliveries per callback (backoff 100 ms doubling, capped at 2 s)\n"
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
                "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n";
 }
@@ -35,6 +37,7 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
       else if (arg == "--deploy-secret") o.deploy_secret = value;
       else if (arg == "--deploy-callback-url") o.deploy_callback_url = value;
       else if (arg == "--callback-delay-ms") o.callback_delay = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--callback-attempts") o.callback_attempts = std::max(1, std::stoi(value));
       else if (arg == "--pipeline-duration-ms") o.pipeline_duration = std::chrono::milliseconds(std::stoll(value));
       else if (arg == "--rebase-duration-ms") o.rebase_duration = std::chrono::milliseconds(std::stoll(value));
       else if (arg == "--threads") o.threads = std::stoi(value);
