@@ -45,6 +45,7 @@ std::vector<key_spec> make_keys() {
       {"db.password", S, "", R, "Database password."},
       {"db.name", S, "changeflow", R, "Database (schema) name."},
       {"db.pool_size", I, 4, R, "Database worker threads, one connection each."},
+      {"db.read_pool_size", I, 2, R, "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
       {"db.queue_capacity", I, 20000, R, "Pending database jobs before new ones are rejected."},
       {"db.connect_timeout_ms", I, 2000, R, "Connect timeout for each database connection."},
       {"db.read_timeout_ms", I, 10000, R, "Read/write timeout for each database round trip."},

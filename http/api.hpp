@@ -40,6 +40,9 @@ struct service_context {
   std::function<std::optional<std::string>()> not_ready_reason;
   /// Actors, pools and clock shared with the request actors.
   actors::services* services = nullptr;
+  /// Connections for status reads (GET /api/v1/changes...), apart from the transition pool; null = use `db`.
+  persistence::db_pool* reads = nullptr;
+  persistence::db_pool& read_pool() { return reads ? *reads : db; }
 };
 
 /// Lower-case name of the reserved header holding the server-resolved account (absent when the

@@ -172,11 +172,16 @@ int main(int argc, char** argv) {
 
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
                                       static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
-  metrics.on_collect([&db](metrics::registry& m) {
-    auto s = db->stats();
-    m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", "db"}}, static_cast<double>(s.queued));
-    m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", "db"}},
-          static_cast<double>(s.rejected));
+  // Status reads get their own connections so they never queue behind workflow transitions.
+  auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->int_or("db.read_pool_size", 2))),
+                                           static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+  metrics.on_collect([&db, &read_db](metrics::registry& m) {
+    for (auto [name, pool] : {std::pair{"db", db.get()}, std::pair{"db-read", read_db.get()}}) {
+      auto s = pool->stats();
+      m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", name}}, static_cast<double>(s.queued));
+      m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", name}},
+            static_cast<double>(s.rejected));
+    }
   });
 
   auto endpoints = clients::endpoints_from(*snap);
@@ -231,6 +236,7 @@ int main(int argc, char** argv) {
   });
 
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
+  ctx.reads = read_db.get();
   // -- durability (issue 9): register the instance lease, resume every owned operation (paced; /readyz
   // says "rehydrating N/M" until done), take over expired peers' operations, sweep timeouts.
   actors::rehydrator rehydrate(svc);
@@ -331,6 +337,7 @@ int main(int argc, char** argv) {
   // Release the lease last (after the final fenced writes were queued) so peers take over at once.
   lease.release_now(std::chrono::seconds(3));  // durability (issue 9)
   db->stop();
+  read_db->stop();
   log::info("shutdown.done");
   return 0;
 }

@@ -188,7 +188,7 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
 void get_one(service_context& ctx, const std::string& id, http_server::responder reply) {
   if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
   auto* svc = ctx.services;
-  bool queued = ctx.db.try_submit([id, reply, svc](persistence::db_context& db) {
+  bool queued = ctx.read_pool().try_submit([id, reply, svc](persistence::db_context& db) {
     try {
       auto& conn = db.get();
       auto row = persistence::load_operation(conn, id);
@@ -221,7 +221,7 @@ void list_by_subject(service_context& ctx, http_server::request& req, http_serve
       return reply(outcome_response(api_outcome::bad_request, "'limit' must be a number"));
     }
   }
-  bool queued = ctx.db.try_submit([s = *subject, limit, reply](persistence::db_context& db) {
+  bool queued = ctx.read_pool().try_submit([s = *subject, limit, reply](persistence::db_context& db) {
     try {
       auto rows = persistence::list_operations_by_subject(db.get(), s, limit);
       if (!rows.ok()) return reply(db_failure(rows.error));
