@@ -6,6 +6,7 @@
 // false at once so the caller can persist an explicit failure state instead of hanging
 // (overload becomes a visible, counted state).
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -45,11 +46,23 @@ class worker_pool {
 
   ~worker_pool() { stop(); }
 
-  /// Queues a job; false when the queue is full or the pool is stopping.
-  bool try_submit(job j) {
+  /// Who may use the last `reserved` slots of the queue.
+  enum class lane { normal, reserved };
+
+  /// Keeps the last `n` queue slots for `lane::reserved` jobs (e.g. callbacks from external systems,
+  /// which are lost after the sender's few retries, while a refused submit is simply retried by its
+  /// client). Clamped below the capacity.
+  void reserve_slots(std::size_t n) {
+    std::lock_guard lock(mutex_);
+    reserved_ = capacity_ > 0 ? std::min(n, capacity_ - 1) : 0;
+  }
+
+  /// Queues a job; false when the queue (or its share of it) is full or the pool is stopping.
+  bool try_submit(job j, lane l = lane::normal) {
     {
       std::lock_guard lock(mutex_);
-      if (stopping_ || queue_.size() >= capacity_) {
+      const std::size_t limit = l == lane::reserved ? capacity_ : capacity_ - reserved_;
+      if (stopping_ || queue_.size() >= limit) {
         ++rejected_;
         return false;
       }
@@ -80,6 +93,10 @@ class worker_pool {
 
   const std::string& name() const { return name_; }
   std::size_t capacity() const { return capacity_; }
+  std::size_t reserved() const {
+    std::lock_guard lock(mutex_);
+    return reserved_;
+  }
 
  private:
   void run(const context_factory& make_context) {
@@ -107,6 +124,7 @@ class worker_pool {
 
   std::string name_;
   std::size_t capacity_;
+  std::size_t reserved_ = 0;  // last slots only lane::reserved jobs may take
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<job> queue_;

@@ -60,3 +60,28 @@ TEST(WorkerPool, SubmitAfterStopIsRejected) {
   pool.stop();
   EXPECT_FALSE(pool.try_submit([](counter_ctx&) {}));
 }
+
+TEST(WorkerPool, ReservedSlotsAreLeftForReservedJobs) {
+  worker_pool<counter_ctx> pool("t", 1, 4, [] { return std::make_unique<counter_ctx>(); });
+  pool.reserve_slots(2);
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  std::latch started(1);
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(pool.try_submit([&](counter_ctx&) {
+    started.count_down();
+    gate.wait();
+  }));
+  started.wait();  // the single thread is now busy; the queue is empty
+  auto job = [&](counter_ctx&) { ++ran; };
+  using lane = worker_pool<counter_ctx>::lane;
+  EXPECT_TRUE(pool.try_submit(job));
+  EXPECT_TRUE(pool.try_submit(job));
+  EXPECT_FALSE(pool.try_submit(job)) << "normal jobs stop at capacity - reserved";
+  EXPECT_TRUE(pool.try_submit(job, lane::reserved));
+  EXPECT_TRUE(pool.try_submit(job, lane::reserved));
+  EXPECT_FALSE(pool.try_submit(job, lane::reserved)) << "reserved jobs stop at capacity";
+  release.set_value();
+  pool.stop();
+  EXPECT_EQ(ran.load(), 4);
+}

@@ -45,6 +45,9 @@ std::vector<key_spec> make_keys() {
       {"db.password", S, "", R, "Database password."},
       {"db.name", S, "changeflow", R, "Database (schema) name."},
       {"db.pool_size", I, 4, R, "Database worker threads, one connection each."},
+      {"db.callback_reserve", I, J(), R,
+       "Queue slots of the database pool only callbacks may use, so a burst of submits cannot make "
+       "external systems' callbacks fail; missing -> db.queue_capacity / 10."},
       {"db.read_pool_size", I, 2, R, "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
       {"db.queue_capacity", I, 20000, R, "Pending database jobs before new ones are rejected."},
       {"db.connect_timeout_ms", I, 2000, R, "Connect timeout for each database connection."},

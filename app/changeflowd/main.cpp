@@ -172,6 +172,9 @@ int main(int argc, char** argv) {
 
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
                                       static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+  db->reserve_slots(static_cast<std::size_t>(std::max<std::int64_t>(
+      0, snap->int_or("db.callback_reserve",
+                      std::max<std::int64_t>(1, snap->int_or("db.queue_capacity", 20000) / 10)))));
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->int_or("db.read_pool_size", 2))),
                                            static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));

@@ -6,6 +6,7 @@
 #include "base/log.hpp"
 #include "http/envelope.hpp"
 #include "http/handlers/callback_body.hpp"
+#include "http/middleware/error_mapping.hpp"
 #include "messages/messages.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
@@ -62,6 +63,8 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   std::string body = req.body;
   // Durable before the 2xx: the ledger row and the transition commit in one transaction; delivery
   // to the actor is only a nudge, so a crash after the 2xx loses nothing (rehydration resumes).
+  // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
+  // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
     try {
       auto r = persistence::apply_approval_callback(db.get(), callback_id, operation_id, decision, body);
@@ -88,8 +91,8 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
       db.reset();
       reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
     }
-  });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  }, persistence::db_pool::lane::reserved);
+  if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
 /// What a recorded deploy delivery did: which operations it names, and the classified outcome.
@@ -166,6 +169,8 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
   auto* metrics = &ctx.metrics;
   std::string our_project = snap->string_or("gitlab.project", "");
   std::string payload = fields.payload;
+  // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
+  // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
     try {
       auto& conn = db.get();
@@ -200,8 +205,8 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
       db.reset();
       reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
     }
-  });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  }, persistence::db_pool::lane::reserved);
+  if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
 /// POST /api/v1/ops/reconcile: one reconciliation run now, the same code the timer runs; answers
@@ -211,7 +216,7 @@ void manual_reconcile(service_context& ctx, http_server::responder reply) {
     if (!r.ok) return reply(internal_error("reconciliation: " + r.error, 503));
     reply(ok(actors::to_json(r)));
   });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
 }  // namespace

@@ -1,0 +1,428 @@
+// A long mixed chaos run (issue "Reliability and security"), end to end against changeflowd +
+// changeflow-sim + MariaDB. For CHANGEFLOW_CHAOS_SECONDS (default 35) changes are submitted at a
+// steady pace while, all at once:
+//   - the approval system duplicates, delays (late), reorders (a stale opposite decision first),
+//     drops and mis-addresses (old operation id) its callbacks, per tag in the change title;
+//   - GitLab answers 5xx bursts and loses responses (the action happens, the answer never comes),
+//     fails pipelines, asks for rebases, answers slowly; deploy callbacks are dropped or carry no
+//     operation ids;
+//   - changeflowd is SIGKILLed and restarted several times (lease takeovers by the new instance);
+//   - the step order (flow.default) and the batch path (batch.enabled) flip between waves (hot reload);
+//   - the test itself re-delivers callbacks recorded in callback_ledger (approval: the raw body with
+//     its HMAC signature; deploy: the delivery with its token) and re-submits requests with the same
+//     operationId (a client that lost our answer).
+// Then the faults stop, a few clean changes raise the deploy watermark (so reconciliation can
+// validate merges whose deploy callback was dropped), and once nothing is in motion the database
+// is checked with SQL: I1, I2/I4, I5, I6, every non-terminal operation explained, one owner at a
+// time, validation exactly once, one merge per MR, one applied approval per operation.
+// Waits are wait_until on SQL conditions; the only sleep paces the load generator.
+
+#include "base/ids.hpp"
+#include "tests/support/flow_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+using namespace changeflow;
+using namespace changeflow::testing;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* approval_secret = "demo-approval-secret";  // the sim's and the service's default
+constexpr const char* deploy_secret = "demo-deploy-secret";
+
+int chaos_seconds() {
+  const char* v = std::getenv("CHANGEFLOW_CHAOS_SECONDS");
+  int s = v ? std::atoi(v) : 0;
+  return s > 0 ? s : 35;
+}
+
+using table = std::vector<std::vector<std::string>>;
+
+table query(test_database& db, const std::string& sql) {
+  auto conn = db.connect();
+  std::unique_ptr<sql::Statement> st(conn->createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
+  int cols = static_cast<int>(rs->getMetaData()->getColumnCount());
+  table out;
+  while (rs->next()) {
+    std::vector<std::string> row;
+    for (int c = 1; c <= cols; ++c) row.push_back(rs->isNull(c) ? std::string("NULL") : std::string(rs->getString(c)));
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::string describe(const table& t, std::size_t max_rows = 10) {
+  std::string s;
+  for (std::size_t i = 0; i < t.size() && i < max_rows; ++i) {
+    for (const auto& c : t[i]) s += c + " | ";
+    s += "\n";
+  }
+  if (t.size() > max_rows) s += "... (" + std::to_string(t.size()) + " rows)\n";
+  return s;
+}
+
+/// A named SQL invariant: the query lists the violating rows; none may exist.
+void expect_no_rows(test_database& db, const std::string& name, const std::string& sql) {
+  auto t = query(db, sql);
+  EXPECT_TRUE(t.empty()) << name << " violated by " << t.size() << " row(s):\n" << describe(t) << "SQL: " << sql;
+  std::cout << "[chaos] " << name << ": " << (t.empty() ? "ok" : "VIOLATED") << "\n";
+}
+
+// Terminal phases (workflow::is_terminal) and the steps that are parked on purpose: the outcome
+// is unknown after the poll budget / deploy wait and a human (or a late callback) settles them.
+const char* terminal_phases = "('VALIDATED','CREATE_FAILED','HANDLE_FAILED','REJECTED','CLOSED')";
+const char* parked_steps = "(10501,10502,10503,10302)";  // *_PIPELINE_PENDING, REBASE_PENDING, DEPLOY_TIMEOUT
+
+/// A change's tags pick its faults; the sim scopes each rule by a `match` on the title.
+struct tag_kind {
+  const char* tag;
+  bool per_change;  // true: a count-1 rule matching this change only; false: one unlimited rule per tag
+  json rule;        // without `match`
+};
+
+const std::vector<tag_kind>& tags() {
+  static const std::vector<tag_kind> t = {
+      {"", false, json()},  // no tag-specific fault (global faults still apply)
+      {"", false, json()},
+      {"[dup]", false, {{"kind", "approval_callback"}, {"mode", "duplicate"}}},
+      {"[late]", false, {{"kind", "approval_callback"}, {"mode", "delay"}, {"delay_ms", 2500}}},
+      {"[reorder]", false, {{"kind", "approval_callback"}, {"mode", "reorder"}}},
+      {"[old]", false, {{"kind", "approval_callback"}, {"mode", "old_operation"}}},
+      {"[drop]", false, {{"kind", "approval_callback"}, {"mode", "drop"}}},
+      {"[reject]", false, json()},  // the sim decides REJECTED for titles with [reject]
+      {"[pfail]", false, {{"kind", "pipeline_fail"}}},
+      {"[rebase]", true, {{"kind", "merge_needs_rebase"}, {"count", 1}}},
+      {"[deploydrop]", true, {{"kind", "deploy_callback"}, {"mode", "drop"}, {"count", 1}}},
+      {"[noids]", true, {{"kind", "deploy_callback"}, {"mode", "no_operation_ids"}, {"count", 1}}},
+      {"[slow]", true, {{"kind", "slow"}, {"delay_ms", 1500}, {"count", 2}}},
+  };
+  return t;
+}
+
+/// Count-limited global faults, re-armed at every wave so they spread over the run.
+std::vector<json> wave_faults() {
+  return {
+      {{"kind", "status"}, {"endpoint", "create_mr"}, {"status", 503}, {"count", 3}},
+      {{"kind", "status"}, {"endpoint", "get_mr"}, {"status", 502}, {"count", 3}},
+      {{"kind", "status"}, {"endpoint", "approval_submit"}, {"status", 500}, {"count", 2}},
+      {{"kind", "status"}, {"endpoint", "approval_submit"}, {"status", 429}, {"retry_after", 1}, {"count", 1}},
+      {{"kind", "lose_response"}, {"endpoint", "create_mr"}, {"count", 2}},
+      {{"kind", "lose_response"}, {"endpoint", "create_commit"}, {"count", 1}},
+      {{"kind", "lose_response"}, {"endpoint", "merge"}, {"count", 2}},
+      {{"kind", "lose_response"}, {"endpoint", "approve"}, {"count", 2}},
+      {{"kind", "lose_response"}, {"endpoint", "approval_submit"}, {"count", 2}},
+  };
+}
+
+json base_config() {
+  return {{"external", {{"request_timeout_ms", 1000}, {"connect_timeout_ms", 500}, {"breaker_failures", 6},
+                        {"breaker_cooldown_ms", 500}}},
+          // A fresh instance id per start (not fixed) + a short lease: every restart takes over the
+          // killed instance's rows, so "one owner at a time" is really exercised.
+          {"instance", {{"lease_seconds", 3}}},
+          {"durability", {{"sweep_interval_ms", 500}, {"inbox_poll_ms", 200}, {"stuck_after_seconds", 3},
+                          {"approval_grace_seconds", 1}}},
+          // Dropped approval callbacks end in APPROVAL_TIMEOUT (CLOSED) instead of waiting a week.
+          {"timeouts", {{"approval_wait_seconds", 8}}},
+          {"reconcile", {{"interval_ms", 1000}, {"min_age_seconds", 1}, {"max_age_seconds", 86400}}},
+          {"batch", {{"round_interval_ms", 400}, {"max_members", 8}}},
+          {"rehydrate", {{"rate_per_second", 2000}}},
+          {"rate_limit", {{"submit", 100000}, {"callbacks", 100000}}},
+          {"merge", {{"max_attempts", 6}}}};
+}
+
+json toggles(int wave) {
+  // Flow order alternates every wave; the batch path is on in waves 2-3 of every 4, so it runs
+  // with both step orders.
+  return {{"flow", {{"default", wave % 2 == 0 ? "approve_then_create" : "create_then_approve"}}},
+          {"batch", {{"enabled", wave % 4 >= 2}}}};
+}
+
+struct counters {
+  int changes = 0, resubmits = 0, submit_retries = 0, kills = 0, approval_replays = 0, deploy_replays = 0;
+  std::map<int, int> submit_status;
+  std::map<std::string, int> replay_outcomes;
+};
+
+struct planned_change {
+  std::string id, title, subject, target;
+  bool accepted = false;
+};
+
+}  // namespace
+
+TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
+  const int seconds = chaos_seconds();
+  flow_env env(base_config());
+  auto& db = env.db();
+  counters n;
+  std::mt19937 rng(20240607);
+  int wave = 0;
+  auto apply_wave = [&] {
+    auto cfg = env.config();
+    merge_json(cfg, toggles(wave));
+    env.service().rewrite_config(cfg);
+    for (const auto& f : wave_faults()) env.add_fault(f);
+  };
+  for (const auto& t : tags()) {
+    if (!t.per_change && !t.rule.is_null()) {
+      auto rule = t.rule;
+      rule["match"] = t.tag;
+      env.add_fault(rule);
+    }
+  }
+  apply_wave();
+
+  std::vector<planned_change> changes;
+  std::vector<std::size_t> unsettled;  // submits whose outcome we have not seen (transport error, 503)
+  auto submit = [&](planned_change& c) {
+    auto r = env.submit(c.title, c.subject, c.target, c.id);
+    ++n.submit_status[r.status];
+    if (r.status == 202) {
+      c.accepted = true;
+      return true;
+    }
+    // 0: the service is down or was killed mid-request; 503: restarting. The client retries with the
+    // same operationId later (idempotent). Anything else is a bug.
+    EXPECT_TRUE(r.status == 0 || r.status == 503) << c.title << ": " << r.status << " " << r.body;
+    return false;
+  };
+  auto replay_some = [&] {
+    // Approval: the raw body as recorded (the ledger keeps the delivered bytes) with the signature
+    // the approval system computes over them -- a byte-exact replay of a real delivery.
+    for (const auto& row : query(db, "SELECT payload FROM callback_ledger WHERE kind = 'approval' AND payload IS NOT "
+                                     "NULL ORDER BY RAND() LIMIT 2")) {
+      auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", row[0],
+                         {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(approval_secret, row[0])}}, 3s);
+      ++n.approval_replays;
+      if (r.status == 0) continue;  // the service is being killed: nothing to judge
+      EXPECT_EQ(r.status, 200) << r.body;
+      auto j = json::parse(r.body, nullptr, false);
+      std::string outcome = j.is_discarded() ? "?" : j["data"].value("outcome", "?");
+      ++n.replay_outcomes["approval " + outcome];
+      EXPECT_EQ(outcome, "DUPLICATE") << "a replayed approval delivery is recognised: " << row[0];
+    }
+    for (const auto& row : query(db, "SELECT payload FROM callback_ledger WHERE kind = 'deploy' AND payload IS NOT NULL "
+                                     "ORDER BY RAND() LIMIT 1")) {
+      auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/deploy", row[0],
+                         {{"X-Gitlab-Token", deploy_secret}}, 3s);
+      ++n.deploy_replays;
+      if (r.status == 0) continue;
+      EXPECT_EQ(r.status, 200) << r.body;
+      auto j = json::parse(r.body, nullptr, false);
+      std::string outcome = j.is_discarded() ? "?" : j["data"].value("outcome", "?");
+      ++n.replay_outcomes["deploy " + outcome];
+      EXPECT_EQ(outcome, "DUPLICATE") << row[0];
+    }
+  };
+
+  const auto pace = 300ms;
+  const int waves = std::max(4, seconds / 10);
+  const auto start = std::chrono::steady_clock::now();
+  const auto wave_length = std::chrono::milliseconds(seconds * 1000 / waves);
+  auto next_wave = start + wave_length;
+  for (int i = 0; std::chrono::steady_clock::now() - start < std::chrono::seconds(seconds); ++i) {
+    const auto& tag = tags()[rng() % tags().size()];
+    planned_change c;
+    c.id = ids::new_uuid();
+    c.subject = "chaos-user-" + std::to_string(i % 7);
+    c.target = "chaos-target-" + std::to_string(i);
+    c.title = "chaos c" + std::to_string(i) + " " + tag.tag;
+    if (tag.per_change) {
+      auto rule = tag.rule;
+      rule["match"] = c.title;
+      env.add_fault(rule);
+    }
+    changes.push_back(c);
+    ++n.changes;
+    if (!submit(changes.back())) unsettled.push_back(changes.size() - 1);
+    // A client that lost our answer sends the same request again: admitted once (I4).
+    if (i % 6 == 0 && changes.back().accepted) {
+      ++n.resubmits;
+      auto again = env.submit(c.title, c.subject, c.target, c.id);
+      EXPECT_TRUE(again.status == 202 || again.status == 0) << again.status << " " << again.body;
+    }
+    for (auto it = unsettled.begin(); it != unsettled.end();) {
+      ++n.submit_retries;
+      it = submit(changes[*it]) ? unsettled.erase(it) : std::next(it);
+    }
+    if (i % 4 == 3) replay_some();
+    if (std::chrono::steady_clock::now() >= next_wave) {
+      // SIGKILL mid-flight: requests, calls and callbacks in progress are cut. The next instance
+      // (new instance id) takes the rows over once the 3 s lease has expired.
+      env.kill_service();
+      ++n.kills;
+      ++wave;
+      env.restart_service(toggles(wave));
+      apply_wave();
+      next_wave += wave_length;
+    }
+    std::this_thread::sleep_for(pace);  // load pacing, not synchronization
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto it = unsettled.begin(); it != unsettled.end();) {
+          ++n.submit_retries;
+          it = submit(changes[*it]) ? unsettled.erase(it) : std::next(it);
+        }
+        return unsettled.empty();
+      },
+      30s))
+      << unsettled.size() << " submits never accepted";
+
+  // Settle: faults off, then clean changes whose deploys raise the watermark above every MR, so
+  // reconciliation validates the merges whose deploy callback was dropped.
+  ASSERT_EQ(env.sim_call("DELETE", "/_sim/faults").status, 200);
+  std::vector<std::string> tail;
+  for (int k = 0; k < 3; ++k) {
+    planned_change c{ids::new_uuid(), "chaos tail " + std::to_string(k), "chaos-tail", "chaos-tail-" + std::to_string(k)};
+    ASSERT_TRUE(wait_until([&] { return submit(c); }, 20s));
+    changes.push_back(c);
+    tail.push_back(c.id);
+  }
+  const std::string in_motion_sql = std::string("SELECT COUNT(*) FROM operation WHERE phase NOT IN ") +
+                                    terminal_phases + " AND step NOT IN " + parked_steps;
+  bool settled = wait_until([&] { return db.scalar(in_motion_sql) == "0"; },
+                            std::chrono::seconds(std::max(120, seconds / 2)));
+  auto in_motion = query(db, std::string("SELECT operation_id, title, step, phase, next_wake_at, owner_instance, "
+                                         "last_error FROM operation WHERE phase NOT IN ") +
+                                 terminal_phases + " AND step NOT IN " + parked_steps);
+  EXPECT_TRUE(settled) << "operations still in motion after the faults ended:\n" << describe(in_motion, 30);
+  for (const auto& id : tail) EXPECT_EQ(env.get_change(id).value("phase", ""), "VALIDATED") << "clean tail " << id;
+
+  // ---- the numbers
+  int accepted = 0;
+  for (const auto& c : changes) accepted += c.accepted;
+  std::cout << "[chaos] seconds=" << seconds << " changes=" << changes.size() << " accepted=" << accepted
+            << " resubmits=" << n.resubmits << " submit_retries=" << n.submit_retries << " kills=" << n.kills
+            << " approval_replays=" << n.approval_replays << " deploy_replays=" << n.deploy_replays << "\n";
+  for (const auto& [s, k] : n.submit_status) std::cout << "[chaos] submit status " << s << ": " << k << "\n";
+  for (const auto& [o, k] : n.replay_outcomes) std::cout << "[chaos] replay " << o << ": " << k << "\n";
+  for (const auto& r : query(db, "SELECT phase, step, COUNT(*) FROM operation GROUP BY phase, step ORDER BY 3 DESC")) {
+    std::cout << "[chaos] final " << r[0] << " " << r[1] << ": " << r[2] << "\n";
+  }
+  std::cout << "[chaos] sim stats: " << env.sim_call("GET", "/_sim/stats").body << "\n";
+  EXPECT_GE(n.kills, 3);
+  EXPECT_GT(n.approval_replays, 0);
+
+  // ---- SQL invariants
+  // I4 (submit side): one row per accepted operationId, created once, nothing else created.
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), std::to_string(accepted)) << "one row per accepted change";
+  expect_no_rows(db, "I4 created once (one creation event per operation)",
+                 "SELECT operation_id, COUNT(*) FROM operation_event WHERE from_step IS NULL GROUP BY operation_id "
+                 "HAVING COUNT(*) <> 1 UNION ALL SELECT o.operation_id, 0 FROM operation o WHERE NOT EXISTS "
+                 "(SELECT 1 FROM operation_event e WHERE e.operation_id = o.operation_id AND e.from_step IS NULL)");
+  // I1: at most one active (RUNNING or BLOCKED) batch.
+  expect_no_rows(db, "I1 single active batch",
+                 "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4) HAVING COUNT(*) > 1");
+  // I2: a claimed request belongs to one batch at a time: between two CLAIMED events of an operation
+  // there is a REQUEUED (bisection / retry) event.
+  {
+    auto hist = query(db, "SELECT operation_id, batch_id, event FROM merge_batch_history ORDER BY operation_id, id");
+    std::string bad;
+    std::map<std::string, std::string> held;  // operation -> batch it is claimed by ("" = not claimed)
+    for (const auto& h : hist) {
+      auto& cur = held[h[0]];
+      if (h[2] == "CLAIMED") {
+        if (!cur.empty()) bad += h[0] + " claimed by " + h[1] + " while held by " + cur + "\n";
+        cur = h[1];
+      } else {
+        cur.clear();
+      }
+    }
+    EXPECT_TRUE(bad.empty()) << "I2 double claim:\n" << bad;
+    std::cout << "[chaos] I2 no double claim (" << hist.size() << " history rows): " << (bad.empty() ? "ok" : "VIOLATED")
+              << "\n";
+  }
+  expect_no_rows(db, "I2 claimed members belong to their batch",
+                 "SELECT o.operation_id, o.batch_id, r.batch_id FROM operation o LEFT JOIN merge_batch_request r "
+                 "ON r.operation_id = o.operation_id WHERE o.step = 10602 AND (r.batch_id IS NULL OR "
+                 "(o.batch_id IS NOT NULL AND o.batch_id <> r.batch_id))");
+  expect_no_rows(db, "I4 no BATCH_WAITING operation without its waiting row",
+                 "SELECT o.operation_id FROM operation o LEFT JOIN merge_batch_request r ON r.operation_id = "
+                 "o.operation_id WHERE o.step = 10601 AND (r.id IS NULL OR r.batch_id IS NOT NULL)");
+  expect_no_rows(db, "I4 waiting rows only for operations still in the batch path",
+                 "SELECT r.operation_id, o.step FROM merge_batch_request r JOIN operation o ON o.operation_id = "
+                 "r.operation_id WHERE r.batch_id IS NULL AND o.step <> 10601");
+  // I5: one binding per relationship; the bound operation's phase is the binding's phase.
+  expect_no_rows(db, "I5 one binding per relationship",
+                 "SELECT subject_id, target_key, COUNT(*) FROM binding GROUP BY subject_id, target_key HAVING COUNT(*) > 1");
+  expect_no_rows(db, "I5 binding phase == operation phase",
+                 "SELECT b.subject_id, b.target_key, b.phase, o.phase FROM binding b JOIN operation o ON "
+                 "o.operation_id = b.operation_id WHERE b.phase <> o.phase");
+  expect_no_rows(db, "I5 every operation is bound (unique relationships in this run)",
+                 "SELECT o.operation_id FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id "
+                 "WHERE b.id IS NULL");
+  // I6: every write is guarded by the version and leaves an event carrying the new version: the
+  // row's version is the last event's version, and no version was written twice (a stale writer
+  // that "won" would duplicate one).
+  expect_no_rows(db, "I6 operation.version == MAX(event.version)",
+                 "SELECT o.operation_id, o.version, MAX(e.version) FROM operation o JOIN operation_event e ON "
+                 "e.operation_id = o.operation_id GROUP BY o.operation_id, o.version HAVING o.version <> MAX(e.version)");
+  expect_no_rows(db, "I6 no version written twice",
+                 "SELECT operation_id, version, COUNT(*) FROM operation_event GROUP BY operation_id, version "
+                 "HAVING COUNT(*) > 1");
+  // Every non-terminal operation explains itself: a parked step (outcome unknown, a human settles it),
+  // a live deadline, or an error text.
+  expect_no_rows(db, "no unexplained non-terminal operation",
+                 std::string("SELECT operation_id, step, phase FROM operation WHERE phase NOT IN ") + terminal_phases +
+                     " AND NOT (step IN " + parked_steps +
+                     " OR (next_wake_at IS NOT NULL AND next_wake_at > NOW(3)) OR COALESCE(last_error, '') <> '')");
+  // Counters equal flips: validation happens exactly once per validated operation.
+  expect_no_rows(db, "validated at most once",
+                 "SELECT operation_id, COUNT(*) FROM operation_event WHERE to_phase = 'VALIDATED' AND "
+                 "(from_phase IS NULL OR from_phase <> 'VALIDATED') GROUP BY operation_id HAVING COUNT(*) > 1");
+  expect_no_rows(db, "every VALIDATED operation has its validation event",
+                 "SELECT o.operation_id FROM operation o WHERE o.phase = 'VALIDATED' AND (SELECT COUNT(*) FROM "
+                 "operation_event e WHERE e.operation_id = o.operation_id AND e.to_phase = 'VALIDATED' AND "
+                 "e.from_phase <> 'VALIDATED') <> 1");
+  expect_no_rows(db, "one applied approval decision per operation",
+                 "SELECT operation_id, COUNT(*) FROM callback_ledger WHERE kind = 'approval' AND outcome = 'APPLIED' "
+                 "GROUP BY operation_id HAVING COUNT(*) > 1");
+  expect_no_rows(db, "approval ledger rows all classified",
+                 "SELECT delivery_id, outcome FROM callback_ledger WHERE kind = 'approval' AND outcome = 'PENDING'");
+  std::cout << "[chaos] deploy ledger rows left PENDING (killed between record and apply): "
+            << db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy' AND outcome = 'PENDING'") << "\n";
+  // One owner at a time: per operation, the instance ids of its workflow events form runs; once a
+  // run ends (ownership moved), that instance never writes the operation again.
+  {
+    auto rows = query(db, "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
+                          "instance_id IS NOT NULL ORDER BY operation_id, id");
+    std::map<std::string, std::vector<std::string>> writers;
+    for (const auto& r : rows) {
+      auto& w = writers[r[0]];
+      if (w.empty() || w.back() != r[1]) w.push_back(r[1]);
+    }
+    int moved = 0;
+    std::string bad;
+    for (const auto& [op, runs] : writers) {
+      std::set<std::string> distinct(runs.begin(), runs.end());
+      if (distinct.size() != runs.size()) bad += op + "\n";
+      moved += runs.size() > 1;
+    }
+    EXPECT_TRUE(bad.empty()) << "interleaved owners on:\n" << bad;
+    std::cout << "[chaos] one owner at a time: " << (bad.empty() ? "ok" : "VIOLATED") << " (" << moved
+              << " operations continued by a later instance)\n";
+  }
+  // One merge per MR in GitLab, whatever was lost or retried.
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body, nullptr, false);
+  ASSERT_FALSE(stats.is_discarded());
+  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
+  // Every merged MR belongs to operations that are merged or validated (nothing merged twice or lost).
+  expect_no_rows(db, "merged MRs carry merged operations",
+                 "SELECT operation_id, step, phase FROM operation WHERE step IN (10108, 10109, 10604, 10301, 10302) "
+                 "AND mr_iid IS NULL");
+}
