@@ -596,7 +596,10 @@ void adopt(self_ptr self, std::optional<std::int64_t> batch_id, std::string outc
 }  // namespace
 
 batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options) {
-  return svc.system->spawn([&svc, options](self_ptr self) -> batch_coordinator::behavior_type {
+  // `svc` travels as a spawn argument, not a capture: CAF 0.17 binds an actor function spawned
+  // without arguments to a null std::tuple<> pointer (UBSan: reference binding to null pointer).
+  return svc.system->spawn([options](self_ptr self, services* svc_ptr) -> batch_coordinator::behavior_type {
+    auto& svc = *svc_ptr;
     self->state.svc = &svc;
     self->state.options = options;
     if (options.resume_on_start) adopt(self, std::nullopt, "resume");
@@ -666,7 +669,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
           }
         },
     };
-  });
+  }, &svc);
 }
 
 }  // namespace changeflow::actors
