@@ -1,11 +1,13 @@
 #include "persistence/db_pool.hpp"
 
+#include "persistence/errors.hpp"
+
 #include <cppconn/exception.h>
 
 namespace changeflow::persistence {
 
 sql::Connection& db_context::get() {
-  if (conn_ && conn_->isClosed()) conn_.reset();
+  if (take_connection_lost_mark() || (conn_ && conn_->isClosed())) conn_.reset();
   if (!conn_) conn_ = open_connection(settings_);
   return *conn_;
 }

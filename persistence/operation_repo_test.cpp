@@ -2,6 +2,7 @@
 
 #include "persistence/binding_repo.hpp"
 #include "persistence/callback_repo.hpp"
+#include "persistence/db_pool.hpp"
 #include "persistence/instance_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "persistence/sql_util.hpp"
@@ -368,6 +369,24 @@ TEST(OperationRepo, KilledConnectionIsRetryable) {
 }
 
 // Callback and reconciler race mark_validated: exactly one flip reported per operation.
+TEST(DbContext, AConnectionLostUnderARepositoryIsReplacedOnTheNextGet) {
+  test_database db;
+  auto setup = db.connect();
+  auto id = new_op(*setup, "ivy", "t");
+  db_context ctx(db.settings());
+  const auto first = connection_id(ctx.get());
+  db.exec("KILL " + std::to_string(first));
+  // The repository turns the driver's exception into a value; the pool never sees it.
+  auto lost = load_operation(ctx.get(), id);
+  EXPECT_EQ(lost.outcome, db_outcome::retryable) << lost.error.message;
+  // The next get() opens a new connection instead of failing with "server has gone away" forever.
+  auto& again = ctx.get();
+  EXPECT_NE(connection_id(again), first);
+  auto row = load_operation(again, id);
+  ASSERT_TRUE(row.ok()) << row.error.message;
+  EXPECT_EQ(row.value.operation_id, id);
+}
+
 TEST(OperationRepo, MarkValidatedFlipsExactlyOnceUnderRace) {
   test_database db;
   auto c = db.connect();
