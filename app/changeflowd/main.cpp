@@ -34,6 +34,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <thread>
 
@@ -170,6 +171,11 @@ int main(int argc, char** argv) {
           static_cast<double>(cfg.reload_error_count()));
   });
 
+  // Declared before the pools and the actor system, so it is destroyed after them: a job or an actor
+  // may still hold a request's responder (and with it the connection's session) when the server
+  // stops, and the session must not outlive the server's io_context and counters.
+  std::optional<http_server::server> server;
+
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
                                       static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
   db->reserve_slots(static_cast<std::size_t>(std::max<std::int64_t>(
@@ -283,26 +289,26 @@ int main(int argc, char** argv) {
   server_opts.body_limit = static_cast<std::uint64_t>(snap->int_or("http.body_limit_bytes", 1 << 20));
   server_opts.header_limit = static_cast<std::uint32_t>(snap->int_or("http.header_limit_bytes", 16384));
   server_opts.read_timeout = std::chrono::milliseconds(snap->int_or("http.read_timeout_ms", 10000));
-  http_server::server server(server_opts, http::make_api(ctx, routes));
+  server.emplace(server_opts, http::make_api(ctx, routes));
   try {
-    server.start();
+    server->start();
   } catch (const std::exception& e) {
     log::error("startup.listen_failed", {{"error", e.what()}});
     return 1;
   }
   if (!opts.port_file.empty()) {
     std::string tmp = opts.port_file + ".tmp";
-    std::ofstream(tmp) << server.port() << "\n";
+    std::ofstream(tmp) << server->port() << "\n";
     std::rename(tmp.c_str(), opts.port_file.c_str());
   }
   cfg.start_watching(std::chrono::milliseconds(500));
-  log::info("startup.ready", {{"address", server_opts.address}, {"port", server.port()}});
+  log::info("startup.ready", {{"address", server_opts.address}, {"port", server->port()}});
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
   log::info("shutdown.begin", {{"signal", sig}});
-  server.stop_accepting();
-  server.stop();
+  server->stop_accepting();
+  server->stop();
   cfg.stop_watching();
   idem_cleaner.stop();  // api area
   caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);  // callbacks/reconciliation (issue 6)

@@ -154,12 +154,14 @@ class session : public std::enable_shared_from_this<session> {
 }  // namespace
 
 struct server::impl {
+  // Declaration order is destruction order reversed: destroying `ioc` destroys the handlers still
+  // queued on it, and with them the last sessions, which use opts, h and stats.
   server_options opts;
   handler h;
+  counters stats;
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
   std::vector<std::thread> threads;
-  counters stats;
   std::atomic<bool> accepting{false};
   std::uint16_t bound_port = 0;
   std::mutex stop_mutex;
@@ -227,6 +229,10 @@ void server::stop() {
   // The posted close may not have run before the loop stopped: close the port here, synchronously.
   beast::error_code ec;
   i.acceptor.close(ec);
+  // No request reaches the handler any more: release it (and whatever it owns, e.g. timer threads
+  // that could call back into the application) now, while the application still exists. Sessions
+  // still held by pending responders keep only the counters and the io_context, owned by `impl`.
+  i.h = nullptr;
 }
 
 std::uint16_t server::port() const { return impl_->bound_port; }

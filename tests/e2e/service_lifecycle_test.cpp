@@ -63,7 +63,8 @@ TEST(ServiceLifecycle, HealthReadyMetricsAndCleanStop) {
 TEST(ServiceLifecycle, ReadyzTurns503WhenDatabaseStops) {
   // A private server for this test alone, so stopping it does not disturb other tests.
   auto dir = make_temp_dir("cf-readyz");
-  int port = 40000 + (::getpid() % 20000);
+  // A free port now (not a pid-derived one: that collided with ports other tests had picked).
+  int port = free_port();
   std::string db_script = source_dir() + "/scripts/db";
   std::string start_cmd = db_script + " start --dir " + dir + "/db --port " + std::to_string(port) + " >/dev/null";
   std::string stop_cmd = db_script + " stop --dir " + dir + "/db --port " + std::to_string(port) + " >/dev/null";
