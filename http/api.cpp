@@ -18,6 +18,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 
 namespace changeflow::http {
 
@@ -98,9 +100,22 @@ std::chrono::milliseconds permission_timeout(const config::snapshot& snap) {
 middleware::permission_check make_permission_check(std::weak_ptr<api_state> weak) {
   return [weak](std::string subject, std::vector<std::string> rules, middleware::permission_callback cb) {
     using middleware::permission_outcome;
-    auto once = std::make_shared<std::atomic<bool>>(false);
-    auto answer = [once, cb = std::move(cb)](permission_outcome o) {
-      if (!once->exchange(true)) cb(std::move(o));
+    // The first answer takes the callback out of the shared slot, so the loser (the timer entry or
+    // the pool job) no longer holds the request's responder and the chain (which holds api_state).
+    struct slot_t {
+      std::mutex mutex;
+      middleware::permission_callback cb;
+    };
+    auto slot = std::make_shared<slot_t>();
+    slot->cb = std::move(cb);
+    auto answer = [slot](permission_outcome o) {
+      middleware::permission_callback first;
+      {
+        std::lock_guard lock(slot->mutex);
+        first = std::move(slot->cb);
+        slot->cb = nullptr;
+      }
+      if (first) first(std::move(o));
     };
     auto state = weak.lock();
     if (!state) return answer(permission_outcome::failed("service stopping"));
@@ -213,7 +228,14 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
 http_server::handler make_api(service_context& ctx, std::shared_ptr<const router> routes) {
   auto state = std::make_shared<api_state>(ctx);
   state->deps.check_permissions = make_permission_check(state);
-  return [&ctx, routes, state](http_server::request&& req, http_server::responder reply) {
+  // When the server releases its handler (at stop), pending permission timeouts are dropped: they
+  // hold requests' responders and, through the chain, api_state itself.
+  struct timer_guard {
+    std::shared_ptr<api_state> s;
+    ~timer_guard() { s->timer.clear(); }
+  };
+  auto guard = std::make_shared<timer_guard>(timer_guard{state});
+  return [&ctx, routes, state, guard](http_server::request&& req, http_server::responder reply) {
     // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
     // wrapper; responses must not change.
     if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->bool_or("metrics.fault_injection", false));

@@ -27,6 +27,16 @@ std::size_t deadline_timer::pending() const {
   return due_.size();
 }
 
+void deadline_timer::clear() {
+  decltype(due_) dropped;
+  {
+    std::lock_guard lock(mutex_);
+    dropped.swap(due_);
+  }
+  cv_.notify_all();
+  // `dropped` is destroyed here, outside the lock: the callbacks' captures may be large.
+}
+
 void deadline_timer::run() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
@@ -36,7 +46,9 @@ void deadline_timer::run() {
     }
     auto first = due_.begin();
     if (first->first > std::chrono::steady_clock::now()) {
-      cv_.wait_until(lock, first->first);
+      // A copy: the entry may be gone (clear(), an earlier schedule) when the wait returns.
+      const auto when = first->first;
+      cv_.wait_until(lock, when);
       continue;
     }
     auto fn = std::move(first->second);

@@ -25,6 +25,9 @@ class deadline_timer {
   /// Runs `fn` once after `delay` (never throws out: exceptions from `fn` are swallowed).
   void schedule(std::chrono::milliseconds delay, std::function<void()> fn);
   std::size_t pending() const;
+  /// Drops every pending callback without running it (at shutdown: what they captured is released
+  /// while its owners still exist).
+  void clear();
 
  private:
   void run();

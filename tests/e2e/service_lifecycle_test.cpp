@@ -34,7 +34,12 @@ TEST(ServiceLifecycle, HealthReadyMetricsAndCleanStop) {
   auto health = http_call("127.0.0.1", svc.port(), "GET", "/healthz");
   EXPECT_EQ(health.status, 200) << health.error;
 
-  auto ready = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
+  // Ready once the start-up rehydration load has run (a moment after the port opens).
+  http_result ready;
+  EXPECT_TRUE(wait_until([&] {
+    ready = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
+    return ready.status == 200;
+  }, std::chrono::seconds(20)));
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_EQ(json::parse(ready.body)["data"]["status"], "ready");
 

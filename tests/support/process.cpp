@@ -111,7 +111,10 @@ std::string binary_path(const std::string& name) {
 }
 
 std::string make_temp_dir(const std::string& prefix) {
-  std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+  // TMPDIR lets scripts/test give one run its own directory (the sanitizer run scans it for reports
+  // of child processes afterwards).
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
