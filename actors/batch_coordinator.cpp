@@ -71,6 +71,14 @@ void count_round(self_ptr self, const std::string& outcome) {
   self->state.svc->metrics->inc("changeflow_batch_rounds_total", "Batch rounds by outcome", {{"outcome", outcome}});
 }
 
+/// A guarded write's result as the coordinator reads it: applied, preempted by another settler, or failed.
+template <class T>
+void take_write(batch_job_result& out, const persistence::db_result<T>& w) {
+  out.ok = w.ok();
+  out.preempted = w.outcome == persistence::db_outcome::preempted;
+  if (!w.ok()) out.error = w.error.message;
+}
+
 /// Runs `job` on the database pool and sends its result back; a full queue or a dead connection
 /// becomes an error result, never an exception on the actor.
 void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_job_result&)> job) {
@@ -328,9 +336,7 @@ void on_mr_opened(self_ptr self, batch_job_result& r) {
   const auto url = r.mr.web_url;
   on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](sql::Connection& conn, batch_job_result& out) {
     auto w = persistence::record_batch_mr(conn, batch_id, iid, branch, url);
-    out.ok = w.ok();
-    out.preempted = w.outcome == persistence::db_outcome::preempted;
-    if (!w.ok()) out.error = w.error.message;
+    take_write(out, w);
   });
 }
 
@@ -371,10 +377,8 @@ void settle_success(self_ptr self, const std::string& cause) {
   const auto instance = self->state.svc->instance_id;
   on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](sql::Connection& conn, batch_job_result& out) {
     auto w = persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance);
-    out.ok = w.ok();
-    out.preempted = w.outcome == persistence::db_outcome::preempted;
+    take_write(out, w);
     out.round_outcome = "succeeded";
-    if (!w.ok()) out.error = w.error.message;
   });
 }
 
@@ -479,10 +483,8 @@ void on_reread(self_ptr self, batch_job_result& r) {
     auto why = "blocked: MR state unknown after failure (" + *d.failure + "): " + r.mr.error;
     on_db(self, kind::settled, [batch_id, expected, why](sql::Connection& conn, batch_job_result& out) {
       auto w = persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why);
-      out.ok = w.ok();
-      out.preempted = w.outcome == persistence::db_outcome::preempted;
+      take_write(out, w);
       out.round_outcome = "blocked";
-      if (!w.ok()) out.error = w.error.message;
     });
     return;
   }
@@ -524,9 +526,7 @@ void on_reread(self_ptr self, batch_job_result& r) {
         out.round_outcome = "requeued";
         break;
     }
-    out.ok = w.ok();
-    out.preempted = w.outcome == persistence::db_outcome::preempted;
-    if (!w.ok()) out.error = w.error.message;
+    take_write(out, w);
   });
 }
 

@@ -192,6 +192,15 @@ op_move back_to_waiting(const std::string& cause) {
 op_move failed_alone(const std::string& cause) {
   return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_FAILED, cause, "", "", {}, 0};
 }
+
+/// Locks the batch row for the rest of the transaction; false when the batch is no longer RUNNING
+/// (settled by a sweep, an operator or another instance).
+bool lock_running_batch(sql::Connection& conn, std::int64_t batch_id) {
+  auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
+  lock->setInt64(1, batch_id);
+  rs_ptr rs(lock->executeQuery());
+  return rs->next();
+}
 }  // namespace
 
 db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook) {
@@ -481,10 +490,8 @@ db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
-      auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
-      lock->setInt64(1, batch_id);
-      rs_ptr lrs(lock->executeQuery());
-      if (!lrs->next()) return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
+      if (!lock_running_batch(conn, batch_id))
+        return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
       int released = 0;
       for (const auto& chunk : detail::chunks(operation_ids)) {
         const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
@@ -510,10 +517,8 @@ db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
-      auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
-      lock->setInt64(1, batch_id);
-      rs_ptr lrs(lock->executeQuery());
-      if (!lrs->next()) return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
+      if (!lock_running_batch(conn, batch_id))
+        return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
       auto ids = lock_operations(
           conn, "operation_id IN (SELECT operation_id FROM merge_batch_request WHERE batch_id = ?)",
           [&](detail::statement& st, int i) {

@@ -30,17 +30,6 @@ std::string_view to_string(callback_outcome o) {
 }
 
 namespace {
-/// INSERT that answers `duplicate` on 1062 instead of failing.
-bool insert_unless_duplicate(detail::statement& st) {
-  try {
-    st.executeUpdate();
-    return true;
-  } catch (const sql::SQLException& e) {
-    if (e.getErrorCode() == 1062) return false;
-    throw;
-  }
-}
-
 detail::stmt_ptr ledger_insert(sql::Connection& conn, const std::string& delivery_id,
                                callback_kind kind, const std::string& operation_id,
                                const std::string& payload_json) {
@@ -74,7 +63,7 @@ db_result<record_outcome> record_callback(sql::Connection& conn, const std::stri
   return guarded<record_outcome>([&]() -> db_result<record_outcome> {
     auto st = ledger_insert(conn, delivery_id, kind, operation_id, payload_json);
     return db_result<record_outcome>::success(
-        insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
+        detail::insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
   });
 }
 
@@ -101,7 +90,7 @@ db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
     detail::transaction tx(conn);
     auto ins =
         ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
-    if (!insert_unless_duplicate(*ins)) return R::success({callback_outcome::DUPLICATE, {}, {}});
+    if (!detail::insert_unless_duplicate(*ins)) return R::success({callback_outcome::DUPLICATE, {}, {}});
 
     auto finish = [&](approval_applied a) -> R {
       auto st = prepare(
@@ -174,7 +163,7 @@ db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
     st->setString(5, cb.status);
     detail::set_opt_string(*st, 6, cb.operation_ids_json);
     return db_result<record_outcome>::success(
-        insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
+        detail::insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
   });
 }
 

@@ -39,13 +39,7 @@ bool try_insert(sql::Connection& conn, const std::string& key, const std::string
   st->setString(1, key);
   st->setString(2, fingerprint);
   st->setInt(3, ttl_seconds);
-  try {
-    st->executeUpdate();
-    return true;
-  } catch (const sql::SQLException& e) {
-    if (e.getErrorCode() == 1062) return false;
-    throw;
-  }
+  return detail::insert_unless_duplicate(*st);
 }
 }  // namespace
 

@@ -343,11 +343,7 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
       auto adm = prepare(
           conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
       adm->setString(1, req.operation_id);
-      try {
-        adm->executeUpdate();
-      } catch (const sql::SQLException& e) {
-        if (e.getErrorCode() != 1062) throw;
-      }
+      detail::insert_unless_duplicate(*adm);  // false = already admitted
     }
     tx.commit();
     return r;

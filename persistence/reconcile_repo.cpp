@@ -55,15 +55,6 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
   using R = db_result<record_outcome>;
   return guarded<record_outcome>([&]() -> R {
     detail::transaction tx(conn);
-    auto dup = [](detail::statement& st) {
-      try {
-        st.executeUpdate();
-        return false;
-      } catch (const sql::SQLException& e) {
-        if (e.getErrorCode() == 1062) return true;
-        throw;
-      }
-    };
     auto st = prepare(conn,
                       "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
                       "operation_ids, received_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
@@ -73,7 +64,7 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
     detail::set_opt_int64(*st, 4, cb.pipeline_id);
     st->setString(5, cb.status);
     detail::set_opt_string(*st, 6, cb.operation_ids_json);
-    if (dup(*st)) return R::success(record_outcome::duplicate);  // rolled back: nothing written
+    if (!detail::insert_unless_duplicate(*st)) return R::success(record_outcome::duplicate);  // rolled back: nothing written
 
     auto led = prepare(conn,
                        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
@@ -82,7 +73,7 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
     detail::set_opt_string(*led, 2, payload_json.empty() ? std::nullopt : std::optional(payload_json));
     // Both rows or neither: the deploy_callback key already proved the delivery is new, so a ledger
     // duplicate here would be a corrupt ledger; report it as a duplicate rather than fail the sender.
-    if (dup(*led)) return R::success(record_outcome::duplicate);
+    if (!detail::insert_unless_duplicate(*led)) return R::success(record_outcome::duplicate);
     tx.commit();
     return R::success(record_outcome::inserted);
   });

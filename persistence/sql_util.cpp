@@ -91,6 +91,16 @@ bool statement::execute() {
   return st_->execute(bound_sql());
 }
 
+bool insert_unless_duplicate(statement& st) {
+  try {
+    st.executeUpdate();
+    return true;
+  } catch (const sql::SQLException& e) {
+    if (e.getErrorCode() == 1062) return false;
+    throw;
+  }
+}
+
 const std::string& terminal_phase_list() {
   static const std::string list = [] {
     std::string s;

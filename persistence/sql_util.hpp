@@ -101,6 +101,9 @@ class statement {
 
 using stmt_ptr = std::unique_ptr<statement>;
 
+/// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
+bool insert_unless_duplicate(statement& st);
+
 inline stmt_ptr prepare(sql::Connection& c, const std::string& q) { return std::make_unique<statement>(c, q); }
 
 inline void set_opt_string(statement& st, int i, const std::optional<std::string>& v) {
