@@ -35,10 +35,40 @@ persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std
 persistence::db_result<bool> validate_if_already_deployed(sql::Connection& conn, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics) {
+  using R = persistence::db_result<bool>;
   auto deployed = persistence::deploy_succeeded(conn, project, mr_iid);
-  if (!deployed.ok()) return persistence::db_result<bool>::failure(deployed.error);
-  if (!deployed.value) return persistence::db_result<bool>::success(false);
-  return validate_and_count(conn, operation_id, validation_path::callback, metrics);
+  if (!deployed.ok()) return R::failure(deployed.error);
+  if (deployed.value) return validate_and_count(conn, operation_id, validation_path::callback, metrics);
+  auto failed = persistence::deploy_failed_pipeline(conn, project, mr_iid);
+  if (!failed.ok()) return R::failure(failed.error);
+  if (!failed.value) return R::success(false);
+  auto row = persistence::load_operation(conn, operation_id);
+  if (!row.ok()) return R::failure(row.error);
+  if (row.value.phase != workflow::phase::MERGED) return R::success(false);
+  auto moved = mark_deploy_failed(conn, row.value, mr_iid, *failed.value ? std::optional(*failed.value) : std::nullopt);
+  if (!moved.ok()) return R::failure(moved.error);
+  return R::success(false);
+}
+
+persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const persistence::operation_row& row,
+                                                std::int64_t mr_iid, std::optional<std::int64_t> pipeline_id) {
+  using R = persistence::db_result<bool>;
+  persistence::transition_request t;
+  t.operation_id = row.operation_id;
+  t.expected_version = row.version;
+  t.from = row.step;
+  t.to = workflow::step::DEPLOY_FAILED;
+  t.cause = "deploy pipeline" + (pipeline_id ? " " + std::to_string(*pipeline_id) : std::string()) +
+            " failed for MR !" + std::to_string(mr_iid);
+  t.actor = "callback:deploy";
+  t.last_error = t.cause;
+  t.clear_wake = true;
+  auto r = persistence::transition(conn, t);
+  if (r.ok()) return R::success(true);
+  if (r.outcome == persistence::db_outcome::preempted || r.outcome == persistence::db_outcome::illegal_transition) {
+    return R::success(false);  // moved on meanwhile (validated, closed, already failed)
+  }
+  return R::failure(r.error);
 }
 
 reconcile_plan plan_reconciliation(const std::vector<persistence::merged_candidate>& candidates,

@@ -45,9 +45,16 @@ std::string_view to_string(validation_path p);
 persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std::string& operation_id,
                                                 validation_path via, metrics::registry& metrics);
 
+/// A merged operation whose deploy failed: MERGED -> DEPLOY_FAILED, guarded by the version in `row`
+/// (a concurrent writer wins and this call does nothing). Value: whether this call moved it.
+persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const persistence::operation_row& row,
+                                                std::int64_t mr_iid, std::optional<std::int64_t> pipeline_id);
+
 /// For the writer of MERGED (request actor / batch coordinator), right after that commit: when the
-/// MR's successful deploy callback already arrived (it overtook our write and was answered
-/// OUT_OF_ORDER), validate now instead of waiting for reconciliation (min_age). Value: flipped.
+/// MR's deploy callback already arrived (it overtook our write and was answered OUT_OF_ORDER),
+/// apply it now instead of waiting for reconciliation (min_age) or the deploy timeout: a success
+/// validates, a failure (with no success recorded) moves the operation to DEPLOY_FAILED.
+/// Value: whether the operation was validated.
 persistence::db_result<bool> validate_if_already_deployed(sql::Connection& conn, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics);

@@ -136,10 +136,15 @@ TEST(DeployDelivery, RecordsBothRowsOnceAndMatchesOperationsByMr) {
   EXPECT_EQ(first.value, record_outcome::inserted);
   auto second = record_deploy_delivery(*c, cb, R"({"mrIid":12})");
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ(second.value, record_outcome::duplicate);
+  // Recorded but never classified (its process died before applying it): the redelivery must apply it.
+  EXPECT_EQ(second.value, record_outcome::duplicate_unapplied);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback"), "1");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy'"), "1");
   ASSERT_TRUE(set_deploy_outcome(*c, "pipeline-77", deploy_outcome::APPLIED).ok());
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:pipeline-77'"), "APPLIED");
+  EXPECT_EQ(record_deploy_delivery(*c, cb, R"({"mrIid":12})").value, record_outcome::duplicate);
+  // The first classification stays: a later one (a re-application) does not overwrite it.
+  ASSERT_TRUE(set_deploy_outcome(*c, "pipeline-77", deploy_outcome::IGNORED_STALE).ok());
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:pipeline-77'"), "APPLIED");
 
   auto ops = operations_for_mr(*c, 12);
@@ -208,12 +213,23 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   ASSERT_TRUE(before.ok()) << before.error.message;
   EXPECT_FALSE(before.value);  // no callback yet: stays MERGED
   EXPECT_EQ(phase_of(db, id), "MERGED");
-  deploy(*c, 31, "failed");
-  EXPECT_FALSE(actors::validate_if_already_deployed(*c, id, 31, project, m).value);
   deploy(*c, 31, "success", "other/project");
   EXPECT_FALSE(actors::validate_if_already_deployed(*c, id, 31, project, m).value);
+  EXPECT_EQ(phase_of(db, id), "MERGED");
+  // A failure and a success recorded for the MR (a re-run deploy pipeline): the success wins.
+  deploy(*c, 31, "failed");
   deploy(*c, 31, "success");
   EXPECT_TRUE(actors::validate_if_already_deployed(*c, id, 31, project, m).value);
   EXPECT_EQ(phase_of(db, id), "VALIDATED");
+  EXPECT_EQ(validated(m, "callback"), 1);
+
+  // Only a failure recorded: the operation is a failed deploy, not "keep waiting".
+  auto failed = new_op(*c, "cy", "b");
+  walk(*c, failed, test::to_merged, 32);
+  deploy(*c, 32, "failed");
+  EXPECT_FALSE(actors::validate_if_already_deployed(*c, failed, 32, project, m).value);
+  EXPECT_EQ(phase_of(db, failed), "HANDLE_FAILED");
+  EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + failed + "'"),
+            std::to_string(workflow::code_of(workflow::step::DEPLOY_FAILED)));
   EXPECT_EQ(validated(m, "callback"), 1);
 }

@@ -43,6 +43,11 @@ struct request_state {
   std::int64_t lease_epoch = 0;
   std::string last_note;
   std::string last_error;
+  // What a write that lost to another writer had just created remotely (an MR, an approval request)
+  // and the row does not know yet. If the row turns out to have been cancelled or closed meanwhile,
+  // nobody else will ever withdraw it: this actor does, before it stops.
+  std::optional<std::int64_t> unrecorded_mr;
+  std::string unrecorded_approval;
 };
 
 using self_ptr = request_actor::stateful_pointer<request_state>;
@@ -315,6 +320,12 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     case db_outcome::not_found:
       // Someone else wrote the row (a callback, an operator, another instance): re-read and re-decide.
       st.svc->metrics->inc("changeflow_guard_misses_total", "Guarded writes that matched no row");
+      if (st.pending_write) {
+        if (st.pending_write->mr_iid && st.pending_write->mr_iid != st.op.mr_iid) st.unrecorded_mr = st.pending_write->mr_iid;
+        if (st.pending_write->approval_id && *st.pending_write->approval_id != st.op.approval_id) {
+          st.unrecorded_approval = *st.pending_write->approval_id;
+        }
+      }
       st.pending_write.reset();
       submit_reload(self);
       return;
@@ -333,6 +344,37 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
       publish(self);
       return;
   }
+}
+
+/// The change was cancelled or closed while this actor's call was creating something remotely (an
+/// MR, an approval request) that the cancel could not see: withdraw it now, best effort, logged. The
+/// row already says CANCELLED/CLOSED; this only keeps the remote systems tidy.
+void withdraw_unrecorded(self_ptr self) {
+  auto& st = self->state;
+  if (!st.unrecorded_mr && st.unrecorded_approval.empty()) return;
+  auto snap = st.svc->config->current();
+  auto id = st.op.operation_id;
+  // Whatever the row recorded after all was seen (and withdrawn) by the cancel itself.
+  auto mr = st.unrecorded_mr != st.op.mr_iid ? st.unrecorded_mr : std::nullopt;
+  auto approval = st.unrecorded_approval != st.op.approval_id ? st.unrecorded_approval : std::string();
+  if (!mr && approval.empty()) return;
+  bool queued = st.svc->external->try_submit([snap, id, mr, approval](clients::external_context& ec) {
+    try {
+      ec.refresh(*snap);
+      if (!approval.empty()) {
+        auto w = ec.approval.withdraw(approval);
+        log::info("request.withdrew_unrecorded_approval",
+                  {{"operation_id", id}, {"approval_id", approval}, {"ok", static_cast<bool>(w)}});
+      }
+      if (mr) {
+        auto c = ec.gitlab.close_mr(ec.endpoints.author_token, *mr);
+        log::info("request.closed_unrecorded_mr", {{"operation_id", id}, {"mr_iid", *mr}, {"ok", static_cast<bool>(c)}});
+      }
+    } catch (const std::exception& e) {
+      log::warn("request.withdraw_unrecorded_failed", {{"operation_id", id}, {"error", e.what()}});
+    }
+  });
+  if (!queued) log::warn("request.withdraw_unrecorded_dropped", {{"operation_id", id}, {"reason", "external pool full"}});
 }
 
 void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
@@ -371,6 +413,9 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     st.op.step_entered_ms = st.svc->now_ms() - r.age_ms;
     st.op.polls = 0;
   }
+  if (st.op.current == step::CANCELLED || st.op.current == step::CLOSE_SUCCEEDED) withdraw_unrecorded(self);
+  st.unrecorded_mr.reset();
+  st.unrecorded_approval.clear();
   if (!workflow::needs_actor(st.op.current)) {
     run_effects(self, {workflow::effect{workflow::effect::kind::stop}});
     return;

@@ -145,6 +145,9 @@ std::vector<key_spec> make_keys() {
       {"idempotency.cleanup_batch", I, 500, H, "Rows deleted per cleanup statement; <=0 -> 500."},
       {"auth.permission_timeout_ms", I, 2000, H,
        "Longest wait for the permission service per request; then 403 (deny). <=0 -> 2000."},
+      {"faults.hold_after_deploy_record_ms", I, 0, H,
+       "TEST HOOK: a deploy delivery waits this long (at most 60000) between being recorded and being "
+       "applied, so a crash test can kill the process in between. 0 = off. Never set in production."},
       {"metrics.fault_injection", B, false, H,
        "TEST HOOK: every metric emission throws inside the registry wrapper (responses must not "
        "change). Never enable in production."},

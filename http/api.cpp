@@ -42,6 +42,18 @@ route_policy user_write(std::string bucket, std::string limit_key, std::string b
   return p;
 }
 
+/// User cancel: rate limited and identified like a submit, but never closed by the access switch
+/// (withdrawing a change must stay possible while submissions are closed). Naturally idempotent:
+/// a repeat answers "already cancelled".
+route_policy user_cancel() {
+  route_policy p;
+  p.bucket = "submit";
+  p.limit_key = "rate_limit.submit";
+  p.identity_required_key = "auth.required";
+  p.business_metric = "cancel";
+  return p;
+}
+
 /// User read: no rate limit (polling the status must never be refused), identity when auth.required.
 route_policy user_read() {
   route_policy p;
@@ -158,6 +170,7 @@ const std::vector<route_policy_entry>& route_policies() {
       // replay once Retry-After has passed.
       {"POST", "/api/v1/changes", user_write("submit", "rate_limit.submit", "submit")},
       {"GET", "/api/v1/changes/{id}", user_read()},
+      {"POST", "/api/v1/changes/{id}/cancel", user_cancel()},
       {"GET", "/api/v1/changes", user_read()},
       // Callbacks from the approval system and the deploy pipeline.
       {"POST", "/api/v1/callbacks/approval", callback_route()},
@@ -172,6 +185,7 @@ const std::vector<route_policy_entry>& route_policies() {
       {"POST", "/api/v1/ops/operations/{id}/fail", ops_route()},
       {"POST", "/api/v1/ops/operations/{id}/close", ops_route()},
       {"POST", "/api/v1/ops/operations/{id}/resend-approval", ops_route()},
+      {"POST", "/api/v1/ops/operations/{id}/confirm", ops_route()},
       {"POST", "/api/v1/ops/bulk/{action}", ops_route()},
       {"GET", "/api/v1/ops/audit", ops_route()},
       {"GET", "/api/v1/ops/config", ops_route()},

@@ -94,6 +94,13 @@ constexpr const char* document_text = R"json({
         "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
+    "/api/v1/changes/{id}/cancel": {
+      "post": {
+        "summary": "Cancel a change that has not merged: withdraws the pending approval, closes the open MR, ends in CANCELLED (repeat: 200 alreadyCancelled)",
+        "parameters": [{"$ref": "#/components/parameters/OperationId"}],
+        "responses": {"200": {"description": "OK; data {phase: CANCELLED, withdrawn: [...]} or {alreadyCancelled: true}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "409": {"description": "ALREADY_MERGED (merged wins) or CONFLICT (cannot be cancelled at this step)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
     "/api/v1/callbacks/approval": {
       "post": {
         "summary": "Approval system callback {callbackId, operationId, result: APPROVED|REJECTED|WITHDRAWN}",
@@ -159,7 +166,14 @@ constexpr const char* document_text = R"json({
     },
     "/api/v1/ops/operations/{id}/close": {
       "post": {
-        "summary": "Close the change and its MR if open (a merged MR is recorded as merged)",
+        "summary": "Close the change (any failure included): withdraws the pending approval, closes the MR if open (a merged MR is recorded as merged); a failed or unconfirmed deploy is closed without touching the merged MR",
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/operations/{id}/confirm": {
+      "post": {
+        "summary": "Confirm a merged change whose deploy failed or was never confirmed (-> CALLED_BACK, VALIDATED)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }

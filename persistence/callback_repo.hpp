@@ -20,7 +20,10 @@ enum class callback_outcome { APPLIED, DUPLICATE, IGNORED_STALE, OUT_OF_ORDER, P
 std::string_view to_string(callback_kind k);
 std::string_view to_string(callback_outcome o);
 
-enum class record_outcome { inserted, duplicate };
+/// duplicate_unapplied: the delivery was recorded before but its outcome is still PENDING — the
+/// process that recorded it died before applying it (or is applying it right now); the redelivery
+/// applies it, because applying is idempotent (guarded writes, flip-once validation).
+enum class record_outcome { inserted, duplicate, duplicate_unapplied };
 
 /// Ledger row with outcome PENDING; a duplicate delivery id is `duplicate` (not an error).
 db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id,

@@ -214,6 +214,39 @@ TEST(OperationRepo, ReappliableRowIsResetInPlaceWithHistory) {
   EXPECT_EQ(find_binding_by_operation(*c, first).outcome, db_outcome::not_found);
 }
 
+// A target is changed many times: once its change ended (validated, cancelled, closed) the next one
+// takes the binding; while a change is in flight or parked in a failure, the next one is refused and
+// nothing is written.
+TEST(OperationRepo, EndedChangesFreeTheTargetFailuresHoldIt) {
+  test_database db;
+  auto c = db.connect();
+  auto first = new_op(*c, "gina", "t");
+  walk(*c, first, test::to_merged, 7);
+  walk(*c, first, {S::CALLED_BACK});
+  auto second = new_op(*c, "gina", "t");  // VALIDATED frees the target
+  ASSERT_EQ(find_binding(*c, "gina", "t").value.operation_id, second);
+  EXPECT_EQ(load_operation(*c, first).value.phase, phase::VALIDATED);  // the old one stays readable
+
+  walk(*c, second, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_ERROR});
+  new_operation third;
+  third.operation_id = ids::new_uuid();
+  third.subject_id = "gina";
+  third.target_key = "t";
+  EXPECT_EQ(create_operation(*c, third).value, create_outcome::in_progress);  // a failure holds it
+  walk(*c, second, {S::FORCED_FAILED}, std::nullopt, workflow::actor_kind::operator_only);
+  EXPECT_EQ(create_operation(*c, third).value, create_outcome::in_progress);  // a forced one too
+  walk(*c, second, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
+  EXPECT_EQ(create_operation(*c, third).value, create_outcome::created);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'gina'"), "1");
+  auto h = binding_history(*c, "gina", "t");
+  ASSERT_EQ(h.value.size(), 3u);
+  EXPECT_EQ(h.value[1].replaced_phase, "VALIDATED");
+  EXPECT_EQ(h.value[2].replaced_phase, "CANCELLED");
+  EXPECT_EQ(find_binding_by_operation(*c, second).outcome, db_outcome::not_found);
+  // A late transition of a replaced operation never touches the binding now owned by another.
+  EXPECT_EQ(find_binding(*c, "gina", "t").value.phase, phase::APPROVAL_SENDING);
+}
+
 // I5: racing re-applies of one REJECTED relationship -> exactly one winner, one row.
 TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
   test_database db;
@@ -225,7 +258,14 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
   for (int round = 0; round < rounds; ++round) {
     const std::string target = "t" + std::to_string(round);
     auto old = new_op(*conns[0], "dave", target);
-    walk(*conns[0], old, {S::APPROVAL_REJECTED});
+    // Every kind of ended change frees the target; the race must have one winner for each.
+    switch (round % 3) {
+      case 0: walk(*conns[0], old, {S::APPROVAL_REJECTED}); break;
+      case 1: walk(*conns[0], old, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester); break;
+      default:
+        walk(*conns[0], old, test::to_merged, round);
+        walk(*conns[0], old, {S::CALLED_BACK});
+    }
     std::barrier sync(racers);
     std::vector<create_outcome> outcomes(racers);
     std::vector<std::string> ids(racers);

@@ -64,7 +64,15 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
     detail::set_opt_int64(*st, 4, cb.pipeline_id);
     st->setString(5, cb.status);
     detail::set_opt_string(*st, 6, cb.operation_ids_json);
-    if (!detail::insert_unless_duplicate(*st)) return R::success(record_outcome::duplicate);  // rolled back: nothing written
+    if (!detail::insert_unless_duplicate(*st)) {
+      // Rolled back: nothing written. Was the first delivery ever applied?
+      tx.rollback();
+      auto pending = prepare(conn, "SELECT outcome = 'PENDING' FROM callback_ledger WHERE delivery_id = ?");
+      pending->setString(1, deploy_ledger_key(cb.delivery_id));
+      rs_ptr rs(pending->executeQuery());
+      bool unapplied = rs->next() && rs->getBoolean(1);
+      return R::success(unapplied ? record_outcome::duplicate_unapplied : record_outcome::duplicate);
+    }
 
     auto led = prepare(conn,
                        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
@@ -82,11 +90,14 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
 db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id,
                                    deploy_outcome outcome) {
   return guarded<done>([&]() -> db_result<done> {
+    // First classification wins: a redelivery that applied a PENDING delivery again does not
+    // overwrite the outcome its first application recorded.
     auto st = prepare(conn,
-                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
+                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
+                      "AND outcome = 'PENDING'");
     st->setString(1, std::string(to_string(outcome)));
     st->setString(2, deploy_ledger_key(delivery_id));
-    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no delivery " + delivery_id);
+    st->executeUpdate();
     return db_result<done>::success({});
   });
 }
@@ -112,6 +123,21 @@ db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& proje
     st->setString(2, project);
     rs_ptr rs(st->executeQuery());
     return db_result<bool>::success(rs->next());
+  });
+}
+
+db_result<std::optional<std::int64_t>> deploy_failed_pipeline(sql::Connection& conn, const std::string& project,
+                                                              std::int64_t mr_iid) {
+  using V = std::optional<std::int64_t>;
+  return guarded<V>([&]() -> db_result<V> {
+    auto st = prepare(conn,
+                      "SELECT COALESCE(pipeline_id, 0) FROM deploy_callback WHERE mr_iid = ? AND status = 'failed' "
+                      "AND project = ? ORDER BY id DESC LIMIT 1");
+    st->setInt64(1, mr_iid);
+    st->setString(2, project);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return db_result<V>::success(std::nullopt);
+    return db_result<V>::success(rs->getInt64(1));
   });
 }
 

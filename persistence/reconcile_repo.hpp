@@ -64,5 +64,9 @@ db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn,
 /// True when a successful deploy callback for this MR of this project is recorded (one indexed
 /// read). For the path that writes MERGED: a callback that overtook that write is applied at once.
 db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid);
+/// When a failed deploy callback for this MR of this project is recorded: its pipeline id (0 when
+/// the sender gave none); nullopt when there is none.
+db_result<std::optional<std::int64_t>> deploy_failed_pipeline(sql::Connection& conn, const std::string& project,
+                                                              std::int64_t mr_iid);
 
 }  // namespace changeflow::persistence

@@ -29,7 +29,8 @@ inline std::string new_op(sql::Connection& c, const std::string& subject,
 /// Walks the operation from its current step through `path`; returns the final version.
 inline std::int64_t walk(sql::Connection& c, const std::string& id,
                          std::initializer_list<workflow::step> path,
-                         std::optional<std::int64_t> mr_iid = std::nullopt) {
+                         std::optional<std::int64_t> mr_iid = std::nullopt,
+                         workflow::actor_kind by = workflow::actor_kind::workflow) {
   auto row = load_operation(c, id);
   EXPECT_TRUE(row.ok());
   auto from = row.value.step;
@@ -42,6 +43,7 @@ inline std::int64_t walk(sql::Connection& c, const std::string& id,
     t.to = to;
     t.cause = "test walk";
     t.mr_iid = mr_iid;
+    t.by = by;
     auto r = transition(c, t);
     EXPECT_TRUE(r.ok()) << workflow::to_string(from) << " -> " << workflow::to_string(to) << ": "
                         << r.error.message;

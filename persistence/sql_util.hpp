@@ -43,6 +43,11 @@ class transaction {
     run("COMMIT");
     committed_ = true;
   }
+  /// Ends the transaction now (the destructor then does nothing), so the connection can go on.
+  void rollback() {
+    run("ROLLBACK");
+    committed_ = true;
+  }
 
  private:
   void run(const char* sql) {

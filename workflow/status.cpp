@@ -10,6 +10,7 @@ phase phase_of(step s) {
     case step::APPROVAL_WITHDRAWN: return phase::REJECTED;
     case step::APPROVAL_TIMEOUT:
     case step::CLOSE_SUCCEEDED: return phase::CLOSED;
+    case step::CANCELLED: return phase::CANCELLED;
     case step::APPROVAL_APPROVED:
     case step::CREATE_STARTED:
     case step::CREATE_MR_OPENED:
@@ -36,6 +37,7 @@ phase phase_of(step s) {
     case step::HANDLE_ERROR:
     case step::HANDLE_OVERLOADED:
     case step::FORCED_FAILED:
+    case step::DEPLOY_FAILED:
     case step::BATCH_FAILED: return phase::HANDLE_FAILED;
     case step::HANDLE_MERGED:
     case step::HANDLE_ALREADY_MERGED:
@@ -59,6 +61,7 @@ std::string_view to_string(phase p) {
     case phase::HANDLE_FAILED: return "HANDLE_FAILED";
     case phase::REJECTED: return "REJECTED";
     case phase::CLOSED: return "CLOSED";
+    case phase::CANCELLED: return "CANCELLED";
   }
   return "?";
 }
@@ -76,8 +79,8 @@ std::string_view to_string(step s) {
     CF_STEP(HANDLE_REBASE_CONFLICT) CF_STEP(HANDLE_APPROVAL_FAILED) CF_STEP(HANDLE_MERGE_FAILED)
     CF_STEP(HANDLE_MERGED) CF_STEP(HANDLE_ALREADY_MERGED) CF_STEP(HANDLE_MR_CLOSED)
     CF_STEP(HANDLE_PIPELINE_FAILED) CF_STEP(HANDLE_ERROR) CF_STEP(HANDLE_OVERLOADED)
-    CF_STEP(CLOSE_SUCCEEDED) CF_STEP(FORCED_FAILED) CF_STEP(CALLED_BACK)
-    CF_STEP(DEPLOY_TIMEOUT) CF_STEP(HANDLE_PIPELINE_PENDING) CF_STEP(CREATE_PIPELINE_PENDING)
+    CF_STEP(CLOSE_SUCCEEDED) CF_STEP(FORCED_FAILED) CF_STEP(CANCELLED) CF_STEP(CALLED_BACK)
+    CF_STEP(DEPLOY_TIMEOUT) CF_STEP(DEPLOY_FAILED) CF_STEP(HANDLE_PIPELINE_PENDING) CF_STEP(CREATE_PIPELINE_PENDING)
     CF_STEP(REBASE_PENDING) CF_STEP(BATCH_WAITING) CF_STEP(BATCH_CLAIMED) CF_STEP(BATCH_FAILED)
     CF_STEP(BATCH_MERGED)
 #undef CF_STEP
@@ -106,7 +109,15 @@ std::optional<step> step_from_code(int code) {
   return std::nullopt;
 }
 
-bool is_reappliable(phase p) { return p == phase::REJECTED || p == phase::CLOSED; }
+bool is_reappliable(phase p) {
+  switch (p) {
+    case phase::VALIDATED:
+    case phase::REJECTED:
+    case phase::CLOSED:
+    case phase::CANCELLED: return true;
+    default: return false;
+  }
+}
 
 bool is_awaiting_approval(phase p) { return p == phase::APPROVAL_SENDING || p == phase::APPROVAL_SENT; }
 
@@ -116,7 +127,8 @@ bool is_terminal(phase p) {
     case phase::CREATE_FAILED:
     case phase::HANDLE_FAILED:
     case phase::REJECTED:
-    case phase::CLOSED: return true;
+    case phase::CLOSED:
+    case phase::CANCELLED: return true;
     default: return false;
   }
 }
@@ -132,6 +144,7 @@ bool is_deterministic_failure(step s) {
     case step::HANDLE_MR_CLOSED:
     case step::HANDLE_PIPELINE_FAILED:
     case step::FORCED_FAILED:
+    case step::DEPLOY_FAILED:
     case step::BATCH_FAILED: return true;
     default: return false;
   }
@@ -151,6 +164,9 @@ hint hint_for(phase p, step s) {
   if (p == phase::VALIDATED) return hint::DONE;
   if (is_reappliable(p)) return hint::REAPPLY_ALLOWED;
   if (is_deterministic_failure(s)) return hint::CONTACT_MAINTAINERS;
+  // Merged but never confirmed: waiting longer will not deploy it; someone has to look at the
+  // deploy pipeline (an operator confirms or closes it).
+  if (s == step::DEPLOY_TIMEOUT) return hint::CONTACT_MAINTAINERS;
   // In progress, timed out (outcome unknown) or a transient failure awaiting a retry.
   return hint::KEEP_WAITING;
 }

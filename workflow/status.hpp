@@ -24,6 +24,7 @@ enum class phase {
   HANDLE_FAILED,
   REJECTED,
   CLOSED,
+  CANCELLED,
 };
 
 // Ranges: creation 10001.., handling 10101.., closing 10201.., callback 10301..,
@@ -60,10 +61,12 @@ enum class step : int {
   HANDLE_OVERLOADED = 10113,         // HANDLE_FAILED: worker pool full when the step was started
   // -- closing
   CLOSE_SUCCEEDED = 10201,           // CLOSED: an operator closed the change (and its MR, if open)
-  FORCED_FAILED = 10202,             // HANDLE_FAILED: an operator forced a terminal failure
+  FORCED_FAILED = 10202,             // HANDLE_FAILED: an operator forced a failure (close frees the target)
+  CANCELLED = 10203,                 // CANCELLED: the requester (or an operator) cancelled the change
   // -- callback
   CALLED_BACK = 10301,               // VALIDATED: deploy callback (or reconciliation) confirmed
-  DEPLOY_TIMEOUT = 10302,            // MERGED: no deploy confirmation within the deadline (keep waiting)
+  DEPLOY_TIMEOUT = 10302,            // MERGED: no deploy confirmation within the deadline (ask maintainers)
+  DEPLOY_FAILED = 10303,             // HANDLE_FAILED: the deploy pipeline reported failure for the merged MR
   // -- pipeline pending: outcome unknown after polling timed out; phase kept, a human confirms
   HANDLE_PIPELINE_PENDING = 10501,   // MERGING
   CREATE_PIPELINE_PENDING = 10502,   // MR_CREATING
@@ -78,7 +81,7 @@ enum class step : int {
 inline constexpr std::array all_phases = {
     phase::APPROVAL_SENDING, phase::APPROVAL_SENT, phase::MR_CREATING, phase::MR_CREATED,
     phase::MERGING,          phase::MERGED,        phase::VALIDATED,   phase::CREATE_FAILED,
-    phase::HANDLE_FAILED,    phase::REJECTED,      phase::CLOSED,
+    phase::HANDLE_FAILED,    phase::REJECTED,      phase::CLOSED,      phase::CANCELLED,
 };
 
 inline constexpr std::array all_steps = {
@@ -91,8 +94,8 @@ inline constexpr std::array all_steps = {
     step::HANDLE_REBASE_CONFLICT, step::HANDLE_APPROVAL_FAILED, step::HANDLE_MERGE_FAILED,
     step::HANDLE_MERGED,         step::HANDLE_ALREADY_MERGED,  step::HANDLE_MR_CLOSED,
     step::HANDLE_PIPELINE_FAILED, step::HANDLE_ERROR,          step::HANDLE_OVERLOADED,
-    step::CLOSE_SUCCEEDED,        step::FORCED_FAILED,
-    step::CALLED_BACK,           step::DEPLOY_TIMEOUT,         step::HANDLE_PIPELINE_PENDING,
+    step::CLOSE_SUCCEEDED,        step::FORCED_FAILED,         step::CANCELLED,
+    step::CALLED_BACK,           step::DEPLOY_TIMEOUT,         step::DEPLOY_FAILED,         step::HANDLE_PIPELINE_PENDING,
     step::CREATE_PIPELINE_PENDING, step::REBASE_PENDING,       step::BATCH_WAITING,
     step::BATCH_CLAIMED,         step::BATCH_FAILED,           step::BATCH_MERGED,
 };
@@ -105,12 +108,14 @@ std::optional<step> parse_step(std::string_view name);
 std::optional<step> step_from_code(int code);
 inline int code_of(step s) { return static_cast<int>(s); }
 
-/// Single source of truth for "may the user re-apply": both the data layer and the API use it.
-bool is_reappliable(phase p);  // {REJECTED, CLOSED}
+/// Single source of truth for "has the target's current change ended, so a new one may start":
+/// both the data layer (binding reset) and the API use it. A target is changed many times over its
+/// life, one change in flight at a time; failures that await an operator still block it.
+bool is_reappliable(phase p);  // {VALIDATED, REJECTED, CLOSED, CANCELLED}
 /// The callback guard's waiting set: the callback can arrive before SENT is written.
 bool is_awaiting_approval(phase p);  // {APPROVAL_SENDING, APPROVAL_SENT}
 /// No actor lives for an operation in a terminal phase (failures await an operator, not a timer).
-bool is_terminal(phase p);  // {VALIDATED, CREATE_FAILED, HANDLE_FAILED, REJECTED, CLOSED}
+bool is_terminal(phase p);  // {VALIDATED, CREATE_FAILED, HANDLE_FAILED, REJECTED, CLOSED, CANCELLED}
 /// Deterministic failures: retrying with the same MR fails again -> hint CONTACT_MAINTAINERS.
 /// Everything else that stopped is unknown/transient -> hint KEEP_WAITING.
 bool is_deterministic_failure(step s);

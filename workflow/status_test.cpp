@@ -30,7 +30,7 @@ TEST(Status, CodesSitInTheirRanges) {
       EXPECT_EQ(range, 101) << name;
     } else if (name.starts_with("CREATE_") || name.starts_with("APPROVAL_")) {
       EXPECT_EQ(range, 100) << name;
-    } else if (name.starts_with("CLOSE_") || name == "FORCED_FAILED") {
+    } else if (name.starts_with("CLOSE_") || name == "FORCED_FAILED" || name == "CANCELLED") {
       EXPECT_EQ(range, 102) << name;
     } else {
       EXPECT_EQ(range, 103) << name;
@@ -38,12 +38,18 @@ TEST(Status, CodesSitInTheirRanges) {
   }
 }
 
-TEST(Status, ReappliableIsExactlyRejectedAndClosed) {
+// A target is free for its next change exactly when its current change ended: done, rejected,
+// closed or cancelled. Failures awaiting an operator still hold it.
+TEST(Status, ReappliableIsExactlyTheEndedPhases) {
   std::set<phase> reappliable;
   for (auto p : all_phases) {
     if (is_reappliable(p)) reappliable.insert(p);
   }
-  EXPECT_EQ(reappliable, (std::set<phase>{phase::REJECTED, phase::CLOSED}));
+  EXPECT_EQ(reappliable, (std::set<phase>{phase::VALIDATED, phase::REJECTED, phase::CLOSED, phase::CANCELLED}));
+  EXPECT_EQ(phase_of(step::CANCELLED), phase::CANCELLED);
+  EXPECT_TRUE(is_terminal(phase::CANCELLED));
+  EXPECT_FALSE(is_reappliable(phase_of(step::FORCED_FAILED)));
+  EXPECT_FALSE(is_reappliable(phase_of(step::DEPLOY_FAILED)));
 }
 
 TEST(Status, AwaitingApprovalIncludesSending) {
@@ -60,6 +66,11 @@ TEST(Status, HintsTable) {
       {step::CALLED_BACK, hint::DONE},
       {step::APPROVAL_REJECTED, hint::REAPPLY_ALLOWED},
       {step::APPROVAL_TIMEOUT, hint::REAPPLY_ALLOWED},
+      {step::CANCELLED, hint::REAPPLY_ALLOWED},
+      {step::DEPLOY_FAILED, hint::CONTACT_MAINTAINERS},
+      {step::DEPLOY_TIMEOUT, hint::CONTACT_MAINTAINERS},
+      {step::FORCED_FAILED, hint::CONTACT_MAINTAINERS},
+      {step::HANDLE_MERGED, hint::KEEP_WAITING},
       {step::CREATE_PIPELINE_FAILED, hint::CONTACT_MAINTAINERS},
       {step::HANDLE_REBASE_CONFLICT, hint::CONTACT_MAINTAINERS},
       {step::HANDLE_APPROVAL_FAILED, hint::CONTACT_MAINTAINERS},

@@ -6,6 +6,7 @@ namespace changeflow::workflow {
 namespace {
 using S = step;
 constexpr auto OP = actor_kind::operator_only;
+constexpr auto RQ = actor_kind::requester;
 
 std::vector<transition_rule> build_table() {
   std::vector<transition_rule> t = {
@@ -128,16 +129,29 @@ std::vector<transition_rule> build_table() {
       {S::HANDLE_REBASE_CONFLICT, S::HANDLE_STARTED, OP},
       {S::BATCH_FAILED, S::BATCH_WAITING, OP},
   };
-  // Operators may force a terminal failure, or close, from any state that is not already final.
+  // Deploy confirmation failed or never came: an explicit failure the operators resolve by
+  // confirming (the change is in effect after all) or closing (it is not, and the target is free).
+  for (auto merged : {S::HANDLE_MERGED, S::HANDLE_ALREADY_MERGED, S::BATCH_MERGED, S::DEPLOY_TIMEOUT}) {
+    t.push_back({merged, S::DEPLOY_FAILED});
+  }
+  t.push_back({S::DEPLOY_FAILED, S::CALLED_BACK, OP});
+  t.push_back({S::DEPLOY_FAILED, S::CLOSE_SUCCEEDED, OP});
+  t.push_back({S::DEPLOY_TIMEOUT, S::CLOSE_SUCCEEDED, OP});
   for (auto s : all_steps) {
     auto p = phase_of(s);
-    if (p == phase::VALIDATED || is_reappliable(p) || s == step::FORCED_FAILED) continue;
-    t.push_back({s, S::FORCED_FAILED, OP});
-    // Closing reads the MR first: an MR found merged is recorded as merged instead (merged wins).
-    if (p != phase::MERGED) {
-      t.push_back({s, S::CLOSE_SUCCEEDED, OP});
-      if (s != S::HANDLE_ALREADY_MERGED) t.push_back({s, S::HANDLE_ALREADY_MERGED, OP});
-    }
+    if (is_reappliable(p)) continue;  // ended: nothing left to resolve
+    // Operators may force a failure from any state that has not ended (a forced failure is then
+    // closed like any other failure).
+    if (s != S::FORCED_FAILED && s != S::DEPLOY_FAILED) t.push_back({s, S::FORCED_FAILED, OP});
+    if (p == phase::MERGED || s == S::DEPLOY_FAILED) continue;  // merged: nothing left to withdraw
+    // Closing and cancelling withdraw what is open remotely, reading the MR first: an MR found
+    // merged is recorded as merged instead (merged wins), by whoever asked.
+    // A claimed member rides in the batch MR with others: closing that MR would withdraw them all.
+    // It leaves the batch when the batch settles (operators can settle it from the batch view).
+    if (s == S::BATCH_CLAIMED) continue;
+    t.push_back({s, S::CLOSE_SUCCEEDED, OP});
+    t.push_back({s, S::CANCELLED, RQ});
+    if (s != S::HANDLE_ALREADY_MERGED) t.push_back({s, S::HANDLE_ALREADY_MERGED, RQ});
   }
   return t;
 }
@@ -153,7 +167,7 @@ bool is_initial_step(step s) { return s == step::APPROVAL_SENDING || s == step::
 bool is_allowed(step from, step to, actor_kind by) {
   for (const auto& r : transition_table()) {
     if (r.from != from || r.to != to) continue;
-    if (r.by == actor_kind::workflow || by == actor_kind::operator_only) return true;
+    if (static_cast<int>(by) >= static_cast<int>(r.by)) return true;
   }
   return false;
 }
@@ -162,7 +176,7 @@ std::vector<step> allowed_targets(step from, actor_kind by) {
   std::vector<step> out;
   for (const auto& r : transition_table()) {
     if (r.from != from) continue;
-    if (r.by == actor_kind::operator_only && by == actor_kind::workflow) continue;
+    if (static_cast<int>(by) < static_cast<int>(r.by)) continue;
     if (std::find(out.begin(), out.end(), r.to) == out.end()) out.push_back(r.to);
   }
   return out;

@@ -13,6 +13,10 @@
 // -> ... -> APPROVAL_APPROVED -> HANDLE_STARTED.  Batch path: APPROVAL_APPROVED -> BATCH_WAITING
 // -> BATCH_CLAIMED -> BATCH_MERGED -> CALLED_BACK (a failed batch puts BATCH_CLAIMED back to
 // BATCH_WAITING, or to BATCH_FAILED once a member fails alone).
+//
+// Ways out: every step that has not ended (VALIDATED, REJECTED, CLOSED, CANCELLED) can reach one
+// that has, so no change can block its target for ever: the requester may cancel anything not yet
+// merged, and operators may close every failure (including a forced one and a failed deploy).
 
 #include "workflow/status.hpp"
 
@@ -22,8 +26,10 @@
 
 namespace changeflow::workflow {
 
-/// Who may take an edge: the workflow itself, or only an operator (re-trigger, force-fail, close).
-enum class actor_kind { workflow, operator_only };
+/// Who may take an edge, in increasing rank: the workflow itself; the change's requester (cancel, and
+/// recording "merged wins" when a cancel finds the MR merged); only an operator (re-trigger,
+/// force-fail, close, confirm). A higher rank may take every edge of a lower one.
+enum class actor_kind { workflow, requester, operator_only };
 
 struct transition_rule {
   step from;

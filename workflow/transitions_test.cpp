@@ -16,7 +16,9 @@ TEST(Transitions, NoWorkflowEdgeLeavesATerminalPhase) {
 
 TEST(Transitions, ValidatedIsFinalForEveryone) {
   for (auto s : all_steps) {
-    if (phase_of(s) == phase::VALIDATED) EXPECT_TRUE(allowed_targets(s, actor_kind::operator_only).empty());
+    if (phase_of(s) == phase::VALIDATED) {
+      EXPECT_TRUE(allowed_targets(s, actor_kind::operator_only).empty());
+    }
   }
 }
 
@@ -93,6 +95,65 @@ TEST(Transitions, EveryRuleRespectsPhaseRules) {
   // an operator, and no edge starts from VALIDATED.
   for (const auto& r : transition_table()) {
     EXPECT_NE(phase_of(r.from), phase::VALIDATED);
-    if (is_terminal(phase_of(r.from))) EXPECT_EQ(r.by, actor_kind::operator_only) << to_string(r.from);
+    if (is_terminal(phase_of(r.from))) {
+      EXPECT_NE(r.by, actor_kind::workflow) << to_string(r.from) << " -> " << to_string(r.to);
+    }
   }
+}
+
+// No dead ends: from every step whose change has not ended, some sequence of edges (anyone's) reaches
+// a step that frees the target. Breaking it (e.g. dropping the close edge of FORCED_FAILED) fails here.
+TEST(Transitions, EveryStepThatHasNotEndedCanFreeItsTarget) {
+  for (auto start : all_steps) {
+    if (is_reappliable(phase_of(start))) continue;
+    std::set<step> seen{start};
+    std::deque<step> queue{start};
+    bool frees = false;
+    while (!queue.empty() && !frees) {
+      auto s = queue.front();
+      queue.pop_front();
+      for (auto t : allowed_targets(s, actor_kind::operator_only)) {
+        if (is_reappliable(phase_of(t))) frees = true;
+        if (seen.insert(t).second) queue.push_back(t);
+      }
+    }
+    EXPECT_TRUE(frees) << to_string(start) << " can never free its target";
+  }
+}
+
+// Every failure awaiting an operator has a direct operator way out that ends it (close, or confirm
+// for a failed deploy) — not only a re-trigger that may fail again.
+TEST(Transitions, EveryFailureCanBeEndedByAnOperatorInOneStep) {
+  for (auto s : all_steps) {
+    auto p = phase_of(s);
+    if (p != phase::CREATE_FAILED && p != phase::HANDLE_FAILED) continue;
+    bool ends = false;
+    for (auto t : allowed_targets(s, actor_kind::operator_only)) ends = ends || is_reappliable(phase_of(t));
+    EXPECT_TRUE(ends) << to_string(s);
+  }
+}
+
+TEST(Transitions, RequesterMayCancelEverythingNotMergedExceptAClaimedBatchMember) {
+  for (auto s : all_steps) {
+    auto p = phase_of(s);
+    bool expected = !is_reappliable(p) && p != phase::MERGED && s != step::DEPLOY_FAILED && s != step::BATCH_CLAIMED;
+    EXPECT_EQ(is_allowed(s, step::CANCELLED, actor_kind::requester), expected) << to_string(s);
+    EXPECT_FALSE(is_allowed(s, step::CANCELLED, actor_kind::workflow)) << to_string(s);
+    // Nobody closes a claimed batch member (its MR is the shared batch MR); a requester takes no
+    // operator edge.
+    if (s == step::BATCH_CLAIMED) {
+      EXPECT_FALSE(is_allowed(s, step::CLOSE_SUCCEEDED, actor_kind::operator_only));
+    }
+    EXPECT_FALSE(is_allowed(s, step::CLOSE_SUCCEEDED, actor_kind::requester)) << to_string(s);
+  }
+}
+
+TEST(Transitions, FailedDeployIsAFailureOperatorsResolve) {
+  for (auto merged : {step::HANDLE_MERGED, step::HANDLE_ALREADY_MERGED, step::BATCH_MERGED, step::DEPLOY_TIMEOUT}) {
+    EXPECT_TRUE(is_allowed(merged, step::DEPLOY_FAILED, actor_kind::workflow)) << to_string(merged);
+  }
+  EXPECT_FALSE(is_allowed(step::DEPLOY_FAILED, step::CALLED_BACK, actor_kind::workflow));
+  EXPECT_TRUE(is_allowed(step::DEPLOY_FAILED, step::CALLED_BACK, actor_kind::operator_only));
+  EXPECT_TRUE(is_allowed(step::DEPLOY_FAILED, step::CLOSE_SUCCEEDED, actor_kind::operator_only));
+  EXPECT_TRUE(is_allowed(step::FORCED_FAILED, step::CLOSE_SUCCEEDED, actor_kind::operator_only));
 }

@@ -131,4 +131,18 @@ nlohmann::json to_json(const persistence::operation_event_row& e) {
           {"at", ms_to_iso(e.at_ms)}};
 }
 
+std::variant<cancel_request, parse_error> parse_cancel(const std::string& body) {
+  cancel_request r;
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) return r;
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return parse_error{"Request body must be empty or a JSON object"};
+  if (j.contains("reason") && !j["reason"].is_null()) {
+    if (!j["reason"].is_string() || !valid_text(j["reason"].get<std::string>(), 500)) {
+      return parse_error{"'reason' must be 1-500 characters without control characters"};
+    }
+    r.reason = j["reason"].get<std::string>();
+  }
+  return r;
+}
+
 }  // namespace changeflow::http::dto

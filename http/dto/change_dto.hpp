@@ -33,6 +33,12 @@ struct parse_error {
 };
 std::variant<submit_request, parse_error> parse_submit(const std::string& body);
 
+/// POST /api/v1/changes/{id}/cancel: an empty body, or {"reason": "..."} (at most 500 characters).
+struct cancel_request {
+  std::string reason;
+};
+std::variant<cancel_request, parse_error> parse_cancel(const std::string& body);
+
 /// The stored payload of an operation (what the MR will carry).
 std::string payload_json(const submit_request& r);
 

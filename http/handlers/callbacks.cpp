@@ -12,6 +12,10 @@
 #include "persistence/reconcile_repo.hpp"
 
 #include <caf/all.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <set>
 #include <cppconn/exception.h>
 
 namespace changeflow::http {
@@ -100,7 +104,33 @@ struct deploy_applied {
   persistence::deploy_outcome outcome = persistence::deploy_outcome::IGNORED_STALE;
   int matched = 0;
   int validated = 0;
+  int failed = 0;  // moved to DEPLOY_FAILED by this delivery
 };
+
+/// A failed deploy is a failure, not "keep waiting": every named operation still waiting for its
+/// confirmation moves to DEPLOY_FAILED (guarded by the version just read; a loser to a concurrent
+/// writer has moved on and is left alone). It never raises the reconciliation watermark (that one
+/// reads successes only).
+persistence::db_result<deploy_applied> fail_deploys(sql::Connection& conn, const persistence::deploy_callback_in& cb,
+                                                    const std::vector<std::string>& candidates, deploy_applied out) {
+  using R = persistence::db_result<deploy_applied>;
+  out.outcome = persistence::deploy_outcome::IGNORED_STALE;
+  auto rows = persistence::load_operations(conn, candidates);
+  if (!rows.ok()) return R::failure(rows.error);
+  for (const auto& row : rows.value) {
+    if (row.phase != workflow::phase::MERGED) {
+      if (!workflow::is_terminal(row.phase)) out.outcome = persistence::deploy_outcome::OUT_OF_ORDER;
+      continue;
+    }
+    auto moved = actors::mark_deploy_failed(conn, row, cb.mr_iid, cb.pipeline_id);
+    if (!moved.ok()) return R::failure(moved.error);
+    if (moved.value) {
+      out.outcome = persistence::deploy_outcome::DEPLOY_FAILED;
+      ++out.failed;
+    }
+  }
+  return R::success(out);
+}
 
 /// Runs on a db worker after the delivery was recorded. The candidates are the operations the
 /// pipeline named, or else the operations carrying this MR number in our project (the MR ->
@@ -111,10 +141,8 @@ persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const
   using R = persistence::db_result<deploy_applied>;
   using persistence::deploy_outcome;
   deploy_applied out;
-  if (cb.status != "success") {
-    // Not in effect: nothing to validate. A failed deploy is kept (and counted) for the operators;
-    // it never raises the reconciliation watermark (that one reads successes only).
-    out.outcome = cb.status == "failed" ? deploy_outcome::DEPLOY_FAILED : deploy_outcome::IGNORED_STALE;
+  if (cb.status != "success" && cb.status != "failed") {
+    out.outcome = deploy_outcome::IGNORED_STALE;  // running, canceled, ...: nothing settled yet
     return R::success(out);
   }
   std::vector<std::string> candidates = named_ids;
@@ -124,6 +152,7 @@ persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const
     for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
   }
   out.matched = static_cast<int>(candidates.size());
+  if (cb.status == "failed") return fail_deploys(conn, cb, candidates, out);
   std::vector<std::string> not_flipped;
   for (const auto& id : candidates) {
     auto r = actors::validate_and_count(conn, id, actors::validation_path::callback, metrics);
@@ -152,7 +181,28 @@ persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const
   return R::success(out);
 }
 
-void deploy_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
+/// Deliveries this process is applying right now. A copy that arrives meanwhile (senders do deliver
+/// twice, at once) is a plain DUPLICATE; a copy of a delivery recorded but left PENDING by a process
+/// that died is applied by the copy. Across instances both may apply: harmless (guarded writes,
+/// flip-once validation), only the ledger's label is then the first one's.
+class delivery_claims {
+ public:
+  bool claim(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    return ids_.insert(id).second;
+  }
+  void release(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    ids_.erase(id);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::string> ids_;
+};
+
+void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> claims, http_server::request& req,
+                     http_server::responder reply) {
   auto snap = ctx.config.current();
   auto secret = snap->get_string("callbacks.deploy_secret");
   auto token = req.header("x-gitlab-token");
@@ -169,10 +219,21 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
   auto* metrics = &ctx.metrics;
   std::string our_project = snap->string_or("gitlab.project", "");
   std::string payload = fields.payload;
+  auto hold_ms = snap->int_or("faults.hold_after_deploy_record_ms", 0);
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
     try {
+      // A copy of a delivery this process is applying right now: answered at once, nothing read.
+      if (!claims->claim(cb.delivery_id)) {
+        count_callback(*metrics, "deploy", "DUPLICATE");
+        return reply(outcome_response("DUPLICATE"));
+      }
+      struct release_claim {
+        delivery_claims& c;
+        std::string id;
+        ~release_claim() { c.release(id); }
+      } held{*claims, cb.delivery_id};
       auto& conn = db.get();
       // Durable before anything else: the MR number (watermark) and the ledger row commit together.
       auto recorded = persistence::record_deploy_delivery(conn, cb, payload);
@@ -185,11 +246,13 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
         count_callback(*metrics, "deploy", "DUPLICATE");
         return reply(outcome_response("DUPLICATE"));
       }
+      bool first_copy = recorded.value == persistence::record_outcome::inserted;
+      if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::int64_t>(hold_ms, 60000)));
+      if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
       auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
       if (!applied.ok()) {
         // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
-        // makes the sender retry; the retry is a DUPLICATE, and reconciliation (mr_iid <= the
-        // recorded watermark) converges the operations.
+        // makes the sender retry; the retry finds it PENDING and applies it.
         if (applied.outcome == db_outcome::retryable) db.reset();
         return reply(internal_error("database: " + applied.error.message, 503));
       }
@@ -199,8 +262,11 @@ void deploy_callback(service_context& ctx, http_server::request& req, http_serve
       count_callback(*metrics, "deploy", outcome);
       log::info("callback.deploy", {{"delivery_id", cb.delivery_id}, {"mr_iid", cb.mr_iid}, {"status", cb.status},
                                     {"matched", applied.value.matched}, {"validated", applied.value.validated},
+                                    {"failed", applied.value.failed},
                                     {"outcome", outcome}});
-      reply(outcome_response(outcome, {{"matched", applied.value.matched}, {"validated", applied.value.validated}}));
+      reply(outcome_response(outcome, {{"matched", applied.value.matched},
+                                       {"validated", applied.value.validated},
+                                       {"failed", applied.value.failed}}));
     } catch (const sql::SQLException& e) {
       db.reset();
       reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
@@ -238,8 +304,9 @@ void add_callback_routes(router& r, service_context& ctx) {
            approval_callback(ctx, req, std::move(reply));
          }});
   r.add({"POST", "/api/v1/callbacks/deploy",
-         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           deploy_callback(ctx, req, std::move(reply));
+         [&ctx, claims = std::make_shared<delivery_claims>()](http_server::request& req, const path_params&,
+                                                              http_server::responder reply) {
+           deploy_callback(ctx, claims, req, std::move(reply));
          }});
 }
 

@@ -7,7 +7,9 @@
 #include "http/envelope.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "http/middleware/idempotency.hpp"
+#include "persistence/binding_repo.hpp"
 #include "persistence/idempotency_repo.hpp"
+#include "service/end_change.hpp"
 
 #include <algorithm>
 
@@ -35,6 +37,42 @@ constexpr std::string_view submit_route = "/api/v1/changes";
 bool valid_idempotency_key(std::string_view k) {
   if (k.empty() || k.size() > max_idempotency_key_length) return false;
   return std::all_of(k.begin(), k.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+}
+
+/// What frees a target whose current change is at `s`, in words for the user.
+std::string what_unblocks(workflow::step s) {
+  auto p = workflow::phase_of(s);
+  if (p == workflow::phase::MERGED) return "it has merged; wait for its deploy confirmation";
+  if (p == workflow::phase::CREATE_FAILED || p == workflow::phase::HANDLE_FAILED) {
+    return "it failed and awaits an operator: an operator re-triggers or closes it, or its requester cancels it";
+  }
+  return "wait for it to finish, or cancel it";
+}
+
+/// 409 naming the change that holds the target (one extra read, on the refusal path only). The
+/// blocker may have ended between the refusal and this read: the client is then told to retry.
+http_server::response blocked_response(persistence::db_context& db, const persistence::new_operation& op) {
+  auto binding = persistence::find_binding(db.get(), op.subject_id, op.target_key);
+  if (!binding.ok()) {
+    if (binding.outcome == db_outcome::retryable) db.reset();
+    return outcome_response(api_outcome::in_progress,
+                            "Another change for this subject and target is in progress; retry shortly");
+  }
+  auto blocker = persistence::load_operation(db.get(), binding.value.operation_id);
+  if (!blocker.ok() || workflow::is_reappliable(blocker.value.phase)) {
+    return outcome_response(api_outcome::in_progress,
+                            "Another change for this subject and target just started or ended; retry shortly",
+                            {{"blockingOperationId", binding.value.operation_id}});
+  }
+  const auto& b = blocker.value;
+  return outcome_response(api_outcome::in_progress,
+                          "Change " + b.operation_id + " for this subject and target is at " +
+                              std::string(workflow::to_string(b.step)) + "; " + what_unblocks(b.step),
+                          {{"blockingOperationId", b.operation_id},
+                           {"blockingPhase", workflow::to_string(b.phase)},
+                           {"blockingStep", workflow::to_string(b.step)},
+                           {"statusUrl", "/api/v1/changes/" + b.operation_id},
+                           {"unblockedBy", what_unblocks(b.step)}});
 }
 
 /// Creates the operation and spawns its actor; the response the client gets (and, for 2xx, the one
@@ -72,9 +110,7 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
       return outcome_response(api_outcome::duplicate_submit, {}, data);
     case persistence::create_outcome::in_progress:
     case persistence::create_outcome::preempted:
-      return outcome_response(api_outcome::in_progress,
-                              "A change for this subject and target is still in progress; wait for it to finish "
-                              "or ask an operator to close it");
+      return blocked_response(db, op);
   }
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
 }
@@ -236,6 +272,42 @@ void list_by_subject(service_context& ctx, http_server::request& req, http_serve
   if (!queued) reply(overloaded());
 }
 
+/// POST /api/v1/changes/{id}/cancel: the requester withdraws a change that has not merged. The use
+/// case (service::end_change) withdraws the pending approval, closes the open MR — unless it merged,
+/// which wins — and writes CANCELLED; a repeat answers "already cancelled".
+void cancel(service_context& ctx, http_server::request& req, const std::string& id, http_server::responder reply) {
+  if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+  auto parsed = dto::parse_cancel(req.body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed)) return reply(outcome_response(api_outcome::bad_request, err->message));
+  service::end_request r;
+  r.kind = service::end_kind::cancel;
+  r.operation_id = id;
+  r.by = workflow::actor_kind::requester;
+  r.actor = "user:" + authenticated_operator(req).value_or("anonymous");
+  r.reason = std::get<dto::cancel_request>(parsed).reason;
+  service::end_change(*ctx.services, r, [reply, id](service::end_result e) {
+    nlohmann::json data = {{"operationId", id},
+                           {"phase", workflow::to_string(workflow::phase_of(e.to))},
+                           {"step", workflow::to_string(e.to)},
+                           {"version", e.version},
+                           {"withdrawn", e.withdrawn},
+                           {"statusUrl", "/api/v1/changes/" + id}};
+    switch (e.status) {
+      case service::end_status::ended: return reply(outcome_response(api_outcome::ok, e.message, data));
+      case service::end_status::already_ended:
+        data["alreadyCancelled"] = true;
+        return reply(outcome_response(api_outcome::ok, e.message, data));
+      case service::end_status::merged_wins: return reply(outcome_response(api_outcome::already_merged, e.message, data));
+      case service::end_status::not_allowed:
+      case service::end_status::stale: return reply(outcome_response(api_outcome::conflict, e.message, data));
+      case service::end_status::not_found: return reply(outcome_response(api_outcome::not_found, "No such operation"));
+      case service::end_status::overloaded: return reply(overloaded());
+      case service::end_status::unavailable: break;
+    }
+    reply(outcome_response(api_outcome::unavailable, e.message, nullptr, e.detail));
+  });
+}
+
 }  // namespace
 
 void add_change_routes(router& r, service_context& ctx) {
@@ -245,6 +317,10 @@ void add_change_routes(router& r, service_context& ctx) {
   r.add({"GET", "/api/v1/changes/{id}",
          [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
            get_one(ctx, p.at("id"), std::move(reply));
+         }});
+  r.add({"POST", "/api/v1/changes/{id}/cancel",
+         [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
+           cancel(ctx, req, p.at("id"), std::move(reply));
          }});
   r.add({"GET", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            list_by_subject(ctx, req, std::move(reply));

@@ -14,6 +14,8 @@
 #include "persistence/idempotency_repo.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/ops_repo.hpp"
+#include "service/end_change.hpp"
+#include "service/wake_actor.hpp"
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
 
@@ -149,22 +151,6 @@ void audit(persistence::db_context& db, const std::string& op, const std::string
   }
 }
 
-/// After an operator transition: nudge the local actor, or start one when the new step needs it and
-/// this instance owns the row. Returns what happened, for the answer.
-std::string wake_actor(persistence::db_context& db, actors::services* svc, const std::string& id, step to,
-                       const std::string& cause) {
-  if (auto a = svc->actors->find(id)) {
-    caf::anon_send(*a, messages::row_changed{cause});
-    return "nudged";
-  }
-  if (!workflow::needs_actor(to)) return "none_needed";
-  auto row = persistence::load_operation(db.get(), id);
-  if (!row.ok()) return "not_started";
-  auto owner = row.value.owner_instance.value_or("");
-  if (!owner.empty() && owner != svc->instance_id) return "owner:" + owner;
-  return actors::spawn_request_actor(*svc, actors::seed_from_row(row.value, svc->now_ms())) ? "spawned" : "not_started";
-}
-
 struct applied {
   http_server::response res;
   std::string audit_outcome;
@@ -207,7 +193,7 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
     if (r.outcome == db_outcome::retryable) db.reset();
     return {db_failure(r.error), "ERROR"};
   }
-  auto woke = wake_actor(db, svc, row.operation_id, to, cause);
+  auto woke = service::wake_actor(db, *svc, row.operation_id, to, cause);
   json data = {{"operationId", row.operation_id},
                {"action", to_string(a.action)},
                {"from", workflow::to_string(row.step)},
@@ -265,6 +251,33 @@ std::optional<http_server::response> idem_gate(persistence::db_context& db, cons
   return replay;
 }
 
+/// The answer to an operator close, from the use case's result.
+http_server::response closing_response(const action_request& a, const service::end_result& r) {
+  switch (r.status) {
+    case service::end_status::ended:
+    case service::end_status::merged_wins:
+      if (!r.written) return outcome_response(api_outcome::already_merged, r.message);
+      return outcome_response(api_outcome::ok,
+                              "Done: " + std::string(workflow::to_string(r.from)) + " -> " +
+                                  std::string(workflow::to_string(r.to)),
+                              json{{"operationId", a.operation_id},
+                                   {"action", to_string(a.action)},
+                                   {"from", workflow::to_string(r.from)},
+                                   {"to", workflow::to_string(r.to)},
+                                   {"phase", workflow::to_string(workflow::phase_of(r.to))},
+                                   {"version", r.version},
+                                   {"withdrawn", r.withdrawn},
+                                   {"mergedWins", r.status == service::end_status::merged_wins}});
+    case service::end_status::already_ended:
+    case service::end_status::not_allowed:
+    case service::end_status::stale: return outcome_response(api_outcome::conflict, r.message);
+    case service::end_status::not_found: return outcome_response(api_outcome::not_found, "No such operation");
+    case service::end_status::overloaded: return outcome_response(api_outcome::overloaded);
+    case service::end_status::unavailable: break;
+  }
+  return outcome_response(api_outcome::unavailable, r.message, nullptr, r.detail);
+}
+
 void run_close(persistence::db_context& db, actors::services* svc, persistence::operation_row row, action_request a,
                http_server::responder reply, persistence::db_pool* pool);
 
@@ -295,59 +308,30 @@ void run_action(persistence::db_context& db, actors::services* svc, persistence:
   }
   auto plan = plan_action(a.action, row.value.step);
   if (!plan.target) return refuse(api_outcome::conflict, plan.refusal, "REFUSED");
-  if (a.action == ops_action::close && row.value.mr_iid) return run_close(db, svc, row.value, a, reply, pool);
+  if (a.action == ops_action::close) return run_close(db, svc, row.value, a, reply, pool);
   std::string cause = "operator " + std::string(to_string(a.action));
   if (!a.reason.empty()) cause += ": " + a.reason;
   finish(db, a, apply_transition(db, svc, row.value, *plan.target, a, cause), reply);
 }
 
-/// Close with an MR: read it first (seeds 3.4) on the external pool; merged -> record
-/// HANDLE_ALREADY_MERGED, opened -> close it, closed -> nothing to close; then the guarded write back
-/// on the database pool.
+/// Close: the same use case as a requester's cancel (service::end_change): withdraw the pending
+/// approval, close the MR unless it merged (merged wins), then the guarded write. The answer is
+/// stored and audited on a database worker like every other action.
 void run_close(persistence::db_context&, actors::services* svc, persistence::operation_row row, action_request a,
                http_server::responder reply, persistence::db_pool* pool) {
-  auto snap = svc->config->current();
-  auto back_to_db = [svc, pool, row, a, reply](std::optional<step> target, std::string cause, std::string failure) {
-    bool queued = pool->try_submit([svc, row, a, reply, target, cause, failure](persistence::db_context& db) {
-      try {
-        if (!target) {
-          return finish(db, a, {outcome_response(api_outcome::unavailable, {}, nullptr, failure), "ERROR"}, reply);
-        }
-        if (!workflow::is_allowed(row.step, *target, workflow::actor_kind::operator_only)) {
-          return finish(db, a,
-                        {outcome_response(api_outcome::conflict, "The MR is merged but the transition table does not "
-                                                                 "allow recording that from " +
-                                                                     std::string(workflow::to_string(row.step))),
-                         "REFUSED"},
-                        reply);
-        }
-        finish(db, a, apply_transition(db, svc, row, *target, a, cause), reply);
-      } catch (const sql::SQLException& e) {
-        db.reset();
-        reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database: ") + e.what()));
-      }
-    });
+  service::end_request req;
+  req.kind = service::end_kind::close;
+  req.operation_id = row.operation_id;
+  req.by = workflow::actor_kind::operator_only;
+  req.actor = actor_label(a.operator_name);
+  req.reason = a.reason;
+  req.expected_version = a.expected_version;
+  service::end_change(*svc, req, [a, reply, pool](service::end_result r) {
+    applied result{closing_response(a, r), "OK"};
+    if (!r.written) result.audit_outcome = r.status == service::end_status::stale ? "PREEMPTED" : "REFUSED";
+    bool queued = pool->try_submit([a, reply, result](persistence::db_context& db) { finish(db, a, result, reply); });
     if (!queued) reply(outcome_response(api_outcome::overloaded));
-  };
-  std::int64_t iid = *row.mr_iid;
-  bool queued = svc->external->try_submit([snap, iid, back_to_db, reason = a.reason](clients::external_context& ec) {
-    try {
-      ec.refresh(*snap);
-      auto mr = ec.gitlab.get_mr(ec.endpoints.author_token, iid, false);
-      if (!mr) return back_to_db(std::nullopt, {}, "reading the MR failed: " + clients::describe(mr.error()));
-      std::string suffix = reason.empty() ? "" : ": " + reason;
-      if (mr->state == "merged") return back_to_db(step::HANDLE_ALREADY_MERGED, "operator close found the MR merged", {});
-      if (mr->state == "opened" || mr->state == "locked") {
-        auto closed = ec.gitlab.close_mr(ec.endpoints.author_token, iid);
-        if (!closed) return back_to_db(std::nullopt, {}, "closing the MR failed: " + clients::describe(closed.error()));
-        return back_to_db(step::CLOSE_SUCCEEDED, "operator closed the MR" + suffix, {});
-      }
-      back_to_db(step::CLOSE_SUCCEEDED, "operator close (MR already " + mr->state + ")" + suffix, {});
-    } catch (const std::exception& e) {
-      back_to_db(std::nullopt, {}, std::string("close threw: ") + e.what());
-    }
   });
-  if (!queued) reply(outcome_response(api_outcome::overloaded));
 }
 
 // -- request parsing shared by the action routes ------------------------------------------------
@@ -700,12 +684,13 @@ std::string_view to_string(ops_action a) {
     case ops_action::fail: return "fail";
     case ops_action::close: return "close";
     case ops_action::resend_approval: return "resend-approval";
+    case ops_action::confirm: return "confirm";
   }
   return "?";
 }
 
 std::optional<ops_action> parse_ops_action(std::string_view name) {
-  for (auto a : {ops_action::retrigger, ops_action::fail, ops_action::close, ops_action::resend_approval}) {
+  for (auto a : all_ops_actions) {
     if (to_string(a) == name) return a;
   }
   return std::nullopt;
@@ -715,7 +700,9 @@ std::optional<step> retrigger_target(step current) {
   for (const auto& r : workflow::transition_table()) {
     if (r.from != current || r.by != workflow::actor_kind::operator_only) continue;
     // The operator's closing edges are separate actions, not a re-run of the step.
-    if (r.to == step::FORCED_FAILED || r.to == step::CLOSE_SUCCEEDED || r.to == step::HANDLE_ALREADY_MERGED) continue;
+    if (r.to == step::FORCED_FAILED || r.to == step::CLOSE_SUCCEEDED || r.to == step::HANDLE_ALREADY_MERGED ||
+        r.to == step::CALLED_BACK || r.to == step::CANCELLED)
+      continue;
     return r.to;
   }
   return std::nullopt;
@@ -735,6 +722,9 @@ action_plan plan_action(ops_action a, step current) {
     case ops_action::close:
       if (allows(step::CLOSE_SUCCEEDED)) return {step::CLOSE_SUCCEEDED, {}};
       return {std::nullopt, "Step " + name + " cannot be closed (final, or already merged)"};
+    case ops_action::confirm:
+      if (allows(step::CALLED_BACK)) return {step::CALLED_BACK, {}};
+      return {std::nullopt, "Only a merged change whose deploy is unconfirmed can be confirmed (now at " + name + ")"};
     case ops_action::resend_approval:
       if (allows(step::APPROVAL_SENDING)) return {step::APPROVAL_SENDING, {}};
       return {std::nullopt, "The approval can only be resent after a failed submission (now at " + name + ")"};
@@ -744,7 +734,7 @@ action_plan plan_action(ops_action a, step current) {
 
 json allowed_actions_json(step current) {
   json out = json::array();
-  for (auto a : {ops_action::retrigger, ops_action::resend_approval, ops_action::fail, ops_action::close}) {
+  for (auto a : all_ops_actions) {
     auto p = plan_action(a, current);
     if (p.target) out.push_back({{"action", to_string(a)}, {"target", workflow::to_string(*p.target)}});
   }
@@ -780,7 +770,7 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
   add("GET", "/api/v1/ops/operations/{id}", [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
     get_operation(ctx, p.at("id"), std::move(reply));
   });
-  for (auto a : {ops_action::retrigger, ops_action::fail, ops_action::close, ops_action::resend_approval}) {
+  for (auto a : all_ops_actions) {
     std::string pattern = "/api/v1/ops/operations/{id}/" + std::string(to_string(a));
     add("POST", pattern, [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
       const auto& id = p.at("id");

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -44,7 +45,11 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who = nullp
 
 // -- pure core, exposed for tests ---------------------------------------------------------------
 
-enum class ops_action { retrigger, fail, close, resend_approval };
+/// confirm: the deploy is in effect although its confirmation failed or never came (-> CALLED_BACK).
+enum class ops_action { retrigger, fail, close, resend_approval, confirm };
+/// Every action, in the order the console offers them.
+inline constexpr std::array all_ops_actions = {ops_action::retrigger, ops_action::resend_approval, ops_action::confirm,
+                                               ops_action::fail, ops_action::close};
 std::string_view to_string(ops_action a);
 std::optional<ops_action> parse_ops_action(std::string_view name);
 

@@ -35,6 +35,8 @@ status_mapping map_outcome(api_outcome o) {
       return {429, "RATE_LIMITED", "Too many requests, please try again later"};
     case api_outcome::conflict:
       return {409, "CONFLICT", "The resource changed meanwhile; reload and retry"};
+    case api_outcome::already_merged:
+      return {409, "ALREADY_MERGED", "The change has already merged: merged wins"};
     case api_outcome::idempotency_mismatch:
       return {422, "IDEMPOTENCY_KEY_REUSED",
               "This operation id was already used for a different request"};
@@ -86,6 +88,7 @@ http_server::response outcome_response(api_outcome o, std::string_view message,
     case api_outcome::bad_request:
     case api_outcome::rate_limited:
     case api_outcome::conflict:
+    case api_outcome::already_merged:
     case api_outcome::idempotency_mismatch: {
       if (!log_detail.empty()) {
         log::warn("http.rejected",

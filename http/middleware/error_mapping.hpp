@@ -24,6 +24,7 @@ enum class api_outcome {
   access_closed,         // 403 ACCESS_CLOSED: user writes are switched off (access.mode/window)
   rate_limited,          // 429 RATE_LIMITED
   conflict,              // 409 CONFLICT: state changed underneath (stale write)
+  already_merged,        // 409 ALREADY_MERGED: the change merged, so it cannot be cancelled or closed
   idempotency_mismatch,  // 422 IDEMPOTENCY_KEY_REUSED: same key, different body
   unavailable,           // 503 UNAVAILABLE: a dependency is down, retry later
   overloaded,            // 503 OVERLOADED: our worker pool is full, retry later

@@ -23,6 +23,7 @@ TEST(ErrorMapping, EveryOutcomeTableDriven) {
       {api_outcome::forbidden, 403, "FORBIDDEN"},
       {api_outcome::rate_limited, 429, "RATE_LIMITED"},
       {api_outcome::conflict, 409, "CONFLICT"},
+      {api_outcome::already_merged, 409, "ALREADY_MERGED"},
       {api_outcome::idempotency_mismatch, 422, "IDEMPOTENCY_KEY_REUSED"},
       {api_outcome::unavailable, 503, "UNAVAILABLE"},
       {api_outcome::overloaded, 503, "OVERLOADED"},

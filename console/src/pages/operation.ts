@@ -5,8 +5,9 @@ import type { PageContext } from '../main';
 const LABELS: Record<string, string> = {
   retrigger: 'Re-trigger step',
   'resend-approval': 'Resend approval',
+  confirm: 'Confirm deploy (in effect)',
   fail: 'Force failure',
-  close: 'Close',
+  close: 'Close (withdraws approval, closes MR)',
 };
 
 let lastOutcome: HTMLElement | null = null;
@@ -85,7 +86,9 @@ function confirmAction(ctx: PageContext, o: any, action: string, target: string)
     dlg.remove();
     lastOutcomeFor = o.operationId;
     lastOutcome = h('div', { id: 'action-outcome', class: res.status < 300 ? 'ok' : 'error', role: 'status' },
-      `${action}: ${res.status} ${res.body.code} — ${res.body.message}`);
+      `${action}: ${res.status} ${res.body.code} — ${res.body.message}` +
+        (res.body.data?.withdrawn?.length ? ` (${res.body.data.withdrawn.join(', ')})` : '') +
+        (res.body.data?.mergedWins ? ' — the MR had merged: merged wins' : ''));
     await renderOperation(ctx);
   }
   document.body.appendChild(dlg);

@@ -1,0 +1,19 @@
+#pragma once
+// "Write the row, then tell the actor": after a transition written outside the operation's actor
+// (an operator action, a cancel), the live actor reloads its row; when none lives here and the new
+// step needs one, and this instance owns the row, one is started from the row.
+
+#include "actors/services.hpp"
+#include "persistence/db_pool.hpp"
+#include "workflow/status.hpp"
+
+#include <string>
+
+namespace changeflow::service {
+
+/// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
+/// owner:<instance>.
+std::string wake_actor(persistence::db_context& db, actors::services& svc, const std::string& operation_id,
+                       workflow::step to, const std::string& cause);
+
+}  // namespace changeflow::service
