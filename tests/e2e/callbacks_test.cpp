@@ -250,13 +250,14 @@ TEST(Callbacks, LostDeployCallbackConvergesOnlyPastTheWatermarkAndOutsideMinAge)
   EXPECT_EQ(metric(env, "changeflow_validated_total", "via=\"callback\""), 1);
   EXPECT_EQ(env.db().scalar("SELECT outcome FROM callback_ledger WHERE kind = 'deploy'"), "APPLIED");
 
-  // A failed deploy is recorded and counted, validates nothing and does not raise the watermark.
+  // A failed deploy is recorded and counted, validates nothing and does not raise the watermark; the
+  // change is an explicit failure (DEPLOY_FAILED), no longer waiting for a confirmation.
   auto failed = submit_ok(env, "failed-1", "lo", "svc-failed");
   ASSERT_EQ(env.wait_for_phase(failed, "MERGED")["phase"], "MERGED");
   ASSERT_TRUE(wait_until([&] {
     return env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy' AND outcome = 'DEPLOY_FAILED'") == "1";
   }, std::chrono::seconds(30)));
-  EXPECT_EQ(env.get_change(failed)["phase"], "MERGED");
+  EXPECT_EQ(env.get_change(failed)["step"]["name"], "DEPLOY_FAILED");
 
   // Redelivery of a deploy callback is a DUPLICATE.
   json replay = {{"deliveryId", "manual-d-1"}, {"project", "config/changes"}, {"mrIid", later_mr}, {"status", "success"}};
@@ -274,12 +275,12 @@ TEST(Callbacks, LostDeployCallbackConvergesOnlyPastTheWatermarkAndOutsideMinAge)
   auto r3 = reconcile_now(env);
   EXPECT_EQ(r3["watermark"], later_mr) << r3.dump();
   EXPECT_EQ(r3["validated"], 1) << r3.dump();
-  EXPECT_EQ(r3["waiting"], 1) << r3.dump();  // failed-1: above the watermark
+  EXPECT_EQ(r3["waiting"], 0) << r3.dump();  // failed-1 is DEPLOY_FAILED: nothing to reconcile
   auto converged = env.get_change(lost);
   EXPECT_EQ(converged["phase"], "VALIDATED") << converged.dump(2);
   EXPECT_EQ(converged["timeline"].back()["actor"], "reconciler");
   EXPECT_EQ(converged["timeline"].back()["cause"], "validated via reconciliation");
-  EXPECT_EQ(env.get_change(failed)["phase"], "MERGED");
+  EXPECT_EQ(env.get_change(failed)["step"]["name"], "DEPLOY_FAILED");
   EXPECT_EQ(metric(env, "changeflow_validated_total", "via=\"reconciliation\""), 1);
   // Running it again changes and counts nothing.
   EXPECT_EQ(reconcile_now(env)["validated"], 0);

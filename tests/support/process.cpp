@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,16 +25,21 @@ namespace changeflow::testing {
 child_process::child_process(std::vector<std::string> argv, std::string log_path,
                              std::vector<std::pair<std::string, std::string>> extra_env)
     : log_path_(std::move(log_path)) {
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // Die with the test process so nothing outlives a crashed or timed-out test: the kernel sends
+    // SIGKILL when the forking thread ends (children are started from the test's main thread). The
+    // parent may have died between fork and prctl: then exit now.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       ::close(fd);
     }
-    // Die with the test process so nothing outlives a crashed test.
     for (auto& [k, v] : extra_env) ::setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
