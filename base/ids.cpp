@@ -40,6 +40,14 @@ std::string new_uuid() {
          hex.substr(16, 4) + "-" + hex.substr(20, 12);
 }
 
+std::string uuid_from_name(std::string_view name) {
+  auto h = sha256_hex(name).substr(0, 32);
+  h[12] = '5';
+  static constexpr char variant[] = "89ab";
+  h[16] = variant[std::stoi(std::string(1, h[16]), nullptr, 16) & 3];
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20, 12);
+}
+
 bool is_uuid(std::string_view s) {
   if (s.size() != 36) return false;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -6,6 +6,8 @@ namespace changeflow::ids {
 
 /// Random RFC 4122 version-4 UUID, lower case.
 std::string new_uuid();
+/// A UUID (version-5 layout) derived from `name` by SHA-256: the same name always gives the same id.
+std::string uuid_from_name(std::string_view name);
 /// True for a canonical 36-character UUID (any version, either case).
 bool is_uuid(std::string_view s);
 /// Short random id for error references in logs and responses.

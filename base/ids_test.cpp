@@ -17,6 +17,15 @@ TEST(Ids, UuidsAreWellFormedAndDistinct) {
   EXPECT_EQ(seen.size(), 1000u);
 }
 
+TEST(Ids, UuidFromNameIsStableAndWellFormed) {
+  auto a = ids::uuid_from_name("submit:key-1");
+  EXPECT_TRUE(ids::is_uuid(a)) << a;
+  EXPECT_EQ(a[14], '5');
+  EXPECT_NE(std::string("89ab").find(a[19]), std::string::npos) << a;
+  EXPECT_EQ(a, ids::uuid_from_name("submit:key-1"));
+  EXPECT_NE(a, ids::uuid_from_name("submit:key-2"));
+}
+
 TEST(Ids, IsUuidRejectsMalformed) {
   for (const char* s : {"", "not-a-uuid", "123e4567-e89b-12d3-a456-42661417400", "123e4567-e89b-12d3-a456-4266141740000",
                         "123e4567xe89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400g"}) {

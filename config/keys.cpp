@@ -143,6 +143,14 @@ std::vector<key_spec> make_keys() {
       {"idempotency.cleanup_interval_ms", I, 60000, H,
        "Interval of the expired idempotency record cleanup; <=0 -> paused (records still expire)."},
       {"idempotency.cleanup_batch", I, 500, H, "Rows deleted per cleanup statement; <=0 -> 500."},
+      {"idempotency.in_flight_timeout_ms", I, 30000, H,
+       "Longest a request may hold its idempotency key IN_FLIGHT; after it (or at once when the "
+       "owning instance is dead) a retry with the same body takes the key over and runs again. "
+       "<=0 -> 30000."},
+      {"faults.hold_after_idempotency_begin_ms", I, 0, H,
+       "TEST HOOK: a submit waits this long (capped at 60000) between taking its idempotency key and "
+       "creating the operation, so a test can kill the process there. <=0 -> off. Never enable in "
+       "production."},
       {"auth.permission_timeout_ms", I, 2000, H,
        "Longest wait for the permission service per request; then 403 (deny). <=0 -> 2000."},
       {"faults.hold_after_deploy_record_ms", I, 0, H,

@@ -2,11 +2,16 @@
 // Request idempotency (API seeds 3.6, database seeds 3.4): look up, insert IN_FLIGHT, and on a
 // duplicate-key conflict re-read the winner. No explicit lock: the PRIMARY KEY decides the winner.
 // Expired records count as absent and are cleaned up through the expires_at index (DB clock).
+// An IN_FLIGHT record whose request died (its instance's lease ran out, it stopped or restarted, or
+// the record's in-flight deadline passed) is taken over by the next request with the same key and
+// fingerprint, so a crash between begin and complete does not block the key until it expires.
 
 #include "persistence/result.hpp"
 
 #include <cppconn/connection.h>
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -23,16 +28,34 @@ struct idem_record {
   std::optional<std::string> response_body;
   std::int64_t created_at_ms = 0;
   std::int64_t expires_at_ms = 0;
+  std::optional<std::string> owner_instance;  // NULL on records older than migration 4
+  int takeovers = 0;  // fencing counter: the takeover UPDATE is pinned to the value read
+  // IN_FLIGHT and, judged with the DB clock, its request is dead: the owner's lease ran out, it
+  // stopped or restarted (other epoch), or the in-flight deadline passed.
+  bool reclaimable = false;
+};
+
+/// Who begins a request: recorded on the IN_FLIGHT record so a later request can tell whether it
+/// still runs.
+struct idem_owner {
+  std::string instance_id;  // "" = unknown owner: only the in-flight deadline frees the record
+  std::chrono::milliseconds in_flight_timeout{30000};
 };
 
 struct idem_begin_result {
-  bool fresh = false;  // this call inserted the IN_FLIGHT record and owns the request
+  bool fresh =
+      false;  // this call inserted (or took over) the IN_FLIGHT record and owns the request
+  bool taken_over = false;              // fresh by taking over the record of a request that died
   std::optional<idem_record> existing;  // the winner's record when !fresh
 };
 
-/// retryable when the winner vanished between conflict and re-read (deleted as expired, abandoned).
+/// A reclaimable record with the same fingerprint is taken over (fresh); with another fingerprint
+/// it is reported as it is, so the caller still answers "key reused".
+/// retryable when the winner vanished between conflict and re-read (deleted as expired, abandoned),
+/// or a racing takeover won and then vanished.
 db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key,
-                                        const std::string& fingerprint, int ttl_seconds);
+                                        const std::string& fingerprint, int ttl_seconds,
+                                        const idem_owner& owner);
 /// IN_FLIGHT -> COMPLETED with the stored response; preempted when not IN_FLIGHT (or gone).
 db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code,
                               const std::string& body);

@@ -17,6 +17,8 @@ namespace changeflow::persistence {
 std::vector<std::string> schema_v2();
 // Migration 3: transitions in one statement (staging columns + BEFORE UPDATE trigger).
 std::vector<std::string> schema_v3();
+// Migration 4: owner and in-flight deadline of idempotency records, so dead requests' keys recover.
+std::vector<std::string> schema_v4();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -36,6 +38,7 @@ CREATE TABLE IF NOT EXISTS instance (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql"}},
       {2, "workflow, batch, callback, idempotency and audit tables", schema_v2()},
       {3, "transition event trigger", schema_v3()},
+      {4, "idempotency record owner and in-flight deadline", schema_v4()},
   };
   return migrations;
 }

@@ -14,6 +14,12 @@
 using namespace changeflow::persistence;
 using changeflow::testing::test_database;
 
+namespace {
+// No owner recorded: only the in-flight deadline could free a record, and these tests never reach
+// it (takeovers: idempotency_repo_test.cpp).
+const idem_owner owner{"", std::chrono::hours(1)};
+}  // namespace
+
 TEST(Idempotency, ConcurrentBeginHasOneFreshWinnerOthersSeeIt) {
   test_database db;
   constexpr int racers = 8;
@@ -27,7 +33,7 @@ TEST(Idempotency, ConcurrentBeginHasOneFreshWinnerOthersSeeIt) {
         auto c = db.connect();
         const std::string fp(64, static_cast<char>('a' + i));
         sync.arrive_and_wait();
-        auto r = idem_begin(*c, key, fp, 3600);
+        auto r = idem_begin(*c, key, fp, 3600, owner);
         ASSERT_TRUE(r.ok()) << r.error.message;
         if (r.value.fresh) {
           ++fresh;
@@ -52,25 +58,25 @@ TEST(Idempotency, CompleteStoresTheResponseForReplays) {
   test_database db;
   auto c = db.connect();
   const std::string fp(64, 'f');
-  ASSERT_TRUE(idem_begin(*c, "k", fp, 60).value.fresh);
+  ASSERT_TRUE(idem_begin(*c, "k", fp, 60, owner).value.fresh);
   ASSERT_TRUE(idem_complete(*c, "k", 202, R"({"code":"ACCEPTED"})").ok());
   EXPECT_EQ(idem_complete(*c, "k", 500, "").outcome, db_outcome::preempted);
-  auto replay = idem_begin(*c, "k", fp, 60);
+  auto replay = idem_begin(*c, "k", fp, 60, owner);
   ASSERT_FALSE(replay.value.fresh);
   EXPECT_EQ(replay.value.existing->state, idem_state::COMPLETED);
   EXPECT_EQ(replay.value.existing->status_code, 202);
   EXPECT_EQ(replay.value.existing->response_body, R"({"code":"ACCEPTED"})");
 
-  ASSERT_TRUE(idem_begin(*c, "k2", fp, 60).value.fresh);
+  ASSERT_TRUE(idem_begin(*c, "k2", fp, 60, owner).value.fresh);
   ASSERT_TRUE(idem_abandon(*c, "k2").ok());
-  EXPECT_TRUE(idem_begin(*c, "k2", fp, 60).value.fresh);
+  EXPECT_TRUE(idem_begin(*c, "k2", fp, 60, owner).value.fresh);
 }
 
 TEST(Idempotency, ExpiryCleanupDeletesOnlyExpiredRows) {
   test_database db;
   auto c = db.connect();
   const std::string fp(64, 'f');
-  for (auto key : {"old1", "old2", "live"}) ASSERT_TRUE(idem_begin(*c, key, fp, 3600).value.fresh);
+  for (auto key : {"old1", "old2", "live"}) ASSERT_TRUE(idem_begin(*c, key, fp, 3600, owner).value.fresh);
   db.exec(
       "UPDATE idempotency_record SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE idem_key LIKE "
       "'old%'");
@@ -82,12 +88,12 @@ TEST(Idempotency, ExpiryCleanupDeletesOnlyExpiredRows) {
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(idem_key) FROM idempotency_record"), "live");
   EXPECT_EQ(idem_delete_expired(*c, 100).value, 0);
 
-  ASSERT_TRUE(idem_begin(*c, "again", fp, 3600).value.fresh);
+  ASSERT_TRUE(idem_begin(*c, "again", fp, 3600, owner).value.fresh);
   db.exec(
       "UPDATE idempotency_record SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE idem_key = "
       "'again'");
   EXPECT_TRUE(
-      idem_begin(*c, "again", fp, 3600).value.fresh);  // expired row replaced, not a conflict
+      idem_begin(*c, "again", fp, 3600, owner).value.fresh);  // expired row replaced, not a conflict
 }
 
 TEST(Audit, DuplicateDedupKeyIsAlreadyRecorded) {

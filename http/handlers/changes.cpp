@@ -12,6 +12,8 @@
 #include "service/end_change.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include <cppconn/exception.h>
 
@@ -115,13 +117,27 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
 }
 
+/// Test hook (faults.hold_after_idempotency_begin_ms, hot, 0 = off): holds a submit between taking
+/// its idempotency key and creating the operation, so a test can kill the process exactly there.
+/// Capped, so a forgotten hook slows a database worker down but never keeps it.
+void hold_after_idempotency_begin(const config::snapshot& snap) {
+  auto hold = std::clamp<std::int64_t>(snap.int_or("faults.hold_after_idempotency_begin_ms", 0), 0, 60000);
+  if (hold > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+}
+
 /// Idempotent submit: begin (insert IN_FLIGHT or read the winner) -> run -> complete with the
 /// ORIGINAL response so a retry replays it byte for byte. Only 2xx responses are stored: an error
 /// drops the record, so the retry runs afresh instead of replaying a transient failure forever.
+/// A record left IN_FLIGHT by a request that died is taken over by idem_begin and run again. That
+/// is safe because the operation id is the same on the re-run (the client's, or one derived from the
+/// key): create_operation answers duplicate_operation when the dead request got as far as creating
+/// it, and simply creates it when not.
 http_server::response submit_once(persistence::db_context& db, actors::services* svc,
                                   const persistence::new_operation& op, const std::string& key,
                                   const std::string& fingerprint, int ttl_seconds) {
-  auto begun = persistence::idem_begin(db.get(), key, fingerprint, ttl_seconds);
+  auto snap = svc->config->current();
+  auto begun = persistence::idem_begin(db.get(), key, fingerprint, ttl_seconds,
+                                       {svc->instance_id, middleware::idempotency_in_flight_timeout(*snap)});
   if (!begun.ok()) {
     if (begun.outcome == db_outcome::retryable) db.reset();
     return db_failure(begun.error);
@@ -155,6 +171,7 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
     }
     return outcome_response(api_outcome::unavailable, {}, nullptr, "idempotency record vanished: " + key);
   }
+  hold_after_idempotency_begin(*snap);
   http_server::response res;
   try {
     res = create_and_start(db, svc, op);
@@ -193,7 +210,9 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   auto order = workflow::parse_flow(snap->string_or("flow.default", "approve_then_create"))
                    .value_or(workflow::flow::approve_then_create);
   persistence::new_operation op;
-  op.operation_id = request.operation_id.value_or(ids::new_uuid());
+  // Without a client id, the id is derived from the key: a retry (or the re-run of a request that
+  // died mid-way) names the same operation, so it can never create a second change.
+  op.operation_id = request.operation_id.value_or(key ? ids::uuid_from_name("submit:" + *key) : ids::new_uuid());
   op.subject_id = request.subject;
   op.target_key = request.target;
   op.flow = order;

@@ -129,6 +129,7 @@ struct action_request {
   std::string idem_key;    // scoped; "" = none
   std::string fingerprint;
   int idem_ttl_s = 86400;
+  persistence::idem_owner idem_owner;  // this instance and the in-flight deadline
 };
 
 std::string actor_label(const std::string& op) { return "operator:" + op; }
@@ -233,7 +234,11 @@ void finish(persistence::db_context& db, const action_request& a, const applied&
 /// answer to send (replay, 409 in flight, 422 key reused).
 std::optional<http_server::response> idem_gate(persistence::db_context& db, const action_request& a) {
   if (a.idem_key.empty()) return std::nullopt;
-  auto begun = persistence::idem_begin(db.get(), a.idem_key, a.fingerprint, a.idem_ttl_s);
+  // A record whose request died is taken over and the action runs again. It re-plans from the row
+  // as it is now, through a version-guarded transition: when the dead request's transition committed,
+  // fail and close find a step they cannot leave and are refused; retrigger and resend_approval run
+  // the step once more, which is what they ask for; an expectedVersion turns any re-run into STALE.
+  auto begun = persistence::idem_begin(db.get(), a.idem_key, a.fingerprint, a.idem_ttl_s, a.idem_owner);
   if (!begun.ok()) {
     if (begun.outcome == db_outcome::retryable) db.reset();
     return db_failure(begun.error);
@@ -375,6 +380,7 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
     if (a.idem_key.size() > 250) a.idem_key = "ops:" + ids::sha256_hex(a.idem_key);
     a.fingerprint = middleware::request_fingerprint("POST", route_template, id + "\n" + req.body);
     a.idem_ttl_s = static_cast<int>(middleware::idempotency_ttl(*ctx.config.current()).count());
+    a.idem_owner = {ctx.services->instance_id, middleware::idempotency_in_flight_timeout(*ctx.config.current())};
   }
   out.request = std::move(a);
   return out;

@@ -83,4 +83,9 @@ std::chrono::seconds idempotency_ttl(const config::snapshot& snap) {
   return std::chrono::seconds(ttl && *ttl > 0 ? *ttl : 86400);
 }
 
+std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& snap) {
+  auto timeout = snap.get_int("idempotency.in_flight_timeout_ms");
+  return std::chrono::milliseconds(timeout && *timeout > 0 ? *timeout : 30000);
+}
+
 }  // namespace changeflow::http::middleware

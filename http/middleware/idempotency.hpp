@@ -6,7 +6,9 @@
 //
 //   no record / expired ──> proceed_fresh (caller inserts IN_FLIGHT, runs, then COMPLETES it)
 //   same fingerprint, COMPLETED ──> replay_stored_response (same status and body as the first time)
-//   same fingerprint, IN_FLIGHT ──> in_flight_409 (the first request is still running)
+//   same fingerprint, IN_FLIGHT ──> in_flight_409 (the first request is still running; a record
+//                                   whose request died never gets here: persistence::idem_begin
+//                                   takes it over and the caller proceeds fresh)
 //   different fingerprint ──> conflict_changed_body_422 (key reused for another request)
 
 #include "config/snapshot.hpp"
@@ -60,5 +62,8 @@ idempotency_decision decide(const std::optional<idempotency_record>& existing,
 
 /// idempotency.ttl_seconds; missing, cleared or <= 0 -> 86400.
 std::chrono::seconds idempotency_ttl(const config::snapshot& snap);
+
+/// idempotency.in_flight_timeout_ms; missing, cleared or <= 0 -> 30000.
+std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& snap);
 
 }  // namespace changeflow::http::middleware

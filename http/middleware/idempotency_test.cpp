@@ -67,24 +67,27 @@ TEST(Idempotency, DecisionTableDriven) {
   }
 }
 
-TEST(Idempotency, StateRoundTripAndTtlFallback) {
+TEST(Idempotency, StateRoundTripAndDurationFallbacks) {
   for (auto s : {idempotency_state::in_flight, idempotency_state::completed}) {
     EXPECT_EQ(parse_idempotency_state(to_string(s)), s);
   }
   EXPECT_FALSE(parse_idempotency_state("in_flight"));
   auto env = [](const std::string&) { return std::optional<std::string>(); };
-  struct ttl_case {
+  struct duration_case {
     json doc;
-    std::int64_t want;
+    std::int64_t want_ttl_s;
+    std::int64_t want_in_flight_ms;
   };
-  const ttl_case cases[] = {{json::object(), 86400},
-                            {{{"idempotency.ttl_seconds", 60}}, 60},
-                            {{{"idempotency.ttl_seconds", 0}}, 86400},
-                            {{{"idempotency.ttl_seconds", -1}}, 86400},
-                            {{{"idempotency.ttl_seconds", nullptr}}, 86400}};
+  const duration_case cases[] = {
+      {json::object(), 86400, 30000},
+      {{{"idempotency.ttl_seconds", 60}, {"idempotency.in_flight_timeout_ms", 1500}}, 60, 1500},
+      {{{"idempotency.ttl_seconds", 0}, {"idempotency.in_flight_timeout_ms", 0}}, 86400, 30000},
+      {{{"idempotency.ttl_seconds", -1}, {"idempotency.in_flight_timeout_ms", -1}}, 86400, 30000},
+      {{{"idempotency.ttl_seconds", nullptr}, {"idempotency.in_flight_timeout_ms", nullptr}}, 86400, 30000}};
   for (const auto& c : cases) {
     auto snap = config::load_from_json(c.doc, env).snap;
     ASSERT_TRUE(snap) << c.doc.dump();
-    EXPECT_EQ(idempotency_ttl(*snap).count(), c.want) << c.doc.dump();
+    EXPECT_EQ(idempotency_ttl(*snap).count(), c.want_ttl_s) << c.doc.dump();
+    EXPECT_EQ(idempotency_in_flight_timeout(*snap).count(), c.want_in_flight_ms) << c.doc.dump();
   }
 }
