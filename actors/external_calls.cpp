@@ -63,7 +63,7 @@ call_reply submit_approval(clients::external_context& ctx, const config::snapsho
   clients::approval_submission s;
   s.request_id = op.operation_id;
   s.title = op.title;
-  s.applicant = op.subject_id;
+  s.applicant = op.applicant;
   s.callback_url = snap.string_or("approval.callback_url", "");
   auto payload = nlohmann::json::parse(op.payload_json, nullptr, false);
   s.form = payload.is_discarded() ? nlohmann::json::object() : payload;

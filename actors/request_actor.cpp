@@ -26,6 +26,7 @@ struct request_state {
   services* svc = nullptr;
   workflow::operation_state op;
   std::string payload_json;
+  std::string requester;
   std::int64_t spawned_ms = 0;
   // At most one persist, call or reload is in flight; events that need the actor meanwhile set flags.
   bool busy = false;
@@ -168,8 +169,11 @@ void submit_persist(self_ptr self) {
 void call_external(self_ptr self, const messages::call_request& req) {
   auto& st = self->state;
   auto snap = st.svc->config->current();
+  // The approval system is told who asked for the change; rows from before the requester was
+  // recorded name their subject, as they always did.
   call_context ctx{st.op.operation_id, st.op.subject_id, st.op.title, st.payload_json,
-                   st.op.order == workflow::flow::create_then_approve, st.op.mr_iid};
+                   st.op.order == workflow::flow::create_then_approve, st.op.mr_iid,
+                   st.requester.empty() ? st.op.subject_id : st.requester};
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
   st.busy = true;
@@ -449,6 +453,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, re
   st.svc = svc;
   st.op = std::move(seed.op);
   st.payload_json = std::move(seed.payload_json);
+  st.requester = std::move(seed.requester);
   st.owner_instance = seed.owner_instance.empty() ? svc->instance_id : seed.owner_instance;
   st.lease_epoch = seed.lease_epoch;
   st.spawned_ms = svc->now_ms();
@@ -524,6 +529,7 @@ request_seed seed_from_row(const persistence::operation_row& row, std::int64_t n
   op.step_entered_ms = row.updated_at_ms ? row.updated_at_ms : now_ms;
   op.wake_at_ms = row.next_wake_at_ms.value_or(0);
   seed.payload_json = row.payload_json;
+  seed.requester = row.requester;
   seed.owner_instance = row.owner_instance.value_or("");
   seed.lease_epoch = row.lease_epoch;
   return seed;

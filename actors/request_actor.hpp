@@ -25,6 +25,8 @@ using request_actor = caf::typed_actor<
 struct request_seed {
   workflow::operation_state op;
   std::string payload_json;
+  /// Verified identity that submitted the operation; "" for rows older than the requester column.
+  std::string requester;
   // Ownership (durability): the instance that may drive this operation and the lease epoch it holds.
   // Every transition the actor writes is fenced on both, so a paused old owner's writes miss after a
   // takeover. An empty owner means "created by this instance just now" (the submit path).

@@ -36,13 +36,16 @@ trap cleanup EXIT
 
 "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS $DBNAME; CREATE DATABASE $DBNAME"
 HTTP_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# No external system is reached in this benchmark: the required secrets and tokens are placeholders.
 cat > "$WORK/config.json" <<JSON
 {"http": {"port": $HTTP_PORT},
  "db": {"host": "127.0.0.1", "port": $DB_PORT, "user": "changeflow", "password": "changeflow", "name": "$DBNAME",
         "pool_size": 4},
  "instance": {"id": "bench-a", "lease_seconds": 30},
  "rehydrate": {"rate_per_second": $RATE, "page_size": 1000},
- "gitlab": {"base_url": "http://127.0.0.1:9/api/v4"},
+ "gitlab": {"base_url": "http://127.0.0.1:9/api/v4", "author_token": "unused", "approver_tokens": ["unused"]},
+ "auth": {"jwt_secret": "unused"},
+ "callbacks": {"approval_secret": "unused", "deploy_secret": "unused"},
  "approval": {"base_url": "http://127.0.0.1:9", "callback_url": "http://127.0.0.1:9/cb"},
  "permission": {"base_url": "http://127.0.0.1:9"},
  "log": {"level": "warn"}}

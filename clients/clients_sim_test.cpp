@@ -20,7 +20,10 @@ using json = nlohmann::json;
 namespace {
 
 std::shared_ptr<const config::snapshot> make_config(const std::string& sim_url, json overrides = json::object()) {
+  // The tokens have no default: these are the simulator's own (sim/simulator.hpp).
   json doc = {{"gitlab.base_url", sim_url + "/api/v4"},
+              {"gitlab.author_token", "author-token"},
+              {"gitlab.approver_tokens", {"approver-1-token", "approver-2-token"}},
               {"approval.base_url", sim_url},
               {"permission.base_url", sim_url},
               {"approval.max_retries", 2},

@@ -63,9 +63,9 @@ std::vector<key_spec> make_keys() {
       {"gitlab.base_url", S, "http://127.0.0.1:9090/api/v4", R, "GitLab REST v4 base URL."},
       {"gitlab.project", S, "config/changes", R, "Project path (URL-encoded when used)."},
       {"gitlab.target_branch", S, "main", H, "Branch the changes are merged into."},
-      {"gitlab.author_token", S, "author-token", R, "PRIVATE-TOKEN of the bot that commits and opens MRs."},
-      {"gitlab.approver_tokens", L, J::array({"approver-1-token", "approver-2-token"}), R,
-       "PRIVATE-TOKENs of the approval bots; each approves every MR."},
+      {"gitlab.author_token", S, J(), R, "PRIVATE-TOKEN of the bot that commits and opens MRs. Required.", true},
+      {"gitlab.approver_tokens", L, J(), R,
+       "PRIVATE-TOKENs of the approval bots; each approves every MR. Required (at least one).", true},
       {"gitlab.approver_user_ids", L, J::array({"101", "102"}), R,
        "GitLab user ids of the approval bots, same order as gitlab.approver_tokens."},
       {"gitlab.use_check_items", B, false, H,
@@ -78,11 +78,14 @@ std::vector<key_spec> make_keys() {
       {"permission.base_url", S, "http://127.0.0.1:9090", R, "Permission service base URL."},
 
       // -- callbacks
-      {"callbacks.approval_secret", S, "demo-approval-secret", H,
+      {"callbacks.approval_secret", S, J(), H,
        "Shared secret of approval callbacks (HMAC-SHA256 of the body in X-Signature, or the secret in "
-       "X-Callback-Token); missing -> every callback is refused with 401."},
-      {"callbacks.deploy_secret", S, "demo-deploy-secret", H,
-       "Shared secret of deploy callbacks (X-Gitlab-Token); missing -> refused with 401."},
+       "X-Callback-Token). Required at start; cleared by a reload -> every callback is refused with 401.",
+       true},
+      {"callbacks.deploy_secret", S, J(), H,
+       "Shared secret of deploy callbacks (X-Gitlab-Token). Required at start; cleared by a reload -> "
+       "refused with 401.",
+       true},
 
       // -- workflow (hot)
       {"flow.default", S, "approve_then_create", H,
@@ -126,18 +129,25 @@ std::vector<key_spec> make_keys() {
       {"rate_limit.submit", I, 600, H, "Submissions per window per subject; missing or <=0 -> no limiting."},
       {"rate_limit.callbacks", I, J(), H, "Callbacks per window per sender; missing or <=0 -> no limiting."},
       {"rate_limit.ops", I, 120, H, "Ops actions per window per operator; missing or <=0 -> no limiting."},
-      {"access.mode", S, "OPEN", H,
-       "OPEN | TEST_WINDOW | CLOSED for user writes; blank -> TEST_WINDOW, unknown -> CLOSED."},
+      {"access.mode", S, "TEST_WINDOW", H,
+       "OPEN | TEST_WINDOW | CLOSED for user writes; missing or blank -> TEST_WINDOW, unknown -> CLOSED."},
       {"access.window", S, J(), H, "TEST_WINDOW hours 'HH:MM-HH:MM'; missing or unparsable -> closed."},
       {"access.time_zone_offset_minutes", I, 0, H, "Fixed UTC offset the window is read in (not the host's)."},
-      {"auth.jwt_secret", S, "demo-jwt-secret", H, "HS256 secret of bearer tokens; missing -> no identity (401)."},
+      {"auth.jwt_secret", S, J(), H,
+       "HS256 secret of bearer tokens. Required at start; cleared by a reload -> no identity (401).", true},
       {"auth.jwt_audience", S, J(), H, "Required 'aud' of bearer tokens; missing -> not checked."},
       {"auth.aliases", O, J::object(), H, "Employee id -> account map; both resolve to one identity."},
       {"auth.trusted_proxies", L, J::array(), H, "Peers whose X-Forwarded-For hop and identity header are trusted."},
       {"auth.gateway_header", S, J(), H, "Identity header set by a trusted gateway; missing -> header mode off."},
       {"auth.ops_rules", L, J::array({"changeflow.ops", "changeflow.admin"}), H,
        "Rule codes of which any grants the ops API; empty -> nobody."},
-      {"auth.required", B, false, H, "Require an identity on the user API; false -> anonymous allowed."},
+      {"auth.required", B, true, H,
+       "Require an identity on the user API; missing or cleared -> required. false -> callers without a "
+       "token are served as 'anonymous' with no per-caller checks (demo and tests only)."},
+      {"auth.subject_rule", S, "subject:{subject}", H,
+       "Rule code (asked of the permission service) that permits a requester to submit for and read a "
+       "subject; {subject} is replaced by the subject. Cleared -> no one is permitted by subject (only "
+       "requesters see their own changes, operators see all)."},
       {"idempotency.ttl_seconds", I, 86400, H, "Lifetime of idempotency records; <=0 -> 86400."},
       // -- HTTP cross-cutting concerns, wiring (api area)
       {"idempotency.cleanup_interval_ms", I, 60000, H,

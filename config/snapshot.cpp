@@ -31,6 +31,25 @@ std::optional<std::string> process_env(const std::string& name) {
   return std::string(v);
 }
 
+std::vector<std::string> missing_required_keys(const snapshot& snap) {
+  std::vector<std::string> missing;
+  for (const auto& spec : all_keys()) {
+    if (!spec.required) continue;
+    bool set = false;
+    if (spec.type == value_type::string_list) {
+      auto items = snap.get_list(spec.name);
+      set = std::any_of(items.begin(), items.end(), [](const std::string& i) { return !i.empty(); });
+    } else {
+      set = !snap.get_json(spec.name).is_null() && (spec.type != value_type::string || snap.get_string(spec.name));
+    }
+    if (!set) {
+      missing.push_back("required key '" + std::string(spec.name) + "' is not set (it has no built-in default: set it in " +
+                        "the config file or in " + env_name(spec.name) + ")");
+    }
+  }
+  return missing;
+}
+
 snapshot::snapshot(std::map<std::string, entry, std::less<>> entries) : entries_(std::move(entries)) {}
 
 const nlohmann::json* snapshot::find(std::string_view key) const {

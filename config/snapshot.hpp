@@ -28,6 +28,8 @@ struct key_spec {
   nlohmann::json default_value;  // null = no default (cleared)
   reload_kind reload;
   std::string_view doc;  // what it does and its fallback when missing or wrong
+  /// No usable built-in value exists (secrets, tokens): changeflowd refuses to start without it.
+  bool required = false;
 };
 
 /// All known keys, sorted by name.
@@ -35,6 +37,11 @@ const std::vector<key_spec>& all_keys();
 const key_spec* find_key(std::string_view name);
 /// Environment variable that overrides a key: CHANGEFLOW_ + upper case, dots to underscores.
 std::string env_name(std::string_view key);
+
+class snapshot;
+/// One message per required key without a value (unset, null, "" or an empty list), each naming
+/// the key and its environment variable; empty when every required key is set.
+std::vector<std::string> missing_required_keys(const snapshot& snap);
 
 class snapshot {
  public:

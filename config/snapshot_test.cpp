@@ -78,7 +78,7 @@ TEST(ConfigValues, ClearedAndEmptyAreMissing) {
 }
 
 TEST(ConfigValues, DescribeMasksSecrets) {
-  auto r = load_from_json({{"db", {{"password", "hunter2"}}}}, env_of({}));
+  auto r = load_from_json({{"db", {{"password", "hunter2"}}}, {"gitlab", {{"author_token", "tok"}}}}, env_of({}));
   ASSERT_TRUE(r.snap);
   EXPECT_EQ(r.snap->describe()["db.password"]["value"], "***");
   EXPECT_EQ(r.snap->describe()["gitlab.author_token"]["value"], "***");
@@ -99,4 +99,54 @@ TEST(ConfigValues, RestartKeysChangedDetected) {
   auto changed = a.snap->restart_keys_changed(*b.snap);
   ASSERT_EQ(changed.size(), 1u);
   EXPECT_EQ(changed[0], "db.port");
+}
+
+TEST(ConfigValues, SecretsAndTokensHaveNoDefaultAndAreEachNamedWhenMissing) {
+  const std::vector<std::string> required = {"auth.jwt_secret", "callbacks.approval_secret", "callbacks.deploy_secret",
+                                             "gitlab.author_token", "gitlab.approver_tokens"};
+  const json complete = {{"auth", {{"jwt_secret", "j"}}},
+                         {"callbacks", {{"approval_secret", "a"}, {"deploy_secret", "d"}}},
+                         {"gitlab", {{"author_token", "t"}, {"approver_tokens", {"x"}}}}};
+  auto full = load_from_json(complete, env_of({}));
+  ASSERT_TRUE(full.snap);
+  EXPECT_TRUE(missing_required_keys(*full.snap).empty());
+
+  auto none = load_from_json(json::object(), env_of({}));
+  ASSERT_TRUE(none.snap);
+  auto missing = missing_required_keys(*none.snap);
+  ASSERT_EQ(missing.size(), required.size());
+  for (const auto& key : required) {
+    EXPECT_TRUE(find_key(key)->default_value.is_null()) << key;
+    // Each key alone: leaving it out (or clearing it) is reported with its name and variable.
+    for (const json& absent : {json(nullptr), json(""), json::array()}) {
+      json doc = complete;
+      auto dot = key.find('.');
+      auto& slot = doc[key.substr(0, dot)][key.substr(dot + 1)];
+      bool list_key = key == "gitlab.approver_tokens";
+      if (!absent.is_null() && absent.is_array() != list_key) continue;  // "" for strings, [] for lists
+      slot = absent;
+      auto one = load_from_json(doc, env_of({}));
+      ASSERT_TRUE(one.snap) << key;
+      auto m = missing_required_keys(*one.snap);
+      ASSERT_EQ(m.size(), 1u) << key << " = " << absent.dump();
+      EXPECT_NE(m[0].find("'" + key + "'"), std::string::npos) << m[0];
+      EXPECT_NE(m[0].find(env_name(key)), std::string::npos) << m[0];
+    }
+  }
+  // The environment satisfies a required key as well as the file does.
+  auto from_env = load_from_json(json::object(), env_of({{"CHANGEFLOW_AUTH_JWT_SECRET", "j"},
+                                                         {"CHANGEFLOW_CALLBACKS_APPROVAL_SECRET", "a"},
+                                                         {"CHANGEFLOW_CALLBACKS_DEPLOY_SECRET", "d"},
+                                                         {"CHANGEFLOW_GITLAB_AUTHOR_TOKEN", "t"},
+                                                         {"CHANGEFLOW_GITLAB_APPROVER_TOKENS", "x,y"}}));
+  ASSERT_TRUE(from_env.snap);
+  EXPECT_TRUE(missing_required_keys(*from_env.snap).empty());
+}
+
+TEST(ConfigValues, RestrictiveDefaultsForAuthenticationAndAccess) {
+  auto snap = load_from_json(json::object(), env_of({})).snap;
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->get_bool("auth.required"), true);
+  EXPECT_EQ(snap->get_string("access.mode"), "TEST_WINDOW");
+  EXPECT_FALSE(snap->get_string("access.window")) << "TEST_WINDOW without a window is closed";
 }

@@ -55,6 +55,8 @@ route_policy user_cancel() {
 }
 
 /// User read: no rate limit (polling the status must never be refused), identity when auth.required.
+/// Which operations a caller may see is decided by the handler (middleware/ownership.hpp): it needs
+/// the stored row.
 route_policy user_read() {
   route_policy p;
   p.identity_required_key = "auth.required";
@@ -242,6 +244,7 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
 http_server::handler make_api(service_context& ctx, std::shared_ptr<const router> routes) {
   auto state = std::make_shared<api_state>(ctx);
   state->deps.check_permissions = make_permission_check(state);
+  ctx.check_permissions = state->deps.check_permissions;
   // When the server releases its handler (at stop), pending permission timeouts are dropped: they
   // hold requests' responders and, through the chain, api_state itself.
   struct timer_guard {

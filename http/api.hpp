@@ -15,6 +15,7 @@
 #include "actors/batch_coordinator.hpp"
 #include "actors/services.hpp"
 #include "config/store.hpp"
+#include "http/middleware/pipeline.hpp"
 #include "http/middleware/route_policy.hpp"
 #include "http/router.hpp"
 #include "http/server/message.hpp"
@@ -43,6 +44,10 @@ struct service_context {
   /// Connections for status reads (GET /api/v1/changes...), apart from the transition pool; null = use `db`.
   persistence::db_pool* reads = nullptr;
   persistence::db_pool& read_pool() { return reads ? *reads : db; }
+  /// The permission round trip the chain uses (external pool, auth.permission_timeout_ms), for
+  /// handlers whose rule codes depend on the body or a stored row (the user API's subject checks).
+  /// Set by make_api; empty before, and answering "failed" (deny) once the API is gone.
+  middleware::permission_check check_permissions;
 };
 
 /// Lower-case name of the reserved header holding the server-resolved account (absent when the

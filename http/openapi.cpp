@@ -62,7 +62,7 @@ constexpr const char* document_text = R"json({
     "/api/v1/changes": {
       "post": {
         "summary": "Submit a change request",
-        "description": "Rate limited (rate_limit.submit per identity, else per client address); identity required when auth.required; refused with 403 ACCESS_CLOSED when access.mode/access.window closes user writes. Rate limiting runs before the idempotency check.",
+        "description": "Rate limited (rate_limit.submit per identity, else per client address); identity required unless auth.required is false; the requester is the verified identity (a body field requester/actor/applicant is a 400); the subject needs its rule code (auth.subject_rule) or an operator code (auth.ops_rules) at the permission service, else 403 FORBIDDEN; refused with 403 ACCESS_CLOSED when access.mode/access.window closes user writes. Rate limiting runs before the idempotency check.",
         "security": [{}, {"bearer": []}],
         "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
@@ -70,7 +70,7 @@ constexpr const char* document_text = R"json({
           "202": {"description": "ACCEPTED (new) or DUPLICATE_SUBMIT (this operation exists already: keep the form locked); data {operationId, statusUrl, phase?, step?}"},
           "400": {"description": "BAD_REQUEST: the message says what to fix"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
-          "403": {"description": "ACCESS_CLOSED: user writes are switched off now"},
+          "403": {"description": "FORBIDDEN (\"Access denied\": not permitted for this subject, or the permission service failed) or ACCESS_CLOSED (user writes are switched off now)"},
           "409": {"description": "IN_PROGRESS (another change for this subject and target is running) or REQUEST_IN_FLIGHT (the first request with this idempotency key is still running; retry after Retry-After)"},
           "422": {"description": "IDEMPOTENCY_KEY_REUSED: the key was used for a different body"},
           "429": {"$ref": "#/components/responses/RateLimited"},
@@ -79,19 +79,19 @@ constexpr const char* document_text = R"json({
         }
       },
       "get": {
-        "summary": "List a subject's operations",
+        "summary": "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)",
         "parameters": [
-          {"name": "subject", "in": "query", "required": true, "schema": {"type": "string"}},
+          {"name": "subject", "in": "query", "required": false, "schema": {"type": "string"}},
           {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}
         ],
-        "responses": {"200": {"description": "OK; data {items: [...]}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "503": {"$ref": "#/components/responses/ServerError"}}
+        "responses": {"200": {"description": "OK; data {items: [...]}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/changes/{id}": {
       "get": {
-        "summary": "Status of one operation with its timeline and hint (KEEP_WAITING, CONTACT_MAINTAINERS, ...)",
+        "summary": "Status of one operation with its requester, timeline and hint (KEEP_WAITING, CONTACT_MAINTAINERS, ...)",
         "parameters": [{"$ref": "#/components/parameters/OperationId"}],
-        "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "503": {"$ref": "#/components/responses/ServerError"}}
+        "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such operation, or one the caller may not see (its requester, callers holding its subject's code and operators may)"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/changes/{id}/cancel": {

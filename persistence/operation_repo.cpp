@@ -23,7 +23,7 @@ const char* const operation_columns =
     "owner_instance, "
     "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
     "created_at_ms, "
-    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms";
+    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester";
 
 namespace {
 step step_or_throw(int code) {
@@ -60,6 +60,7 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.last_error = opt_string(rs, "last_error");
   r.created_at_ms = rs.getInt64("created_at_ms");
   r.updated_at_ms = rs.getInt64("updated_at_ms");
+  r.requester = str(rs, "requester");
   return r;
 }
 
@@ -148,7 +149,8 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
     auto ins = prepare(
         conn,
         "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-        "title, payload, owner_instance, lease_epoch) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)");
+        "title, payload, owner_instance, lease_epoch, requester) "
+        "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)");
     ins->setString(1, op.operation_id);
     ins->setString(2, op.subject_id);
     ins->setString(3, op.target_key);
@@ -161,6 +163,8 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
     detail::set_opt_string(
         *ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
     ins->setInt64(10, op.lease_epoch);
+    detail::set_opt_string(
+        *ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
     try {
       ins->executeUpdate();
     } catch (const sql::SQLException& e) {
@@ -269,21 +273,34 @@ db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
-                                                                 const std::string& subject_id,
-                                                                 int limit) {
+namespace {
+/// Newest first by one indexed column; `column` is one of the fixed names below, never input.
+db_result<std::vector<operation_row>> list_newest_by(sql::Connection& conn, std::string_view column,
+                                                     const std::string& value, int limit) {
   using V = std::vector<operation_row>;
   return guarded<V>([&]() -> db_result<V> {
-    auto st =
-        prepare(conn, std::string("SELECT ") + detail::operation_columns +
-                          " FROM operation WHERE subject_id = ? ORDER BY created_at DESC LIMIT ?");
-    st->setString(1, subject_id);
+    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE " +
+                                std::string(column) + " = ? ORDER BY created_at DESC LIMIT ?");
+    st->setString(1, value);
     st->setInt(2, limit);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) out.push_back(detail::read_operation(*rs));
     return db_result<V>::success(std::move(out));
   });
+}
+}  // namespace
+
+db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
+                                                                 const std::string& subject_id,
+                                                                 int limit) {
+  return list_newest_by(conn, "subject_id", subject_id, limit);
+}
+
+db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn,
+                                                                   const std::string& requester,
+                                                                   int limit) {
+  return list_newest_by(conn, "requester", requester, limit);
 }
 
 db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,

@@ -38,6 +38,7 @@ struct operation_row {
   std::optional<std::string> last_error;
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
+  std::string requester;  // verified identity that submitted it; "" for rows older than migration 6
 };
 
 struct new_operation {
@@ -51,6 +52,8 @@ struct new_operation {
   std::string owner_instance;
   std::int64_t lease_epoch = 0;
   std::string actor = "workflow";  // label of the first timeline event
+  /// Verified identity that submitted it (or "anonymous" where configured); "" stores NULL.
+  std::string requester;
 };
 
 enum class create_outcome {
@@ -70,10 +73,14 @@ db_result<operation_row> load_operation(sql::Connection& conn, const std::string
 /// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
 db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
                                                       const std::vector<std::string>& ids);
-/// A subject's operations, newest first ("my records").
+/// A subject's operations, newest first.
 db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
                                                                  const std::string& subject_id,
                                                                  int limit);
+/// The operations one requester submitted, newest first ("my changes").
+db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn,
+                                                                   const std::string& requester,
+                                                                   int limit);
 
 struct operation_event_row {
   std::int64_t id = 0;

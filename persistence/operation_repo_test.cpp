@@ -103,6 +103,26 @@ TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
   EXPECT_EQ(list_operations_by_subject(*c, "alice", 10).value.size(), 1u);
 }
 
+TEST(OperationRepo, RequesterIsStoredListedAndEmptyForRowsWithoutOne) {
+  test_database db;
+  auto c = db.connect();
+  auto mine = new_op(*c, "team-a", "repo/requested.yaml", "alice@example.com");
+  auto without = new_op(*c, "team-a", "repo/unowned.yaml");  // no requester: NULL, as before migration 6
+
+  auto row = load_operation(*c, mine);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row.value.requester, "alice@example.com");
+  EXPECT_EQ(load_operation(*c, without).value.requester, "");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE requester IS NULL"), "1");
+
+  auto listed = list_operations_by_requester(*c, "alice@example.com", 10);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed.value.size(), 1u);
+  EXPECT_EQ(listed.value[0].operation_id, mine);
+  EXPECT_EQ(listed.value[0].requester, "alice@example.com");
+  EXPECT_TRUE(list_operations_by_requester(*c, "bob@example.com", 10).value.empty());
+}
+
 TEST(OperationRepo, TransitionIsOneStatementWhoseTextSurvivesHostileBytes) {
   test_database db;
   auto c = db.connect();

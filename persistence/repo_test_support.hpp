@@ -12,8 +12,9 @@
 namespace changeflow::persistence::test {
 
 inline std::string new_op(sql::Connection& c, const std::string& subject,
-                          const std::string& target) {
+                          const std::string& target, const std::string& requester = {}) {
   new_operation op;
+  op.requester = requester;
   op.operation_id = ids::new_uuid();
   op.subject_id = subject;
   op.target_key = target;

@@ -851,6 +851,14 @@ struct simulator::impl {
                                  {"check_items_422", counters.check_items_422},
                                  {"faults_fired", fired}});
     }
+    if (what == "approvals" && req.method == "GET") {
+      // What the approval system was told, for tests that check who is named as the applicant.
+      json list = json::array();
+      for (const auto& [id, a] : approvals) {
+        list.push_back({{"approvalId", id}, {"requestId", a.request_id}, {"applicant", a.applicant}, {"state", a.state}});
+      }
+      return json_response(200, {{"approvals", list}});
+    }
     if (what == "reset" && req.method == "POST") {
       ++generation;
       projects.clear();

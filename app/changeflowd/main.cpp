@@ -148,6 +148,13 @@ int main(int argc, char** argv) {
     log::error("startup.config_invalid", {{"errors", loaded.errors}});
     return 1;
   }
+  // Secrets and tokens have no built-in values: a service that started with a guessable one would
+  // accept forged callbacks and tokens, so a missing one stops start-up and names the key.
+  if (auto missing = config::missing_required_keys(*loaded.snap); !missing.empty()) {
+    for (const auto& e : missing) std::cerr << "changeflowd: config error: " << e << "\n";
+    log::error("startup.config_incomplete", {{"errors", missing}});
+    return 1;
+  }
   if (opts.check_only) {
     std::cout << "config ok\n";
     return 0;

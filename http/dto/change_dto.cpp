@@ -48,6 +48,14 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return parse_error{"Request body must be a JSON object"};
   submit_request r;
+  // Who asks is the server's to know (the verified identity): a body naming someone is refused
+  // rather than ignored, so a client that believes it can submit on another's behalf finds out.
+  for (const char* forged : {"requester", "actor", "applicant"}) {
+    if (j.contains(forged)) {
+      return parse_error{std::string("'") + forged +
+                         "' is not accepted: the requester is the authenticated caller"};
+    }
+  }
   auto str = [&](const char* key, std::string& out, std::size_t max_len) -> std::optional<parse_error> {
     if (!j.contains(key) || !j[key].is_string()) return parse_error{std::string("'") + key + "' is required (string)"};
     out = j[key].get<std::string>();
@@ -106,6 +114,7 @@ nlohmann::json to_json(const persistence::operation_row& row) {
   auto phase = row.phase;
   return {{"operationId", row.operation_id},
           {"subject", row.subject_id},
+          {"requester", row.requester.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.requester)},
           {"target", row.target_key},
           {"title", row.title},
           {"flow", row.flow},

@@ -6,14 +6,18 @@
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
 #include "http/middleware/error_mapping.hpp"
+#include "http/middleware/authorization.hpp"
 #include "http/middleware/idempotency.hpp"
 #include "persistence/binding_repo.hpp"
+#include "http/middleware/ownership.hpp"
 #include "persistence/idempotency_repo.hpp"
 #include "service/end_change.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <atomic>
+#include <set>
 
 #include <cppconn/exception.h>
 
@@ -31,6 +35,49 @@ http_server::response db_failure(const persistence::db_error& e) {
 }
 
 http_server::response overloaded() { return outcome_response(api_outcome::overloaded); }
+
+/// 404 for an operation the caller may not see: the same answer as for one that does not exist, so
+/// ids cannot be probed for existence.
+http_server::response no_such_operation() { return outcome_response(api_outcome::not_found, "No such operation"); }
+
+/// Who asks, as the middleware chain resolved it. nullopt only where auth.required is false and no
+/// token was sent: the anonymous caller, who is served without per-caller checks. The switch is read
+/// again here so a handler never serves an anonymous caller the chain would now refuse.
+struct asking {
+  std::optional<std::string> account;
+  bool refused = false;  // anonymous although an identity is required: answer 401
+};
+asking who_asks(service_context& ctx, const http_server::request& req) {
+  asking a;
+  a.account = authenticated_operator(req);
+  if (!a.account && ctx.config.current()->bool_or("auth.required", true)) a.refused = true;
+  return a;
+}
+
+/// One permission round trip for `rules`; `then` gets the granted codes, or nullopt on any failure
+/// (no service, pool full, timeout, error answer, a throw): failures grant nothing.
+void ask_permissions(service_context& ctx, const std::string& account, std::vector<std::string> rules,
+                     std::function<void(std::optional<std::set<std::string>>)> then) {
+  if (!ctx.check_permissions || rules.empty()) return then(std::nullopt);
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  auto answer = [then, once](middleware::permission_outcome o) {
+    if (once->exchange(true)) return;
+    if (!o.granted) log::info("http.permission_check_failed", {{"error", o.error}});
+    then(std::move(o.granted));
+  };
+  try {
+    ctx.check_permissions(account, std::move(rules), answer);
+  } catch (const std::exception& e) {
+    answer(middleware::permission_outcome::failed(std::string("permission check threw: ") + e.what()));
+  }
+}
+
+http_server::response access_denied(std::string_view detail) {
+  return middleware::deny_response(middleware::authz_decision::deny_403, detail);
+}
+http_server::response authentication_required() {
+  return middleware::deny_response(middleware::authz_decision::deny_401, "auth.required changed under the request");
+}
 
 constexpr std::size_t max_idempotency_key_length = 200;
 constexpr std::string_view submit_route = "/api/v1/changes";
@@ -99,6 +146,7 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
       row.version = 1;
       row.title = op.title;
       row.payload_json = op.payload_json;
+      row.requester = op.requester;
       row.updated_at_ms = svc->now_ms();
       actors::spawn_request_actor(*svc, actors::seed_from_row(row, svc->now_ms()));
       svc->metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
@@ -188,12 +236,36 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
   return res;
 }
 
+void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
+                      const std::string& requester, http_server::responder reply);
+
+/// A submission is for a subject the requester is permitted for (its rule code, or an operator
+/// code), checked in one round trip after the body is parsed; denied -> 403 "Access denied".
 void submit(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
   auto parsed = dto::parse_submit(req.body);
   if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
     return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
+  if (!caller.account) {
+    return store_submission(ctx, req, request, std::string(middleware::anonymous_requester), std::move(reply));
+  }
+  auto rules = middleware::rules_for_subject(*ctx.config.current(), request.subject);
+  auto shared_req = std::make_shared<http_server::request>(req);
+  auto account = *caller.account;
+  ask_permissions(ctx, account, rules.to_ask(),
+                  [&ctx, shared_req, request, account, rules, reply](std::optional<std::set<std::string>> granted) {
+                    if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
+                      return reply(access_denied("submit: " + account + " not permitted for subject " + request.subject));
+                    }
+                    store_submission(ctx, *shared_req, request, account, reply);
+                  });
+}
+
+void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
+                      const std::string& requester, http_server::responder reply) {
   // Key: the Idempotency-Key header, else the client's operationId. Without either the request
   // is not deduplicated (a fresh server-side id is generated): clients should send one.
   std::optional<std::string> key;
@@ -212,7 +284,10 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   persistence::new_operation op;
   // Without a client id, the id is derived from the key: a retry (or the re-run of a request that
   // died mid-way) names the same operation, so it can never create a second change.
-  op.operation_id = request.operation_id.value_or(key ? ids::uuid_from_name("submit:" + *key) : ids::new_uuid());
+  // Keys are the requester's own: another caller's identical key is another request.
+  std::string scoped_key = key ? "submit:" + requester + ":" + *key : std::string();
+  if (scoped_key.size() > 250) scoped_key = "submit:" + ids::sha256_hex(scoped_key);
+  op.operation_id = request.operation_id.value_or(key ? ids::uuid_from_name(scoped_key) : ids::new_uuid());
   op.subject_id = request.subject;
   op.target_key = request.target;
   op.flow = order;
@@ -221,8 +296,8 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   op.title = request.title;
   op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
-  op.actor = "user:" + request.subject;
-  std::string scoped_key = key ? "submit:" + *key : std::string();
+  op.requester = requester;
+  op.actor = "user:" + requester;
   std::string fingerprint = key ? middleware::request_fingerprint("POST", submit_route, req.body) : std::string();
   int ttl = static_cast<int>(middleware::idempotency_ttl(*snap).count());
   auto* svc = ctx.services;
@@ -240,14 +315,20 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   if (!queued) reply(overloaded());
 }
 
-void get_one(service_context& ctx, const std::string& id, http_server::responder reply) {
-  if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+/// Shows an operation to its requester, to callers permitted for its subject and to operators; to
+/// anyone else it does not exist (404, the same body as an unknown id). The requester needs no
+/// permission round trip; everyone else costs one, and a failed check shows nothing.
+void get_one(service_context& ctx, const http_server::request& req, const std::string& id,
+             http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
+  if (!ids::is_uuid(id)) return reply(no_such_operation());
   auto* svc = ctx.services;
-  bool queued = ctx.read_pool().try_submit([id, reply, svc](persistence::db_context& db) {
+  bool queued = ctx.read_pool().try_submit([&ctx, caller, id, reply, svc](persistence::db_context& db) {
     try {
       auto& conn = db.get();
       auto row = persistence::load_operation(conn, id);
-      if (row.outcome == db_outcome::not_found) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+      if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
       if (!row.ok()) return reply(db_failure(row.error));
       auto events = persistence::list_events(conn, id);
       if (!events.ok()) return reply(db_failure(events.error));
@@ -256,7 +337,19 @@ void get_one(service_context& ctx, const std::string& id, http_server::responder
       for (const auto& e : events.value) timeline.push_back(dto::to_json(e));
       data["timeline"] = std::move(timeline);
       data["live"] = svc->actors->find(id).has_value();
-      reply(outcome_response(api_outcome::ok, {}, data));
+      if (!caller.account || middleware::is_requester(*caller.account, row.value)) {
+        return reply(outcome_response(api_outcome::ok, {}, data));
+      }
+      auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
+      ask_permissions(ctx, *caller.account, rules.to_ask(),
+                      [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
+                       reply](std::optional<std::set<std::string>> granted) {
+                        if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
+                          log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
+                          return reply(no_such_operation());
+                        }
+                        reply(outcome_response(api_outcome::ok, {}, data));
+                      });
     } catch (const sql::SQLException& e) {
       db.reset();
       reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
@@ -265,9 +358,21 @@ void get_one(service_context& ctx, const std::string& id, http_server::responder
   if (!queued) reply(overloaded());
 }
 
-void list_by_subject(service_context& ctx, http_server::request& req, http_server::responder reply) {
+void reply_with_rows(const persistence::db_result<std::vector<persistence::operation_row>>& rows,
+                     const http_server::responder& reply) {
+  if (!rows.ok()) return reply(db_failure(rows.error));
+  nlohmann::json items = nlohmann::json::array();
+  for (const auto& row : rows.value) items.push_back(dto::to_json(row));
+  reply(outcome_response(api_outcome::ok, {}, {{"items", items}}));
+}
+
+/// Without `subject`: the caller's own changes (no permission round trip). With `subject`: that
+/// subject's changes, for callers permitted for it or operators (one round trip; denied -> 403).
+void list_changes(service_context& ctx, const http_server::request& req, http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
   auto subject = req.query_param("subject");
-  if (!subject || subject->empty()) return reply(outcome_response(api_outcome::bad_request, "'subject' query parameter is required"));
+  if (subject && subject->empty()) return reply(outcome_response(api_outcome::bad_request, "'subject' must not be empty"));
   int limit = 50;
   if (auto l = req.query_param("limit")) {
     try {
@@ -276,34 +381,40 @@ void list_by_subject(service_context& ctx, http_server::request& req, http_serve
       return reply(outcome_response(api_outcome::bad_request, "'limit' must be a number"));
     }
   }
-  bool queued = ctx.read_pool().try_submit([s = *subject, limit, reply](persistence::db_context& db) {
-    try {
-      auto rows = persistence::list_operations_by_subject(db.get(), s, limit);
-      if (!rows.ok()) return reply(db_failure(rows.error));
-      nlohmann::json items = nlohmann::json::array();
-      for (const auto& row : rows.value) items.push_back(dto::to_json(row));
-      reply(outcome_response(api_outcome::ok, {}, {{"items", items}}));
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
-    }
-  });
-  if (!queued) reply(overloaded());
+  auto run = [&ctx, limit, reply](std::optional<std::string> by_subject, std::string requester) {
+    bool queued = ctx.read_pool().try_submit([by_subject, requester, limit, reply](persistence::db_context& db) {
+      try {
+        if (by_subject) return reply_with_rows(persistence::list_operations_by_subject(db.get(), *by_subject, limit), reply);
+        reply_with_rows(persistence::list_operations_by_requester(db.get(), requester, limit), reply);
+      } catch (const sql::SQLException& e) {
+        db.reset();
+        reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
+      }
+    });
+    if (!queued) reply(overloaded());
+  };
+  std::string requester = caller.account.value_or(std::string(middleware::anonymous_requester));
+  if (!subject) return run(std::nullopt, requester);
+  if (!caller.account) return run(*subject, requester);
+  auto rules = middleware::rules_for_subject(*ctx.config.current(), *subject);
+  ask_permissions(ctx, requester, rules.to_ask(),
+                  [run, requester, rules, s = *subject, reply](std::optional<std::set<std::string>> granted) {
+                    if (!middleware::permitted_for_subject({requester, std::move(granted)}, rules)) {
+                      return reply(access_denied("list: " + requester + " not permitted for subject " + s));
+                    }
+                    run(s, requester);
+                  });
 }
 
-/// POST /api/v1/changes/{id}/cancel: the requester withdraws a change that has not merged. The use
-/// case (service::end_change) withdraws the pending approval, closes the open MR — unless it merged,
-/// which wins — and writes CANCELLED; a repeat answers "already cancelled".
-void cancel(service_context& ctx, http_server::request& req, const std::string& id, http_server::responder reply) {
-  if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
-  auto parsed = dto::parse_cancel(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) return reply(outcome_response(api_outcome::bad_request, err->message));
+/// Runs the cancel use case for a caller already authorized, and maps its result.
+void run_cancel(service_context& ctx, const std::string& id, std::string actor, std::string reason,
+                http_server::responder reply) {
   service::end_request r;
   r.kind = service::end_kind::cancel;
   r.operation_id = id;
   r.by = workflow::actor_kind::requester;
-  r.actor = "user:" + authenticated_operator(req).value_or("anonymous");
-  r.reason = std::get<dto::cancel_request>(parsed).reason;
+  r.actor = std::move(actor);
+  r.reason = std::move(reason);
   service::end_change(*ctx.services, r, [reply, id](service::end_result e) {
     nlohmann::json data = {{"operationId", id},
                            {"phase", workflow::to_string(workflow::phase_of(e.to))},
@@ -319,12 +430,50 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
       case service::end_status::merged_wins: return reply(outcome_response(api_outcome::already_merged, e.message, data));
       case service::end_status::not_allowed:
       case service::end_status::stale: return reply(outcome_response(api_outcome::conflict, e.message, data));
-      case service::end_status::not_found: return reply(outcome_response(api_outcome::not_found, "No such operation"));
+      case service::end_status::not_found: return reply(no_such_operation());
       case service::end_status::overloaded: return reply(overloaded());
       case service::end_status::unavailable: break;
     }
     reply(outcome_response(api_outcome::unavailable, e.message, nullptr, e.detail));
   });
+}
+
+/// POST /api/v1/changes/{id}/cancel: the requester (or an operator) withdraws a change that has not
+/// merged. The use case (service::end_change) closes the open MR — unless it merged, which wins —,
+/// writes CANCELLED, then withdraws the pending approval; a repeat answers "already cancelled".
+/// Anyone else is told the change does not exist (404), as for reads. The requester needs no
+/// permission round trip; anybody else costs one, and a failed check allows nothing.
+void cancel(service_context& ctx, http_server::request& req, const std::string& id, http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
+  if (!ids::is_uuid(id)) return reply(no_such_operation());
+  auto parsed = dto::parse_cancel(req.body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed)) return reply(outcome_response(api_outcome::bad_request, err->message));
+  auto reason = std::get<dto::cancel_request>(parsed).reason;
+  if (!caller.account) return run_cancel(ctx, id, "user:" + std::string(middleware::anonymous_requester), reason, reply);
+  bool queued = ctx.read_pool().try_submit([&ctx, account = *caller.account, id, reason, reply](persistence::db_context& db) {
+    try {
+      auto row = persistence::load_operation(db.get(), id);
+      if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
+      if (!row.ok()) return reply(db_failure(row.error));
+      if (middleware::is_requester(account, row.value)) return run_cancel(ctx, id, "user:" + account, reason, reply);
+      auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
+      ask_permissions(ctx, account, rules.to_ask(),
+                      [&ctx, account, op = std::move(row.value), rules, id, reason,
+                       reply](std::optional<std::set<std::string>> granted) {
+                        middleware::caller who{account, std::move(granted)};
+                        if (!middleware::may_use(who, op, rules, middleware::operation_use::act)) {
+                          log::info("http.cancel_refused", {{"operation_id", id}, {"caller", account}});
+                          return reply(no_such_operation());
+                        }
+                        run_cancel(ctx, id, "operator:" + account, reason, reply);
+                      });
+    } catch (const sql::SQLException& e) {
+      db.reset();
+      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
+    }
+  });
+  if (!queued) reply(overloaded());
 }
 
 }  // namespace
@@ -334,15 +483,15 @@ void add_change_routes(router& r, service_context& ctx) {
            submit(ctx, req, std::move(reply));
          }});
   r.add({"GET", "/api/v1/changes/{id}",
-         [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
-           get_one(ctx, p.at("id"), std::move(reply));
+         [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
+           get_one(ctx, req, p.at("id"), std::move(reply));
          }});
   r.add({"POST", "/api/v1/changes/{id}/cancel",
          [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            cancel(ctx, req, p.at("id"), std::move(reply));
          }});
   r.add({"GET", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           list_by_subject(ctx, req, std::move(reply));
+           list_changes(ctx, req, std::move(reply));
          }});
 }
 

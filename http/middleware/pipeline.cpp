@@ -100,9 +100,10 @@ void deny(const std::shared_ptr<chain_run>& run, authz_decision d, const std::st
 
 void authorize(const std::shared_ptr<chain_run>& run) {
   const auto& p = run->policy;
+  // A cleared or mistyped switch demands an identity: turning authentication off must be explicit.
   bool identity_required =
       p.requires_identity ||
-      (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, false));
+      (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, true));
   bool rules_from_config = !p.required_rules_key.empty();
   run->rules = rules_from_config ? run->snap->get_list(p.required_rules_key) : p.required_rules;
   run->rules.erase(std::remove_if(run->rules.begin(), run->rules.end(),

@@ -292,8 +292,10 @@ TEST(Pipeline, IdentityRequirementFromConfigKey) {
       required.status_of(head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), p),
       200u);
   fixture cleared(json{{"auth.required", nullptr}});
-  EXPECT_EQ(cleared.status_of(head("/api/v1/changes"), p), 200u)
-      << "cleared -> the documented default (false)";
+  EXPECT_EQ(cleared.status_of(head("/api/v1/changes"), p), 401u)
+      << "cleared -> required: anonymous use must be switched on explicitly";
+  fixture defaulted;
+  EXPECT_EQ(defaulted.status_of(head("/api/v1/changes"), p), 401u) << "the default requires an identity";
 }
 
 TEST(Pipeline, BusinessMetricsOnlyForDeclaredRoutesAndSuccess) {

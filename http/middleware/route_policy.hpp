@@ -27,7 +27,8 @@ struct route_policy {
   /// True when the route needs a login identity even without rule codes (401 otherwise).
   bool requires_identity = false;
   /// Optional bool config key read on every request that, when true, also requires an identity
-  /// (the user API uses "auth.required"); empty or cleared -> only `requires_identity` counts.
+  /// (the user API uses "auth.required"); cleared or not a boolean -> required (fail closed);
+  /// an empty key name -> only `requires_identity` counts.
   std::string identity_required_key;
   /// Business activity name counted for this route only (an allowlist by construction); empty =
   /// none.

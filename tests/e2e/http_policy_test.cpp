@@ -335,10 +335,11 @@ TEST(HttpPolicy, IdempotencyReplayConflictInFlightAndCleanup) {
   EXPECT_EQ(dup.status, 202) << dup.body;
   EXPECT_EQ(code_of(dup), "DUPLICATE_SUBMIT");
 
-  // In flight: the first request with key K holds the record (inserted as the running request would).
+  // In flight: the first request with key K holds the record (inserted as the running request would;
+  // keys are scoped by requester, here the anonymous caller).
   auto k_body = submit_body("inflight", "frank", "svc-k", "").dump();
   auto fp = changeflow::http::middleware::request_fingerprint("POST", "/api/v1/changes", k_body);
-  env.db().exec("INSERT INTO idempotency_record (idem_key, fingerprint, state, expires_at) VALUES ('submit:K-1', '" +
+  env.db().exec("INSERT INTO idempotency_record (idem_key, fingerprint, state, expires_at) VALUES ('submit:anonymous:K-1', '" +
                 fp + "', 'IN_FLIGHT', NOW(3) + INTERVAL 1 HOUR)");
   auto in_flight = call(env, "POST", "/api/v1/changes", k_body, {{"Idempotency-Key", "K-1"}});
   EXPECT_EQ(in_flight.status, 409) << in_flight.body;
@@ -348,7 +349,7 @@ TEST(HttpPolicy, IdempotencyReplayConflictInFlightAndCleanup) {
       << "nothing ran for the in-flight duplicate";
   // The first one completes: the retry now gets exactly what it stored.
   env.db().exec("UPDATE idempotency_record SET state = 'COMPLETED', status_code = 202, "
-                "response_body = '{\"stored\":true}' WHERE idem_key = 'submit:K-1'");
+                "response_body = '{\"stored\":true}' WHERE idem_key = 'submit:anonymous:K-1'");
   auto after = call(env, "POST", "/api/v1/changes", k_body, {{"Idempotency-Key", "K-1"}});
   EXPECT_EQ(after.status, 202);
   EXPECT_EQ(after.body, "{\"stored\":true}");

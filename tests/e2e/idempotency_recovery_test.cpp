@@ -21,7 +21,7 @@ TEST(IdempotencyRecovery, SigkillBetweenBeginAndCompleteDoesNotBlockTheRetry) {
                     {"faults", {{"hold_after_idempotency_begin_ms", 60000}}}});
   const std::string op = "5b2e4c1d-7777-4aaa-8bbb-123412341234";
   const std::string key = "retry-after-crash-1";
-  const std::string row = "idempotency_record WHERE idem_key = 'submit:" + key + "'";
+  const std::string row = "idempotency_record WHERE idem_key = 'submit:anonymous:" + key + "'";
   json body = {{"operationId", op},
                {"subject", "ivan"},
                {"target", "svc-idem-crash"},

@@ -17,7 +17,9 @@ using nlohmann::json;
 
 namespace {
 json db_config(const changeflow::persistence::db_settings& s) {
-  return {{"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}}};
+  json c = test_secrets();
+  c["db"] = {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}};
+  return c;
 }
 
 std::string source_dir() {
@@ -79,8 +81,9 @@ TEST(ServiceLifecycle, ReadyzTurns503WhenDatabaseStops) {
     ~stopper() { (void)std::system(cmd.c_str()); }
   } stop_db{stop_cmd};
 
-  json cfg = {{"db", {{"host", "127.0.0.1"}, {"port", port}, {"user", "changeflow"}, {"password", "changeflow"},
-                      {"name", "changeflow"}, {"connect_timeout_ms", 1000}, {"read_timeout_ms", 1000}}}};
+  json cfg = test_secrets();
+  cfg["db"] = {{"host", "127.0.0.1"}, {"port", port}, {"user", "changeflow"}, {"password", "changeflow"},
+               {"name", "changeflow"}, {"connect_timeout_ms", 1000}, {"read_timeout_ms", 1000}};
   service_process svc(cfg, dir);
   EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", svc.port(), "GET", "/readyz").status == 200; },
                          std::chrono::seconds(10)));

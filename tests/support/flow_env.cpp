@@ -16,7 +16,15 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
   args.insert(args.end(), sim_args.begin(), sim_args.end());
   sim_ = std::make_unique<sim_process>(dir_, args);
   const auto& s = db_.settings();
-  config_ = {
+  // The suites built on flow_env exercise the workflow, not who may use it: they submit and read
+  // without a token (auth.required false, requester "anonymous") with user writes open. Suites
+  // about identity and access (identity_test, http_policy_test) set these back explicitly.
+  config_ = test_secrets();
+  merge_json(config_, {
+      {"auth", {{"required", false}}},
+      {"access", {{"mode", "OPEN"}}},
+  });
+  merge_json(config_, {
       {"http", {{"port", port_}}},
       {"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}},
       {"gitlab", {{"base_url", sim_->base_url() + "/api/v4"}}},
@@ -25,7 +33,7 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
       {"permission", {{"base_url", sim_->base_url()}}},
       {"poll", {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
       {"external", {{"request_timeout_ms", 3000}}},
-  };
+  });
   merge_json(config_, config);
   service_ = std::make_unique<service_process>(config_, dir_);
 }

@@ -95,6 +95,27 @@ int child_process::stop(int sig, std::chrono::milliseconds timeout) {
   return -1;
 }
 
+std::optional<int> child_process::wait_exit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return std::nullopt;
+  std::optional<int> exit_status;
+  wait_until(
+      [&] {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+        pid_ = -1;
+        exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return true;
+      },
+      timeout);
+  return exit_status;
+}
+
+nlohmann::json test_secrets() {
+  return {{"auth", {{"jwt_secret", test_jwt_secret}}},
+          {"callbacks", {{"approval_secret", sim_approval_secret}, {"deploy_secret", sim_deploy_secret}}},
+          {"gitlab", {{"author_token", "author-token"}, {"approver_tokens", {"approver-1-token", "approver-2-token"}}}}};
+}
+
 void child_process::kill_now() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -25,6 +26,9 @@ class child_process {
   bool running();
   /// Sends `sig`, then waits up to `timeout` for the exit; returns the exit status (or -1).
   int stop(int sig, std::chrono::milliseconds timeout);
+  /// Waits up to `timeout` for the child to exit on its own; its exit status (128 + signal when
+  /// killed), or nullopt while it still runs.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   /// SIGKILL and reap.
   void kill_now();
   const std::string& log_path() const { return log_path_; }
@@ -47,6 +51,13 @@ void merge_json(nlohmann::json& base, const nlohmann::json& over);
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close).
 unsigned short free_port();
+
+/// What changeflowd has no default for, set for tests: the simulator's own callback secrets and
+/// GitLab tokens (sim/simulator.hpp) and a test-only HS256 secret. Merge test configs over it.
+nlohmann::json test_secrets();
+inline constexpr const char* test_jwt_secret = "test-jwt-secret";
+inline constexpr const char* sim_approval_secret = "demo-approval-secret";
+inline constexpr const char* sim_deploy_secret = "demo-deploy-secret";
 
 /// changeflow-sim as a child process.
 class sim_process {
