@@ -44,6 +44,8 @@ batch_mr_view view_of(const clients::merge_request& mr) {
   v.sha = mr.sha;
   v.detailed_merge_status = mr.detailed_merge_status;
   v.has_conflicts = mr.has_conflicts;
+  v.rebase_in_progress = mr.rebase_in_progress;
+  v.merge_error = mr.merge_error;
   if (mr.head_pipeline) {
     v.pipeline_status = mr.head_pipeline->status;
     v.pipeline_sha = mr.head_pipeline->sha;
@@ -97,6 +99,11 @@ std::string batch_description(std::int64_t batch_id, const std::vector<batch_mem
 batch_verdict classify(const batch_mr_view& mr) {
   if (mr.state == "merged") return batch_verdict::merged;
   if (mr.state == "closed" || mr.state.empty()) return batch_verdict::closed;
+  if (mr.rebase_in_progress) return batch_verdict::running;
+  // GitLab keeps the conflict after a failed rebase and says so in merge_error; rebasing again
+  // cannot help, so this ends the batch instead of polling until poll.timeout_ms.
+  if ((mr.has_conflicts || mr.detailed_merge_status == "conflict") && !mr.merge_error.empty())
+    return batch_verdict::conflict;
   if (mr.detailed_merge_status == "need_rebase" || mr.detailed_merge_status == "conflict" || mr.has_conflicts)
     return batch_verdict::needs_rebase;
   // Only a pipeline that ran on the MR's current sha decides anything.
@@ -152,7 +159,7 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
     auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
     if (!res) {
       out.mr.error = clients::describe(res.error());
-      out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::refused;
+      out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::approval_refused;
       return out;
     }
   }

@@ -1,5 +1,5 @@
 #pragma once
-// The batch coordinator's external calls (issue 8). Everything here that talks to GitLab blocks and
+// The batch coordinator's external calls. Everything here that talks to GitLab blocks and
 // runs on a thread of the external worker pool, never on an actor thread; `plan_batch` and the
 // naming helpers are pure.
 
@@ -20,6 +20,7 @@ struct batch_member_change {
   std::string title;
   std::string payload_json;  // {"files":[{"path","content","action"?}]}
   std::int64_t created_at_ms = 0;
+  int batch_attempts = 0;  // batches this member was claimed into, this one included
 };
 
 struct batch_plan {
@@ -54,6 +55,8 @@ struct batch_mr_view {
   std::string pipeline_sha;
   std::string detailed_merge_status;
   bool has_conflicts = false;
+  bool rebase_in_progress = false;
+  std::string merge_error;  // GitLab's word on the last failed rebase or merge; "" when none
 };
 
 /// How a read MR stands, decided from the view alone (pure).
@@ -63,6 +66,7 @@ enum class batch_verdict {
   pipeline_failed,  // head pipeline on the current sha failed/canceled: deterministic
   ready,            // pipeline passed on the current sha: approve and merge
   needs_rebase,     // behind the target or conflicting
+  conflict,         // a rebase was tried and failed: the branch conflicts with the target branch
   running,          // keep polling
 };
 batch_verdict classify(const batch_mr_view& mr);
@@ -76,7 +80,7 @@ batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
 /// state "" when there is none.
 batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
 
-enum class merge_answer { merged, not_yet, needs_rebase, closed, refused, retryable };
+enum class merge_answer { merged, not_yet, needs_rebase, closed, approval_refused, refused, retryable };
 struct merge_attempt {
   merge_answer answer = merge_answer::retryable;
   batch_mr_view mr;

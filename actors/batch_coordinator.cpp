@@ -13,11 +13,41 @@
 
 namespace changeflow::actors {
 
-failure_plan plan_failure(bool deterministic, std::size_t members, int depth, int max_splits) {
-  if (!deterministic) return failure_plan::requeue_all;
-  if (members <= 1) return failure_plan::fail_alone;
-  if (depth < max_splits) return failure_plan::bisect;
-  return failure_plan::fail_all;
+std::string_view describe(failure_cause c) {
+  switch (c) {
+    case failure_cause::pipeline_failed: return "pipeline failed";
+    case failure_cause::rebase_conflict: return "rebase conflict with the target branch";
+    case failure_cause::commit_refused: return "GitLab refused the batch commit";
+    case failure_cause::approval_refused: return "approval refused";
+    case failure_cause::merge_refused: return "merge refused";
+    case failure_cause::mr_closed: return "MR closed";
+    case failure_cause::gitlab_failing: return "GitLab kept failing";
+    case failure_cause::pipeline_timeout: return "pipeline did not finish within poll.timeout_ms";
+    case failure_cause::swept: return "running timeout (sweep)";
+    case failure_cause::operator_settled: return "settled by an operator";
+    case failure_cause::no_members: return "no member could be loaded";
+  }
+  return "batch failed";
+}
+
+failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, int max_splits) {
+  switch (cause) {
+    case failure_cause::pipeline_failed:
+      if (members <= 1) return failure_plan::fail_alone;
+      if (depth < max_splits) return failure_plan::bisect;
+      return failure_plan::fail_all;
+    case failure_cause::rebase_conflict:
+    case failure_cause::commit_refused:
+      if (members > 1 && depth < max_splits) return failure_plan::bisect;
+      return failure_plan::requeue_bounded;
+    default: return failure_plan::requeue_bounded;
+  }
+}
+
+requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts) {
+  requeue_split out;
+  for (const auto& m : members) (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
+  return out;
 }
 
 std::vector<std::vector<std::string>> halves(const std::vector<batch_member_change>& members) {
@@ -47,9 +77,9 @@ struct drive {
   std::int64_t started_ms = 0;
   int call_failures = 0;
   bool settle_requested = false;
-  // Set once the failure path started: why, and whether the pipeline failed deterministically.
+  // Set once the failure path started: the typed cause and GitLab's detail.
   std::optional<std::string> failure;
-  bool deterministic = false;
+  failure_cause cause = failure_cause::gitlab_failing;
 };
 
 struct coordinator_state {
@@ -149,14 +179,18 @@ T value_or_throw(persistence::db_result<T> r) {
   return std::move(r.value);
 }
 
-std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids) {
+/// `claimed_by` set: only operations BATCH_CLAIMED by that batch.
+std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids,
+                                              std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto rows = value_or_throw(persistence::load_operations(conn, ids));
   std::vector<batch_member_change> out;
   // Keep the order of `ids` (claim order = admission order).
   for (const auto& id : ids) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
     if (it == rows.end()) continue;
-    out.push_back({it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms});
+    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by)) continue;
+    out.push_back({it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms,
+                   it->batch_attempts});
   }
   return out;
 }
@@ -183,7 +217,7 @@ void arm_poll(self_ptr self, std::int64_t delay_ms) {
 void start_round(self_ptr self);
 void open_mr(self_ptr self);
 void poll_now(self_ptr self);
-void start_failure(self_ptr self, std::string reason, bool deterministic);
+void start_failure(self_ptr self, failure_cause cause, std::string detail = {});
 
 /// The driven batch is settled (or abandoned to another settler): free the actor and run the next
 /// round right away (bisection halves and deferred members are waiting).
@@ -253,7 +287,11 @@ void start_round(self_ptr self) {
     value_or_throw(persistence::defer_members(conn, c.batch_id, plan.deferred));
     out.deferred = plan.deferred.size();
     value_or_throw(persistence::mark_members_claimed(conn, c.batch_id, instance));
-    out.members = std::move(plan.included);
+    // Re-read after the claim: the attempt counts include this batch, and a member closed since
+    // the claim read (not moved to BATCH_CLAIMED) is not carried by the MR.
+    std::vector<std::string> included;
+    for (const auto& m : plan.included) included.push_back(m.operation_id);
+    out.members = load_members(conn, included, c.batch_id);
   });
 }
 
@@ -269,7 +307,7 @@ void on_round_prepared(self_ptr self, batch_job_result& r) {
     count_round(self, "sweep");
     log::warn("batch.sweep", {{"batch_id", r.batch_id}});
     begin_drive(self, r);
-    start_failure(self, "running timeout (sweep)", false);
+    start_failure(self, failure_cause::swept);
     return;
   }
   if (r.round_outcome == "resume") {
@@ -290,7 +328,7 @@ void on_round_prepared(self_ptr self, batch_job_result& r) {
                               {"depth", r.depth}});
   begin_drive(self, r);
   if (st.d->members.empty()) {
-    start_failure(self, "no member could be loaded", false);
+    start_failure(self, failure_cause::no_members);
     return;
   }
   open_mr(self);
@@ -308,12 +346,17 @@ void open_mr(self_ptr self) {
   });
 }
 
-/// A failed call: a refusal (4xx) or too many retryable failures end in the failure path; otherwise
-/// the next poll tick re-runs the step the batch is at (open the MR, read it).
-void retry_or_fail(self_ptr self, const batch_mr_view& mr) {
+/// A failed call: a refusal (4xx, counted as `refused_cause`) or too many retryable failures end in
+/// the failure path; otherwise the next poll tick re-runs the step the batch is at (open the MR,
+/// read it).
+void retry_or_fail(self_ptr self, const batch_mr_view& mr, failure_cause refused_cause) {
   auto& d = *self->state.d;
-  if (mr.outcome == batch_mr_view::call::refused || ++d.call_failures > 8) {
-    start_failure(self, "gitlab: " + mr.error, false);
+  if (mr.outcome == batch_mr_view::call::refused) {
+    start_failure(self, refused_cause, mr.error);
+    return;
+  }
+  if (++d.call_failures > 8) {
+    start_failure(self, failure_cause::gitlab_failing, mr.error);
     return;
   }
   arm_poll(self, std::min<std::int64_t>(5000, 100LL << std::min(d.call_failures, 6)));
@@ -322,7 +365,7 @@ void retry_or_fail(self_ptr self, const batch_mr_view& mr) {
 void on_mr_opened(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
   if (r.mr.outcome != batch_mr_view::call::ok) {
-    retry_or_fail(self, r.mr);
+    retry_or_fail(self, r.mr, failure_cause::commit_refused);
     return;
   }
   d.call_failures = 0;
@@ -363,7 +406,7 @@ void schedule_next_poll(self_ptr self) {
   auto schedule = schedule_from(*self->state.svc->config->current());
   auto delay = schedule.next_delay(d.polls++, now_ms(self) - d.wait_started_ms);
   if (!delay) {
-    start_failure(self, "pipeline did not finish within poll.timeout_ms", false);
+    start_failure(self, failure_cause::pipeline_timeout);
     return;
   }
   arm_poll(self, *delay);
@@ -385,20 +428,22 @@ void settle_success(self_ptr self, const std::string& cause) {
 void on_mr_read(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
   if (r.mr.outcome != batch_mr_view::call::ok) {
-    retry_or_fail(self, r.mr);
+    // A 4xx reading (or rebasing) the batch's own MR: nothing a member carries explains it.
+    retry_or_fail(self, r.mr, failure_cause::gitlab_failing);
     return;
   }
   d.call_failures = 0;
   if (d.settle_requested) {
-    start_failure(self, "settled by an operator", false);
+    start_failure(self, failure_cause::operator_settled);
     return;
   }
   switch (classify(r.mr)) {
     case batch_verdict::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case batch_verdict::closed: start_failure(self, "batch MR closed outside changeflow", false); return;
+    case batch_verdict::closed: start_failure(self, failure_cause::mr_closed, "closed outside changeflow"); return;
     case batch_verdict::pipeline_failed:
-      start_failure(self, "pipeline " + r.mr.pipeline_status + " on " + r.mr.sha, true);
+      start_failure(self, failure_cause::pipeline_failed, r.mr.pipeline_status + " on " + r.mr.sha);
       return;
+    case batch_verdict::conflict: start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error); return;
     case batch_verdict::needs_rebase: {
       const auto iid = d.mr_iid;
       on_external(self, kind::mr_read, [iid](clients::external_context& ext, const config::snapshot&,
@@ -431,11 +476,12 @@ void on_merged(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
   switch (r.merge) {
     case merge_answer::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case merge_answer::closed: start_failure(self, "batch MR closed before the merge", false); return;
-    case merge_answer::refused: start_failure(self, "merge refused: " + r.mr.error, false); return;
+    case merge_answer::closed: start_failure(self, failure_cause::mr_closed, "closed before the merge"); return;
+    case merge_answer::approval_refused: start_failure(self, failure_cause::approval_refused, r.mr.error); return;
+    case merge_answer::refused: start_failure(self, failure_cause::merge_refused, r.mr.error); return;
     case merge_answer::retryable:
       if (++d.call_failures > 8) {
-        start_failure(self, "merge kept failing: " + r.mr.error, false);
+        start_failure(self, failure_cause::gitlab_failing, "merge: " + r.mr.error);
         return;
       }
       [[fallthrough]];
@@ -446,11 +492,11 @@ void on_merged(self_ptr self, batch_job_result& r) {
 
 // -- settlement of a failure (seeds 3.7)
 
-void start_failure(self_ptr self, std::string reason, bool deterministic) {
+void start_failure(self_ptr self, failure_cause cause, std::string detail) {
   auto& d = *self->state.d;
   if (!d.failure) {
-    d.failure = std::move(reason);
-    d.deterministic = deterministic;
+    d.failure = std::string(describe(cause)) + (detail.empty() ? "" : ": " + detail);
+    d.cause = cause;
     d.call_failures = 0;  // a retry of the failure path keeps counting
   }
   if (!d.mr_iid) {
@@ -496,7 +542,9 @@ void on_reread(self_ptr self, batch_job_result& r) {
   }
   auto snap = self->state.svc->config->current();
   const int max_splits = static_cast<int>(snap->int_or("batch.max_splits", 6));
-  const auto plan = plan_failure(d.deterministic, d.members.size(), d.depth, max_splits);
+  const auto configured_attempts = snap->int_or("batch.max_attempts", 3);
+  const int max_attempts = configured_attempts > 0 ? static_cast<int>(configured_attempts) : 3;
+  const auto plan = plan_failure(d.cause, d.members.size(), d.depth, max_splits);
   const auto batch_id = d.batch_id;
   const auto expected = d.expected;
   const auto reason = *d.failure;
@@ -505,7 +553,12 @@ void on_reread(self_ptr self, batch_job_result& r) {
     groups = halves(d.members);
     self->state.svc->metrics->inc("changeflow_batch_splits_total", "Failing batches split in two halves");
   }
-  on_db(self, kind::settled, [batch_id, expected, reason, plan, groups](sql::Connection& conn, batch_job_result& out) {
+  requeue_split bounded;
+  if (plan == failure_plan::requeue_bounded) bounded = split_by_attempts(d.members, max_attempts);
+  const auto leaving_cause =
+      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) + ")";
+  on_db(self, kind::settled, [batch_id, expected, reason, plan, groups, bounded, leaving_cause](
+                                 sql::Connection& conn, batch_job_result& out) {
     persistence::db_result<int> w;
     switch (plan) {
       case failure_plan::bisect:
@@ -521,9 +574,10 @@ void on_reread(self_ptr self, batch_job_result& r) {
                                              "split bound reached: " + reason);
         out.round_outcome = "failed";
         break;
-      case failure_plan::requeue_all:
-        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason);
-        out.round_outcome = "requeued";
+      case failure_plan::requeue_bounded:
+        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
+                                             bounded.leave, leaving_cause);
+        out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
         break;
     }
     take_write(out, w);
@@ -550,8 +604,7 @@ void on_poll_tick(self_ptr self) {
   auto& d = *self->state.d;
   if (d.failure) {
     // Retrying the failure path (close + re-read, or the settlement write).
-    auto reason = *d.failure;
-    start_failure(self, reason, d.deterministic);
+    start_failure(self, d.cause);  // d.failure is kept
     return;
   }
   if (!d.mr_iid) {
@@ -651,7 +704,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
             if (r.round_outcome == "operator_settle") {
               st.round_in_flight = false;
               begin_drive(self, r);
-              start_failure(self, "settled by an operator", false);
+              start_failure(self, failure_cause::operator_settled);
               return;
             }
             on_round_prepared(self, r);

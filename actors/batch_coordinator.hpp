@@ -1,12 +1,13 @@
 #pragma once
-// The batch coordinator (issue 8; batch/database write-up sections 1-5): one CAF actor per
+// The batch coordinator (batch/database write-up sections 1-5): one CAF actor per
 // instance. A round (timer `batch.round_interval_ms`, or manual) runs the lock-free pre-check, the
 // claim transaction (slot, plain read, guarded claim, history), builds ONE MR for the batch (one
 // branch, one commit carrying every member's files), polls its pipeline (tiered, with timers),
 // approves as both bots, merges with the sha, and settles. Failure: close the MR if open, re-read
 // it, merged wins; otherwise the batch fails and its members are requeued in the same transaction
-// (guarded write first) — split in two halves when the pipeline failed deterministically
-// (bisection, bounded by `batch.max_splits`), or failed alone when a single member fails.
+// (guarded write first) — split in two halves when what the members carry may be the cause
+// (bisection, bounded by `batch.max_splits`), failed alone when a single member fails its
+// pipeline, and BATCH_FAILED once a member was claimed `batch.max_attempts` times.
 //
 // All blocking work runs on the database pool or the external pool; results come back as
 // messages. The actor drives at most one batch at a time; the database guarantees at most one
@@ -80,13 +81,43 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
 
 // -- the pure decisions (tested without a database)
 
-enum class failure_plan {
-  bisect,       // deterministic, several members, depth below max_splits: two halves wait again
-  fail_alone,   // deterministic, one member: it failed alone -> BATCH_FAILED
-  fail_all,     // deterministic, split bound reached: every member BATCH_FAILED (contact maintainers)
-  requeue_all,  // not deterministic (timeout, MR closed, error): every member waits again as is
+/// Why a batch failed, set where the failure is seen (typed: the settlement never parses text).
+enum class failure_cause {
+  pipeline_failed,   // the pipeline failed on the MR's current sha: deterministic
+  rebase_conflict,   // a rebase onto the target branch failed with a conflict
+  commit_refused,    // GitLab refused the batch branch, commit or MR (4xx)
+  approval_refused,  // a reviewer bot may not approve (4xx)
+  merge_refused,     // GitLab refused the merge itself
+  mr_closed,         // the MR was closed outside the coordinator
+  gitlab_failing,    // GitLab kept failing (5xx, lost answers) past the retry budget
+  pipeline_timeout,  // no pipeline verdict within poll.timeout_ms
+  swept,             // RUNNING past batch.running_timeout_seconds (crash, hang)
+  operator_settled,  // an operator settled the batch
+  no_members,        // no member of the claim could be loaded
 };
-failure_plan plan_failure(bool deterministic, std::size_t members, int depth, int max_splits);
+/// What users and operators read in last_error and the timeline ("rebase conflict with the target
+/// branch", "MR closed", ...).
+std::string_view describe(failure_cause c);
+
+enum class failure_plan {
+  bisect,           // several members may hide one culprit, depth below max_splits: two halves wait again
+  fail_alone,       // pipeline failed with one member: it failed alone -> BATCH_FAILED
+  fail_all,         // pipeline failed, split bound reached: every member BATCH_FAILED
+  requeue_bounded,  // every member waits again, except those out of batch attempts: BATCH_FAILED
+};
+/// Pipeline failures and the failures decided by the files the members carry (a conflict with the
+/// target branch, a refused commit) are bisected: requeueing the same members would fail again and
+/// would wear out the innocent members' attempts with the culprit's. Everything else (MR closed,
+/// refusals of the approve or the merge, timeouts, GitLab down, operator) says nothing about one
+/// member: the batch is requeued as is, each member bounded by batch.max_attempts.
+failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, int max_splits);
+
+/// requeue_bounded: members claimed `max_attempts` times (or more) leave the batch path.
+struct requeue_split {
+  std::vector<std::string> requeue;  // wait again
+  std::vector<std::string> leave;    // BATCH_FAILED: out of batch attempts
+};
+requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts);
 
 /// Halves in commit order (older half first, so it is claimed first).
 std::vector<std::vector<std::string>> halves(const std::vector<batch_member_change>& members);

@@ -41,17 +41,6 @@ TEST(BatchPlan, TitleAndDescriptionNameEveryMember) {
   EXPECT_LE(batch_title(1, std::vector<batch_member_change>(100, member("long-id", 1, "p"))).size(), 255u);
 }
 
-TEST(BatchFailure, BisectsUntilAloneAndBoundedBySplits) {
-  EXPECT_EQ(plan_failure(true, 6, 0, 6), failure_plan::bisect);
-  EXPECT_EQ(plan_failure(true, 1, 3, 6), failure_plan::fail_alone);
-  EXPECT_EQ(plan_failure(true, 2, 6, 6), failure_plan::fail_all);
-  EXPECT_EQ(plan_failure(false, 6, 0, 6), failure_plan::requeue_all);
-  auto h = halves({member("a", 1, "a"), member("b", 2, "b"), member("c", 3, "c")});
-  ASSERT_EQ(h.size(), 2u);
-  EXPECT_EQ(h[0], (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(h[1], (std::vector<std::string>{"c"}));
-}
-
 TEST(BatchVerdict, OnlyAPipelineOnTheCurrentShaDecides) {
   batch_mr_view mr;
   mr.state = "opened";
@@ -167,4 +156,99 @@ TEST(BatchRepo, DeferredMemberGoesBackToWaitingAndLeadsTheNextRound) {
   ASSERT_TRUE(w.ok());
   ASSERT_EQ(w.value.size(), 1u);
   EXPECT_EQ(w.value[0].operation_id, b);
+}
+
+namespace {
+std::string waiting_op(sql::Connection& c, const std::string& target) {
+  auto id = new_op(c, "u-" + target, target);
+  walk(c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+  return id;
+}
+void operator_move(sql::Connection& c, const std::string& id, S to, const std::string& cause) {
+  auto row = persistence::load_operation(c, id).value;
+  persistence::transition_request t;
+  t.operation_id = id;
+  t.expected_version = row.version;
+  t.from = row.step;
+  t.to = to;
+  t.by = workflow::actor_kind::operator_only;
+  t.cause = cause;
+  auto r = persistence::transition(c, t);
+  EXPECT_TRUE(r.ok()) << r.error.message;
+}
+int batch_attempts(changeflow::testing::test_database& db, const std::string& id) {
+  return std::stoi(db.scalar("SELECT batch_attempts FROM operation WHERE operation_id = '" + id + "'"));
+}
+}  // namespace
+
+TEST(BatchRepo, MemberClosedWhileWaitingIsNeverClaimedNorCounted) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  auto stays = waiting_op(*c, "stays");
+  auto closed = waiting_op(*c, "closed");
+  // An operator closes it while it waits: the close knows nothing of the waiting set.
+  operator_move(*c, closed, S::CLOSE_SUCCEEDED, "closed by an operator");
+  db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
+
+  auto cl = persistence::claim(*c, 50);
+  ASSERT_TRUE(cl.ok()) << cl.error.message;
+  ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
+  ASSERT_EQ(cl.value.members.size(), 1u);
+  EXPECT_EQ(cl.value.members[0].operation_id, stays);
+  ASSERT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
+  EXPECT_EQ(batch_attempts(db, stays), 1);
+  EXPECT_EQ(batch_attempts(db, closed), 0);
+  // It left the waiting set: no row, so no later round or requeue brings it back.
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + closed + "'"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE operation_id = '" + closed + "'"), "0");
+  EXPECT_EQ(persistence::load_operation(*c, closed).value.step, S::CLOSE_SUCCEEDED);
+}
+
+TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
+  changeflow::testing::test_database db;
+  auto c = db.connect();
+  auto old_member = waiting_op(*c, "old");
+  auto young = waiting_op(*c, "young");
+  auto deferred = waiting_op(*c, "deferred");
+  auto claim_all = [&](bool defer) {
+    db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND WHERE batch_id IS NULL");
+    auto cl = persistence::claim(*c, 50);
+    EXPECT_EQ(cl.value.kind, persistence::claim_kind::claimed);
+    if (defer) EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());
+    EXPECT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
+    return cl.value.batch_id;
+  };
+  // Two failed batches requeue everyone; the deferred member was never carried by an MR.
+  for (int i = 0; i < 2; ++i) {
+    auto b = claim_all(true);
+    ASSERT_TRUE(persistence::settle_failed_batch(*c, b, persistence::batch_status::RUNNING,
+                                                 persistence::member_reset::requeue, "MR closed")
+                    .ok());
+  }
+  EXPECT_EQ(batch_attempts(db, old_member), 2);
+  EXPECT_EQ(batch_attempts(db, deferred), 0);
+  // The third failure: the old member is out of attempts, the young one waits again.
+  auto b = claim_all(true);
+  auto settled = persistence::settle_failed_batch(*c, b, persistence::batch_status::RUNNING,
+                                                  persistence::member_reset::requeue, "MR closed: x", {old_member},
+                                                  "MR closed: x (no batch attempts left)");
+  ASSERT_TRUE(settled.ok()) << settled.error.message;
+  auto gone = persistence::load_operation(*c, old_member).value;
+  EXPECT_EQ(gone.step, S::BATCH_FAILED);
+  EXPECT_EQ(gone.phase, workflow::phase::HANDLE_FAILED);
+  EXPECT_EQ(gone.batch_attempts, 3);
+  ASSERT_TRUE(gone.last_error.has_value());
+  EXPECT_NE(gone.last_error->find("MR closed: x (no batch attempts left)"), std::string::npos) << *gone.last_error;
+  EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + old_member +
+                      "' AND to_step = 10603"),
+            "batch " + std::to_string(b) + " failed: MR closed: x (no batch attempts left)");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + old_member + "'"), "0");
+  EXPECT_EQ(persistence::load_operation(*c, young).value.step, S::BATCH_WAITING);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "2");
+  // An operator sends it back: a fresh budget, the timeline keeps the earlier attempts.
+  operator_move(*c, old_member, S::BATCH_WAITING, "retried by an operator");
+  EXPECT_EQ(batch_attempts(db, old_member), 0);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + old_member +
+                      "' AND to_step = 10602"),
+            "3");
 }

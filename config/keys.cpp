@@ -117,6 +117,9 @@ std::vector<key_spec> make_keys() {
       {"batch.round_interval_ms", I, 5000, H, "Interval of scheduled batch rounds."},
       {"batch.max_members", I, 50, H, "Most operations claimed into one batch."},
       {"batch.max_splits", I, 6, H, "Bisection depth limit for a failing batch."},
+      {"batch.max_attempts", I, 3, H,
+       "A member claimed this many times whose batch fails again (not a pipeline failure) leaves the "
+       "batch path as BATCH_FAILED; <=0 -> 3."},
       {"batch.running_timeout_seconds", I, 3600, H, "A RUNNING batch older than this is settled by the sweep."},
 
       // -- reconciliation (hot)

@@ -189,8 +189,53 @@ op_move back_to_waiting(const std::string& cause) {
   return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_WAITING, cause, "",
           ", batch_id = NULL, mr_iid = NULL, mr_url = NULL", {}, 0};
 }
+/// A member leaving the batch path: the same cause goes to its timeline and to last_error, so the
+/// API and the console name it without reading the timeline.
 op_move failed_alone(const std::string& cause) {
-  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_FAILED, cause, "", "", {}, 0};
+  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_FAILED, cause, "", ", last_error = ?",
+          [cause](detail::statement& st, int i) { st.setString(i, cause.substr(0, 1024)); }, 1};
+}
+
+/// The failed batch's claimed member operations: those `waits_again` accepts go back to
+/// BATCH_WAITING, the others end in BATCH_FAILED. Runs inside the settlement transaction.
+void settle_member_operations(sql::Connection& conn, std::int64_t batch_id,
+                              const std::function<bool(const std::string&)>& waits_again,
+                              const std::string& requeue_cause, const std::string& failed_cause) {
+  std::vector<std::string> back, failed;
+  for (const auto& id : lock_claimed_members(conn, batch_id)) (waits_again(id) ? back : failed).push_back(id);
+  move_operations(conn, back, back_to_waiting(requeue_cause));
+  move_operations(conn, failed, failed_alone(failed_cause));
+}
+
+/// These members' waiting rows leave the waiting set for good (history REMOVED).
+void remove_requests(sql::Connection& conn, std::int64_t batch_id, const std::vector<std::string>& operation_ids) {
+  for (const auto& chunk : detail::chunks(operation_ids)) {
+    const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
+    const auto bind = [&](detail::statement& st, int i) {
+      st.setInt64(i++, batch_id);
+      for (const auto& id : chunk) st.setString(i++, id);
+    };
+    append_history(conn, batch_id, "REMOVED", "batch_id = ? AND operation_id" + in, bind);
+    auto del = prepare(conn, "DELETE FROM merge_batch_request WHERE batch_id = ? AND operation_id" + in);
+    bind(*del, 1);
+    del->executeUpdate();
+  }
+}
+
+/// Waiting rows whose operation is no longer BATCH_WAITING (closed or forced to fail by an operator
+/// while it waited; those paths do not know about the waiting set) leave it. Read without locks and
+/// deleted by primary key, apart from the claim transaction, so admissions never wait on it (I3).
+/// Not worth a history row: the operation's own timeline records why it left.
+void remove_abandoned_requests(sql::Connection& conn) {
+  auto sel = prepare(conn,
+                     "SELECT r.id FROM merge_batch_request r JOIN operation o ON o.operation_id = "
+                     "r.operation_id WHERE r.batch_id IS NULL AND o.step <> ?");
+  sel->setInt(1, workflow::code_of(workflow::step::BATCH_WAITING));
+  rs_ptr rs(sel->executeQuery());
+  std::vector<std::int64_t> ids;
+  while (rs->next()) ids.push_back(rs->getInt64(1));
+  update_requests_in(conn, "DELETE FROM merge_batch_request WHERE batch_id IS NULL AND id", ids,
+                     [](detail::statement&) { return 1; });
 }
 
 /// Locks the batch row for the rest of the transaction; false when the batch is no longer RUNNING
@@ -206,6 +251,7 @@ bool lock_running_batch(sql::Connection& conn, std::int64_t batch_id) {
 db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook) {
   using R = db_result<claim_result>;
   return guarded<claim_result>([&]() -> R {
+    remove_abandoned_requests(conn);
     detail::transaction tx(conn);
     // 1. Take the slot. A duplicate key leaves this transaction usable and with nothing written.
     try {
@@ -226,11 +272,17 @@ db_result<claim_result> claim(sql::Connection& conn, int max_members, const clai
     // catches anything unexpected. A locking range read would block admissions (I3).
     // `created_at < NOW(3)`: rows admitted in this very millisecond wait for the next round (DB
     // clock).
+    // Only rows whose operation still waits: one closed or forced to fail while waiting left the
+    // batch path, and its row was removed before this transaction (or is skipped if that happened
+    // in between; the next claim removes it). A row admitted through `admit` alone, with no
+    // operation, has nothing that could leave and stays claimable.
     auto sel = prepare(conn,
-                       "SELECT id, operation_id, split_group FROM merge_batch_request "
-                       "WHERE batch_id IS NULL AND created_at < CURRENT_TIMESTAMP(3) ORDER BY "
-                       "created_at, id LIMIT ?");
-    sel->setInt(1, max_members);
+                       "SELECT r.id, r.operation_id, r.split_group FROM merge_batch_request r "
+                       "LEFT JOIN operation o ON o.operation_id = r.operation_id "
+                       "WHERE r.batch_id IS NULL AND r.created_at < CURRENT_TIMESTAMP(3) "
+                       "AND (o.operation_id IS NULL OR o.step = ?) ORDER BY r.created_at, r.id LIMIT ?");
+    sel->setInt(1, workflow::code_of(workflow::step::BATCH_WAITING));
+    sel->setInt(2, max_members);
     rs_ptr rs(sel->executeQuery());
     std::vector<batch_member> members;
     while (rs->next()) {
@@ -305,7 +357,8 @@ db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::
 
 db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
                                    batch_status expected, member_reset reset,
-                                   const std::string& reason) {
+                                   const std::string& reason, const std::vector<std::string>& leaving,
+                                   const std::string& leaving_cause) {
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
@@ -315,10 +368,15 @@ db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
                                        "batch " + std::to_string(batch_id) + " already settled");
       }
       const bool requeue = reset == member_reset::requeue;
+      const auto prefix = "batch " + std::to_string(batch_id) + " failed: ";
+      const auto leaves = [&](const std::string& id) {
+        return std::find(leaving.begin(), leaving.end(), id) != leaving.end();
+      };
       // Member operations follow their processing record (no-op for rows without an operation).
-      move_operations(conn, lock_claimed_members(conn, batch_id),
-                      requeue ? back_to_waiting("batch " + std::to_string(batch_id) + " failed: " + reason)
-                              : failed_alone("batch " + std::to_string(batch_id) + " failed: " + reason));
+      settle_member_operations(
+          conn, batch_id, [&](const std::string& id) { return requeue && !leaves(id); }, prefix + reason,
+          prefix + (requeue && !leaving_cause.empty() ? leaving_cause : reason));
+      if (requeue) remove_requests(conn, batch_id, leaving);
       append_history(conn, batch_id, requeue ? "REQUEUED" : "REMOVED", "batch_id = ?",
                      [&](auto& st, int i) { st.setInt64(i, batch_id); });
       auto st = prepare(
@@ -342,19 +400,16 @@ db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
         return db_result<int>::failure(db_outcome::preempted,
                                        "batch " + std::to_string(batch_id) + " is not RUNNING");
       }
-      {
-        // Member operations: the ones in a group wait again, the others failed alone.
-        std::vector<std::string> requeued_ids;
-        for (const auto& g : groups) requeued_ids.insert(requeued_ids.end(), g.begin(), g.end());
-        auto claimed = lock_claimed_members(conn, batch_id);
-        std::vector<std::string> back, failed;
-        for (const auto& id : claimed) {
-          (std::find(requeued_ids.begin(), requeued_ids.end(), id) != requeued_ids.end() ? back : failed)
-              .push_back(id);
-        }
-        move_operations(conn, back, back_to_waiting("batch " + std::to_string(batch_id) + ": " + reason));
-        move_operations(conn, failed, failed_alone("batch " + std::to_string(batch_id) + ": " + reason));
-      }
+      // Member operations: the ones in a group wait again, the others failed alone.
+      const auto cause = "batch " + std::to_string(batch_id) + ": " + reason;
+      settle_member_operations(
+          conn, batch_id,
+          [&](const std::string& id) {
+            return std::any_of(groups.begin(), groups.end(), [&](const auto& g) {
+              return std::find(g.begin(), g.end(), id) != g.end();
+            });
+          },
+          cause, cause);
       // Fresh group numbers above every existing one; only the slot holder requeues, so no race
       // here.
       std::unique_ptr<sql::Statement> q(conn.createStatement());
@@ -527,7 +582,9 @@ db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id
           },
           workflow::step::BATCH_WAITING);
       op_move m{workflow::step::BATCH_WAITING, workflow::step::BATCH_CLAIMED,
-                "claimed by batch " + std::to_string(batch_id), instance_id, ", batch_id = ?",
+                "claimed by batch " + std::to_string(batch_id), instance_id,
+                // The one place an attempt is counted: only members really carried by this batch.
+                ", batch_id = ?, batch_attempts = batch_attempts + 1",
                 [&](detail::statement& st, int i) { st.setInt64(i, batch_id); }, 1};
       int moved = move_operations(conn, ids, m);
       tx.commit();

@@ -48,6 +48,8 @@ struct claim_result {
 enum class claim_stage { slot_taken, waiting_read, members_claimed };
 using claim_hook = std::function<void(claim_stage)>;
 
+/// Before the transaction, waiting rows of operations that left BATCH_WAITING (closed or forced to
+/// fail while waiting) are removed: they are never claimed nor counted.
 /// One transaction: take the slot (1062 -> slot_occupied), plain read of up to `max_members`
 /// waiting rows admitted before this millisecond (DB clock) ordered by (created_at, id), keep the
 /// split group of the oldest one (bisection halves go separately), guarded claim UPDATE
@@ -67,11 +69,15 @@ db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::
 enum class member_reset { requeue, remove };
 /// One transaction, guarded write FIRST (seeds 3.3): batch expected -> FAILED (a second settler
 /// gets preempted and nothing else runs), then every member is put back in the waiting set
-/// (batch_id NULL, original created_at kept) or removed; membership history is appended.
-/// Returns the number of members reset.
+/// (batch_id NULL, original created_at kept) or removed (BATCH_FAILED, last_error = the cause);
+/// membership history is appended. With `requeue`, the members in `leaving` (out of batch
+/// attempts) are removed instead, with `leaving_cause` (default `reason`) as their cause.
+/// Returns the number of waiting rows reset (requeued or removed after `leaving`).
 db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
                                    batch_status expected, member_reset reset,
-                                   const std::string& reason);
+                                   const std::string& reason,
+                                   const std::vector<std::string>& leaving = {},
+                                   const std::string& leaving_cause = {});
 
 /// Bisection: batch RUNNING -> FAILED (guarded, first), each group of operation ids goes back to
 /// the waiting set under a fresh split group number (claimed one group at a time, in group order);
@@ -101,7 +107,7 @@ db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64
 db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
 
 
-// -- coordinator support (issue 8): the member operations move with their batch, bulk and guarded
+// -- coordinator support: the member operations move with their batch, bulk and guarded
 // by step, in the same transaction as the batch write that causes the move (guarded write first).
 
 /// After a claim: a bisection half (split group != 0) records the batch it was split from and is
@@ -115,8 +121,8 @@ db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id);
 db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
                              const std::vector<std::string>& operation_ids);
 
-/// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set), bulk, guarded
-/// by step and by the batch still RUNNING. Returns the operations moved.
+/// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set, batch_attempts + 1),
+/// bulk, guarded by step and by the batch still RUNNING. Returns the operations moved.
 db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id,
                                     const std::string& instance_id);
 

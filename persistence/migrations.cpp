@@ -19,6 +19,8 @@ std::vector<std::string> schema_v2();
 std::vector<std::string> schema_v3();
 // Migration 4: owner and in-flight deadline of idempotency records, so dead requests' keys recover.
 std::vector<std::string> schema_v4();
+// Migration 5: per-member batch attempt counter (bounds the requeues of a failing batch).
+std::vector<std::string> schema_v5();
 // Migration 6: operation.requester, the verified identity that submitted the change.
 std::vector<std::string> schema_v6();
 
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {2, "workflow, batch, callback, idempotency and audit tables", schema_v2()},
       {3, "transition event trigger", schema_v3()},
       {4, "idempotency record owner and in-flight deadline", schema_v4()},
+      {5, "batch attempts per member", schema_v5()},
       {6, "operation requester", schema_v6()},
   };
   return migrations;

@@ -18,7 +18,7 @@ namespace detail {
 const char* const operation_columns =
     "operation_id, subject_id, target_key, flow, step, phase, version, title, payload, mr_iid, "
     "mr_url, "
-    "approval_id, batch_id, attempts, "
+    "approval_id, batch_id, attempts, batch_attempts, "
     "CAST(ROUND(UNIX_TIMESTAMP(next_wake_at) * 1000) AS SIGNED) AS next_wake_at_ms, "
     "owner_instance, "
     "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
@@ -54,6 +54,7 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.approval_id = opt_string(rs, "approval_id");
   r.batch_id = opt_int64(rs, "batch_id");
   r.attempts = rs.getInt("attempts");
+  r.batch_attempts = rs.getInt("batch_attempts");
   r.next_wake_at_ms = opt_int64(rs, "next_wake_at_ms");
   r.owner_instance = opt_string(rs, "owner_instance");
   r.lease_epoch = rs.getInt64("lease_epoch");
@@ -361,6 +362,13 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
           conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
       adm->setString(1, req.operation_id);
       detail::insert_unless_duplicate(*adm);  // false = already admitted
+    }
+    if (req.from == step::BATCH_FAILED) {
+      // An operator sends a member that ran out of batch attempts back: it gets a fresh budget
+      // (the timeline and the batch history keep the earlier attempts).
+      auto reset = prepare(conn, "UPDATE operation SET batch_attempts = 0 WHERE operation_id = ?");
+      reset->setString(1, req.operation_id);
+      reset->executeUpdate();
     }
     tx.commit();
     return r;

@@ -32,6 +32,7 @@ struct operation_row {
   std::optional<std::string> approval_id;
   std::optional<std::int64_t> batch_id;
   int attempts = 0;
+  int batch_attempts = 0;  // batches claimed into since the last admission (batch.max_attempts)
   std::optional<std::int64_t> next_wake_at_ms;  // epoch ms (DB clock)
   std::optional<std::string> owner_instance;
   std::int64_t lease_epoch = 0;

@@ -14,6 +14,9 @@
 //   merged_before_close                     a close of an open MR finds it merged (a merge landed first)
 //   merge_needs_rebase                      merge answers 422 need_rebase until a rebase happens
 //   rebase_conflict                         the rebase fails with merge_error (a conflict)
+//   target_conflict                         right after this commit creates its branch, someone pushes
+//                                           the same files to the start branch: MRs of the branch
+//                                           conflict with their target and every rebase fails
 //   pipeline_fail | pipeline_hang           the next pipeline of the MR fails / never finishes
 //   approval_callback {mode: duplicate|delay|reorder|old_operation|drop, delay_ms?, operation_id?}
 //   deploy_callback {mode: drop|no_operation_ids|failed}

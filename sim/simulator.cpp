@@ -96,6 +96,9 @@ struct sim_pipeline {
 struct sim_branch {
   std::string head_sha;
   std::string head_message;
+  // Its files were changed on the branch it was created from after it forked (fault
+  // target_conflict): a merge cannot apply cleanly and no rebase can fix it.
+  bool conflicts_with_start = false;
 };
 
 struct sim_mr {
@@ -399,7 +402,15 @@ struct simulator::impl {
     } else if (endpoint == "get_branch") {
       subject = rest[2];
     } else if (endpoint == "create_commit") {
+      // The branch and every file path of the commit: a rule can target the commit of one change
+      // by its file even when many changes ride in one commit.
       subject = body.value("branch", "");
+      if (body.contains("actions") && body["actions"].is_array()) {
+        for (const auto& a : body["actions"]) {
+          if (a.is_object() && a.contains("file_path") && a["file_path"].is_string())
+            subject += " " + a["file_path"].get<std::string>();
+        }
+      }
     } else if (endpoint == "create_mr") {
       subject = body.value("title", "") + " " + body.value("source_branch", "");
     } else if (endpoint == "list_mrs") {
@@ -427,7 +438,7 @@ struct simulator::impl {
                                       {"default", it->first == "main"}});
       }
     } else if (endpoint == "create_commit") {
-      out.res = create_commit(proj, body);
+      out.res = create_commit(proj, body, subject);
     } else if (endpoint == "create_mr") {
       out.res = create_mr(proj, project_name, body, now);
     } else if (endpoint == "list_mrs") {
@@ -475,7 +486,8 @@ struct simulator::impl {
         out.res = message(409, "409 Conflict: Resource lock");
       } else {
         mr->rebase_done_at = now + opts.rebase_duration;
-        mr->rebase_will_conflict = faults.take("rebase_conflict", "rebase", mr->subject()).has_value();
+        mr->rebase_will_conflict = faults.take("rebase_conflict", "rebase", mr->subject()).has_value() ||
+                                   proj.branches[mr->source].conflicts_with_start;
         out.res = json_response(202, {{"rebase_in_progress", true}});
       }
     } else if (endpoint == "mr_pipelines") {
@@ -489,7 +501,7 @@ struct simulator::impl {
     return out;
   }
 
-  hs::response create_commit(sim_project& proj, const json& body) {
+  hs::response create_commit(sim_project& proj, const json& body, const std::string& subject) {
     auto branch = body.value("branch", "");
     if (branch.empty()) return json_response(400, {{"error", "branch is missing"}});
     if (!body.contains("commit_message")) return json_response(400, {{"error", "commit_message is missing"}});
@@ -508,6 +520,11 @@ struct simulator::impl {
     auto parent = proj.branches[exists ? branch : start].head_sha;
     auto sha = next_sha();
     proj.branches[branch] = {sha, msg};
+    if (!exists && faults.take("target_conflict", "create_commit", subject)) {
+      // Someone else changes the same files on the start branch right after the fork.
+      proj.branches[start] = {next_sha(), "Concurrent change to the files of " + branch};
+      proj.branches[branch].conflicts_with_start = true;
+    }
     return json_response(201, {{"id", sha},
                                {"short_id", sha.substr(0, 8)},
                                {"title", msg.substr(0, msg.find('\n'))},
@@ -538,6 +555,8 @@ struct simulator::impl {
     mr.source = source;
     mr.target = target;
     mr.sha = proj.branches[source].head_sha;
+    // GitLab computes conflicts against the target when the MR is created.
+    mr.has_conflicts = proj.branches[source].conflicts_with_start && proj.branches.count(target) != 0;
     start_pipeline(mr, project_name, now);
     auto iid = mr.iid;
     auto& stored = proj.mrs[iid] = std::move(mr);

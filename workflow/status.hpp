@@ -74,7 +74,7 @@ enum class step : int {
   // -- batch path
   BATCH_WAITING = 10601,             // MR_CREATED: admitted to the waiting set
   BATCH_CLAIMED = 10602,             // MERGING: claimed by a batch; the batch MR carries it
-  BATCH_FAILED = 10603,              // HANDLE_FAILED: failed alone after bisection (deterministic)
+  BATCH_FAILED = 10603,              // HANDLE_FAILED: failed alone after bisection, or out of batch attempts
   BATCH_MERGED = 10604,              // MERGED: the batch MR merged
 };
 

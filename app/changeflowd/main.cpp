@@ -75,13 +75,23 @@ options parse_args(int argc, char** argv) {
   return o;
 }
 
+/// A Markdown table cell: a '|' inside the text would end the cell.
+std::string cell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 void describe_config() {
   std::cout << "| key | type | default | reload | meaning and fallback |\n|---|---|---|---|---|\n";
   for (const auto& k : config::all_keys()) {
     static const char* types[] = {"integer", "number", "boolean", "string", "list", "object"};
     std::cout << "| `" << k.name << "` | " << types[static_cast<int>(k.type)] << " | `"
               << (k.default_value.is_null() ? std::string("(none)") : k.default_value.dump()) << "` | "
-              << (k.reload == config::reload_kind::hot ? "hot" : "restart") << " | " << k.doc << " |\n";
+              << (k.reload == config::reload_kind::hot ? "hot" : "restart") << " | " << cell(k.doc) << " |\n";
   }
 }
 

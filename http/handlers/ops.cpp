@@ -55,6 +55,7 @@ json ops_row_json(const persistence::operation_row& row) {
   j["leaseEpoch"] = row.lease_epoch;
   j["nextWakeAtMs"] = null_or(row.next_wake_at_ms);
   j["attempts"] = row.attempts;
+  j["batchAttempts"] = row.batch_attempts;
   j["lastError"] = null_or(row.last_error);
   j["batchId"] = null_or(row.batch_id);
   j["approvalId"] = null_or(row.approval_id);

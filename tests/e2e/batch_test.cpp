@@ -1,4 +1,4 @@
-// Batch path end to end (issue 8): real MariaDB, changeflow-sim and changeflowd with batch.enabled.
+// Batch path end to end: real MariaDB, changeflow-sim and changeflowd with batch.enabled.
 #include "tests/support/flow_env.hpp"
 #include "tests/support/jwt_token.hpp"
 
@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -29,6 +31,29 @@ std::string submit_ok(flow_env& env, const std::string& title, const std::string
 }
 
 int count(flow_env& env, const std::string& sql) { return std::stoi(env.db().scalar(sql)); }
+
+/// Paces the background loops of a test: `pause` waits until the next beat or until `stop` is
+/// called, so a loop neither spins a core (two cores, several builds and services) nor outlives
+/// the run.
+class pacer {
+ public:
+  bool pause(std::chrono::milliseconds beat) {
+    std::unique_lock lock(mu_);
+    return !cv_.wait_for(lock, beat, [&] { return stopped_; });
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+};
 
 }  // namespace
 
@@ -162,24 +187,28 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   const std::vector<unsigned short> ports = {env.port(), static_cast<unsigned short>(cfg_b["http"]["port"].get<int>())};
 
   // Sample the active-slot count for the whole run, and fire manual rounds at both instances.
-  std::atomic<bool> done{false};
+  // Both loops are paced: a sample every few milliseconds still sees the slot far more often than
+  // batches change hands (every batch lives for a pipeline), and the lifetime-overlap query below
+  // checks the moments between samples.
+  pacer run;
   std::atomic<int> max_active{0};
   std::atomic<int> manual_rounds{0};
   std::thread sampler([&] {
     auto conn = env.db().connect();
     std::unique_ptr<sql::Statement> st(conn->createStatement());
-    while (!done) {
+    do {
       std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"));
       if (rs->next()) max_active = std::max(max_active.load(), rs->getInt(1));
-    }
+    } while (run.pause(std::chrono::milliseconds(5)));
   });
   std::thread trigger([&] {
     const std::vector<std::pair<std::string, std::string>> h = {
         {"Authorization", "Bearer " + changeflow::testing::mint_hs256(secret, "alice", 600)}};
-    for (int i = 0; !done; ++i) {
-      auto r = http_call("127.0.0.1", ports[i % 2], "POST", "/api/v1/ops/batch/round", "{}", h);
+    int i = 0;
+    do {
+      auto r = http_call("127.0.0.1", ports[i++ % 2], "POST", "/api/v1/ops/batch/round", "{}", h);
       if (r.status == 200 || r.status == 202) ++manual_rounds;
-    }
+    } while (run.pause(std::chrono::milliseconds(10)));
   });
 
   std::vector<std::string> ids;
@@ -196,7 +225,7 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
     auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
     EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
   }
-  done = true;
+  run.stop();
   sampler.join();
   trigger.join();
 
@@ -234,4 +263,63 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   EXPECT_EQ(claimed, count(env, "SELECT COUNT(*) FROM merge_batch"));
   auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
   for (const auto& [mr, merges] : stats["merges"].items()) EXPECT_EQ(merges.get<int>(), 1) << mr;
+}
+
+TEST(Batch, MemberConflictingWithTheTargetFailsAfterMaxAttemptsTheOthersMerge) {
+  constexpr int max_attempts = 3;
+  // Rounds only by hand at first so the four changes land in one batch.
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 600000;
+  cfg["batch"]["max_attempts"] = max_attempts;
+  flow_env env(cfg);
+  std::vector<std::string> ids;
+  const std::vector<std::string> targets = {"tc-good-0", "tc-conflicting", "tc-good-2", "tc-good-3"};
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    ids.push_back(submit_ok(env, "target conflict " + targets[i], "tc-user-" + std::to_string(i), targets[i]));
+  for (const auto& id : ids) ASSERT_EQ(env.wait_for_step(id, "BATCH_WAITING")["step"]["name"], "BATCH_WAITING");
+  // Whenever a batch commit carries the conflicting member's file, someone pushes the same file to
+  // the target branch right after: that batch's MR conflicts and no rebase can fix it. Batches
+  // without that member are untouched.
+  env.add_fault(json{{"kind", "target_conflict"}, {"match", "config/tc-conflicting.yaml"}});
+  env.restart_service(json{{"batch", {{"round_interval_ms", 200}}}});
+
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i == 1) continue;
+    auto c = env.wait_for_phase(ids[i], "VALIDATED", std::chrono::seconds(120));
+    EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+    EXPECT_TRUE(is_subsequence({"BATCH_CLAIMED", "BATCH_MERGED", "CALLED_BACK"}, timeline_steps(c))) << c.dump(2);
+  }
+  auto bad = env.wait_for_step(ids[1], "BATCH_FAILED", std::chrono::seconds(120));
+  ASSERT_EQ(bad["step"]["name"], "BATCH_FAILED") << bad.dump(2);
+  EXPECT_EQ(bad["phase"], "HANDLE_FAILED");
+  EXPECT_EQ(bad["hint"], "CONTACT_MAINTAINERS");
+  const std::string cause = bad["timeline"].back()["cause"].get<std::string>();
+  EXPECT_NE(cause.find("rebase conflict with the target branch"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("no batch attempts left"), std::string::npos) << cause;
+  const std::string op = "operation_id = '" + ids[1] + "'";
+  EXPECT_EQ(env.db().scalar("SELECT last_error LIKE '%rebase conflict with the target branch%' FROM operation WHERE " + op),
+            "1");
+  EXPECT_EQ(count(env, "SELECT batch_attempts FROM operation WHERE " + op), max_attempts);
+  // What happened, not only where it ended: claimed exactly max_attempts times, it left the
+  // waiting set, and nothing is left running or waiting.
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND " + op), max_attempts);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch_request WHERE " + op), 0);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), 0);
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), 0);
+
+  // The simulator's side: every batch commit carrying the conflicting file (the attempts) met the
+  // conflict, one per attempt and no more; each of those MRs was rebased and refused, never merged.
+  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
+  EXPECT_EQ(stats["faults_fired"].value("target_conflict", 0), max_attempts) << stats.dump();
+  EXPECT_EQ(stats["requests"].value("create_commit", 0), count(env, "SELECT COUNT(*) FROM merge_batch"))
+      << "one batch commit per batch";
+  EXPECT_GE(stats["requests"].value("rebase", 0), max_attempts) << stats.dump();
+  int merged_mrs = 0;
+  for (const auto& [mr, merges] : stats["merges"].items()) {
+    EXPECT_EQ(merges.get<int>(), 1) << mr;
+    ++merged_mrs;
+  }
+  EXPECT_EQ(merged_mrs, count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"));
+  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 3 AND failure_reason LIKE '%rebase conflict%'"),
+            max_attempts);
 }
