@@ -190,6 +190,11 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
     if (begun.outcome == db_outcome::retryable) db.reset();
     return db_failure(begun.error);
   }
+  if (begun.value.taken_over) {
+    log::warn("idempotency.taken_over", {{"key", key}, {"route", "submit"}});
+    svc->metrics->inc("changeflow_idempotency_takeovers_total", "Idempotency keys of dead requests taken over by a retry",
+                      {{"route", "submit"}});
+  }
   if (!begun.value.fresh) {
     const auto& rec = *begun.value.existing;
     middleware::idempotency_record existing;

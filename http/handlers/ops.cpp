@@ -244,6 +244,7 @@ std::optional<http_server::response> idem_gate(persistence::db_context& db, cons
     if (begun.outcome == db_outcome::retryable) db.reset();
     return db_failure(begun.error);
   }
+  if (begun.value.taken_over) log::warn("idempotency.taken_over", {{"key", a.idem_key}, {"route", "ops"}});
   if (begun.value.fresh) return std::nullopt;
   const auto& rec = *begun.value.existing;
   if (rec.fingerprint != a.fingerprint) {

@@ -59,6 +59,9 @@ TEST(IdempotencyRecovery, SigkillBetweenBeginAndCompleteDoesNotBlockTheRetry) {
   EXPECT_EQ(answer["data"]["operationId"], op);
   EXPECT_EQ(env.db().scalar("SELECT takeovers FROM " + row), "1");
   EXPECT_EQ(env.db().scalar("SELECT state FROM " + row), "COMPLETED");
+  auto metrics = http_call("127.0.0.1", env.port(), "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("changeflow_idempotency_takeovers_total{route=\"submit\"} 1"), std::string::npos)
+      << "a takeover is counted";
 
   // The next retry is a plain replay of what the taken-over request stored.
   auto replay = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump(), headers);
