@@ -123,8 +123,8 @@ batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapsh
   auto commit = ctx.gitlab.ensure_branch_with_commit(
       token, branch, target, marker + ": " + std::to_string(plan.included.size()) + " changes", plan.actions, marker);
   if (!commit) return failed(commit.error());
-  auto mr = ctx.gitlab.create_mr(token, branch, target, batch_title(batch_id, plan.included),
-                                 batch_description(batch_id, plan.included));
+  auto mr = ctx.gitlab.ensure_mr(token, branch, target, batch_title(batch_id, plan.included),
+                                 batch_description(batch_id, plan.included), !commit->created);
   if (!mr) return failed(mr.error());
   return view_of(mr->mr);
 }

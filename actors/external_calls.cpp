@@ -84,8 +84,9 @@ call_reply create_mr(clients::external_context& ctx, const config::snapshot& sna
                                                      "changeflow " + op.operation_id + ": " + op.title,
                                                      actions_from(op.payload_json), op.operation_id);
   if (!commit) return failed(call_kind::create_mr, commit.error());
-  auto mr = ctx.gitlab.create_mr(token, branch, target, op.title,
-                                 operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".");
+  auto mr = ctx.gitlab.ensure_mr(token, branch, target, op.title,
+                                 operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
+                                 !commit->created);
   if (!mr) return failed(call_kind::create_mr, mr.error());
   call_reply r;
   r.kind = call_kind::create_mr;

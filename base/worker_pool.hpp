@@ -4,7 +4,11 @@
 // Each thread owns one `Context` (a database connection, an HTTP client with its keep-alive
 // sockets) created on that thread and never shared. `try_submit` never blocks: a full queue answers
 // false at once so the caller can persist an explicit failure state instead of hanging
-// (overload becomes a visible, counted state).
+// (overload becomes a visible, counted state). A job that throws is logged with an error id and
+// counted (`failed`), never dropped silently.
+
+#include "base/ids.hpp"
+#include "base/log.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +29,7 @@ struct worker_pool_stats {
   std::size_t busy = 0;
   std::uint64_t completed = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t failed = 0;  // jobs that threw
 };
 
 template <class Context>
@@ -88,7 +93,7 @@ class worker_pool {
 
   worker_pool_stats stats() const {
     std::lock_guard lock(mutex_);
-    return {queue_.size(), busy_, completed_, rejected_};
+    return {queue_.size(), busy_, completed_, rejected_, failed_};
   }
 
   const std::string& name() const { return name_; }
@@ -111,15 +116,27 @@ class worker_pool {
         queue_.pop_front();
         ++busy_;
       }
+      // Jobs translate their own errors into values; one that throws anyway is a bug whose caller
+      // may now wait for an answer that never comes, so it is made visible: logged with an id an
+      // operator can quote, and counted (changeflow_pool_job_failures).
+      bool threw = true;
       try {
         j(*ctx);
+        threw = false;
+      } catch (const std::exception& e) {
+        log_failure(e.what());
       } catch (...) {
-        // Jobs translate their own errors into values; this only keeps the thread alive.
+        log_failure("non-standard exception");
       }
       std::lock_guard lock(mutex_);
       --busy_;
       ++completed_;
+      if (threw) ++failed_;
     }
+  }
+
+  void log_failure(const char* what) {
+    log::error("worker_pool.job_failed", {{"pool", name_}, {"error_id", ids::new_error_id()}, {"error", what}});
   }
 
   std::string name_;
@@ -133,6 +150,7 @@ class worker_pool {
   std::size_t busy_ = 0;
   std::uint64_t completed_ = 0;
   std::uint64_t rejected_ = 0;
+  std::uint64_t failed_ = 0;
 };
 
 }  // namespace changeflow

@@ -4,6 +4,8 @@
 
 #include <future>
 #include <latch>
+#include <sstream>
+#include <stdexcept>
 
 using namespace changeflow;
 
@@ -46,15 +48,6 @@ TEST(WorkerPool, FullQueueRejectsImmediately) {
   EXPECT_EQ(pool.stats().completed, 3u);
 }
 
-TEST(WorkerPool, ThrowingJobDoesNotKillTheThread) {
-  worker_pool<counter_ctx> pool("t", 1, 10, [] { return std::make_unique<counter_ctx>(); });
-  std::atomic<bool> ran{false};
-  ASSERT_TRUE(pool.try_submit([](counter_ctx&) { throw std::runtime_error("boom"); }));
-  ASSERT_TRUE(pool.try_submit([&](counter_ctx&) { ran = true; }));
-  pool.stop();
-  EXPECT_TRUE(ran.load());
-}
-
 TEST(WorkerPool, SubmitAfterStopIsRejected) {
   worker_pool<counter_ctx> pool("t", 1, 10, [] { return std::make_unique<counter_ctx>(); });
   pool.stop();
@@ -84,4 +77,30 @@ TEST(WorkerPool, ReservedSlotsAreLeftForReservedJobs) {
   release.set_value();
   pool.stop();
   EXPECT_EQ(ran.load(), 4);
+}
+
+TEST(WorkerPool, AThrowingJobIsLoggedWithAnErrorIdAndCountedAndTheThreadGoesOn) {
+  worker_pool<counter_ctx> pool("throwing", 1, 10, [] { return std::make_unique<counter_ctx>(); });
+  std::atomic<int> ran{0};
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(pool.try_submit([](counter_ctx&) { throw std::runtime_error("boom in job"); }));
+  ASSERT_TRUE(pool.try_submit([](counter_ctx&) { throw 42; }));
+  ASSERT_TRUE(pool.try_submit([&](counter_ctx&) { ++ran; }));
+  pool.stop();
+  auto logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ran.load(), 1) << "the thread survives a throwing job";
+  EXPECT_EQ(pool.stats().failed, 2u);
+  EXPECT_EQ(pool.stats().completed, 3u);
+  std::vector<nlohmann::json> failures;
+  std::istringstream lines(logged);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("event", "") == "worker_pool.job_failed") failures.push_back(j);
+  }
+  ASSERT_EQ(failures.size(), 2u) << logged;
+  EXPECT_EQ(failures[0]["pool"], "throwing");
+  EXPECT_EQ(failures[0]["error"], "boom in job");
+  EXPECT_EQ(failures[0]["level"], "error");
+  EXPECT_FALSE(failures[0].value("error_id", "").empty());
+  EXPECT_NE(failures[0]["error_id"], failures[1]["error_id"]);
 }

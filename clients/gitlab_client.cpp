@@ -199,6 +199,17 @@ result<mr_opened> gitlab_client::create_mr(const std::string& token, const std::
   return mr_opened{open->front(), true};
 }
 
+result<mr_opened> gitlab_client::ensure_mr(const std::string& token, const std::string& source_branch,
+                                           const std::string& target_branch, const std::string& title,
+                                           const std::string& description, bool rerun) {
+  if (rerun) {
+    auto open = list_open_mrs(token, source_branch, target_branch);
+    if (!open) return open.error();
+    if (!open->empty()) return mr_opened{open->front(), true};
+  }
+  return create_mr(token, source_branch, target_branch, title, description);
+}
+
 result<merge_request> gitlab_client::get_mr(const std::string& token, std::int64_t iid,
                                             bool include_rebase_in_progress) {
   std::string path = "/merge_requests/" + std::to_string(iid);

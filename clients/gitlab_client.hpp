@@ -110,6 +110,13 @@ class gitlab_client {
   result<mr_opened> create_mr(const std::string& token, const std::string& source_branch,
                               const std::string& target_branch, const std::string& title,
                               const std::string& description);
+  /// The MR of `source_branch`: on a re-run (`rerun`: the branch already carried our commit, so an
+  /// earlier attempt may have opened the MR and lost the answer, or died) the open MR is read
+  /// first, so a retry never asks GitLab for a second one; otherwise create_mr, whose 409 lookup
+  /// covers a concurrent creator. A first attempt costs no extra read.
+  result<mr_opened> ensure_mr(const std::string& token, const std::string& source_branch,
+                              const std::string& target_branch, const std::string& title,
+                              const std::string& description, bool rerun);
   result<merge_request> get_mr(const std::string& token, std::int64_t iid, bool include_rebase_in_progress = true);
   result<std::vector<merge_request>> list_open_mrs(const std::string& token, const std::string& source_branch,
                                                    const std::string& target_branch = {});

@@ -32,6 +32,9 @@ std::optional<fault> parse_fault(const json& j, std::string& error) {
     f.user_id = j.value("user_id", std::int64_t{0});
     f.mode = j.value("mode", "");
     f.operation_id = j.value("operation_id", "");
+    f.copies = j.value("copies", 2);
+    f.concurrent = j.value("concurrent", false);
+    f.gap_ms = j.value("gap_ms", 0);
   } catch (const std::exception& e) {
     error = std::string("bad fault field: ") + e.what();
     return std::nullopt;
@@ -41,10 +44,14 @@ std::optional<fault> parse_fault(const json& j, std::string& error) {
     return std::nullopt;
   }
   static const std::set<std::string> approval_modes = {"duplicate", "delay", "reorder", "old_operation", "drop"};
-  static const std::set<std::string> deploy_modes = {"drop", "no_operation_ids", "failed"};
+  static const std::set<std::string> deploy_modes = {"drop", "no_operation_ids", "failed", "duplicate"};
   if ((f.kind == "approval_callback" && !approval_modes.count(f.mode)) ||
       (f.kind == "deploy_callback" && !deploy_modes.count(f.mode))) {
     error = "unknown mode '" + f.mode + "' for " + f.kind;
+    return std::nullopt;
+  }
+  if (f.copies < 2 || f.copies > 64 || f.gap_ms < 0) {
+    error = "copies must be 2..64 and gap_ms >= 0";
     return std::nullopt;
   }
   return f;
@@ -57,6 +64,11 @@ json to_json(const fault& f) {
   if (f.delay_ms) j["delay_ms"] = f.delay_ms;
   if (f.user_id) j["user_id"] = f.user_id;
   if (!f.mode.empty()) j["mode"] = f.mode;
+  if (f.mode == "duplicate") {
+    j["copies"] = f.copies;
+    j["concurrent"] = f.concurrent;
+    if (f.gap_ms) j["gap_ms"] = f.gap_ms;
+  }
   return j;
 }
 

@@ -19,7 +19,10 @@
 //                                           conflict with their target and every rebase fails
 //   pipeline_fail | pipeline_hang           the next pipeline of the MR fails / never finishes
 //   approval_callback {mode: duplicate|delay|reorder|old_operation|drop, delay_ms?, operation_id?}
-//   deploy_callback {mode: drop|no_operation_ids|failed}
+//   deploy_callback {mode: drop|no_operation_ids|failed|duplicate}
+//   duplicate (both kinds) {copies? = 2, concurrent? = false, gap_ms? = 0}: the same delivery
+//     `copies` times; concurrent sends them from separate threads at once (copy k starts k * gap_ms
+//     later), as a sender whose retry overlaps its first attempt or two sender replicas do.
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +46,9 @@ struct fault {
   std::int64_t user_id = 0;
   std::string mode;
   std::string operation_id;
+  int copies = 2;
+  bool concurrent = false;
+  int gap_ms = 0;
 };
 
 /// Parses one rule; error text when the rule is invalid.

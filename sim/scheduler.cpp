@@ -1,5 +1,7 @@
 #include "sim/scheduler.hpp"
 
+#include "base/log.hpp"
+
 namespace changeflow::sim {
 
 scheduler::scheduler() : thread_([this] { run(); }) {}
@@ -44,10 +46,14 @@ void scheduler::run() {
     auto task = std::move(tasks_.begin()->second);
     tasks_.erase(tasks_.begin());
     lock.unlock();
+    // A task is a sim action; one failing must not stop the others, but it is logged: a callback
+    // or decision that silently vanished would look like a service bug in the test that waits for it.
     try {
       task();
+    } catch (const std::exception& e) {
+      log::error("sim.task_failed", {{"error", e.what()}});
     } catch (...) {
-      // A task is a sim action; one failing must not stop the others.
+      log::error("sim.task_failed", {{"error", "non-standard exception"}});
     }
     lock.lock();
   }

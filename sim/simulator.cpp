@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 namespace changeflow::sim {
@@ -131,7 +132,37 @@ struct sim_approval {
   std::string subject() const { return request_id + " " + title; }
 };
 
+// Every mutating request received, refused ones included (by a fault, a 401, a 405, a 409): what
+// the client *attempted*, not what took effect. A refusal hides a repeated side effect from the
+// outcome counters above (a second merge of a merged MR is a 405, a second approve a 401), so
+// "merged once" / "approved once" can only be judged here. Keys: "project!iid" for MRs,
+// "project:branch" for branches, the requestId for approval submissions.
+struct attempt_log {
+  std::map<std::string, std::map<std::string, std::uint64_t>> approve;                 // mr -> user -> requests
+  std::map<std::string, std::map<std::string, std::uint64_t>> approve_after_approved;  // the user had approved
+  std::map<std::string, std::uint64_t> merge;
+  std::map<std::string, std::uint64_t> merge_after_merged;  // the MR was already merged when it came
+  std::map<std::string, std::uint64_t> close;               // PUT state_event=close
+  std::map<std::string, std::uint64_t> create_commit;
+  std::map<std::string, std::uint64_t> create_mr;
+  std::map<std::string, std::uint64_t> create_mr_while_open;  // the source branch already had an open MR
+  std::map<std::string, std::uint64_t> approval_submit;       // requestId -> requests
+
+  nlohmann::json to_json() const {
+    return {{"approve", approve},
+            {"approve_after_approved", approve_after_approved},
+            {"merge", merge},
+            {"merge_after_merged", merge_after_merged},
+            {"close", close},
+            {"create_commit", create_commit},
+            {"create_mr", create_mr},
+            {"create_mr_while_open", create_mr_while_open},
+            {"approval_submit", approval_submit}};
+  }
+};
+
 struct stats {
+  attempt_log attempts;
   std::map<std::string, std::uint64_t> requests;
   std::map<std::string, std::map<std::string, std::uint64_t>> approvals;  // "project!iid" -> user -> count
   std::map<std::string, std::uint64_t> merges;                            // "project!iid" -> count
@@ -416,6 +447,8 @@ struct simulator::impl {
     } else if (endpoint == "list_mrs") {
       subject = req.query_param("source_branch").value_or("");
     }
+    // Before any fault or refusal: an attempt counts whether or not it takes effect.
+    record_attempt(endpoint, project_name, proj, iid, mr, *user, body, req);
     if (auto r = common_faults(endpoint, subject, out.delay)) {
       out.res = std::move(*r);
       return out;
@@ -499,6 +532,33 @@ struct simulator::impl {
     }
     maybe_lose(out.res, endpoint, subject);
     return out;
+  }
+
+  void record_attempt(const std::string& endpoint, const std::string& project_name, const sim_project& proj,
+                      std::optional<std::int64_t> iid, const sim_mr* mr, std::int64_t user, const json& body,
+                      const hs::request& req) {
+    auto& a = counters.attempts;
+    const auto mr_key = iid ? project_name + "!" + std::to_string(*iid) : std::string();
+    if (endpoint == "approve") {
+      ++a.approve[mr_key][std::to_string(user)];
+      if (mr && mr->approved_by.count(user)) ++a.approve_after_approved[mr_key][std::to_string(user)];
+    } else if (endpoint == "merge") {
+      ++a.merge[mr_key];
+      if (mr && mr->state == "merged") ++a.merge_after_merged[mr_key];
+    } else if (endpoint == "update_mr") {
+      if (body.value("state_event", req.query_param("state_event").value_or("")) == "close") ++a.close[mr_key];
+    } else if (endpoint == "create_commit") {
+      ++a.create_commit[project_name + ":" + body.value("branch", "")];
+    } else if (endpoint == "create_mr") {
+      auto source = body.value("source_branch", "");
+      ++a.create_mr[project_name + ":" + source];
+      for (const auto& [existing_iid, existing] : proj.mrs) {
+        if (existing.state == "opened" && existing.source == source) {
+          ++a.create_mr_while_open[project_name + ":" + source];
+          break;
+        }
+      }
+    }
   }
 
   hs::response create_commit(sim_project& proj, const json& body, const std::string& subject) {
@@ -635,6 +695,7 @@ struct simulator::impl {
         return out;
       }
       auto request_id = body.value("requestId", "");
+      ++counters.attempts.approval_submit[request_id];
       auto callback_url = body.value("callbackUrl", "");
       auto title = body.value("title", "");
       std::string subject = request_id + " " + title;
@@ -725,13 +786,23 @@ struct simulator::impl {
       bodies.push_back(callback_body(a, result, old_id).dump());
     }
     auto real = callback_body(a, result, a.request_id).dump();
-    bodies.push_back(real);
-    if (mode == "duplicate") bodies.push_back(real);  // the same delivery twice (same callbackId)
+    auto signature = [&](const std::string& body) -> headers_type {
+      return {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(opts.approval_secret, body)}};
+    };
     ms step(0);
     for (auto& body : bodies) {
-      deliver(a.callback_url, body, {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(opts.approval_secret, body)}},
-              "approval", delay + step, 1);
+      deliver(a.callback_url, body, signature(body), "approval", delay + step, 1);
       step += ms(20);  // keeps the intended arrival order on the single scheduler thread
+    }
+    // The same delivery (same callbackId) several times: one after the other, or all at once.
+    int copies = mode == "duplicate" ? f->copies : 1;
+    if (mode == "duplicate" && f->concurrent) {
+      deliver_concurrently(a.callback_url, real, signature(real), "approval", delay + step, copies, ms(f->gap_ms));
+      return;
+    }
+    for (int k = 0; k < copies; ++k) {
+      deliver(a.callback_url, real, signature(real), "approval", delay + step, 1);
+      step += ms(20);
     }
   }
 
@@ -764,15 +835,56 @@ struct simulator::impl {
                  {"pipelineId", next_pipeline_id++},
                  {"status", mode == "failed" ? "failed" : "success"}};
     if (mode != "no_operation_ids") body["operationIds"] = operation_ids_in(mr.description);
-    deliver(opts.deploy_callback_url, body.dump(),
-            {{"X-Gitlab-Token", opts.deploy_secret}, {"X-Gitlab-Event", "Deployment Hook"}}, "deploy",
-            opts.pipeline_duration, 1);
+    headers_type headers = {{"X-Gitlab-Token", opts.deploy_secret}, {"X-Gitlab-Event", "Deployment Hook"}};
+    if (mode == "duplicate" && f->concurrent) {
+      deliver_concurrently(opts.deploy_callback_url, body.dump(), headers, "deploy", opts.pipeline_duration, f->copies,
+                           ms(f->gap_ms));
+      return;
+    }
+    int copies = mode == "duplicate" ? f->copies : 1;
+    for (int k = 0; k < copies; ++k) {
+      // Same deliveryId each time: a redelivery, not a new deploy.
+      deliver(opts.deploy_callback_url, body.dump(), headers, "deploy", opts.pipeline_duration + ms(20 * k), 1);
+    }
   }
 
   // ---- outbound callbacks (scheduler thread), retried with backoff until 2xx or attempts run out
 
-  void deliver(std::string url, std::string body, std::vector<std::pair<std::string, std::string>> headers,
-               std::string kind, ms delay, int attempt) {
+  using headers_type = std::vector<std::pair<std::string, std::string>>;
+
+  /// One delivery attempt; true on a 2xx.
+  bool send_once(clients::http_client& client, const std::string& url, const std::string& body,
+                 const headers_type& headers) {
+    auto target = clients::parse_url(url);
+    if (!target) return false;
+    clients::http_request req;
+    req.method = "POST";
+    req.target = target->base_path.empty() ? "/" : target->base_path;
+    req.body = body;
+    req.headers = headers;
+    clients::transport_limits limits;
+    limits.connect_timeout = opts.callback_timeout;
+    limits.request_timeout = opts.callback_timeout;
+    auto r = client.call(*target, req, limits);
+    return r && r->status >= 200 && r->status < 300;
+  }
+
+  /// Counts an attempt's result, or queues the next attempt. Called with the mutex held.
+  void after_attempt(bool ok, const std::string& url, const std::string& body, const headers_type& headers,
+                     const std::string& kind, int attempt) {
+    if (ok) {
+      ++counters.callbacks[kind + "_sent"];
+    } else if (attempt < opts.callback_attempts) {
+      ++counters.callbacks[kind + "_retried"];
+      // Exponential backoff capped at 2 s, as senders that retry for a long time do.
+      deliver(url, body, headers, kind, std::min(ms(2000), ms(100) * (1 << std::min(attempt - 1, 5))), attempt + 1);
+    } else {
+      ++counters.callbacks[kind + "_failed"];
+      log::warn("sim.callback_gave_up", {{"kind", kind}, {"attempts", attempt}});
+    }
+  }
+
+  void deliver(std::string url, std::string body, headers_type headers, std::string kind, ms delay, int attempt) {
     auto gen = generation;
     tasks.after(delay, [this, gen, url = std::move(url), body = std::move(body), headers = std::move(headers),
                         kind = std::move(kind), attempt]() mutable {
@@ -780,32 +892,40 @@ struct simulator::impl {
         std::lock_guard lock(mutex);
         if (gen != generation) return;
       }
-      auto target = clients::parse_url(url);
-      bool ok = false;
-      if (target) {
-        clients::http_request req;
-        req.method = "POST";
-        req.target = target->base_path.empty() ? "/" : target->base_path;
-        req.body = body;
-        req.headers = headers;
-        clients::transport_limits limits;
-        limits.connect_timeout = opts.callback_timeout;
-        limits.request_timeout = opts.callback_timeout;
-        auto r = sender.call(*target, req, limits);
-        ok = r && r->status >= 200 && r->status < 300;
-      }
+      bool ok = send_once(sender, url, body, headers);
       std::lock_guard lock(mutex);
       if (gen != generation) return;
-      if (ok) {
-        ++counters.callbacks[kind + "_sent"];
-      } else if (attempt < opts.callback_attempts) {
-        ++counters.callbacks[kind + "_retried"];
-        // Exponential backoff capped at 2 s, as senders that retry for a long time do.
-        deliver(url, body, headers, kind, std::min(ms(2000), ms(100) * (1 << std::min(attempt - 1, 5))), attempt + 1);
-      } else {
-        ++counters.callbacks[kind + "_failed"];
-        log::warn("sim.callback_gave_up", {{"kind", kind}, {"attempts", attempt}});
+      after_attempt(ok, url, body, headers, kind, attempt);
+    });
+  }
+
+  /// `copies` first attempts of one delivery, each from its own thread with its own connection, all
+  /// started together (copy k waits k * gap first) so they reach the receiver at the same time. The
+  /// scheduler thread waits for all of them; each copy then retries on its own like any delivery.
+  void deliver_concurrently(std::string url, std::string body, headers_type headers, std::string kind, ms delay,
+                            int copies, ms gap) {
+    auto gen = generation;
+    tasks.after(delay, [this, gen, url = std::move(url), body = std::move(body), headers = std::move(headers),
+                        kind = std::move(kind), copies, gap] {
+      {
+        std::lock_guard lock(mutex);
+        if (gen != generation) return;
       }
+      std::vector<char> ok(static_cast<std::size_t>(copies), 0);
+      {
+        std::vector<std::jthread> senders;
+        for (int k = 0; k < copies; ++k) {
+          senders.emplace_back([&, k] {
+            std::this_thread::sleep_for(gap * k);
+            clients::http_client client;
+            ok[static_cast<std::size_t>(k)] = send_once(client, url, body, headers);
+          });
+        }
+      }  // jthreads join here
+      std::lock_guard lock(mutex);
+      if (gen != generation) return;
+      ++counters.callbacks[kind + "_concurrent_bursts"];
+      for (int k = 0; k < copies; ++k) after_attempt(ok[static_cast<std::size_t>(k)], url, body, headers, kind, 1);
     });
   }
 
@@ -863,7 +983,8 @@ struct simulator::impl {
     if (what == "stats" && req.method == "GET") {
       json fired = json::object();
       for (const auto& [k, v] : faults.fired()) fired[k] = v;
-      return json_response(200, {{"requests", counters.requests},
+      return json_response(200, {{"attempts", counters.attempts.to_json()},
+                                 {"requests", counters.requests},
                                  {"approvals", counters.approvals},
                                  {"merges", counters.merges},
                                  {"callbacks", counters.callbacks},

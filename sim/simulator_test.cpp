@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <mutex>
+#include <set>
 
 using namespace changeflow;
 using namespace std::chrono_literals;
@@ -207,6 +208,45 @@ TEST_F(SimulatorTest, SecondApprovalBySameUserIs401) {
   EXPECT_EQ(approvals["approved_by"][0]["user"]["id"], 101);
 }
 
+// The attempt counters see what the outcome counters cannot: a refused approve, a merge of a merged
+// MR, a second MR for a branch that has one open. Each refusal below leaves `approvals` and `merges`
+// unchanged while `attempts` grows.
+TEST_F(SimulatorTest, AttemptsCountEveryMutatingRequestIncludingRefusedOnes) {
+  auto mr = open_mr("change/attempts", "Attempts");
+  int iid = mr["iid"];
+  const std::string key = "config/changes!" + std::to_string(iid);
+  const std::string branch = "config/changes:change/attempts";
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), json::object(), "approver-1-token").status, 201);
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), json::object(), "approver-1-token").status, 401);
+  add_fault({{"kind", "status"}, {"endpoint", "approve"}, {"status", 503}, {"count", 1}});
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), json::object(), "approver-2-token").status, 503);
+  EXPECT_EQ(call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+                 {{"source_branch", "change/attempts"}, {"target_branch", "main"}, {"title", "Again"}})
+                .status,
+            409);
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 200);
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 405);
+  EXPECT_EQ(call("PUT", mr_path(iid), {{"state_event", "close"}}).status, 200);  // ignored: merged
+  json submit = {{"requestId", "op-attempts"}, {"title", "T"}, {"callbackUrl", receiver.url("/cb")}};
+  EXPECT_EQ(call("POST", "/api/approvals", submit, "").status, 201);
+  EXPECT_EQ(call("POST", "/api/approvals", submit, "").status, 200);
+
+  auto s = stats();
+  auto a = s["attempts"];
+  EXPECT_EQ(s["approvals"][key], json({{"101", 1}}));  // outcomes: one approval took effect
+  EXPECT_EQ(a["approve"][key], json({{"101", 2}, {"102", 1}}));
+  EXPECT_EQ(a["approve_after_approved"][key], json({{"101", 1}}));
+  EXPECT_EQ(s["merges"][key], 1);
+  EXPECT_EQ(a["merge"][key], 2);
+  EXPECT_EQ(a["merge_after_merged"][key], 1);
+  EXPECT_EQ(a["close"][key], 1);
+  EXPECT_EQ(a["create_commit"][branch], 1);
+  EXPECT_EQ(a["create_mr"][branch], 2);
+  EXPECT_EQ(a["create_mr_while_open"][branch], 1);
+  EXPECT_EQ(a["approval_submit"]["op-attempts"], 2);
+}
+
 TEST_F(SimulatorTest, ApprovalIsDeduplicatedAndCalledBackSigned) {
   json submit = {{"requestId", "op-approve"},    {"title", "Change A"},
                  {"applicant", "alice"},         {"callbackUrl", receiver.url("/api/v1/callbacks/approval")},
@@ -247,6 +287,37 @@ TEST_F(SimulatorTest, RejectMarkerDuplicateAndReorderFaults) {
   EXPECT_EQ(json::parse(r[3].body)["result"], "REJECTED");
   EXPECT_EQ(json::parse(r[4].body)["result"], "APPROVED");
   EXPECT_EQ(stats()["callbacks"]["approval_sent"], 5);
+}
+
+TEST_F(SimulatorTest, ConcurrentDuplicatesSendTheSameDeliveryFromSeveralThreads) {
+  add_fault(json::array({{{"kind", "approval_callback"}, {"mode", "duplicate"}, {"copies", 4}, {"concurrent", true},
+                          {"match", "op-burst"}},
+                         {{"kind", "deploy_callback"}, {"mode", "duplicate"}, {"copies", 3}, {"concurrent", true},
+                          {"gap_ms", 5}, {"match", "Burst deploy"}}}));
+  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-burst"}, {"title", "T"}, {"callbackUrl", receiver.url("/cb")}},
+                 "")
+                .status,
+            201);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 4; }, 5s));
+  std::set<std::string> ids;
+  for (const auto& r : receiver.received()) ids.insert(json::parse(r.body)["callbackId"].get<std::string>());
+  EXPECT_EQ(ids.size(), 1u) << "four copies of one delivery";
+
+  auto mr = open_mr("change/burst", "Burst deploy");
+  int iid = mr["iid"];
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  ASSERT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 200);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 7; }, 5s));
+  std::set<std::string> deliveries;
+  for (const auto& r : receiver.received()) {
+    if (r.path == "/api/v1/callbacks/deploy") deliveries.insert(json::parse(r.body)["deliveryId"].get<std::string>());
+  }
+  EXPECT_EQ(deliveries.size(), 1u);
+  auto s = stats();
+  EXPECT_EQ(s["callbacks"]["approval_concurrent_bursts"], 1);
+  EXPECT_EQ(s["callbacks"]["deploy_concurrent_bursts"], 1);
+  EXPECT_EQ(s["callbacks"]["approval_sent"], 4);
+  EXPECT_EQ(s["callbacks"]["deploy_sent"], 3);
 }
 
 TEST_F(SimulatorTest, WithdrawSendsWithdrawnCallback) {

@@ -207,6 +207,8 @@ int main(int argc, char** argv) {
       m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", name}}, static_cast<double>(s.queued));
       m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", name}},
             static_cast<double>(s.rejected));
+      m.set("changeflow_pool_job_failures", "Jobs that threw (logged as worker_pool.job_failed)", {{"pool", name}},
+            static_cast<double>(s.failed));
     }
   });
 
@@ -226,6 +228,8 @@ int main(int argc, char** argv) {
           static_cast<double>(s.queued));
     m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", "external"}},
           static_cast<double>(s.rejected));
+    m.set("changeflow_pool_job_failures", "Jobs that threw (logged as worker_pool.job_failed)", {{"pool", "external"}},
+          static_cast<double>(s.failed));
     for (auto* b : {&shared->gitlab, &shared->approval, &shared->permission}) {
       m.set("changeflow_breaker_state", "Circuit breaker state (0 closed, 1 open, 2 half-open)",
             {{"system", b->system()}}, static_cast<double>(b->state_value()));

@@ -1,13 +1,18 @@
-// Durability (issue 9): changeflowd is SIGKILLed at random points while many changes are in
-// flight, restarted each time, and every operation still ends in a terminal state or an explicit,
-// explained waiting state, with no MR merged twice, no bot approving twice, no table invariant
-// broken, and exactly one MERGED -> VALIDATED flip recorded per validated operation.
+// Durability: changeflowd is SIGKILLed at random points while many changes are in flight and
+// restarted each time. Kills are the only fault, so every change must end VALIDATED, resumed by
+// rehydration alone (the sweeper's stuck scan keeps its default of a minute, longer than the wait),
+// with no side effect repeated in GitLab (judged on the requests the sim received), no table
+// invariant broken, and exactly one MERGED -> VALIDATED flip per operation.
+//
+// The kill points come from a seed printed at the start; CHANGEFLOW_CRASH_SEED=<seed> replays them.
 
 #include "tests/support/flow_env.hpp"
+#include "tests/support/sim_attempts.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <random>
@@ -19,17 +24,25 @@ using nlohmann::json;
 
 namespace {
 
-const std::set<std::string> terminal_phases = {"VALIDATED", "CREATE_FAILED", "HANDLE_FAILED", "REJECTED", "CLOSED"};
+unsigned crash_seed() {
+  if (const char* v = std::getenv("CHANGEFLOW_CRASH_SEED"); v && *v) return static_cast<unsigned>(std::stoul(v));
+  return static_cast<unsigned>(std::random_device{}());
+}
 
-/// A phase in which nothing is running and the user has been told what to do: terminal, or a
-/// wait for the outside world (approval decision, deploy confirmation) with hint KEEP_WAITING.
-bool settled(const json& c) {
-  if (!c.contains("phase")) return false;
-  auto phase = c["phase"].get<std::string>();
-  if (terminal_phases.count(phase)) return true;
-  auto step = c["step"]["name"].get<std::string>();
-  bool waiting_outside = step == "APPROVAL_SENT" || phase == "MERGED";
-  return waiting_outside && c.value("hint", "") == "KEEP_WAITING";
+/// The `rehydrate.loaded` log line in `log_tail` with at least one resumed row (owned by this
+/// instance id or taken over from an expired lease); false when there is none.
+bool rehydrated_rows(const std::string& log_tail) {
+  std::size_t at = 0;
+  while ((at = log_tail.find("\"rehydrate.loaded\"", at)) != std::string::npos) {
+    auto begin = log_tail.rfind('\n', at);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    auto end = log_tail.find('\n', at);
+    auto line = json::parse(log_tail.substr(begin, end == std::string::npos ? std::string::npos : end - begin), nullptr,
+                            false);
+    if (!line.is_discarded() && line.value("owned", 0) + line.value("taken_over", 0) > 0) return true;
+    at = end == std::string::npos ? log_tail.size() : end;
+  }
+  return false;
 }
 
 void check_invariants(flow_env& env) {
@@ -61,17 +74,19 @@ void check_invariants(flow_env& env) {
 }  // namespace
 
 TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
-  const unsigned seed = static_cast<unsigned>(std::random_device{}());
-  std::cout << "crash test seed " << seed << "\n";
+  const unsigned seed = crash_seed();
+  std::cout << "crash test seed " << seed << " (replay: CHANGEFLOW_CRASH_SEED=" << seed << ")\n";
   std::mt19937 rng(seed);
+  // durability.stuck_after_seconds stays at its default (60 s), beyond every wait below: an
+  // operation the restart failed to resume would stay put instead of being rescued by the sweep.
   flow_env env(json{{"instance", {{"id", "crash-a"}, {"lease_seconds", 3}}},
-                    {"durability", {{"inbox_poll_ms", 200}, {"sweep_interval_ms", 500}, {"stuck_after_seconds", 2}}},
+                    {"durability", {{"inbox_poll_ms", 200}, {"sweep_interval_ms", 500}}},
                     {"rehydrate", {{"rate_per_second", 400}}},
-                    // A deploy callback sent while the service was down is lost by the sender after
-                    // its retries; reconciliation validates those operations (seeds 3.7).
                     {"reconcile", {{"interval_ms", 1000}, {"min_age_seconds", 1}}}},
                // Slow enough approvals and pipelines that each kill lands in the middle of flows.
-               {"--callback-delay-ms", "250", "--pipeline-duration-ms", "400"});
+               // The sim keeps re-delivering its callbacks (backoff capped at 2 s, about two
+               // minutes) as a real sender does, so none is given up while the service restarts.
+               {"--callback-delay-ms", "250", "--pipeline-duration-ms", "400", "--callback-attempts", "60"});
   constexpr int total = 40;
   std::vector<std::string> ids;
   auto submit_wave = [&](int from, int to) {
@@ -85,77 +100,78 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   // restart at once (a crash mid-step: approval submission, MR creation, pipeline wait, merge...).
   int kills = 0;
   int in_flight_at_kill = 0;  // operations in a non-terminal phase at the moment of each SIGKILL
+  int in_flight_at_last_kill = 0;
+  std::size_t last_start_offset = 0;  // the log is appended to by every start: judge only the last one
   auto in_flight = [&] {
     return std::stoi(env.db().scalar("SELECT COUNT(*) FROM operation WHERE phase NOT IN ('VALIDATED', "
                                      "'CREATE_FAILED', 'HANDLE_FAILED', 'REJECTED', 'CLOSED')"));
   };
+  auto kill_and_restart = [&] {
+    in_flight_at_last_kill = in_flight();
+    in_flight_at_kill += in_flight_at_last_kill;
+    env.kill_service();
+    ++kills;
+    last_start_offset = env.service().process().log_contents().size();
+    env.restart_service();
+  };
   for (int wave = 0; wave < 4; ++wave) {
     submit_wave(wave * 10, wave * 10 + 10);
     if (wave == 3) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 1200)(rng)));
-    in_flight_at_kill += in_flight();
-    env.kill_service();
-    ++kills;
-    env.restart_service();
+    // The last kill comes within 600 ms of its wave's submits, well before the quickest possible
+    // flow ends (approval 250 ms + two pipelines of 400 ms), so the last restart has rows to resume.
+    int max_delay = wave == 2 ? 600 : 1200;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, max_delay)(rng)));
+    kill_and_restart();
     // A second kill soon after the restart hits the rehydration itself.
     if (wave == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 400)(rng)));
-      in_flight_at_kill += in_flight();
-      env.kill_service();
-      ++kills;
-      env.restart_service();
+      kill_and_restart();
     }
   }
   ASSERT_GE(kills, 3);
-  std::cout << "kills " << kills << ", operations in flight at the kills (summed) " << in_flight_at_kill << "\n";
-  ASSERT_GT(in_flight_at_kill, 0) << "the kills must interrupt operations mid-flight";
+  std::cout << "kills " << kills << ", operations in flight at the kills (summed) " << in_flight_at_kill
+            << ", at the last kill " << in_flight_at_last_kill << "\n";
+  ASSERT_GT(in_flight_at_last_kill, 0) << "the last kill must interrupt operations mid-flight";
   ASSERT_EQ(ids.size(), static_cast<size_t>(total));
 
-  // Every operation settles: all reach a terminal phase, unless a callback was lost by its sender
-  // while the service was down (then: an explained wait, checked below).
+  // The restarted process itself resumed rows: its own part of the appended log, not an earlier start's.
+  EXPECT_TRUE(wait_until(
+      [&] { return rehydrated_rows(env.service().process().log_contents().substr(last_start_offset)); },
+      std::chrono::seconds(30)))
+      << "the last restart logged no rehydrate.loaded with resumed rows:\n"
+      << env.service().process().log_contents().substr(last_start_offset, 4000);
+
+  // Liveness: kills are the only fault, so every change completes.
   std::map<std::string, json> final_state;
-  auto all_terminal = [&] {
+  auto all_validated = [&] {
     for (const auto& id : ids) {
       auto c = env.get_change(id);
-      if (!c.contains("phase") || !terminal_phases.count(c["phase"].get<std::string>())) return false;
+      if (!c.contains("phase") || c["phase"] != "VALIDATED") return false;
     }
     return true;
   };
-  if (!wait_until(all_terminal, std::chrono::seconds(40))) {
-    for (const auto& id : ids) {
-      auto c = env.get_change(id);
-      EXPECT_TRUE(settled(c)) << "operation neither terminal nor in an explained wait: " << c.dump(2);
-    }
-  }
-  std::map<std::string, int> by_phase;
+  bool validated = wait_until(all_validated, std::chrono::seconds(120));
+  std::map<std::string, int> by_step;
   for (const auto& id : ids) {
     final_state[id] = env.get_change(id);
-    ++by_phase[final_state[id]["phase"].get<std::string>()];
+    const auto& c = final_state[id];
+    ++by_step[c.value("phase", "?") + "/" + (c.contains("step") ? c["step"].value("name", "?") : "?")];
   }
-  for (const auto& [p, n] : by_phase) std::cout << "  phase " << p << ": " << n << "\n";
-  // Nothing in this run can legitimately fail: no faults were injected, so a crash must not turn
-  // into a failure state either.
-  EXPECT_EQ(by_phase["CREATE_FAILED"] + by_phase["HANDLE_FAILED"], 0) << [&] {
+  for (const auto& [p, n] : by_step) std::cout << "  " << p << ": " << n << "\n";
+  EXPECT_TRUE(validated) << [&] {
     std::string s;
     for (auto& [id, c] : final_state)
-      if (c["phase"] == "CREATE_FAILED" || c["phase"] == "HANDLE_FAILED") s += c.dump(2) + "\n";
+      if (c.value("phase", "") != "VALIDATED") s += c.dump(2) + "\n";
     return s;
   }();
-  EXPECT_GE(by_phase["VALIDATED"], total / 2) << "most changes complete despite the crashes";
 
-  // GitLab side: no MR merged twice, no bot approved an MR twice.
-  auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
-  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
-  for (const auto& [mr, users] : stats["approvals"].items()) {
-    for (const auto& [user, count] : users.items()) EXPECT_LE(count.get<int>(), 1) << mr << " by " << user;
-  }
-  // An operation may only be left waiting for its approval when the approval system gave up
-  // delivering its callback (the service was down for all of the sender's retries).
+  // GitLab side, judged on what the service attempted: after an MR merged, no merge request for it;
+  // no approve by a bot that had approved; no second MR for a branch. One merged MR per change.
+  auto stats = sim_stats(env);
   std::cout << "  sim callbacks " << stats["callbacks"].dump() << "\n";
-  EXPECT_LE(by_phase["APPROVAL_SENT"], stats["callbacks"].value("approval_failed", 0))
-      << "an operation waits for an approval callback that was never given up on";
-  int merged_ops = by_phase["VALIDATED"] + by_phase["MERGED"];
-  EXPECT_EQ(static_cast<int>(stats["merges"].size()), merged_ops) << stats.dump();
+  EXPECT_EQ(repeated_side_effects(stats), "");
+  EXPECT_EQ(stats["merges"].size(), ids.size()) << stats.dump();
+  EXPECT_EQ(stats["callbacks"].value("approval_failed", 0), 0) << "the sender gave up on an approval callback";
 
   check_invariants(env);
   // The validated count equals the flips recorded in the timeline, one per operation.
@@ -163,10 +179,8 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
                                "'VALIDATED'");
   auto flipped_ops = env.db().scalar("SELECT COUNT(DISTINCT operation_id) FROM operation_event WHERE from_phase = "
                                      "'MERGED' AND to_phase = 'VALIDATED'");
-  EXPECT_EQ(std::stoi(flips), by_phase["VALIDATED"]);
+  EXPECT_EQ(flips, std::to_string(total));
   EXPECT_EQ(flips, flipped_ops) << "an operation was validated twice";
-  // Rehydration actually happened (the restarts resumed operations from their rows).
-  EXPECT_NE(env.service().process().log_contents().find("rehydrate.loaded"), std::string::npos);
 }
 
 // Rehydration after a crash: rows waiting for a callback start at once, rows due for an external

@@ -110,9 +110,9 @@ TEST(ServiceLifecycle, BrokenConfigRefusesToStart) {
   std::string path = dir + "/bad.json";
   std::ofstream(path) << R"({"http": {"port": "eighty"}, "dbb": {}})";
   child_process p({binary_path("changeflowd"), "--config", path}, dir + "/out.log");
-  int status = -1;
-  ASSERT_TRUE(wait_until([&] { return !p.running(); }, std::chrono::seconds(10)));
-  (void)status;
+  auto status = p.wait_exit(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "a broken config must stop the process";
+  EXPECT_NE(*status, 0) << "a broken config must end with a failure status";
   auto log = p.log_contents();
   EXPECT_NE(log.find("http.port"), std::string::npos) << log;
   EXPECT_NE(log.find("dbb"), std::string::npos) << log;
@@ -124,6 +124,8 @@ TEST(ServiceLifecycle, EnvironmentOverridesConfigFile) {
   std::ofstream(path) << R"({"http": {"port": 1}})";
   child_process p({binary_path("changeflowd"), "--config", path, "--check-config"}, dir + "/out.log",
                   {{"CHANGEFLOW_HTTP_PORT", "not-a-number"}});
-  ASSERT_TRUE(wait_until([&] { return !p.running(); }, std::chrono::seconds(10)));
+  auto status = p.wait_exit(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(*status, 0) << "an unusable override fails the config check";
   EXPECT_NE(p.log_contents().find("CHANGEFLOW_HTTP_PORT"), std::string::npos) << p.log_contents();
 }

@@ -1,4 +1,4 @@
-// A long mixed chaos run (issue "Reliability and security"), end to end against changeflowd +
+// A long mixed chaos run, end to end against changeflowd +
 // changeflow-sim + MariaDB. For CHANGEFLOW_CHAOS_SECONDS (default 35) changes are submitted at a
 // steady pace while, all at once:
 //   - the approval system duplicates, delays (late), reorders (a stale opposite decision first),
@@ -13,12 +13,19 @@
 //     operationId (a client that lost our answer).
 // Then the faults stop, a few clean changes raise the deploy watermark (so reconciliation can
 // validate merges whose deploy callback was dropped), and once nothing is in motion the database
-// is checked with SQL: I1, I2/I4, I5, I6, every non-terminal operation explained, one owner at a
-// time, validation exactly once, one merge per MR, one applied approval per operation.
+// is checked with SQL: I1, I2/I4, I5, I6, one owner at a time, validation exactly once, one applied
+// approval per operation; GitLab is judged on the requests the sim received (no merge after a
+// merge, no repeated approve, no second MR for a branch) and merged MRs <=> merged operations.
+// Liveness is judged per change: a change whose tag injects no unrecoverable fault must reach
+// VALIDATED; the others must end in a step named for their fault (expected_ends()). The change
+// mix comes from a seed printed at the start; CHANGEFLOW_CHAOS_SEED=<seed> replays the same mix
+// (which request a kill cuts still depends on timing).
 // Waits are wait_until on SQL conditions; the only sleep paces the load generator.
 
 #include "base/ids.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/sim_attempts.hpp"
+#include "tests/support/sim_attempts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -46,6 +53,11 @@ int chaos_seconds() {
   const char* v = std::getenv("CHANGEFLOW_CHAOS_SECONDS");
   int s = v ? std::atoi(v) : 0;
   return s > 0 ? s : 35;
+}
+
+unsigned chaos_seed() {
+  if (const char* v = std::getenv("CHANGEFLOW_CHAOS_SEED"); v && *v) return static_cast<unsigned>(std::stoul(v));
+  return static_cast<unsigned>(std::random_device{}());
 }
 
 using table = std::vector<std::vector<std::string>>;
@@ -92,6 +104,26 @@ struct tag_kind {
   bool per_change;  // true: a count-1 rule matching this change only; false: one unlimited rule per tag
   json rule;        // without `match`
 };
+
+/// "PHASE/STEP" endings a change may have, by tag. Every fault not listed here (kills, 5xx bursts,
+/// lost answers, slow answers, duplicated / late / mis-addressed callbacks, a rebase, a dropped or
+/// id-less deploy callback) is recoverable: the change must be VALIDATED.
+const std::set<std::string>& expected_ends(const std::string& tag) {
+  static const std::set<std::string> validated = {"VALIDATED/CALLED_BACK"};
+  static const std::map<std::string, std::set<std::string>> unrecoverable = {
+      // The approval system decided "rejected".
+      {"[reject]", {"REJECTED/APPROVAL_REJECTED"}},
+      // The stale opposite decision (REJECTED) arrives first and is final; a change whose rejection
+      // came while its MR was already open ends the same way.
+      {"[reorder]", {"REJECTED/APPROVAL_REJECTED"}},
+      // No decision ever arrives: the approval deadline (timeouts.approval_wait_seconds) ends it.
+      {"[drop]", {"CLOSED/APPROVAL_TIMEOUT"}},
+      // The check pipeline fails: alone, or bisected out of a batch.
+      {"[pfail]", {"CREATE_FAILED/CREATE_PIPELINE_FAILED", "HANDLE_FAILED/BATCH_FAILED"}},
+  };
+  auto it = unrecoverable.find(tag);
+  return it == unrecoverable.end() ? validated : it->second;
+}
 
 const std::vector<tag_kind>& tags() {
   static const std::vector<tag_kind> t = {
@@ -160,16 +192,22 @@ struct counters {
 struct planned_change {
   std::string id, title, subject, target;
   bool accepted = false;
+  std::string tag;
 };
 
 }  // namespace
 
 TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   const int seconds = chaos_seconds();
-  flow_env env(base_config());
+  const unsigned seed = chaos_seed();
+  std::cout << "[chaos] seed " << seed << " (replay: CHANGEFLOW_CHAOS_SEED=" << seed << ")\n";
+  // The sim re-delivers its callbacks for about two minutes (backoff capped at 2 s), as a real
+  // sender does: a callback refused while changeflowd is down is not lost to a kill. Only the
+  // [drop] tag loses an approval decision on purpose.
+  flow_env env(base_config(), {"--callback-attempts", "60"});
   auto& db = env.db();
   counters n;
-  std::mt19937 rng(20240607);
+  std::mt19937 rng(seed);
   int wave = 0;
   auto apply_wave = [&] {
     auto cfg = env.config();
@@ -241,6 +279,7 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
     c.subject = "chaos-user-" + std::to_string(i % 7);
     c.target = "chaos-target-" + std::to_string(i);
     c.title = "chaos c" + std::to_string(i) + " " + tag.tag;
+    c.tag = tag.tag;
     if (tag.per_change) {
       auto rule = tag.rule;
       rule["match"] = c.title;
@@ -302,6 +341,26 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
                                  terminal_phases + " AND step NOT IN " + parked_steps);
   EXPECT_TRUE(settled) << "operations still in motion after the faults ended:\n" << describe(in_motion, 30);
   for (const auto& id : tail) EXPECT_EQ(env.get_change(id).value("phase", ""), "VALIDATED") << "clean tail " << id;
+
+  // Liveness: every change ends where its faults allow (expected_ends); print phase/step -> count.
+  {
+    std::map<std::string, int> ends;
+    std::string unexpected;
+    for (const auto& c : changes) {
+      if (!c.accepted) continue;
+      auto got = env.get_change(c.id);
+      std::string end = got.value("phase", "?") + "/" + (got.contains("step") ? got["step"].value("name", "?") : "?");
+      ++ends[end];
+      if (!expected_ends(c.tag).count(end)) {
+        unexpected += c.id + " '" + c.title + "' ended " + end + "; last_error: " +
+                      (got.contains("lastError") ? got["lastError"].dump() : std::string("-")) + "\n";
+      }
+    }
+    std::cout << "[chaos] final phase/step -> count\n";
+    for (const auto& [end, k] : ends) std::cout << "[chaos]   " << end << ": " << k << "\n";
+    EXPECT_TRUE(unexpected.empty()) << "changes not in an expected end for their faults:\n" << unexpected;
+    std::cout << "[chaos] every change in an expected end: " << (unexpected.empty() ? "ok" : "VIOLATED") << "\n";
+  }
 
   // ---- the numbers
   int accepted = 0;
@@ -375,12 +434,6 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   expect_no_rows(db, "I6 no version written twice",
                  "SELECT operation_id, version, COUNT(*) FROM operation_event GROUP BY operation_id, version "
                  "HAVING COUNT(*) > 1");
-  // Every non-terminal operation explains itself: a parked step (outcome unknown, a human settles it),
-  // a live deadline, or an error text.
-  expect_no_rows(db, "no unexplained non-terminal operation",
-                 std::string("SELECT operation_id, step, phase FROM operation WHERE phase NOT IN ") + terminal_phases +
-                     " AND NOT (step IN " + parked_steps +
-                     " OR (next_wake_at IS NOT NULL AND next_wake_at > NOW(3)) OR COALESCE(last_error, '') <> '')");
   // Counters equal flips: validation happens exactly once per validated operation.
   expect_no_rows(db, "validated at most once",
                  "SELECT operation_id, COUNT(*) FROM operation_event WHERE to_phase = 'VALIDATED' AND "
@@ -420,9 +473,38 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // One merge per MR in GitLab, whatever was lost or retried.
   auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body, nullptr, false);
   ASSERT_FALSE(stats.is_discarded());
-  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
-  // Every merged MR belongs to operations that are merged or validated (nothing merged twice or lost).
-  expect_no_rows(db, "merged MRs carry merged operations",
-                 "SELECT operation_id, step, phase FROM operation WHERE step IN (10108, 10109, 10604, 10301, 10302) "
-                 "AND mr_iid IS NULL");
+  // Judged on the requests the sim received, refused ones included (a merge of a merged MR is a
+  // 405, a repeated approve a 401: the outcome counters cannot exceed one).
+  auto repeated = repeated_side_effects(stats);
+  EXPECT_EQ(repeated, "");
+  std::cout << "[chaos] no side effect repeated: " << (repeated.empty() ? "ok" : "VIOLATED") << "\n";
+  // Both directions between GitLab and our database: every MR the sim merged carries operations,
+  // all of them MERGED or VALIDATED here; every MERGED / VALIDATED operation's MR (its own, or its
+  // batch's) was merged in the sim.
+  {
+    std::set<std::string> sim_merged;
+    for (const auto& [key, count] : stats["merges"].items()) sim_merged.insert(key.substr(key.find('!') + 1));
+    auto rows = query(db, "SELECT o.operation_id, o.phase, COALESCE(CAST(o.mr_iid AS CHAR), ''), "
+                          "COALESCE(CAST(b.mr_iid AS CHAR), '') FROM operation o LEFT JOIN merge_batch b ON b.id = "
+                          "o.batch_id");
+    std::map<std::string, int> carried;  // merged iid -> operations carried by it
+    std::string bad;
+    for (const auto& r : rows) {
+      const auto& op = r[0];
+      const auto& phase = r[1];
+      // A batch member is merged through its batch's MR; otherwise through its own.
+      const auto& iid = r[3].empty() ? r[2] : r[3];
+      bool merged_here = phase == "MERGED" || phase == "VALIDATED";
+      bool merged_there = !iid.empty() && sim_merged.count(iid);
+      if (merged_there) ++carried[iid];
+      if (merged_here && !merged_there) bad += op + " is " + phase + " but MR '" + iid + "' was not merged\n";
+      if (merged_there && !merged_here) bad += op + " is " + phase + " but its MR " + iid + " was merged\n";
+    }
+    for (const auto& iid : sim_merged) {
+      if (!carried.count(iid)) bad += "MR " + iid + " was merged but no operation carries it\n";
+    }
+    EXPECT_TRUE(bad.empty()) << bad;
+    std::cout << "[chaos] merged in GitLab <=> MERGED/VALIDATED here (" << sim_merged.size()
+              << " MRs): " << (bad.empty() ? "ok" : "VIOLATED") << "\n";
+  }
 }

@@ -4,8 +4,8 @@
 // forged identities (JWT alg=none / bad signature / expired / wrong audience / forged operator /
 // spoofed X-Forwarded-For), callbacks without or with the wrong secret, SQL metacharacters in every
 // field, path traversal on the console, oversized bodies and headers. For every case: the expected
-// 4xx, a JSON envelope without internal details, and NOTHING WRITTEN (row counts of every table
-// before and after). Then the raw-socket cases (slow headers, invalid UTF-8 bytes), free text
+// 4xx, a JSON envelope without internal details, and NOTHING WRITTEN (the row count and content
+// checksum of every table before and after). Then the raw-socket cases (slow headers, invalid UTF-8 bytes), free text
 // stored verbatim, and replayed callbacks. tests/e2e/http_policy_test.cpp covers the policies'
 // positive paths; this file is the hostile side.
 
@@ -146,10 +146,20 @@ std::string envelope_violation(int status, const std::string& body, bool envelop
   return {};
 }
 
-/// Row count of every table of the test schema (listed from information_schema, so a table added
-/// by a later migration is included automatically).
-std::map<std::string, long> table_counts(flow_env& env) {
-  std::map<std::string, long> out;
+/// Row count and content checksum of one table.
+struct table_state {
+  long rows = -1;
+  std::string checksum;
+  bool operator==(const table_state&) const = default;
+};
+
+/// The state of every table of the test schema (listed from information_schema, so a table added
+/// by a later migration is included automatically). The checksum (CHECKSUM TABLE ... EXTENDED reads
+/// every row) catches an UPDATE that a row count cannot see. `instance` is the exception: its
+/// heartbeat rewrites the lease columns every second whatever the requests do, so only its row
+/// count is compared.
+std::map<std::string, table_state> table_states(flow_env& env) {
+  std::map<std::string, table_state> out;
   auto conn = env.db().connect();
   std::unique_ptr<sql::Statement> st(conn->createStatement());
   std::vector<std::string> tables;
@@ -159,18 +169,26 @@ std::map<std::string, long> table_counts(flow_env& env) {
     while (rs->next()) tables.push_back(rs->getString(1));
   }
   for (const auto& t : tables) {
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM `" + t + "`"));
-    out[t] = rs->next() ? rs->getInt64(1) : -1;
+    auto& state = out[t];
+    {
+      std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM `" + t + "`"));
+      state.rows = rs->next() ? rs->getInt64(1) : -1;
+    }
+    if (t == "instance") continue;
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("CHECKSUM TABLE `" + t + "` EXTENDED"));
+    state.checksum = rs->next() && !rs->isNull(2) ? std::string(rs->getString(2)) : "NULL";
   }
   return out;
 }
 
-std::string describe_diff(const std::map<std::string, long>& before, const std::map<std::string, long>& after) {
+std::string describe_diff(const std::map<std::string, table_state>& before,
+                          const std::map<std::string, table_state>& after) {
   std::string d;
-  for (const auto& [t, n] : after) {
+  for (const auto& [t, now] : after) {
     auto it = before.find(t);
-    long b = it == before.end() ? -1 : it->second;
-    if (b != n) d += t + ": " + std::to_string(b) + " -> " + std::to_string(n) + "; ";
+    table_state was = it == before.end() ? table_state{} : it->second;
+    if (was.rows != now.rows) d += t + ": " + std::to_string(was.rows) + " -> " + std::to_string(now.rows) + " rows; ";
+    else if (was.checksum != now.checksum) d += t + ": content changed (same row count); ";
   }
   if (before.size() != after.size()) d += "table set changed; ";
   return d;
@@ -500,7 +518,7 @@ TEST_F(Security, CorpusIsRefusedCleanlyAndWritesNothing) {
   // Positive control: a correct identity IS accepted, so the 401s below are about the forgeries.
   auto control = http_call("127.0.0.1", env().port(), "GET", "/api/v1/ops/whoami", {}, bearer(mint("sec-operator")));
   ASSERT_EQ(control.status, 200) << control.body;
-  auto before = table_counts(env());
+  auto before = table_states(env());
   ASSERT_GE(before.count("operation"), 1u);
   ASSERT_GE(before.count("callback_ledger"), 1u);
   int checked = 0;
@@ -512,7 +530,7 @@ TEST_F(Security, CorpusIsRefusedCleanlyAndWritesNothing) {
     EXPECT_TRUE(v.empty()) << k.name << ": " << v;
     ++checked;
   }
-  auto after = table_counts(env());
+  auto after = table_states(env());
   EXPECT_EQ(describe_diff(before, after), "") << "the corpus wrote rows";
   // The server is still healthy after all of it.
   EXPECT_EQ(http_call("127.0.0.1", env().port(), "GET", "/healthz").status, 200);
@@ -522,7 +540,7 @@ TEST_F(Security, CorpusIsRefusedCleanlyAndWritesNothing) {
 // Requests that need bytes no well-behaved client library would send.
 TEST_F(Security, RawSocketCases) {
   auto port = env().port();
-  auto before = table_counts(env());
+  auto before = table_states(env());
   // Invalid UTF-8 bytes inside a JSON string of the body: 400, and the answer is valid JSON + UTF-8.
   for (const char* field_name : {"subject", "title", "target"}) {
     std::string field = field_name;
@@ -589,14 +607,14 @@ TEST_F(Security, RawSocketCases) {
     EXPECT_EQ(http_call("127.0.0.1", port, "GET", "/healthz", {}, {}, std::chrono::seconds(5)).status, 200);
   }
   slow.join();
-  EXPECT_EQ(describe_diff(before, table_counts(env())), "");
+  EXPECT_EQ(describe_diff(before, table_states(env())), "");
 }
 
 // Free text (title, subject, target) with SQL metacharacters, wildcards and unicode is accepted and
 // stored VERBATIM: it round-trips exactly through GET, a wildcard subject matches only itself, and
 // every table still exists.
 TEST_F(Security, FreeTextIsStoredVerbatim) {
-  auto tables_before = table_counts(env());
+  auto tables_before = table_states(env());
   int n = 0;
   for (const auto& v : hostile_values()) {
     if (!v.storable) continue;
@@ -621,9 +639,9 @@ TEST_F(Security, FreeTextIsStoredVerbatim) {
   auto wild = http_call("127.0.0.1", env().port(), "GET", "/api/v1/changes?subject=%25");
   ASSERT_EQ(wild.status, 200);
   EXPECT_TRUE(json::parse(wild.body)["data"]["items"].empty());
-  auto tables_after = table_counts(env());
+  auto tables_after = table_states(env());
   EXPECT_EQ(tables_after.size(), tables_before.size()) << "no table was dropped or created";
-  EXPECT_EQ(tables_after["operation"], tables_before["operation"] + n) << "exactly the accepted submissions";
+  EXPECT_EQ(tables_after["operation"].rows, tables_before["operation"].rows + n) << "exactly the accepted submissions";
 }
 
 // Replayed callbacks: a valid signed approval applied twice -> the second is DUPLICATE and writes
@@ -650,11 +668,11 @@ TEST_F(Security, ReplayedCallbacksWriteNothingNew) {
   auto done = env().wait_for_phase(id, "VALIDATED", std::chrono::seconds(60));
   ASSERT_EQ(done["phase"], "VALIDATED") << done.dump();
 
-  auto before = table_counts(env());
+  auto before = table_states(env());
   auto replay = post(body, signed_approval_header(body));
   ASSERT_EQ(replay.status, 200) << replay.body;
   EXPECT_EQ(json::parse(replay.body)["data"]["outcome"], "DUPLICATE");
-  EXPECT_EQ(describe_diff(before, table_counts(env())), "") << "a replay writes nothing (ledger count unchanged)";
+  EXPECT_EQ(describe_diff(before, table_states(env())), "") << "a replay writes nothing";
 
   // The captured signature does not transfer to another operation.
   std::string swapped = body;
@@ -666,7 +684,7 @@ TEST_F(Security, ReplayedCallbacksWriteNothingNew) {
   std::string renamed = body;
   renamed.replace(renamed.find("cb-replay-1"), 11, "cb-replay-2");
   EXPECT_EQ(post(renamed, signed_approval_header(body)).status, 401);
-  EXPECT_EQ(describe_diff(before, table_counts(env())), "");
+  EXPECT_EQ(describe_diff(before, table_states(env())), "");
   EXPECT_EQ(env().get_change(other_id)["step"]["name"], "APPROVAL_SENT") << "the other operation did not move";
 
   // Deploy callback replayed: same deliveryId -> DUPLICATE, nothing written.
@@ -675,10 +693,10 @@ TEST_F(Security, ReplayedCallbacksWriteNothingNew) {
   auto d1 = http_call("127.0.0.1", env().port(), "POST", "/api/v1/callbacks/deploy", deploy,
                       {{"X-Gitlab-Token", deploy_secret}});
   ASSERT_EQ(d1.status, 200) << d1.body;
-  auto before_deploy = table_counts(env());
+  auto before_deploy = table_states(env());
   auto d2 = http_call("127.0.0.1", env().port(), "POST", "/api/v1/callbacks/deploy", deploy,
                       {{"X-Gitlab-Token", deploy_secret}});
   ASSERT_EQ(d2.status, 200) << d2.body;
   EXPECT_EQ(json::parse(d2.body)["data"]["outcome"], "DUPLICATE");
-  EXPECT_EQ(describe_diff(before_deploy, table_counts(env())), "");
+  EXPECT_EQ(describe_diff(before_deploy, table_states(env())), "");
 }

@@ -1,6 +1,7 @@
 #include "tests/support/flow_env.hpp"
 
 #include <stdexcept>
+#include <string_view>
 
 namespace changeflow::testing {
 
@@ -95,6 +96,23 @@ void flow_env::add_fault(const nlohmann::json& rule) {
 http_result flow_env::sim_call(const std::string& method, const std::string& target, const std::string& body,
                                const std::vector<std::pair<std::string, std::string>>& headers) {
   return http_call("127.0.0.1", sim_->port(), method, target, body, headers);
+}
+
+double flow_env::metric_sum(const std::string& name) {
+  auto r = http_call("127.0.0.1", port_, "GET", "/metrics");
+  if (r.status != 200) return -1;
+  double sum = 0;
+  std::size_t start = 0;
+  while (start < r.body.size()) {
+    auto end = r.body.find('\n', start);
+    if (end == std::string::npos) end = r.body.size();
+    std::string_view line(r.body.data() + start, end - start);
+    start = end + 1;
+    if (line.substr(0, name.size()) != name) continue;
+    if (line.size() <= name.size() || (line[name.size()] != '{' && line[name.size()] != ' ')) continue;
+    sum += std::stod(std::string(line.substr(line.rfind(' ') + 1)));
+  }
+  return sum;
 }
 
 std::vector<std::string> timeline_steps(const nlohmann::json& change) {

@@ -46,6 +46,8 @@ class flow_env {
   http_result sim_call(const std::string& method, const std::string& target, const std::string& body = {},
                        const std::vector<std::pair<std::string, std::string>>& headers = {});
   nlohmann::json config() const { return config_; }
+  /// Sum of every sample of metric `name` (all label sets) on GET /metrics; -1 when unreadable.
+  double metric_sum(const std::string& name);
 
  private:
   test_database db_;
