@@ -199,12 +199,14 @@ TEST(ChangeFlow, FullWorkerPoolBecomesAnExplicitCountedState) {
   int overloaded = 0;
   for (const auto& id : ids) {
     nlohmann::json c;
-    wait_until(
+    // Every change ends: refused at once (CREATE_FAILED) or through the slow pool (VALIDATED).
+    ASSERT_TRUE(wait_until(
         [&] {
           c = env.get_change(id);
           return c.contains("phase") && (c["phase"] == "CREATE_FAILED" || c["phase"] == "VALIDATED");
         },
-        std::chrono::seconds(60));
+        std::chrono::seconds(120)))
+        << c.dump(2);
     if (c["step"]["name"] == "CREATE_OVERLOADED") {
       ++overloaded;
       EXPECT_EQ(c["hint"], "KEEP_WAITING");
