@@ -40,6 +40,11 @@ struct rehydrator::shared_state {
   std::atomic<bool> stopped{false};
   std::int64_t load_started_ms = 0;
   double pace_credit = 0;  // pacer only: fractional spawns carried to the next tick
+  // Why the start-up load cannot go on right now (the database answers errors); "" while it can.
+  // Readiness stays 503 with this reason until a load succeeds: an instance that cannot see its
+  // rows must not take traffic as if it had resumed them.
+  std::string load_error;  // guarded by mutex
+  int load_failures = 0;   // guarded by mutex
 
   void push(std::vector<persistence::operation_row> rows, bool initial, std::int64_t now_ms) {
     std::lock_guard lock(mutex);
@@ -114,11 +119,26 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
   std::string after;
   std::size_t owned = 0, taken_count = 0;
   int failures = 0;
+  // A connectivity failure is retried until it passes (backing off to 5 s) or the process stops:
+  // giving up would report ready with rows nobody resumed. The reason is shown by /readyz.
   auto failed = [&](const std::string& what) {
     db.reset();
+    ++failures;
+    {
+      std::lock_guard lock(sh->mutex);
+      sh->load_error = what;
+      sh->load_failures = failures;
+    }
     log::warn("rehydrate.load_failed", {{"error", what}, {"attempt", failures}});
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    return ++failures < 60 && !sh->stopped;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5000, 250 << std::min(failures, 5))));
+    return !sh->stopped;
+  };
+  auto succeeded = [&] {
+    if (failures == 0) return;
+    failures = 0;
+    std::lock_guard lock(sh->mutex);
+    sh->load_error.clear();
+    sh->load_failures = 0;
   };
   // 1. Rows this instance already owns (a restart with the same instance.id).
   while (!sh->stopped) {
@@ -128,6 +148,7 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
         if (failed(page.error.message)) continue;
         break;
       }
+      succeeded();
       if (page.value.empty()) break;
       after = page.value.back().operation_id;
       bool last = static_cast<int>(page.value.size()) < page_size;
@@ -147,6 +168,7 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
         if (failed(taken.error.message)) continue;
         break;
       }
+      succeeded();
       if (taken.value.empty()) break;
       std::vector<std::string> ids;
       for (const auto& t : taken.value) ids.push_back(t.operation_id);
@@ -202,6 +224,13 @@ bool rehydrator::initial_done() const {
 
 std::optional<std::string> rehydrator::not_ready_reason() const {
   if (initial_done()) return std::nullopt;
+  {
+    std::lock_guard lock(shared_->mutex);
+    if (!shared_->load_error.empty()) {
+      return "rehydration cannot load its rows (attempt " + std::to_string(shared_->load_failures) +
+             "): " + shared_->load_error;
+    }
+  }
   auto total = std::to_string(shared_->initial_total.load());
   return "rehydrating " + std::to_string(shared_->initial_done.load()) + "/" + total +
          (shared_->loading ? "+ (loading)" : "");

@@ -296,3 +296,32 @@ TEST(Lifecycle, DeliveryRecordedBeforeACrashIsAppliedByItsRedelivery) {
   EXPECT_EQ(env.db().scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:crash-delivery-1'"),
             "APPLIED");
 }
+
+// A restarted instance that cannot load its rows (here: the table is out of reach) does not report
+// ready as if it had resumed them: /readyz stays 503 and says why, and the load keeps retrying. Once
+// the rows are readable again it resumes them and turns ready.
+TEST(Lifecycle, RehydrationThatCannotLoadItsRowsKeepsTheInstanceNotReady) {
+  flow_env env(lifecycle_config(), {"--callback-delay-ms", "600000"});  // the change waits for approval
+  auto id = accepted(env.submit("waits through a restart", "team-f", "f.yaml"));
+  ASSERT_EQ(env.wait_for_step(id, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
+  env.kill_service();
+  env.db().exec("RENAME TABLE operation TO operation_out_of_reach");
+  env.restart_service();
+  json ready;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        ready = body_of(http_call("127.0.0.1", env.port(), "GET", "/readyz"));
+        return ready.value("message", "").find("rehydration cannot load its rows") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << ready.dump();
+  EXPECT_EQ(ready["code"], "NOT_READY");
+  env.db().exec("RENAME TABLE operation_out_of_reach TO operation");
+  ASSERT_TRUE(wait_until([&] { return http_call("127.0.0.1", env.port(), "GET", "/readyz").status == 200; },
+                         std::chrono::seconds(60)));
+  EXPECT_EQ(env.get_change(id)["step"]["name"], "APPROVAL_SENT");
+  auto log = env.service().process().log_contents();
+  auto failed_at = log.find("rehydrate.load_failed");
+  ASSERT_NE(failed_at, std::string::npos);
+  EXPECT_GT(log.rfind("rehydrate.done"), failed_at) << "the load went on after its failures and finished";
+}
