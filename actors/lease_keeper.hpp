@@ -1,5 +1,5 @@
 #pragma once
-// The instance lease (issue 9): registers this instance, renews its lease by heartbeat
+// The instance lease: registers this instance, renews its lease by heartbeat
 // (instance.lease_seconds, every third of it), and takes over operations whose owner's lease
 // expired (guarded UPDATE that bumps lease_epoch: the old owner's fenced writes miss from then on).
 // Taken rows go to the rehydrator for a paced resume. On a graceful stop the lease is released at

@@ -1,5 +1,5 @@
 #pragma once
-// Rehydration (issue 9): after a start or a takeover, every operation this instance owns gets its
+// Rehydration: after a start or a takeover, every operation this instance owns gets its
 // request actor back, spawned from the stored row. The resume is paced (rehydrate.rate_per_second)
 // so a backlog of thousands does not hit GitLab and the approval system all at once; readiness
 // reports "rehydrating N/M" until the start-up backlog is resumed.

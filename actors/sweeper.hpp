@@ -1,5 +1,5 @@
 #pragma once
-// Periodic durability jobs (issue 9), one CAF ticker each, SQL on the database pool:
+// Periodic durability jobs, one CAF ticker each, SQL on the database pool:
 //  - the owner's inbox poll: operations this instance owns whose row changed without its actor
 //    knowing (an approval callback applied by a peer instance, an operator): the live actor is told
 //    to reload, or an actor is spawned when none lives and the step needs one;

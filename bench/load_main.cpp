@@ -1,4 +1,4 @@
-// changeflow-load: the benchmark driver (issue 11). Never part of the test suite; no assertions.
+// changeflow-load: the benchmark driver. Never part of the test suite; no assertions.
 //
 //   changeflow-load flow   --port P --n N --c C [--threads T] [--tag X] [--service-pid S] [--db-pid D] DB
 //       submits N changes (unique subject/target each) with at most C unfinished, waits until all are

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rehydration benchmark (issue 9): inserts N in-flight operations owned by one instance with SQL,
+# Rehydration benchmark: inserts N in-flight operations owned by one instance with SQL,
 # then times changeflowd from process start to /readyz 200 (the end of "rehydrating N/M") and
 # reads its resident memory with every actor live. Not part of the test suite.
 #

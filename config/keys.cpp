@@ -100,7 +100,7 @@ std::vector<key_spec> make_keys() {
        "Longest wait for the approval callback before APPROVAL_TIMEOUT."},
       {"timeouts.deploy_wait_seconds", I, 86400, H, "Longest wait in MERGED before the sweep flags it."},
 
-      // -- durability: rehydration, leases, timeout sweeps (issue 9)
+      // -- durability: rehydration, leases, timeout sweeps
       {"rehydrate.rate_per_second", I, 200, H, "Actors resumed per second after start or takeover; <=0 -> 200."},
       {"rehydrate.page_size", I, 500, R, "Rows read per page while loading the operations to resume."},
       {"durability.sweep_interval_ms", I, 5000, H, "Interval of the timeout sweep; <=0 -> 5000."},

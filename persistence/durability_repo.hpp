@@ -1,5 +1,5 @@
 #pragma once
-// Durability queries (issue 9): the owner's poll for rows changed behind its actors' backs, the
+// Durability queries: the owner's poll for rows changed behind its actors' backs, the
 // timeout sweeps, and the stuck-operation scan. Every write goes through the guarded transition
 // (persistence::transition), so a sweep racing an actor or a peer's sweep loses cleanly (preempted).
 

@@ -351,7 +351,7 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
     detail::transaction tx(conn);
     auto r = detail::apply_transition(conn, req);
     if (!r.ok()) return r;  // rolled back by the guard
-    // Batch admission (issue 8): entering BATCH_WAITING admits the operation to the waiting set in
+    // Batch admission: entering BATCH_WAITING admits the operation to the waiting set in
     // the SAME transaction, so no operation can sit in BATCH_WAITING without a merge_batch_request
     // row (a crash between two transactions would strand it: no actor runs for BATCH_WAITING).
     // Chosen over "the coordinator admits pending BATCH_WAITING operations at round start" because

@@ -1,25 +1,25 @@
 // changeflowd: assembly only. Reads the configuration, migrates the schema, starts the actor
 // system, the worker pools and the HTTP server, and stops all of it on SIGINT/SIGTERM.
 
-#include "actors/lease_keeper.hpp"  // durability (issue 9)
+#include "actors/lease_keeper.hpp"  // durability
 #include "actors/idempotency_cleaner.hpp"
-#include "actors/reconciler.hpp"  // callbacks/reconciliation (issue 6)
-#include "actors/batch_coordinator.hpp"  // batch coordinator (issue 8)
+#include "actors/reconciler.hpp"  // callbacks/reconciliation
+#include "actors/batch_coordinator.hpp"  // batch coordinator
 #include "actors/registry.hpp"
-#include "actors/rehydrator.hpp"  // durability (issue 9)
-#include "actors/sweeper.hpp"     // durability (issue 9)
+#include "actors/rehydrator.hpp"  // durability
+#include "actors/sweeper.hpp"     // durability
 #include "actors/services.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/external_context.hpp"
 #include "config/store.hpp"
 #include "http/api.hpp"
-#include "http/handlers/batch.hpp"  // batch coordinator (issue 8)
+#include "http/handlers/batch.hpp"  // batch coordinator
 #include "http/handlers/callbacks.hpp"
 #include "http/handlers/changes.hpp"
 #include "http/handlers/health.hpp"
-#include "http/handlers/ops.hpp"            // ops area (issue 10)
-#include "http/handlers/static_files.hpp"   // ops area (issue 10)
+#include "http/handlers/ops.hpp"            // ops area
+#include "http/handlers/static_files.hpp"   // ops area
 #include "messages/messages.hpp"
 #include "http/server/server.hpp"
 #include "metrics/registry.hpp"
@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
 
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
   ctx.reads = read_db.get();
-  // -- durability (issue 9): register the instance lease, resume every owned operation (paced; /readyz
+  // -- durability: register the instance lease, resume every owned operation (paced; /readyz
   // says "rehydrating N/M" until done), take over expired peers' operations, sweep timeouts.
   actors::rehydrator rehydrate(svc);
   actors::lease_keeper lease(svc, rehydrate);
@@ -332,9 +332,9 @@ int main(int argc, char** argv) {
   server->stop();
   cfg.stop_watching();
   idem_cleaner.stop();  // api area
-  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);  // callbacks/reconciliation (issue 6)
-  caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator (issue 8)
-  // -- durability (issue 9): no new work; give in-flight steps until the deadline to finish and
+  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);  // callbacks/reconciliation
+  caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator
+  // -- durability: no new work; give in-flight steps until the deadline to finish and
   // persist (whatever is still running then resumes from its stored row at the next owner).
   sweeps.stop();
   lease.stop();
@@ -352,7 +352,7 @@ int main(int argc, char** argv) {
     if (auto h = live_actors.find(a.operation_id)) caf::anon_send_exit(*h, caf::exit_reason::user_shutdown);
   }
   {
-    // durability (issue 9): each actor leaves the registry as it exits; wait for that (bounded) so no
+    // durability: each actor leaves the registry as it exits; wait for that (bounded) so no
     // actor outlives the registry and services it points to when main's locals are destroyed.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (live_actors.size() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
   }
   external.stop();
   // Release the lease last (after the final fenced writes were queued) so peers take over at once.
-  lease.release_now(std::chrono::seconds(3));  // durability (issue 9)
+  lease.release_now(std::chrono::seconds(3));  // durability
   db->stop();
   read_db->stop();
   log::info("shutdown.done");

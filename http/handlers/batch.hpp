@@ -1,5 +1,5 @@
 #pragma once
-// Ops endpoints of the batch path (issue 8):
+// Ops endpoints of the batch path:
 //   GET  /api/v1/ops/batches                 newest first (?before=<id>&limit=)
 //   GET  /api/v1/ops/batches/{id}            one batch with its members, and the waiting set
 //   POST /api/v1/ops/batches/{id}/settle     close the MR, re-read, merged wins, else fail + requeue

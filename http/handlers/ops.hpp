@@ -1,5 +1,5 @@
 #pragma once
-// The ops API (issue 10): what operators see and what they may do, behind the ops rule codes.
+// The ops API: what operators see and what they may do, behind the ops rule codes.
 //
 // Reads: live actors of this instance (registry), operations across ALL instances (database),
 // one operation in depth (timeline, callback ledger, live actor snapshot, allowed actions),

@@ -1,4 +1,4 @@
-// Callbacks that cannot hurt (issue 6), end to end against a real MariaDB, changeflow-sim and
+// Callbacks that cannot hurt, end to end against a real MariaDB, changeflow-sim and
 // changeflowd: duplicate, stale, early and out-of-order approval callbacks; unauthenticated ones
 // leave no trace; a lost deploy callback is converged by reconciliation only past the watermark and
 // outside min_age; the two step orders coexist across a hot flip; a callback survives a restart.

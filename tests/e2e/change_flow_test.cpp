@@ -100,7 +100,7 @@ TEST(ChangeFlow, DuplicateSubmitAndInProgress) {
   EXPECT_EQ(json::parse(first.body)["code"], "ACCEPTED");
   auto second = env.submit("dup", "bob", "svc-d", op);
   EXPECT_EQ(second.status, 202);
-  // api area (issue 7): a retry with the same operationId and body replays the ORIGINAL response
+  // api area: a retry with the same operationId and body replays the ORIGINAL response
   // byte for byte; DUPLICATE_SUBMIT (no stored response, e.g. another Idempotency-Key or an expired
   // record) is covered in tests/e2e/http_policy_test.cpp.
   EXPECT_EQ(second.body, first.body);

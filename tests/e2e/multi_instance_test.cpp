@@ -1,4 +1,4 @@
-// Durability (issue 9): three changeflowd processes on one database. Clients submit round-robin;
+// Durability: three changeflowd processes on one database. Clients submit round-robin;
 // every approval callback is delivered to an instance that does NOT own the operation (the owner
 // picks the change up through its changed-row poll); one instance is SIGKILLed mid-flight and the
 // others take over its operations when its lease expires. Asserts: every operation completes, no

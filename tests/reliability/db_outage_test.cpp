@@ -1,4 +1,4 @@
-// The database goes away under load and comes back (issue 12). changeflowd runs against a PRIVATE
+// The database goes away under load and comes back. changeflowd runs against a PRIVATE
 // MariaDB (stopping the shared test server would disturb every other test), changes are submitted
 // continuously, the server is stopped for CHANGEFLOW_DB_OUTAGE_SECONDS (default 8; the long run
 // uses 30) and started again. Asserted:

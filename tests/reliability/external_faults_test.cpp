@@ -1,4 +1,4 @@
-// External systems slow, down or lying (issue "Reliability and security"), end to end against
+// External systems slow, down or lying, end to end against
 // changeflowd + changeflow-sim + MariaDB. Faults come from the simulator (sim/faults.hpp: slow
 // beyond the client timeout, 5xx bursts, 429 + Retry-After, lost responses, garbage) or from the
 // simulator being stopped (connections refused). For each: the operation completes once the fault

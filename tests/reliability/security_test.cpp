@@ -1,4 +1,4 @@
-// The security corpus (issue "Reliability and security"), over real HTTP against changeflowd +
+// The security corpus, over real HTTP against changeflowd +
 // changeflow-sim + MariaDB. One table of hostile requests, generated partly from the route list the
 // server publishes (GET /api/openapi.json) so a new route is attacked without editing this file:
 // forged identities (JWT alg=none / bad signature / expired / wrong audience / forged operator /
