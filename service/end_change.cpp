@@ -22,6 +22,7 @@ constexpr int max_rounds = 3;
 
 step target_of(end_kind k) { return k == end_kind::cancel ? step::CANCELLED : step::CLOSE_SUCCEEDED; }
 std::string_view verb(end_kind k) { return k == end_kind::cancel ? "cancel" : "close"; }
+std::string_view ended_word(end_kind k) { return k == end_kind::cancel ? "Cancelled" : "Closed"; }
 
 struct run_state {
   actors::services* svc = nullptr;
@@ -65,8 +66,7 @@ void write_end(run_ptr run, persistence::operation_row row, step target, end_pla
       t.by = run->req.by;
       std::string cause = target == step::HANDLE_ALREADY_MERGED
                               ? std::string(verb(run->req.kind)) + " found the MR merged (merged wins)"
-                              : std::string(verb(run->req.kind) == "cancel" ? "cancelled" : "closed") + " by " +
-                                    run->req.actor;
+                              : (run->req.kind == end_kind::cancel ? "cancelled by " : "closed by ") + run->req.actor;
       for (const auto& w : withdrawn) cause += "; " + w;
       if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED) cause += "; withdrawing the approval request";
       if (!run->req.reason.empty()) cause += ": " + run->req.reason;
@@ -100,7 +100,7 @@ void write_end(run_ptr run, persistence::operation_row row, step target, end_pla
       out.withdrawn = withdrawn;
       out.message = target == step::HANDLE_ALREADY_MERGED
                         ? "The merge request had already merged: merged wins, the change goes on to deployment"
-                        : std::string(verb(run->req.kind) == "cancel" ? "Cancelled" : "Closed");
+                        : std::string(ended_word(run->req.kind));
       log::info("change.ended", {{"operation_id", row.operation_id},
                                  {"from", workflow::to_string(row.step)},
                                  {"to", workflow::to_string(target)},

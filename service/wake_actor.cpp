@@ -9,14 +9,15 @@
 namespace changeflow::service {
 
 std::string wake_actor(persistence::db_context& db, actors::services& svc, const std::string& operation_id,
-                       workflow::step to, const std::string& cause) {
+                       std::optional<workflow::step> to, const std::string& cause) {
   if (auto a = svc.actors->find(operation_id)) {
     caf::anon_send(*a, messages::row_changed{cause});
     return "nudged";
   }
-  if (!workflow::needs_actor(to)) return "none_needed";
+  if (to && !workflow::needs_actor(*to)) return "none_needed";
   auto row = persistence::load_operation(db.get(), operation_id);
   if (!row.ok()) return "not_started";
+  if (!workflow::needs_actor(row.value.step)) return "none_needed";
   auto owner = row.value.owner_instance.value_or("");
   if (!owner.empty() && owner != svc.instance_id) return "owner:" + owner;
   return actors::spawn_request_actor(svc, actors::seed_from_row(row.value, svc.now_ms())) ? "spawned" : "not_started";

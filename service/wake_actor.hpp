@@ -7,13 +7,15 @@
 #include "persistence/db_pool.hpp"
 #include "workflow/status.hpp"
 
+#include <optional>
 #include <string>
 
 namespace changeflow::service {
 
+/// `to` is the step just written, or nullopt when the caller does not know it (the row is read).
 /// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
 /// owner:<instance>.
 std::string wake_actor(persistence::db_context& db, actors::services& svc, const std::string& operation_id,
-                       workflow::step to, const std::string& cause);
+                       std::optional<workflow::step> to, const std::string& cause);
 
 }  // namespace changeflow::service

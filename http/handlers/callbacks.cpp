@@ -4,17 +4,17 @@
 #include "actors/request_actor.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
+#include "config/test_hooks.hpp"
 #include "http/envelope.hpp"
 #include "http/handlers/callback_body.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "messages/messages.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
+#include "service/wake_actor.hpp"
 
 #include <caf/all.hpp>
-#include <chrono>
 #include <mutex>
-#include <thread>
 #include <set>
 #include <cppconn/exception.h>
 
@@ -33,19 +33,6 @@ http_server::response outcome_response(std::string_view outcome, nlohmann::json 
 void count_callback(metrics::registry& m, std::string_view kind, std::string_view outcome) {
   m.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
         {{"kind", std::string(kind)}, {"outcome", std::string(outcome)}});
-}
-
-/// Tells the operation's actor to reload its row; spawns one when none lives here (the process
-/// restarted, or the actor had stopped) and the operation needs it.
-void nudge(actors::services* svc, persistence::db_context& db, const std::string& operation_id,
-           const std::string& cause) {
-  if (auto a = svc->actors->find(operation_id)) {
-    caf::anon_send(*a, messages::row_changed{cause});
-    return;
-  }
-  auto row = persistence::load_operation(db.get(), operation_id);
-  if (!row.ok() || !workflow::needs_actor(row.value.step)) return;
-  actors::spawn_request_actor(*svc, actors::seed_from_row(row.value, svc->now_ms()));
 }
 
 void approval_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
@@ -88,7 +75,7 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
       // already-applied row; a reload of an unchanged row is harmless.
       if (r.value.outcome == persistence::callback_outcome::APPLIED ||
           r.value.outcome == persistence::callback_outcome::DUPLICATE) {
-        nudge(svc, db, operation_id, "approval callback");
+        service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
       }
       reply(outcome_response(outcome));
     } catch (const sql::SQLException& e) {
@@ -219,7 +206,6 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   auto* metrics = &ctx.metrics;
   std::string our_project = snap->string_or("gitlab.project", "");
   std::string payload = fields.payload;
-  auto hold_ms = snap->int_or("faults.hold_after_deploy_record_ms", 0);
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
@@ -247,7 +233,7 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
         return reply(outcome_response("DUPLICATE"));
       }
       bool first_copy = recorded.value == persistence::record_outcome::inserted;
-      if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::int64_t>(hold_ms, 60000)));
+      config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
       if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
       auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
       if (!applied.ok()) {

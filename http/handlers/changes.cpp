@@ -3,6 +3,7 @@
 #include "actors/request_actor.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
+#include "config/test_hooks.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
 #include "http/middleware/error_mapping.hpp"
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <atomic>
 #include <set>
 
@@ -165,14 +165,6 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
 }
 
-/// Test hook (faults.hold_after_idempotency_begin_ms, hot, 0 = off): holds a submit between taking
-/// its idempotency key and creating the operation, so a test can kill the process exactly there.
-/// Capped, so a forgotten hook slows a database worker down but never keeps it.
-void hold_after_idempotency_begin(const config::snapshot& snap) {
-  auto hold = std::clamp<std::int64_t>(snap.int_or("faults.hold_after_idempotency_begin_ms", 0), 0, 60000);
-  if (hold > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold));
-}
-
 /// Idempotent submit: begin (insert IN_FLIGHT or read the winner) -> run -> complete with the
 /// ORIGINAL response so a retry replays it byte for byte. Only 2xx responses are stored: an error
 /// drops the record, so the retry runs afresh instead of replaying a transient failure forever.
@@ -224,7 +216,7 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
     }
     return outcome_response(api_outcome::unavailable, {}, nullptr, "idempotency record vanished: " + key);
   }
-  hold_after_idempotency_begin(*snap);
+  config::hold_for_test_hook(*snap, "faults.hold_after_idempotency_begin_ms");
   http_server::response res;
   try {
     res = create_and_start(db, svc, op);
