@@ -80,7 +80,15 @@ batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
 /// state "" when there is none.
 batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
 
-enum class merge_answer { merged, not_yet, needs_rebase, closed, approval_refused, refused, retryable };
+enum class merge_answer {
+  merged,
+  not_yet,
+  needs_rebase,
+  closed,
+  approval_refused,
+  refused,
+  retryable
+};
 struct merge_attempt {
   merge_answer answer = merge_answer::retryable;
   batch_mr_view mr;

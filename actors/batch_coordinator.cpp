@@ -15,17 +15,28 @@ namespace changeflow::actors {
 
 std::string_view describe(failure_cause c) {
   switch (c) {
-    case failure_cause::pipeline_failed: return "pipeline failed";
-    case failure_cause::rebase_conflict: return "rebase conflict with the target branch";
-    case failure_cause::commit_refused: return "GitLab refused the batch commit";
-    case failure_cause::approval_refused: return "approval refused";
-    case failure_cause::merge_refused: return "merge refused";
-    case failure_cause::mr_closed: return "MR closed";
-    case failure_cause::gitlab_failing: return "GitLab kept failing";
-    case failure_cause::pipeline_timeout: return "pipeline did not finish within poll.timeout_ms";
-    case failure_cause::swept: return "running timeout (sweep)";
-    case failure_cause::operator_settled: return "settled by an operator";
-    case failure_cause::no_members: return "no member could be loaded";
+    case failure_cause::pipeline_failed:
+      return "pipeline failed";
+    case failure_cause::rebase_conflict:
+      return "rebase conflict with the target branch";
+    case failure_cause::commit_refused:
+      return "GitLab refused the batch commit";
+    case failure_cause::approval_refused:
+      return "approval refused";
+    case failure_cause::merge_refused:
+      return "merge refused";
+    case failure_cause::mr_closed:
+      return "MR closed";
+    case failure_cause::gitlab_failing:
+      return "GitLab kept failing";
+    case failure_cause::pipeline_timeout:
+      return "pipeline did not finish within poll.timeout_ms";
+    case failure_cause::swept:
+      return "running timeout (sweep)";
+    case failure_cause::operator_settled:
+      return "settled by an operator";
+    case failure_cause::no_members:
+      return "no member could be loaded";
   }
   return "batch failed";
 }
@@ -40,13 +51,15 @@ failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, i
     case failure_cause::commit_refused:
       if (members > 1 && depth < max_splits) return failure_plan::bisect;
       return failure_plan::requeue_bounded;
-    default: return failure_plan::requeue_bounded;
+    default:
+      return failure_plan::requeue_bounded;
   }
 }
 
 requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts) {
   requeue_split out;
-  for (const auto& m : members) (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
+  for (const auto& m : members)
+    (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
   return out;
 }
 
@@ -180,15 +193,17 @@ T value_or_throw(persistence::db_result<T> r) {
 }
 
 /// `claimed_by` set: only operations BATCH_CLAIMED by that batch.
-std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids,
-                                              std::optional<std::int64_t> claimed_by = std::nullopt) {
+std::vector<batch_member_change> load_members(
+    sql::Connection& conn, const std::vector<std::string>& ids,
+    std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto rows = value_or_throw(persistence::load_operations(conn, ids));
   std::vector<batch_member_change> out;
   // Keep the order of `ids` (claim order = admission order).
   for (const auto& id : ids) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
     if (it == rows.end()) continue;
-    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by)) continue;
+    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by))
+      continue;
     out.push_back({it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms,
                    it->batch_attempts});
   }
@@ -439,11 +454,15 @@ void on_mr_read(self_ptr self, batch_job_result& r) {
   }
   switch (classify(r.mr)) {
     case batch_verdict::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case batch_verdict::closed: start_failure(self, failure_cause::mr_closed, "closed outside changeflow"); return;
+    case batch_verdict::closed:
+      start_failure(self, failure_cause::mr_closed, "closed outside changeflow");
+      return;
     case batch_verdict::pipeline_failed:
       start_failure(self, failure_cause::pipeline_failed, r.mr.pipeline_status + " on " + r.mr.sha);
       return;
-    case batch_verdict::conflict: start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error); return;
+    case batch_verdict::conflict:
+      start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error);
+      return;
     case batch_verdict::needs_rebase: {
       const auto iid = d.mr_iid;
       on_external(self, kind::mr_read, [iid](clients::external_context& ext, const config::snapshot&,
@@ -476,9 +495,15 @@ void on_merged(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
   switch (r.merge) {
     case merge_answer::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case merge_answer::closed: start_failure(self, failure_cause::mr_closed, "closed before the merge"); return;
-    case merge_answer::approval_refused: start_failure(self, failure_cause::approval_refused, r.mr.error); return;
-    case merge_answer::refused: start_failure(self, failure_cause::merge_refused, r.mr.error); return;
+    case merge_answer::closed:
+      start_failure(self, failure_cause::mr_closed, "closed before the merge");
+      return;
+    case merge_answer::approval_refused:
+      start_failure(self, failure_cause::approval_refused, r.mr.error);
+      return;
+    case merge_answer::refused:
+      start_failure(self, failure_cause::merge_refused, r.mr.error);
+      return;
     case merge_answer::retryable:
       if (++d.call_failures > 8) {
         start_failure(self, failure_cause::gitlab_failing, "merge: " + r.mr.error);
@@ -556,32 +581,36 @@ void on_reread(self_ptr self, batch_job_result& r) {
   requeue_split bounded;
   if (plan == failure_plan::requeue_bounded) bounded = split_by_attempts(d.members, max_attempts);
   const auto leaving_cause =
-      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) + ")";
-  on_db(self, kind::settled, [batch_id, expected, reason, plan, groups, bounded, leaving_cause](
-                                 sql::Connection& conn, batch_job_result& out) {
-    persistence::db_result<int> w;
-    switch (plan) {
-      case failure_plan::bisect:
-        w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
-        out.round_outcome = "split";
-        break;
-      case failure_plan::fail_alone:
-        w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
-        out.round_outcome = "failed_alone";
-        break;
-      case failure_plan::fail_all:
-        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove,
-                                             "split bound reached: " + reason);
-        out.round_outcome = "failed";
-        break;
-      case failure_plan::requeue_bounded:
-        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
-                                             bounded.leave, leaving_cause);
-        out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
-        break;
-    }
-    take_write(out, w);
-  });
+      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) +
+      ")";
+  on_db(self, kind::settled,
+        [batch_id, expected, reason, plan, groups, bounded, leaving_cause](sql::Connection& conn,
+                                                                           batch_job_result& out) {
+          persistence::db_result<int> w;
+          switch (plan) {
+            case failure_plan::bisect:
+              w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
+              out.round_outcome = "split";
+              break;
+            case failure_plan::fail_alone:
+              w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
+              out.round_outcome = "failed_alone";
+              break;
+            case failure_plan::fail_all:
+              w = persistence::settle_failed_batch(conn, batch_id, expected,
+                                                   persistence::member_reset::remove,
+                                                   "split bound reached: " + reason);
+              out.round_outcome = "failed";
+              break;
+            case failure_plan::requeue_bounded:
+              w = persistence::settle_failed_batch(conn, batch_id, expected,
+                                                   persistence::member_reset::requeue, reason,
+                                                   bounded.leave, leaving_cause);
+              out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
+              break;
+          }
+          take_write(out, w);
+        });
 }
 
 void on_settled(self_ptr self, batch_job_result& r) {

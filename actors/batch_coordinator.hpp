@@ -100,7 +100,7 @@ enum class failure_cause {
 std::string_view describe(failure_cause c);
 
 enum class failure_plan {
-  bisect,           // several members may hide one culprit, depth below max_splits: two halves wait again
+  bisect,  // several members may hide one culprit, depth below max_splits: two halves wait again
   fail_alone,       // pipeline failed with one member: it failed alone -> BATCH_FAILED
   fail_all,         // pipeline failed, split bound reached: every member BATCH_FAILED
   requeue_bounded,  // every member waits again, except those out of batch attempts: BATCH_FAILED

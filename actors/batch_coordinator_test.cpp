@@ -177,7 +177,8 @@ void operator_move(sql::Connection& c, const std::string& id, S to, const std::s
   EXPECT_TRUE(r.ok()) << r.error.message;
 }
 int batch_attempts(changeflow::testing::test_database& db, const std::string& id) {
-  return std::stoi(db.scalar("SELECT batch_attempts FROM operation WHERE operation_id = '" + id + "'"));
+  return std::stoi(
+      db.scalar("SELECT batch_attempts FROM operation WHERE operation_id = '" + id + "'"));
 }
 }  // namespace
 
@@ -199,8 +200,12 @@ TEST(BatchRepo, MemberClosedWhileWaitingIsNeverClaimedNorCounted) {
   EXPECT_EQ(batch_attempts(db, stays), 1);
   EXPECT_EQ(batch_attempts(db, closed), 0);
   // It left the waiting set: no row, so no later round or requeue brings it back.
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + closed + "'"), "0");
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE operation_id = '" + closed + "'"), "0");
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + closed + "'"),
+      "0");
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE operation_id = '" + closed + "'"),
+      "0");
   EXPECT_EQ(persistence::load_operation(*c, closed).value.step, S::CLOSE_SUCCEEDED);
 }
 
@@ -211,7 +216,9 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
   auto young = waiting_op(*c, "young");
   auto deferred = waiting_op(*c, "deferred");
   auto claim_all = [&](bool defer) {
-    db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND WHERE batch_id IS NULL");
+    db.exec(
+        "UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND WHERE batch_id IS "
+        "NULL");
     auto cl = persistence::claim(*c, 50);
     EXPECT_EQ(cl.value.kind, persistence::claim_kind::claimed);
     if (defer) EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());
@@ -229,20 +236,23 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
   EXPECT_EQ(batch_attempts(db, deferred), 0);
   // The third failure: the old member is out of attempts, the young one waits again.
   auto b = claim_all(true);
-  auto settled = persistence::settle_failed_batch(*c, b, persistence::batch_status::RUNNING,
-                                                  persistence::member_reset::requeue, "MR closed: x", {old_member},
-                                                  "MR closed: x (no batch attempts left)");
+  auto settled = persistence::settle_failed_batch(
+      *c, b, persistence::batch_status::RUNNING, persistence::member_reset::requeue, "MR closed: x",
+      {old_member}, "MR closed: x (no batch attempts left)");
   ASSERT_TRUE(settled.ok()) << settled.error.message;
   auto gone = persistence::load_operation(*c, old_member).value;
   EXPECT_EQ(gone.step, S::BATCH_FAILED);
   EXPECT_EQ(gone.phase, workflow::phase::HANDLE_FAILED);
   EXPECT_EQ(gone.batch_attempts, 3);
   ASSERT_TRUE(gone.last_error.has_value());
-  EXPECT_NE(gone.last_error->find("MR closed: x (no batch attempts left)"), std::string::npos) << *gone.last_error;
+  EXPECT_NE(gone.last_error->find("MR closed: x (no batch attempts left)"), std::string::npos)
+      << *gone.last_error;
   EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + old_member +
                       "' AND to_step = 10603"),
             "batch " + std::to_string(b) + " failed: MR closed: x (no batch attempts left)");
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + old_member + "'"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" +
+                      old_member + "'"),
+            "0");
   EXPECT_EQ(persistence::load_operation(*c, young).value.step, S::BATCH_WAITING);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "2");
   // An operator sends it back: a fresh budget, the timeline keeps the earlier attempts.
