@@ -1,5 +1,6 @@
 #include "actors/batch_coordinator.hpp"
 
+#include "base/answer_guard.hpp"
 #include "base/log.hpp"
 #include "persistence/operation_repo.hpp"
 #include "workflow/poll_schedule.hpp"
@@ -122,12 +123,27 @@ void take_write(batch_job_result& out, const persistence::db_result<T>& w) {
   if (!w.ok()) out.error = w.error.message;
 }
 
+/// The answer to a job that ended without one (it threw, or was dropped unrun): a failed result of
+/// the same kind, which the coordinator retries like any database or GitLab failure.
+batch_job_result lost_result(kind what, std::uint64_t drive_id) {
+  log::warn("batch.job_lost", {{"job", static_cast<int>(what)}, {"drive", drive_id}});
+  batch_job_result out;
+  out.what = what;
+  out.drive = drive_id;
+  out.ok = false;
+  out.round_outcome = "error";
+  out.mr.outcome = batch_mr_view::call::retryable;
+  out.error = out.mr.error = "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
+  return out;
+}
+
 /// Runs `job` on the database pool and sends its result back; a full queue or a dead connection
 /// becomes an error result, never an exception on the actor.
 void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
   const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
-  bool queued = self->state.svc->db->try_submit([handle, what, drive_id, job](persistence::db_context& db) {
+  auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
+  bool queued = self->state.svc->db->try_submit([handle, what, drive_id, job, guard](persistence::db_context& db) {
     batch_job_result out;
     out.what = what;
     out.drive = drive_id;
@@ -143,9 +159,11 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
       out.round_outcome = "error";
       out.error = e.what();
     }
+    guard->answered();
     caf::anon_send(handle, std::move(out));
   });
   if (!queued) {
+    guard->answered();
     batch_job_result out;
     out.what = what;
     out.drive = drive_id;
@@ -161,7 +179,9 @@ void on_external(self_ptr self, kind what, std::function<void(clients::external_
   auto handle = caf::actor_cast<batch_coordinator>(self);
   const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
   auto snap = self->state.svc->config->current();
-  bool queued = self->state.svc->external->try_submit([handle, what, drive_id, job, snap](clients::external_context& ext) {
+  auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
+  bool queued =
+      self->state.svc->external->try_submit([handle, what, drive_id, job, snap, guard](clients::external_context& ext) {
     batch_job_result out;
     out.what = what;
     out.drive = drive_id;
@@ -173,9 +193,11 @@ void on_external(self_ptr self, kind what, std::function<void(clients::external_
       out.mr.outcome = batch_mr_view::call::retryable;
       out.mr.error = std::string("unexpected: ") + e.what();
     }
+    guard->answered();
     caf::anon_send(handle, std::move(out));
   });
   if (!queued) {
+    guard->answered();
     batch_job_result out;
     out.what = what;
     out.drive = drive_id;

@@ -2,6 +2,7 @@
 
 #include "actors/external_calls.hpp"
 #include "actors/reconciler.hpp"
+#include "base/answer_guard.hpp"
 #include "base/log.hpp"
 #include "persistence/errors.hpp"
 
@@ -76,6 +77,21 @@ void publish(self_ptr self) { self->state.svc->actors->update(summary_of(self->s
 void process(self_ptr self, const workflow::event& e);
 void run_effects(self_ptr self, std::vector<workflow::effect> effects);
 
+/// A job that never answered (it threw, or died unrun) is answered as a retryable failure of that
+/// job, so the actor takes the path it takes for any failed read, write or call: a lost reload reads
+/// the row again, a lost write retries under its version guard (which misses if the write had landed,
+/// and then the row is read again), a lost call re-runs its step, which reads remote state first.
+constexpr const char* lost_job_error = "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
+
+template <class Answer>
+Answer lost_job(const std::string& operation_id, const char* job) {
+  log::warn("request.job_lost", {{"operation_id", operation_id}, {"job", job}});
+  Answer a;
+  a.outcome = static_cast<int>(db_outcome::retryable);
+  a.error = lost_job_error;
+  return a;
+}
+
 void arm_timer(self_ptr self, std::int64_t delay_ms) {
   auto gen = ++self->state.timer_generation;
   self->state.op.wake_at_ms = self->state.svc->now_ms() + delay_ms;
@@ -91,7 +107,8 @@ void submit_reload(self_ptr self) {
   auto now_ms = st.svc->now_ms;
   auto owner = st.owner_instance;
   auto epoch = st.lease_epoch;
-  bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch](persistence::db_context& db) {
+  auto guard = make_answer_guard([handle, id] { caf::anon_send(handle, lost_job<messages::row_loaded>(id, "reload")); });
+  bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch, guard](persistence::db_context& db) {
     messages::row_loaded out;
     try {
       auto r = persistence::load_operation(db.get(), id);
@@ -118,9 +135,11 @@ void submit_reload(self_ptr self) {
       out.outcome = static_cast<int>(db_outcome::retryable);
       out.error = e.what();
     }
+    guard->answered();
     caf::anon_send(handle, std::move(out));
   });
   if (!queued) {
+    guard->answered();
     st.busy = false;
     st.reload_pending = true;
     arm_timer(self, 500);
@@ -135,7 +154,9 @@ void submit_persist(self_ptr self) {
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
   auto project = st.svc->config->current()->string_or("gitlab.project", "");
   auto* metrics = st.svc->metrics;
-  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, metrics](persistence::db_context& db) {
+  auto guard = make_answer_guard(
+      [handle, id = req.operation_id] { caf::anon_send(handle, lost_job<messages::persisted>(id, "persist")); });
+  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, metrics, guard](persistence::db_context& db) {
     messages::persisted out;
     out.to_step = workflow::code_of(req.to);
     try {
@@ -155,9 +176,11 @@ void submit_persist(self_ptr self) {
       out.outcome = static_cast<int>(db_outcome::retryable);
       out.error = e.what();
     }
+    guard->answered();
     caf::anon_send(handle, std::move(out));
   });
   if (!queued) {
+    guard->answered();
     // The database queue is full: nothing can be written now, not even a failure state. Back off and
     // retry; the stored row still says exactly where the operation is.
     st.busy = false;
@@ -177,11 +200,20 @@ void call_external(self_ptr self, const messages::call_request& req) {
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
   st.busy = true;
-  bool queued = st.svc->external->try_submit([handle, req, ctx, snap, metrics](clients::external_context& ext) {
+  auto guard = make_answer_guard([handle, kind = req.kind, id = st.op.operation_id] {
+    log::warn("request.job_lost", {{"operation_id", id}, {"job", "external_call"}});
+    messages::call_reply lost;
+    lost.kind = kind;
+    lost.outcome = messages::call_reply::status::retryable;
+    lost.error = lost_job_error;
+    caf::anon_send(handle, messages::external_reply{std::move(lost)});
+  });
+  auto* run = &st.svc->run_external;
+  bool queued = st.svc->external->try_submit([handle, req, ctx, snap, metrics, guard, run](clients::external_context& ext) {
     auto started = std::chrono::steady_clock::now();
     messages::call_reply reply;
     try {
-      reply = run_call(ext, *snap, req, ctx);
+      reply = (*run)(ext, *snap, req, ctx);
     } catch (const std::exception& e) {
       reply.kind = req.kind;
       reply.outcome = messages::call_reply::status::retryable;
@@ -193,9 +225,11 @@ void call_external(self_ptr self, const messages::call_request& req) {
                      {{"call", std::string(messages::to_string(req.kind))},
                       {"outcome", outcomes[static_cast<int>(reply.outcome)]}},
                      seconds);
+    guard->answered();
     caf::anon_send(handle, messages::external_reply{std::move(reply)});
   });
   if (!queued) {
+    guard->answered();
     st.busy = false;
     st.svc->metrics->inc("changeflow_external_rejected_total", "External calls refused by a full worker pool",
                          {{"call", std::string(messages::to_string(req.kind))}});

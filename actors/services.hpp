@@ -1,6 +1,7 @@
 #pragma once
 // Everything a request actor or a handler needs from the process, passed explicitly (no globals).
 
+#include "actors/external_calls.hpp"
 #include "actors/registry.hpp"
 #include "base/worker_pool.hpp"
 #include "clients/external_context.hpp"
@@ -27,6 +28,11 @@ struct services {
   metrics::registry* metrics = nullptr;
   registry* actors = nullptr;
   std::string instance_id;
+  /// Runs one external call of a request actor on an external-pool thread. `run_call` (the real
+  /// clients); in-process actor tests put scripted external systems here.
+  std::function<messages::call_reply(clients::external_context&, const config::snapshot&,
+                                     const messages::call_request&, const call_context&)>
+      run_external = run_call;
   /// Wall clock in epoch milliseconds; injected so tests can control time.
   std::function<std::int64_t()> now_ms = [] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(

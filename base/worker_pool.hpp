@@ -91,6 +91,39 @@ class worker_pool {
     threads_.clear();
   }
 
+  /// Runs up to `max` queued jobs on the calling thread with `ctx`, in queue order; returns how many
+  /// ran. Meant for a pool built with no threads, which then runs nothing by itself: a test drives it
+  /// and so decides when each blocking job runs relative to the actors' messages.
+  std::size_t run_queued(Context& ctx, std::size_t max = static_cast<std::size_t>(-1)) {
+    std::size_t ran = 0;
+    while (ran < max) {
+      job j;
+      {
+        std::lock_guard lock(mutex_);
+        if (queue_.empty()) break;
+        j = std::move(queue_.front());
+        queue_.pop_front();
+        ++busy_;
+      }
+      execute(j, ctx);
+      ++ran;
+    }
+    return ran;
+  }
+
+  /// Removes the oldest queued job and destroys it unrun, as if its thread had died with it (tests:
+  /// what happens to a caller whose job never answers). False when nothing is queued.
+  bool drop_oldest() {
+    job j;
+    {
+      std::lock_guard lock(mutex_);
+      if (queue_.empty()) return false;
+      j = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    return true;  // `j` is destroyed here, outside the lock (its captures may answer a caller)
+  }
+
   worker_pool_stats stats() const {
     std::lock_guard lock(mutex_);
     return {queue_.size(), busy_, completed_, rejected_, failed_};
@@ -116,23 +149,29 @@ class worker_pool {
         queue_.pop_front();
         ++busy_;
       }
-      // Jobs translate their own errors into values; one that throws anyway is a bug whose caller
-      // may now wait for an answer that never comes, so it is made visible: logged with an id an
-      // operator can quote, and counted (changeflow_pool_job_failures).
-      bool threw = true;
-      try {
-        j(*ctx);
-        threw = false;
-      } catch (const std::exception& e) {
-        log_failure(e.what());
-      } catch (...) {
-        log_failure("non-standard exception");
-      }
-      std::lock_guard lock(mutex_);
-      --busy_;
-      ++completed_;
-      if (threw) ++failed_;
+      execute(j, *ctx);
     }
+  }
+
+  void execute(job& j, Context& ctx) {
+    // Jobs translate their own errors into values; one that throws anyway is a bug whose caller
+    // would wait for an answer that never comes. It is made visible (logged with an id an operator
+    // can quote, counted in changeflow_pool_job_failures) and its caller is answered by the job's
+    // answer_guard when `j` is destroyed.
+    bool threw = true;
+    try {
+      j(ctx);
+      threw = false;
+    } catch (const std::exception& e) {
+      log_failure(e.what());
+    } catch (...) {
+      log_failure("non-standard exception");
+    }
+    j = nullptr;  // destroy the captures (and so any guard) before the job counts as finished
+    std::lock_guard lock(mutex_);
+    --busy_;
+    ++completed_;
+    if (threw) ++failed_;
   }
 
   void log_failure(const char* what) {

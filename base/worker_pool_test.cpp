@@ -1,5 +1,7 @@
 #include "base/worker_pool.hpp"
 
+#include "base/answer_guard.hpp"
+
 #include <gtest/gtest.h>
 
 #include <future>
@@ -103,4 +105,33 @@ TEST(WorkerPool, AThrowingJobIsLoggedWithAnErrorIdAndCountedAndTheThreadGoesOn) 
   EXPECT_EQ(failures[0]["level"], "error");
   EXPECT_FALSE(failures[0].value("error_id", "").empty());
   EXPECT_NE(failures[0]["error_id"], failures[1]["error_id"]);
+}
+
+// A job's caller is answered whatever becomes of the job: the guard fires when the job throws (of
+// any type) or is dropped unrun, and stays silent when the job answered.
+TEST(WorkerPool, AJobThatEndsWithoutAnswerIsAnsweredByItsGuard) {
+  worker_pool<counter_ctx> pool("manual", 0, 10, [] { return std::make_unique<counter_ctx>(); });
+  counter_ctx ctx;
+  std::vector<std::string> lost;
+  auto job_with_guard = [&](std::string name, std::function<void()> body) {
+    auto guard = make_answer_guard([&lost, name] { lost.push_back(name); });
+    return pool.try_submit([guard, body](counter_ctx&) {
+      body();
+      guard->answered();
+    });
+  };
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(job_with_guard("answers", [] {}));
+  ASSERT_TRUE(job_with_guard("throws", [] { throw std::runtime_error("boom"); }));
+  ASSERT_TRUE(job_with_guard("throws-int", [] { throw 7; }));
+  ASSERT_TRUE(job_with_guard("dropped", [] {}));
+  EXPECT_EQ(pool.stats().queued, 4u) << "a pool without threads runs nothing by itself";
+  EXPECT_EQ(pool.run_queued(ctx, 3), 3u);
+  EXPECT_TRUE(pool.drop_oldest());
+  EXPECT_FALSE(pool.drop_oldest());
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(lost, (std::vector<std::string>{"throws", "throws-int", "dropped"}));
+  EXPECT_EQ(pool.stats().failed, 2u);
+  EXPECT_EQ(pool.stats().completed, 3u);
+  EXPECT_EQ(pool.stats().busy, 0u);
 }

@@ -1,0 +1,283 @@
+// The request actor in process, on CAF's deterministic test coordinator
+// (actors/testing/in_process.hpp): the test decides when each message, blocking job and timer runs.
+// The repository is a real MariaDB; the external systems are scripted answers in
+// `services::run_external`.
+//
+// So each test fixes one interleaving exactly: a callback's nudge while a write is in flight, a
+// call's answer arriving after the row moved on, a timer that was replaced, a job that died.
+
+#include "actors/request_actor.hpp"
+
+#include "actors/testing/in_process.hpp"
+#include "persistence/repo_test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <caf/send.hpp>
+
+#include <deque>
+
+namespace changeflow::messages {
+void PrintTo(call_kind k, std::ostream* os) {
+  *os << to_string(k);
+}
+}  // namespace changeflow::messages
+
+using namespace changeflow;
+using namespace changeflow::actors;
+using messages::call_kind;
+using messages::call_reply;
+using persistence::test::new_op;
+using persistence::test::walk;
+using S = workflow::step;
+
+namespace {
+
+/// One request actor, with the external systems scripted in `services::run_external`.
+class in_process : public actors::testing::in_process_actors {
+ protected:
+  in_process()
+      : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}}}) {
+    svc_.run_external = [this](clients::external_context&, const config::snapshot&,
+                               const messages::call_request& req, const call_context&) {
+      calls_.push_back(req.kind);
+      if (answers_.empty()) {
+        ADD_FAILURE() << "no scripted answer for " << messages::to_string(req.kind);
+        call_reply r;
+        r.kind = req.kind;
+        r.outcome = call_reply::status::refused;
+        return r;
+      }
+      auto r = answers_.front();
+      answers_.pop_front();
+      EXPECT_EQ(r.kind, req.kind) << "the actor made a different call than the script expected";
+      return r;
+    };
+  }
+
+  /// Spawns the actor from the stored row, as submit and rehydration do.
+  void spawn() {
+    auto row = persistence::load_operation(*conn_, id_);
+    ASSERT_TRUE(row.ok()) << row.error.message;
+    auto a = spawn_request_actor(svc_, seed_from_row(row.value, now_ms_));
+    ASSERT_TRUE(a.has_value());
+    track(caf::actor_cast<caf::actor>(*a));
+  }
+
+  void answer(call_reply r) { answers_.push_back(std::move(r)); }
+
+  persistence::operation_row row() {
+    auto r = persistence::load_operation(*conn_, id_);
+    EXPECT_TRUE(r.ok()) << r.error.message;
+    return r.value;
+  }
+  bool actor_alive() const { return registry_.find(id_).has_value(); }
+  void nudge() {
+    auto a = registry_.find(id_);
+    ASSERT_TRUE(a.has_value());
+    caf::anon_send(caf::actor_cast<request_actor>(*a), messages::row_changed{});
+  }
+
+  std::deque<call_reply> answers_;
+  std::vector<call_kind> calls_;
+  std::string id_;
+};
+
+call_reply ok(call_kind k) {
+  call_reply r;
+  r.kind = k;
+  return r;
+}
+
+call_reply pipeline(const std::string& status) {
+  auto r = ok(call_kind::read_pipeline);
+  r.mr_state = "opened";
+  r.sha = r.pipeline_sha = "abc";
+  r.pipeline_status = status;
+  return r;
+}
+
+call_reply merge(call_reply::merge_result m) {
+  auto r = ok(call_kind::try_merge);
+  r.mr_state = m == call_reply::merge_result::merged ? "merged" : "opened";
+  r.merge = m;
+  return r;
+}
+
+}  // namespace
+
+// Persist first, effects after: the timer that follows a transition is armed only once the write
+// has committed, and the next call is made only after that.
+TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
+  id_ = new_op(*conn_, "ann", "t1");
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_external(), 1u) << "APPROVAL_SENDING submits the approval request";
+  ASSERT_EQ(queued_db(), 0u);
+  auto submitted = ok(call_kind::submit_approval);
+  submitted.approval_id = "appr-1";
+  answer(submitted);
+  run_external();
+  EXPECT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT waits to be written";
+  EXPECT_FALSE(sched_.has_pending_timeout())
+      << "the approval deadline timer was armed before the write committed";
+  EXPECT_EQ(row().step, S::APPROVAL_SENDING);
+  run_db();
+  EXPECT_EQ(row().step, S::APPROVAL_SENT);
+  EXPECT_EQ(row().approval_id.value_or(""), "appr-1");
+  EXPECT_TRUE(sched_.has_pending_timeout()) << "after the commit the actor waits for its deadline";
+  EXPECT_EQ(queued_db() + queued_external(), 0u);
+  EXPECT_TRUE(actor_alive());
+}
+
+// Callback nudges that arrive while a write is in flight coalesce: one re-read after the write, not
+// one per nudge, and never a second write of the same transition.
+TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
+  id_ = new_op(*conn_, "ann", "t1");
+  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED});
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u) << "APPROVAL_APPROVED moves on to CREATE_STARTED";
+  for (int i = 0; i < 5; ++i) nudge();
+  run_messages();
+  EXPECT_EQ(queued_db(), 1u) << "a nudge while busy must not start a second job";
+  auto version_before = row().version;
+  db_pool_.run_queued(db_ctx_, 1);  // the write
+  EXPECT_EQ(row().version, version_before + 1);
+  run_messages();
+  EXPECT_EQ(queued_external(), 1u) << "the commit's effect: create the MR";
+  EXPECT_EQ(queued_db(), 0u) << "the re-read waits until the actor is idle";
+  auto created = ok(call_kind::create_mr);
+  created.mr_iid = 42;
+  created.mr_url = "http://gitlab/mr/42";
+  answer(created);
+  answer(pipeline("running"));  // the re-read re-runs the step it finds: one poll
+  settle();
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(row().version, version_before + 2) << "each transition written once";
+  EXPECT_EQ(db_pool_.stats().completed, 3u) << "two writes and exactly one re-read for five nudges";
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr, call_kind::read_pipeline}));
+  EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 0.0);
+}
+
+// A call's answer that arrives after someone else moved the row (here: the requester cancelled
+// while the merge check was in flight) loses its guarded write, and the actor re-reads, sees
+// CANCELLED, and stops without another call.
+TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorStops) {
+  id_ = new_op(*conn_, "ann", "t1");
+  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED},
+       42);
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_external(), 1u) << "HANDLE_APPROVED tries the merge";
+  // Meanwhile: cancelled through the API, which wakes the actor.
+  walk(*conn_, id_, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
+  auto cancelled_version = row().version;
+  nudge();
+  run_messages();
+  EXPECT_EQ(queued_db(), 0u) << "busy with the call: the re-read waits for its answer";
+  answer(merge(call_reply::merge_result::not_mergeable_yet));
+  settle();
+  EXPECT_EQ(row().step, S::CANCELLED);
+  EXPECT_EQ(row().version, cancelled_version) << "the stale decision must not overwrite the cancel";
+  EXPECT_FALSE(actor_alive()) << "an ended operation needs no actor";
+  EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 1.0);
+  EXPECT_EQ(calls_.size(), 1u) << "no call after the cancel was seen";
+}
+
+// Every wait re-arms its timer with a new generation; a timer that was replaced (here by a re-read
+// that re-ran the step) fires into nothing.
+TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
+  id_ = new_op(*conn_, "ann", "t1");
+  walk(*conn_, id_,
+       {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  spawn();
+  run_messages();
+  answer(pipeline("running"));
+  run_external();
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "a running pipeline is polled again later";
+  // A nudge re-reads the row and re-runs the step at once: one more poll, and a new timer.
+  nudge();
+  run_messages();
+  run_db();
+  answer(pipeline("running"));
+  run_external();
+  ASSERT_EQ(calls_.size(), 2u);
+  // The first timer fires: replaced, nothing happens.
+  ASSERT_TRUE(fire_next_timer());
+  EXPECT_EQ(queued_external(), 0u) << "a replaced timer must not poll";
+  // The current timer fires: the poll runs, the pipeline passed, the step moves on.
+  ASSERT_TRUE(fire_next_timer());
+  ASSERT_EQ(queued_external(), 1u);
+  answer(pipeline("success"));
+  auto approve = ok(call_kind::approve_bots);
+  answer(approve);
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline,
+                                            call_kind::read_pipeline, call_kind::approve_bots,
+                                            call_kind::try_merge}));
+  EXPECT_FALSE(actor_alive())
+      << "a merged operation waits for the deploy callback without an actor";
+}
+
+// A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is
+// answered by its guard: the actor is not left busy forever, takes its retry path, and finishes.
+TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
+  id_ = new_op(*conn_, "ann", "t1");
+  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED}, 42);
+  spawn();
+  run_messages();
+  // The external call dies.
+  ASSERT_EQ(queued_external(), 1u);
+  ASSERT_TRUE(external_pool_.drop_oldest());
+  run_messages();
+  EXPECT_EQ(row().step, S::HANDLE_STARTED);
+  ASSERT_TRUE(sched_.has_pending_timeout())
+      << "the lost call is retried later, like any failed call";
+  ASSERT_TRUE(fire_next_timer());
+  ASSERT_EQ(queued_external(), 1u) << "the step runs again (it reads the MR before approving)";
+  answer(ok(call_kind::approve_bots));
+  run_external();
+  // The write of HANDLE_APPROVED dies too.
+  ASSERT_EQ(queued_db(), 1u);
+  ASSERT_TRUE(db_pool_.drop_oldest());
+  run_messages();
+  EXPECT_EQ(row().step, S::HANDLE_STARTED);
+  ASSERT_TRUE(fire_next_timer());
+  ASSERT_EQ(queued_db(), 1u) << "the write is retried under its version guard";
+  run_db();
+  EXPECT_EQ(row().step, S::HANDLE_APPROVED);
+  ASSERT_EQ(queued_external(), 1u) << "after the commit the merge is tried";
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  EXPECT_FALSE(actor_alive());
+  // The dropped call never reached the external system: one approve, one merge.
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::approve_bots, call_kind::try_merge}));
+}
+
+// A re-read whose job died is retried: the actor reads its row again and goes on from what it says.
+TEST_F(in_process, ARereadThatDiedIsReadAgain) {
+  id_ = new_op(*conn_, "ann", "t1");
+  walk(*conn_, id_, {S::APPROVAL_SENT});
+  spawn();
+  run_messages();
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "APPROVAL_SENT waits for the decision";
+  // The approval callback lands (written by the callback path) and nudges the actor.
+  walk(*conn_, id_, {S::APPROVAL_APPROVED});
+  nudge();
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u);
+  ASSERT_TRUE(db_pool_.drop_oldest());
+  run_messages();
+  EXPECT_EQ(queued_db(), 0u);
+  // The retry timer (not the week-long approval deadline) re-reads the row.
+  ASSERT_TRUE(fire_next_timer());
+  ASSERT_EQ(queued_db(), 1u);
+  run_db();  // the re-read: APPROVAL_APPROVED -> write CREATE_STARTED
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_STARTED)
+      << "the re-read saw APPROVAL_APPROVED and the actor moved on";
+  EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
+}
