@@ -28,6 +28,8 @@ std::vector<key_spec> make_keys() {
       {"http.body_limit_bytes", I, 1048576, R, "Largest accepted request body; larger -> 413."},
       {"http.header_limit_bytes", I, 16384, R, "Largest accepted request header block; larger -> 431."},
       {"http.read_timeout_ms", I, 10000, R, "Time a client has to send a complete request."},
+      {"http.handler_timeout_ms", I, 30000, R,
+       "Time a request may take to be handled; past it the client gets 503 HANDLER_TIMEOUT and the connection is closed."},
       {"instance.id", S, J(), R, "This instance's id; missing -> hostname-pid-random."},
       {"instance.lease_seconds", I, 30, R, "Lease an instance holds on its operations; renewed by heartbeat."},
       {"actors.threads", I, 2, R, "CAF scheduler threads."},

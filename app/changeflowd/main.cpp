@@ -310,6 +310,8 @@ int main(int argc, char** argv) {
   server_opts.body_limit = static_cast<std::uint64_t>(snap->int_or("http.body_limit_bytes", 1 << 20));
   server_opts.header_limit = static_cast<std::uint32_t>(snap->int_or("http.header_limit_bytes", 16384));
   server_opts.read_timeout = std::chrono::milliseconds(snap->int_or("http.read_timeout_ms", 10000));
+  server_opts.handler_timeout =
+      std::chrono::milliseconds(std::max<std::int64_t>(1, snap->int_or("http.handler_timeout_ms", 30000)));
   server.emplace(server_opts, http::make_api(ctx, routes));
   try {
     server->start();

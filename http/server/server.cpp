@@ -6,6 +6,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -41,7 +42,8 @@ class session : public std::enable_shared_from_this<session> {
   ~session() { --counters_.open; }
 
   void run() {
-    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this()));
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&session::do_read, shared_from_this()));
   }
 
  private:
@@ -80,11 +82,30 @@ class session : public std::enable_shared_from_this<session> {
     keep_alive_ = req.keep_alive;
     version_ = msg.version();
 
-    // The handler may answer from another thread; post the reply back onto this strand.
-    stream_.expires_after(opts_.handler_timeout);
+    // The handler may answer from another thread; post the reply back onto this strand. No stream
+    // operation is pending while the handler runs (a stream's expiry only cuts pending operations),
+    // so the handler's deadline is a timer of its own: past it, the client gets a 503 and the
+    // connection is closed; the handler's late reply is dropped.
     auto self = shared_from_this();
-    responder reply([self](response r) {
-      net::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->do_write(std::move(r)); });
+    const auto generation = ++generation_;
+    awaiting_reply_ = true;
+    handler_timer_.expires_after(opts_.handler_timeout);
+    handler_timer_.async_wait([self, generation](beast::error_code ec) {
+      if (ec || !self->awaiting_reply_ || generation != self->generation_) return;
+      ++self->counters_.timeouts;
+      log::warn("http.handler_timeout",
+                {{"timeout_ms", static_cast<std::int64_t>(self->opts_.handler_timeout.count())}});
+      self->send_error(503, "HANDLER_TIMEOUT",
+                       "The request took too long to handle; its outcome is unknown, retry with "
+                       "the same Idempotency-Key");
+    });
+    responder reply([self, generation](response r) {
+      net::post(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
+        if (!self->awaiting_reply_ || generation != self->generation_)
+          return;  // answered by the timeout
+        self->handler_timer_.cancel();
+        self->do_write(std::move(r));
+      });
     });
     try {
       handler_(std::move(req), reply);
@@ -105,13 +126,16 @@ class session : public std::enable_shared_from_this<session> {
 
   void send_error(unsigned status, const char* code, const char* message) {
     keep_alive_ = false;
+    awaiting_reply_ = false;
     response r;
     r.status = status;
-    r.body = std::string(R"({"code":")") + code + R"(","message":")" + message + R"(","data":null})";
+    r.body =
+        std::string(R"({"code":")") + code + R"(","message":")" + message + R"(","data":null})";
     do_write(std::move(r));
   }
 
   void do_write(response r) {
+    awaiting_reply_ = false;
     // Status 0 closes the connection without answering: the simulator's "response lost" fault.
     if (r.status == 0) return do_close();
     auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
@@ -123,10 +147,12 @@ class session : public std::enable_shared_from_this<session> {
     res->body() = std::move(r.body);
     res->prepare_payload();
     stream_.expires_after(opts_.read_timeout);
-    // The response object is kept alive by the completion handler (Boost 1.74 has no message_generator).
-    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-      self->on_write(ec, res->need_eof());
-    });
+    // The response object is kept alive by the completion handler (Boost 1.74 has no
+    // message_generator).
+    bhttp::async_write(stream_, *res,
+                       [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+                         self->on_write(ec, res->need_eof());
+                       });
   }
 
   void on_write(beast::error_code ec, bool close) {
@@ -149,6 +175,11 @@ class session : public std::enable_shared_from_this<session> {
   counters& counters_;
   bool keep_alive_ = true;
   unsigned version_ = 11;
+  // The handler's deadline, and which request's reply is awaited (a late reply of an earlier
+  // request must not answer a later one).
+  net::steady_timer handler_timer_{stream_.get_executor()};
+  bool awaiting_reply_ = false;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace
@@ -183,7 +214,9 @@ server::server(server_options options, handler h) : impl_(std::make_unique<impl>
   impl_->h = std::move(h);
 }
 
-server::~server() { stop(); }
+server::~server() {
+  stop();
+}
 
 void server::start() {
   auto& i = *impl_;
@@ -196,8 +229,8 @@ void server::start() {
   if (!ec) i.acceptor.bind(ep, ec);
   if (!ec) i.acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw std::runtime_error("cannot listen on " + i.opts.address + ":" + std::to_string(i.opts.port) +
-                             ": " + ec.message());
+    throw std::runtime_error("cannot listen on " + i.opts.address + ":" +
+                             std::to_string(i.opts.port) + ": " + ec.message());
   }
   i.bound_port = i.acceptor.local_endpoint().port();
   i.accepting = true;
@@ -235,7 +268,9 @@ void server::stop() {
   i.h = nullptr;
 }
 
-std::uint16_t server::port() const { return impl_->bound_port; }
+std::uint16_t server::port() const {
+  return impl_->bound_port;
+}
 
 server_stats server::stats() const {
   return {impl_->stats.open.load(), impl_->stats.requests.load(), impl_->stats.too_large.load(),

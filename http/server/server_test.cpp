@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
 
 using namespace changeflow;
@@ -23,8 +24,8 @@ http_server::server_options small_server() {
 void echo(http_server::request&& req, http_server::responder reply) {
   http_server::response r;
   r.content_type = "text/plain";
-  r.body = req.method + " " + req.path + " q=" + req.query_param("q").value_or("-") + " body=" + req.body +
-           " peer=" + req.peer_address;
+  r.body = req.method + " " + req.path + " q=" + req.query_param("q").value_or("-") +
+           " body=" + req.body + " peer=" + req.peer_address;
   reply(std::move(r));
 }
 }  // namespace
@@ -93,11 +94,12 @@ TEST(HttpServer, SlowHeaderClientIsDisconnected) {
   http_server::server s(small_server(), echo);
   s.start();
   // Sends an incomplete header block and waits; the server must close after its read timeout.
-  auto got = changeflow::testing::raw_exchange("127.0.0.1", s.port(), "GET / HTTP/1.1\r\nHost: x\r\n",
-                                               std::chrono::milliseconds(3000));
+  auto got = changeflow::testing::raw_exchange(
+      "127.0.0.1", s.port(), "GET / HTTP/1.1\r\nHost: x\r\n", std::chrono::milliseconds(3000));
   EXPECT_TRUE(got.empty());
   // Beast closes the socket before the handler counts the timeout: wait for the count.
-  EXPECT_TRUE(changeflow::testing::wait_until([&] { return s.stats().timeouts >= 1; }, std::chrono::seconds(5)));
+  EXPECT_TRUE(changeflow::testing::wait_until([&] { return s.stats().timeouts >= 1; },
+                                              std::chrono::seconds(5)));
   s.stop();
 }
 
@@ -116,4 +118,34 @@ TEST(HttpServer, StopIsIdempotent) {
   s.stop();
   auto r = http_call("127.0.0.1", s.port(), "GET", "/", "", {}, std::chrono::milliseconds(500));
   EXPECT_EQ(r.status, 0);
+}
+
+// A handler that never answers: past handler_timeout the client gets a 503 and the connection is
+// closed; the handler's late reply is dropped.
+TEST(HttpServer, AHandlerThatNeverAnswersGetsItsConnectionClosed) {
+  auto o = small_server();
+  o.handler_timeout = std::chrono::milliseconds(200);
+  std::mutex mu;
+  std::vector<http_server::responder> held;
+  http_server::server s(o, [&](http_server::request&&, http_server::responder reply) {
+    std::lock_guard lock(mu);
+    held.push_back(std::move(reply));  // kept, never called while the client waits
+  });
+  s.start();
+  auto r = http_call("127.0.0.1", s.port(), "GET", "/");
+  EXPECT_EQ(r.status, 503) << r.error;
+  EXPECT_NE(r.body.find("HANDLER_TIMEOUT"), std::string::npos) << r.body;
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_GE(s.stats().timeouts, 1u);
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(held.size(), 1u);
+    http_server::response late;
+    late.status = 200;
+    held.front()(std::move(late));  // after the timeout: must not write into a closed connection
+  }
+  // The server still serves new connections.
+  auto again = http_call("127.0.0.1", s.port(), "GET", "/");
+  EXPECT_EQ(again.status, 503);
+  s.stop();
 }
