@@ -99,7 +99,7 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
                                 std::int64_t iid);
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid);
-/// Seeds 3.7: close the MR if it is still open, then re-read it. The answer's state is the MR's
+/// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid);
 

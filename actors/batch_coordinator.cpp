@@ -537,7 +537,7 @@ void on_merged(self_ptr self, batch_job_result& r) {
   }
 }
 
-// -- settlement of a failure (seeds 3.7)
+// -- settlement of a failure
 
 void start_failure(self_ptr self, failure_cause cause, std::string detail) {
   auto& d = *self->state.d;

@@ -1,5 +1,5 @@
 #pragma once
-// The batch coordinator (batch/database write-up sections 1-5): one CAF actor per
+// The batch coordinator: one CAF actor per
 // instance. A round (timer `batch.round_interval_ms`, or manual) runs the lock-free pre-check, the
 // claim transaction (slot, plain read, guarded claim, history), builds ONE MR for the batch (one
 // branch, one commit carrying every member's files), polls its pipeline (tiered, with timers),

@@ -109,7 +109,7 @@ call_reply approve_bots(clients::external_context& ctx, const config::snapshot& 
   call_reply r;
   r.kind = call_kind::approve_bots;
   fill_mr(r, mr.value());
-  // Seeds 3.4: read the remote state first; a merged MR is not approved again.
+  // Read the remote state first; a merged MR is not approved again.
   if (mr->state == "merged") {
     r.already_merged = true;
     return r;

@@ -1,5 +1,5 @@
 #pragma once
-// Reconciliation of lost deploy callbacks (MR-lifecycle seeds 3.7) and the one place that turns a
+// Reconciliation of lost deploy callbacks and the one place that turns a
 // "validated" flip into the business metric.
 //
 // The inference. A MERGED operation whose deploy callback never came is stuck. The deploy callback

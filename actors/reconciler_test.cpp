@@ -1,4 +1,4 @@
-// Reconciliation (seeds 3.7) against a real MariaDB: the watermark inference, the sliding window,
+// Reconciliation against a real MariaDB: the watermark inference, the sliding window,
 // exact deploy matching by MR number, and the validated counter when the callback path and the
 // reconciler race on the same operations with real threads.
 

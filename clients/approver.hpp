@@ -1,5 +1,5 @@
 #pragma once
-// Bot approval of a merge request (seeds 3.4 and 3.8).
+// Bot approval of a merge request.
 //
 // Two approvers sit behind one interface: `plain_approver` (POST .../approve) and
 // `check_items_approver` (the same call carrying the project's check items). `approver_for(snapshot)`
@@ -75,7 +75,7 @@ enum class approval_outcome {
 
 using sleep_function = std::function<void(std::chrono::milliseconds)>;
 
-/// Approves MR `iid` as one bot account (seed 3.4); the caller calls it once per account, so a retry
+/// Approves MR `iid` as one bot account; the caller calls it once per account, so a retry
 /// never re-submits another account's approval. Reads the approver list before every attempt
 /// (fail-open: an unreadable list counts as "not yet approved"), retries with exponential backoff,
 /// and reads once more after the last failure to settle the "401 = already approved?" ambiguity.

@@ -17,7 +17,7 @@ enum class call_kind {
   submit_approval,  // approval system: submit (idempotent by requestId = operation_id)
   create_mr,        // GitLab: branch + commit (idempotent by reading the branch) + MR (409 -> existing)
   read_pipeline,    // GitLab: MR and its head pipeline
-  approve_bots,     // GitLab: read MR (merged/closed?), then approve as each bot (seeds 3.4)
+  approve_bots,     // GitLab: read MR (merged/closed?), then approve as each bot
   try_merge,        // GitLab: read MR, merge with sha only when its pipeline ran on that sha
   rebase,           // GitLab: request a rebase
   read_rebase,      // GitLab: MR with include_rebase_in_progress

@@ -1,5 +1,5 @@
 #pragma once
-// Operator audit trail. Params arrive already masked and truncated by the caller (API seeds 3.4).
+// Operator audit trail. Params arrive already masked and truncated by the caller.
 // A duplicate dedup_key means "already recorded": the existing row is kept, never overwritten.
 
 #include "persistence/result.hpp"

@@ -67,7 +67,7 @@ db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::
                              const std::string& branch);
 
 enum class member_reset { requeue, remove };
-/// One transaction, guarded write FIRST (seeds 3.3): batch expected -> FAILED (a second settler
+/// One transaction, guarded write FIRST: batch expected -> FAILED (a second settler
 /// gets preempted and nothing else runs), then every member is put back in the waiting set
 /// (batch_id NULL, original created_at kept) or removed (BATCH_FAILED, last_error = the cause);
 /// membership history is appended. With `requeue`, the members in `leaving` (out of batch
@@ -103,7 +103,7 @@ db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id);
 db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id,
                                                int limit);
 /// Read-only sweep candidates: RUNNING batches created more than `seconds` ago (DB clock). The
-/// caller settles each (close the MR first, seeds 3.7) through the guarded settle_failed_batch.
+/// caller settles each (close the MR first) through the guarded settle_failed_batch.
 db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
 
 

@@ -1,6 +1,6 @@
 #pragma once
 // Callback ledger and deploy callbacks. Deliveries are at-least-once: the UNIQUE delivery id turns
-// a redelivery into an answer (DUPLICATE), and the approval guard (MR-lifecycle seeds 3.3) accepts
+// a redelivery into an answer (DUPLICATE), and the approval guard accepts
 // an event only for the operation that currently owns the binding and is currently waiting.
 
 #include "persistence/result.hpp"
@@ -62,7 +62,7 @@ struct deploy_callback_in {
 db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
                                                  const deploy_callback_in& cb);
 
-/// Watermark for reconciliation (seeds 3.7): the largest MR number called back with this status;
+/// Watermark for reconciliation: the largest MR number called back with this status;
 /// nullopt when none.
 db_result<std::optional<std::int64_t>> max_called_back_mr_iid(
     sql::Connection& conn, const std::string& status = "success");

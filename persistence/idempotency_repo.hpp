@@ -1,5 +1,5 @@
 #pragma once
-// Request idempotency (API seeds 3.6, database seeds 3.4): look up, insert IN_FLIGHT, and on a
+// Request idempotency: look up, insert IN_FLIGHT, and on a
 // duplicate-key conflict re-read the winner. No explicit lock: the PRIMARY KEY decides the winner.
 // Expired records count as absent and are cleaned up through the expires_at index (DB clock).
 // An IN_FLIGHT record whose request died (its instance's lease ran out, it stopped or restarted, or

@@ -1,6 +1,6 @@
 #pragma once
 // The operation row (fine-grained step) and its binding row (coarse phase), always written together
-// in one transaction, operation first and binding second (the fixed lock order, seeds 3.6).
+// in one transaction, operation first and binding second (the fixed lock order).
 // Every write is refused before any SQL when the transition table forbids it, and is guarded by
 // (operation_id, version, step) so a stale writer fails even after an A -> B -> A round trip (I6).
 
@@ -138,7 +138,7 @@ struct validated_flip {
   std::string subject_id;
   std::int64_t new_version = 0;
 };
-/// Seeds 3.7: locks operation then binding; no-op unless the binding is MERGED or VALIDATED;
+/// Locks operation then binding; no-op unless the binding is MERGED or VALIDATED;
 /// repairs a lagging step to CALLED_BACK; flips MERGED -> VALIDATED with a guarded update. The
 /// value is set ONLY when this call flipped the binding, so of two racing callers exactly one sees
 /// it. `via` names the path for the timeline ("callback" | "reconciliation").
@@ -150,7 +150,7 @@ struct merged_candidate {
   std::string operation_id;
   std::int64_t mr_iid = 0;
 };
-/// Reconciliation window (seeds 3.7): phase MERGED, updated_at inside (now - max_age, now -
+/// Reconciliation window: phase MERGED, updated_at inside (now - max_age, now -
 /// min_age) on the DB clock, oldest first, only rows with an MR number.
 db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s,
                                                           int max_age_s, int limit);

@@ -1,5 +1,5 @@
 #pragma once
-// Deploy callbacks and reconciliation of lost ones (MR-lifecycle seeds 3.7, database write-up 3.6).
+// Deploy callbacks and reconciliation of lost ones.
 //
 // A deploy callback names an MR; the MR -> operation mapping is ours (operation.mr_iid), so a
 // callback without operation ids is still matched exactly by its MR number. Every deploy delivery

@@ -98,7 +98,7 @@ decision on_resume(const operation_state& s, const settings& cfg, std::int64_t n
       return d;
     }
     case step::APPROVAL_APPROVED: {
-      // Seeds 3.6: an approval that carries an MR (legacy order) is handled on that MR; otherwise
+      // An approval that carries an MR (legacy order) is handled on that MR; otherwise
       // the MR is created now. The order an operation started with decides, never the live switch.
       if (s.mr_iid) return go(step::HANDLE_STARTED, "approved: handle the existing MR");
       if (cfg.batch_enabled) return go(step::BATCH_WAITING, "approved: admitted to the batch waiting set");
@@ -234,7 +234,7 @@ decision on_approve_bots(const operation_state& s, const call_reply& r, const se
   if (s.current != step::HANDLE_STARTED) return refuse("approval reply outside HANDLE_STARTED");
   switch (r.outcome) {
     case status::ok:
-      // Seeds 3.4: an MR merged before handling finishes as merged without approving again.
+      // An MR merged before handling finishes as merged without approving again.
       if (r.already_merged) return go(step::HANDLE_ALREADY_MERGED, "MR already merged; approval skipped");
       if (r.closed) return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");
       return go(step::HANDLE_APPROVED, "approved by both bots");

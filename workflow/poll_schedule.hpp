@@ -1,5 +1,5 @@
 #pragma once
-// Tiered polling (seeds 3.5): short intervals for the first N polls, longer ones afterwards, and a
+// Tiered polling: short intervals for the first N polls, longer ones afterwards, and a
 // timeout once the budget is spent. Three outcomes for a wait: passed, failed, timed out. Failure is
 // deterministic; a timeout means "unknown" and keeps the phase (step *_PENDING, hint KEEP_WAITING).
 

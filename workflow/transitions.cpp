@@ -12,7 +12,7 @@ std::vector<transition_rule> build_table() {
   std::vector<transition_rule> t = {
       // -- approval (both orders)
       {S::APPROVAL_SENDING, S::APPROVAL_SENT},
-      {S::APPROVAL_SENDING, S::APPROVAL_APPROVED},  // callback before SENT was written (seeds 3.3)
+      {S::APPROVAL_SENDING, S::APPROVAL_APPROVED},  // callback before SENT was written
       {S::APPROVAL_SENDING, S::APPROVAL_REJECTED},
       {S::APPROVAL_SENDING, S::APPROVAL_WITHDRAWN},
       {S::APPROVAL_SENDING, S::APPROVAL_SUBMIT_FAILED},

@@ -61,7 +61,7 @@ struct action_plan {
   std::string refusal;                   // actionable message when not
 };
 /// What `a` would do from `current`. For close the target is CLOSE_SUCCEEDED; the handler switches to
-/// HANDLE_ALREADY_MERGED when it finds the MR merged (merged wins, seeds 3.4).
+/// HANDLE_ALREADY_MERGED when it finds the MR merged (merged wins).
 action_plan plan_action(ops_action a, workflow::step current);
 
 /// [{"action": "retrigger", "target": "CREATE_MR_OPENED"}, ...] for the console's buttons.
