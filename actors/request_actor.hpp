@@ -1,7 +1,9 @@
 #pragma once
 // The request actor: one per in-flight operation. Callers depend on this alias only.
 //
-// It owns the operation's state in memory while alive and is its only writer. For every event it
+// It owns the operation's state in memory while alive and writes every workflow step; writes from
+// outside (callbacks, cancel, operators, the batch coordinator: docs/architecture.md) are guarded by
+// the same version and followed by a nudge, after which it re-reads. For every event it
 // asks the pure core (workflow::decide) what to do, persists the transition (guarded by version)
 // BEFORE running the effects that follow it, runs external calls on the blocking pool, and keeps
 // each wait as a stored deadline (next_wake_at) with a CAF timer as the in-memory copy. It exits
