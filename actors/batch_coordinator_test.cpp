@@ -221,7 +221,9 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
         "NULL");
     auto cl = persistence::claim(*c, 50);
     EXPECT_EQ(cl.value.kind, persistence::claim_kind::claimed);
-    if (defer) EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());
+    if (defer) {
+      EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());
+    }
     EXPECT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
     return cl.value.batch_id;
   };

@@ -167,7 +167,7 @@ std::optional<std::string> authenticated_operator(const http_server::request& re
 // same set and http_policy_test checks both against build_routes().
 const std::vector<route_policy_entry>& route_policies() {
   static const std::vector<route_policy_entry> table = {
-      // User API. Trade-off (seed API 3.2): rate limiting runs BEFORE the idempotency check, so a
+      // User API. Trade-off: rate limiting runs BEFORE the idempotency check, so a
       // retry over quota gets 429 RATE_LIMITED instead of its replayed response; it gets the
       // replay once Retry-After has passed.
       {"POST", "/api/v1/changes", user_write("submit", "rate_limit.submit", "submit")},

@@ -370,7 +370,7 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
   a.expected_version = fields.expected_version;
   json params = std::move(fields.body);
   params["operationId"] = id;
-  // Copy-then-overwrite (seed API 3.4): a client value under the reserved name never survives.
+  // Copy-then-overwrite: a client value under the reserved name never survives.
   a.params = middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""});
   if (auto h = req.header("idempotency-key")) {
     if (!valid_idempotency_key(*h)) {

@@ -1,4 +1,4 @@
-// Smoke test of every console serving rule (seeds API 3.8) over real loopback HTTP, with a temp
+// Smoke test of every console serving rule over real loopback HTTP, with a temp
 // console directory: status codes, Cache-Control, content types and traversal attempts.
 
 #include "http/handlers/static_files.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// The ONE identity resolver of the service (seed API 5: three diverging copies gave one person
+// The ONE identity resolver of the service (several diverging copies would give one person
 // two metric tag values). Rate limiting, authorization, audit and metrics all use its answer.
 //
 // Sources, in order:

@@ -1,5 +1,5 @@
 #pragma once
-// Access switch for user writes (seed API 3.3): the fallback direction is chosen by the consequence
+// Access switch for user writes: the fallback direction is chosen by the consequence
 // of misconfiguration. Not configured -> TEST_WINDOW (restricted); a typo or unknown value ->
 // CLOSED; a TEST_WINDOW without a readable window -> closed. Misconfiguration never opens the
 // feature.

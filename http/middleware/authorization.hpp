@@ -1,5 +1,5 @@
 #pragma once
-// Authorization (seed API 3.4): fail closed and reveal nothing on denial.
+// Authorization: fail closed and reveal nothing on denial.
 // - No identity, or the resolver refused the credentials -> 401 UNAUTHENTICATED.
 // - Identity present but none of the route's rule codes granted, the permission service failed,
 //   or its answer is unusable -> 403 FORBIDDEN with the fixed message "Access denied", so a

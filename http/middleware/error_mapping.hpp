@@ -1,5 +1,5 @@
 #pragma once
-// The one mapping from domain outcomes to HTTP status + envelope code (seed API 3.5 and 5: statuses
+// The one mapping from domain outcomes to HTTP status + envelope code (statuses
 // say what the client should do next; no business exception becomes a 500, no authorization denial
 // becomes anything but 403, and internal details never reach the client).
 

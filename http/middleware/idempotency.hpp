@@ -1,5 +1,5 @@
 #pragma once
-// The pure half of idempotency (seed API 3.6, improved per seed API 5: the original response is
+// The pure half of idempotency (the original response is
 // replayed, and a reused key with a different body is refused instead of silently deduplicated).
 // The database half (insert-or-reread on the unique key, TTL sweep) lives in persistence and stores
 // `idempotency_record` as defined here.

@@ -1,5 +1,5 @@
 #pragma once
-// The middleware chain every routed request goes through BEFORE its body is parsed (seed API 3.1):
+// The middleware chain every routed request goes through BEFORE its body is parsed:
 //
 //   resolve identity (once, shared by every link)
 //     -> 1. rate limit       429 RATE_LIMITED        counted in

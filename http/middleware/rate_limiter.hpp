@@ -1,5 +1,5 @@
 #pragma once
-// Per-instance sliding-window-log rate limiting (seed API 3.2).
+// Per-instance sliding-window-log rate limiting.
 //
 // Known trade-offs, accepted and stated here so nobody "fixes" them by accident:
 // - Rate limiting runs BEFORE the idempotency check (it is the first link of the chain, before the

@@ -193,8 +193,12 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
       },
       20s));
   for (const auto& a : approvals) {
-    if (a["requestId"] == mine) EXPECT_EQ(a["applicant"], "alice");
-    if (a["requestId"] == theirs) EXPECT_EQ(a["applicant"], "bob");
+    if (a["requestId"] == mine) {
+      EXPECT_EQ(a["applicant"], "alice");
+    }
+    if (a["requestId"] == theirs) {
+      EXPECT_EQ(a["applicant"], "bob");
+    }
   }
 
   // Anonymous use exists only when switched on explicitly; it is then recorded as "anonymous".
