@@ -15,8 +15,7 @@ namespace {
 std::vector<clients::commit_action> actions_of(const std::string& payload_json) {
   std::vector<clients::commit_action> actions;
   auto payload = nlohmann::json::parse(payload_json, nullptr, false);
-  if (payload.is_discarded() || !payload.is_object() || !payload.contains("files") ||
-      !payload["files"].is_array())
+  if (payload.is_discarded() || !payload.is_object() || !payload.contains("files") || !payload["files"].is_array())
     return actions;
   for (const auto& f : payload["files"]) {
     if (!f.is_object()) continue;
@@ -53,7 +52,9 @@ batch_mr_view view_of(const clients::merge_request& mr) {
   return v;
 }
 
-std::string batch_marker(std::int64_t batch_id) { return "changeflow-batch: " + std::to_string(batch_id); }
+std::string batch_marker(std::int64_t batch_id) {
+  return "changeflow-batch: " + std::to_string(batch_id);
+}
 
 }  // namespace
 
@@ -64,8 +65,8 @@ batch_plan plan_batch(std::vector<batch_member_change> members) {
   std::set<std::string> touched;
   for (auto& m : members) {
     auto actions = actions_of(m.payload_json);
-    bool conflicts = std::any_of(actions.begin(), actions.end(),
-                                 [&](const auto& a) { return touched.count(a.file_path) > 0; });
+    bool conflicts =
+        std::any_of(actions.begin(), actions.end(), [&](const auto& a) { return touched.count(a.file_path) > 0; });
     if (conflicts) {
       plan.deferred.push_back(m.operation_id);
       continue;
@@ -79,7 +80,9 @@ batch_plan plan_batch(std::vector<batch_member_change> members) {
   return plan;
 }
 
-std::string batch_branch(std::int64_t batch_id) { return "changeflow/batch-" + std::to_string(batch_id); }
+std::string batch_branch(std::int64_t batch_id) {
+  return "changeflow/batch-" + std::to_string(batch_id);
+}
 
 std::string batch_title(std::int64_t batch_id, const std::vector<batch_member_change>& members) {
   std::string t = "changeflow batch " + std::to_string(batch_id) + ":";

@@ -24,8 +24,8 @@ struct batch_member_change {
 };
 
 struct batch_plan {
-  std::vector<batch_member_change> included;  // in commit order (oldest first)
-  std::vector<std::string> deferred;           // touch a file an earlier member already touches
+  std::vector<batch_member_change> included;    // in commit order (oldest first)
+  std::vector<std::string> deferred;            // touch a file an earlier member already touches
   std::vector<clients::commit_action> actions;  // ONE commit carrying every included member's files
 };
 
@@ -73,30 +73,21 @@ batch_verdict classify(const batch_mr_view& mr);
 
 /// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
 /// batch marker) + MR (409 -> the open MR of the branch).
-batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap,
-                            std::int64_t batch_id, const batch_plan& plan);
+batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
+                            const batch_plan& plan);
 batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
 /// The open MR of the batch branch (resume after a crash before the MR number was recorded);
 /// state "" when there is none.
 batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
 
-enum class merge_answer {
-  merged,
-  not_yet,
-  needs_rebase,
-  closed,
-  approval_refused,
-  refused,
-  retryable
-};
+enum class merge_answer { merged, not_yet, needs_rebase, closed, approval_refused, refused, retryable };
 struct merge_attempt {
   merge_answer answer = merge_answer::retryable;
   batch_mr_view mr;
 };
 /// Approves as every reviewer bot (approve_as_reviewer, each retried on its own), then merges with
 /// the sha the pipeline ran on.
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap,
-                                std::int64_t iid);
+merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid);
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid);
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's

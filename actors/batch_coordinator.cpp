@@ -5,9 +5,9 @@
 #include "persistence/operation_repo.hpp"
 #include "workflow/poll_schedule.hpp"
 
+#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
-#include <cppconn/exception.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,28 +16,17 @@ namespace changeflow::actors {
 
 std::string_view describe(failure_cause c) {
   switch (c) {
-    case failure_cause::pipeline_failed:
-      return "pipeline failed";
-    case failure_cause::rebase_conflict:
-      return "rebase conflict with the target branch";
-    case failure_cause::commit_refused:
-      return "GitLab refused the batch commit";
-    case failure_cause::approval_refused:
-      return "approval refused";
-    case failure_cause::merge_refused:
-      return "merge refused";
-    case failure_cause::mr_closed:
-      return "MR closed";
-    case failure_cause::gitlab_failing:
-      return "GitLab kept failing";
-    case failure_cause::pipeline_timeout:
-      return "pipeline did not finish within poll.timeout_ms";
-    case failure_cause::swept:
-      return "running timeout (sweep)";
-    case failure_cause::operator_settled:
-      return "settled by an operator";
-    case failure_cause::no_members:
-      return "no member could be loaded";
+    case failure_cause::pipeline_failed: return "pipeline failed";
+    case failure_cause::rebase_conflict: return "rebase conflict with the target branch";
+    case failure_cause::commit_refused: return "GitLab refused the batch commit";
+    case failure_cause::approval_refused: return "approval refused";
+    case failure_cause::merge_refused: return "merge refused";
+    case failure_cause::mr_closed: return "MR closed";
+    case failure_cause::gitlab_failing: return "GitLab kept failing";
+    case failure_cause::pipeline_timeout: return "pipeline did not finish within poll.timeout_ms";
+    case failure_cause::swept: return "running timeout (sweep)";
+    case failure_cause::operator_settled: return "settled by an operator";
+    case failure_cause::no_members: return "no member could be loaded";
   }
   return "batch failed";
 }
@@ -52,15 +41,13 @@ failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, i
     case failure_cause::commit_refused:
       if (members > 1 && depth < max_splits) return failure_plan::bisect;
       return failure_plan::requeue_bounded;
-    default:
-      return failure_plan::requeue_bounded;
+    default: return failure_plan::requeue_bounded;
   }
 }
 
 requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts) {
   requeue_split out;
-  for (const auto& m : members)
-    (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
+  for (const auto& m : members) (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
   return out;
 }
 
@@ -109,7 +96,9 @@ struct coordinator_state {
 
 using self_ptr = batch_coordinator::stateful_pointer<coordinator_state>;
 
-std::int64_t now_ms(self_ptr self) { return self->state.svc->now_ms(); }
+std::int64_t now_ms(self_ptr self) {
+  return self->state.svc->now_ms();
+}
 
 void count_round(self_ptr self, const std::string& outcome) {
   self->state.svc->metrics->inc("changeflow_batch_rounds_total", "Batch rounds by outcome", {{"outcome", outcome}});
@@ -174,28 +163,28 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
   }
 }
 
-void on_external(self_ptr self, kind what, std::function<void(clients::external_context&, const config::snapshot&,
-                                                               batch_job_result&)> job) {
+void on_external(self_ptr self, kind what,
+                 std::function<void(clients::external_context&, const config::snapshot&, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
   const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
   auto snap = self->state.svc->config->current();
   auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
   bool queued =
       self->state.svc->external->try_submit([handle, what, drive_id, job, snap, guard](clients::external_context& ext) {
-    batch_job_result out;
-    out.what = what;
-    out.drive = drive_id;
-    try {
-      ext.refresh(*snap);
-      job(ext, *snap, out);
-    } catch (const std::exception& e) {
-      out.ok = false;
-      out.mr.outcome = batch_mr_view::call::retryable;
-      out.mr.error = std::string("unexpected: ") + e.what();
-    }
-    guard->answered();
-    caf::anon_send(handle, std::move(out));
-  });
+        batch_job_result out;
+        out.what = what;
+        out.drive = drive_id;
+        try {
+          ext.refresh(*snap);
+          job(ext, *snap, out);
+        } catch (const std::exception& e) {
+          out.ok = false;
+          out.mr.outcome = batch_mr_view::call::retryable;
+          out.mr.error = std::string("unexpected: ") + e.what();
+        }
+        guard->answered();
+        caf::anon_send(handle, std::move(out));
+      });
   if (!queued) {
     guard->answered();
     batch_job_result out;
@@ -215,19 +204,17 @@ T value_or_throw(persistence::db_result<T> r) {
 }
 
 /// `claimed_by` set: only operations BATCH_CLAIMED by that batch.
-std::vector<batch_member_change> load_members(
-    sql::Connection& conn, const std::vector<std::string>& ids,
-    std::optional<std::int64_t> claimed_by = std::nullopt) {
+std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids,
+                                              std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto rows = value_or_throw(persistence::load_operations(conn, ids));
   std::vector<batch_member_change> out;
   // Keep the order of `ids` (claim order = admission order).
   for (const auto& id : ids) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
     if (it == rows.end()) continue;
-    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by))
-      continue;
-    out.push_back({it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms,
-                   it->batch_attempts});
+    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by)) continue;
+    out.push_back(
+        {it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms, it->batch_attempts});
   }
   return out;
 }
@@ -354,15 +341,18 @@ void on_round_prepared(self_ptr self, batch_job_result& r) {
       st.d.reset();  // BLOCKED keeps the slot until an operator settles or unblocks it
       return;
     }
-    if (st.d->mr_iid) poll_now(self);
-    else open_mr(self);
+    if (st.d->mr_iid)
+      poll_now(self);
+    else
+      open_mr(self);
     return;
   }
   count_round(self, r.round_outcome);
   if (r.round_outcome != "claimed") return;
-  st.svc->metrics->observe("changeflow_batch_size", "Members per claimed batch", {}, static_cast<double>(r.members.size()));
-  log::info("batch.claimed", {{"batch_id", r.batch_id}, {"members", r.members.size()}, {"deferred", r.deferred},
-                              {"depth", r.depth}});
+  st.svc->metrics->observe("changeflow_batch_size", "Members per claimed batch", {},
+                           static_cast<double>(r.members.size()));
+  log::info("batch.claimed",
+            {{"batch_id", r.batch_id}, {"members", r.members.size()}, {"deferred", r.deferred}, {"depth", r.depth}});
   begin_drive(self, r);
   if (st.d->members.empty()) {
     start_failure(self, failure_cause::no_members);
@@ -377,10 +367,10 @@ void open_mr(self_ptr self) {
   auto& d = *self->state.d;
   batch_plan plan = plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
   const auto batch_id = d.batch_id;
-  on_external(self, kind::mr_opened, [batch_id, plan](clients::external_context& ext, const config::snapshot& snap,
-                                                      batch_job_result& out) {
-    out.mr = open_batch_mr(ext, snap, batch_id, plan);
-  });
+  on_external(self, kind::mr_opened,
+              [batch_id, plan](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
+                out.mr = open_batch_mr(ext, snap, batch_id, plan);
+              });
 }
 
 /// A failed call: a refusal (4xx, counted as `refused_cause`) or too many retryable failures end in
@@ -434,8 +424,10 @@ void on_mr_recorded(self_ptr self, batch_job_result& r) {
 
 void poll_now(self_ptr self) {
   const auto iid = self->state.d->mr_iid;
-  on_external(self, kind::mr_read, [iid](clients::external_context& ext, const config::snapshot&,
-                                         batch_job_result& out) { out.mr = read_batch_mr(ext, iid); });
+  on_external(self, kind::mr_read,
+              [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                out.mr = read_batch_mr(ext, iid);
+              });
 }
 
 void schedule_next_poll(self_ptr self) {
@@ -476,37 +468,33 @@ void on_mr_read(self_ptr self, batch_job_result& r) {
   }
   switch (classify(r.mr)) {
     case batch_verdict::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case batch_verdict::closed:
-      start_failure(self, failure_cause::mr_closed, "closed outside changeflow");
-      return;
+    case batch_verdict::closed: start_failure(self, failure_cause::mr_closed, "closed outside changeflow"); return;
     case batch_verdict::pipeline_failed:
       start_failure(self, failure_cause::pipeline_failed, r.mr.pipeline_status + " on " + r.mr.sha);
       return;
-    case batch_verdict::conflict:
-      start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error);
-      return;
+    case batch_verdict::conflict: start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error); return;
     case batch_verdict::needs_rebase: {
       const auto iid = d.mr_iid;
-      on_external(self, kind::mr_read, [iid](clients::external_context& ext, const config::snapshot&,
-                                             batch_job_result& out) {
-        out.mr = rebase_batch_mr(ext, iid);
-        // The rebase runs asynchronously: report "running" so the poll continues.
-        if (out.mr.outcome == batch_mr_view::call::ok && out.mr.state == "opened") {
-          out.mr.pipeline_status.clear();
-          out.mr.detailed_merge_status = "checking";
-          out.mr.has_conflicts = false;
-        }
-      });
+      on_external(self, kind::mr_read,
+                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = rebase_batch_mr(ext, iid);
+                    // The rebase runs asynchronously: report "running" so the poll continues.
+                    if (out.mr.outcome == batch_mr_view::call::ok && out.mr.state == "opened") {
+                      out.mr.pipeline_status.clear();
+                      out.mr.detailed_merge_status = "checking";
+                      out.mr.has_conflicts = false;
+                    }
+                  });
       return;
     }
     case batch_verdict::ready: {
       const auto iid = d.mr_iid;
-      on_external(self, kind::merged, [iid](clients::external_context& ext, const config::snapshot& snap,
-                                            batch_job_result& out) {
-        auto m = approve_and_merge(ext, snap, iid);
-        out.merge = m.answer;
-        out.mr = m.mr;
-      });
+      on_external(self, kind::merged,
+                  [iid](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
+                    auto m = approve_and_merge(ext, snap, iid);
+                    out.merge = m.answer;
+                    out.mr = m.mr;
+                  });
       return;
     }
     case batch_verdict::running: schedule_next_poll(self); return;
@@ -517,15 +505,9 @@ void on_merged(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
   switch (r.merge) {
     case merge_answer::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case merge_answer::closed:
-      start_failure(self, failure_cause::mr_closed, "closed before the merge");
-      return;
-    case merge_answer::approval_refused:
-      start_failure(self, failure_cause::approval_refused, r.mr.error);
-      return;
-    case merge_answer::refused:
-      start_failure(self, failure_cause::merge_refused, r.mr.error);
-      return;
+    case merge_answer::closed: start_failure(self, failure_cause::mr_closed, "closed before the merge"); return;
+    case merge_answer::approval_refused: start_failure(self, failure_cause::approval_refused, r.mr.error); return;
+    case merge_answer::refused: start_failure(self, failure_cause::merge_refused, r.mr.error); return;
     case merge_answer::retryable:
       if (++d.call_failures > 8) {
         start_failure(self, failure_cause::gitlab_failing, "merge: " + r.mr.error);
@@ -550,16 +532,19 @@ void start_failure(self_ptr self, failure_cause cause, std::string detail) {
     // No MR was ever recorded: look for one on the batch branch before deciding (a crash may have
     // come between the MR creation and its recording).
     const auto batch_id = d.batch_id;
-    on_external(self, kind::reread, [batch_id](clients::external_context& ext, const config::snapshot&,
-                                               batch_job_result& out) {
-      out.mr = find_batch_mr(ext, batch_id);
-      if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid) out.mr = close_and_reread(ext, out.mr.iid);
-    });
+    on_external(self, kind::reread,
+                [batch_id](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                  out.mr = find_batch_mr(ext, batch_id);
+                  if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid)
+                    out.mr = close_and_reread(ext, out.mr.iid);
+                });
     return;
   }
   const auto iid = d.mr_iid;
-  on_external(self, kind::reread, [iid](clients::external_context& ext, const config::snapshot&,
-                                         batch_job_result& out) { out.mr = close_and_reread(ext, iid); });
+  on_external(self, kind::reread,
+              [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                out.mr = close_and_reread(ext, iid);
+              });
 }
 
 void on_reread(self_ptr self, batch_job_result& r) {
@@ -603,36 +588,33 @@ void on_reread(self_ptr self, batch_job_result& r) {
   requeue_split bounded;
   if (plan == failure_plan::requeue_bounded) bounded = split_by_attempts(d.members, max_attempts);
   const auto leaving_cause =
-      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) +
-      ")";
-  on_db(self, kind::settled,
-        [batch_id, expected, reason, plan, groups, bounded, leaving_cause](sql::Connection& conn,
-                                                                           batch_job_result& out) {
-          persistence::db_result<int> w;
-          switch (plan) {
-            case failure_plan::bisect:
-              w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
-              out.round_outcome = "split";
-              break;
-            case failure_plan::fail_alone:
-              w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
-              out.round_outcome = "failed_alone";
-              break;
-            case failure_plan::fail_all:
-              w = persistence::settle_failed_batch(conn, batch_id, expected,
-                                                   persistence::member_reset::remove,
-                                                   "split bound reached: " + reason);
-              out.round_outcome = "failed";
-              break;
-            case failure_plan::requeue_bounded:
-              w = persistence::settle_failed_batch(conn, batch_id, expected,
-                                                   persistence::member_reset::requeue, reason,
-                                                   bounded.leave, leaving_cause);
-              out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
-              break;
-          }
-          take_write(out, w);
-        });
+      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) + ")";
+  on_db(
+      self, kind::settled,
+      [batch_id, expected, reason, plan, groups, bounded, leaving_cause](sql::Connection& conn, batch_job_result& out) {
+        persistence::db_result<int> w;
+        switch (plan) {
+          case failure_plan::bisect:
+            w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
+            out.round_outcome = "split";
+            break;
+          case failure_plan::fail_alone:
+            w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
+            out.round_outcome = "failed_alone";
+            break;
+          case failure_plan::fail_all:
+            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove,
+                                                 "split bound reached: " + reason);
+            out.round_outcome = "failed";
+            break;
+          case failure_plan::requeue_bounded:
+            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
+                                                 bounded.leave, leaving_cause);
+            out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
+            break;
+        }
+        take_write(out, w);
+      });
 }
 
 void on_settled(self_ptr self, batch_job_result& r) {
@@ -702,78 +684,80 @@ void adopt(self_ptr self, std::optional<std::int64_t> batch_id, std::string outc
 batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options) {
   // `svc` travels as a spawn argument, not a capture: CAF 0.17 binds an actor function spawned
   // without arguments to a null std::tuple<> pointer (UBSan: reference binding to null pointer).
-  return svc.system->spawn([options](self_ptr self, services* svc_ptr) -> batch_coordinator::behavior_type {
-    auto& svc = *svc_ptr;
-    self->state.svc = &svc;
-    self->state.options = options;
-    if (options.resume_on_start) adopt(self, std::nullopt, "resume");
-    if (options.scheduled_rounds) {
-      arm_round_timer(self, svc.config->current()->int_or("batch.round_interval_ms", 5000));
-    }
-    return {
-        [self](batch_round_atom) -> std::string {
-          auto& st = self->state;
-          if (st.d) {
-            count_round(self, "slot_occupied");
-            return "slot_occupied";
-          }
-          if (st.round_in_flight) return "in_progress";
-          start_round(self);
-          return "started";
-        },
-        [self](batch_settle_atom, std::int64_t batch_id) -> std::string {
-          auto& st = self->state;
-          if (st.d && st.d->batch_id == batch_id) {
-            if (!st.d->failure) st.d->settle_requested = true;
-            return "settling";
-          }
-          if (st.d || st.round_in_flight) return "busy";
-          adopt(self, batch_id, "operator_settle");
-          return "settling";
-        },
-        [self](batch_adopt_atom, std::int64_t batch_id) {
-          auto& st = self->state;
-          if (st.d || st.round_in_flight) return;  // the next round's resume path is not needed: busy
-          adopt(self, batch_id, "resume");
-        },
-        [self](batch_tick t) {
-          auto& st = self->state;
-          if (t.poll) {
-            if (t.generation != st.poll_timer || !st.d) return;
-            on_poll_tick(self);
-            return;
-          }
-          if (t.generation != st.round_timer) return;
-          if (st.options.scheduled_rounds) {
-            arm_round_timer(self, st.svc->config->current()->int_or("batch.round_interval_ms", 5000));
-          }
-          start_round(self);
-        },
-        [self](batch_job_result& r) {
-          auto& st = self->state;
-          if (r.what == kind::round_prepared) {
-            if (r.round_outcome == "operator_settle") {
-              st.round_in_flight = false;
-              begin_drive(self, r);
-              start_failure(self, failure_cause::operator_settled);
-              return;
-            }
-            on_round_prepared(self, r);
-            return;
-          }
-          if (!st.d || r.drive != st.d->id) return;  // a result for a drive that ended
-          switch (r.what) {
-            case kind::mr_opened: on_mr_opened(self, r); return;
-            case kind::mr_recorded: on_mr_recorded(self, r); return;
-            case kind::mr_read: on_mr_read(self, r); return;
-            case kind::merged: on_merged(self, r); return;
-            case kind::reread: on_reread(self, r); return;
-            case kind::settled: on_settled(self, r); return;
-            case kind::round_prepared: return;
-          }
-        },
-    };
-  }, &svc);
+  return svc.system->spawn(
+      [options](self_ptr self, services* svc_ptr) -> batch_coordinator::behavior_type {
+        auto& svc = *svc_ptr;
+        self->state.svc = &svc;
+        self->state.options = options;
+        if (options.resume_on_start) adopt(self, std::nullopt, "resume");
+        if (options.scheduled_rounds) {
+          arm_round_timer(self, svc.config->current()->int_or("batch.round_interval_ms", 5000));
+        }
+        return {
+            [self](batch_round_atom) -> std::string {
+              auto& st = self->state;
+              if (st.d) {
+                count_round(self, "slot_occupied");
+                return "slot_occupied";
+              }
+              if (st.round_in_flight) return "in_progress";
+              start_round(self);
+              return "started";
+            },
+            [self](batch_settle_atom, std::int64_t batch_id) -> std::string {
+              auto& st = self->state;
+              if (st.d && st.d->batch_id == batch_id) {
+                if (!st.d->failure) st.d->settle_requested = true;
+                return "settling";
+              }
+              if (st.d || st.round_in_flight) return "busy";
+              adopt(self, batch_id, "operator_settle");
+              return "settling";
+            },
+            [self](batch_adopt_atom, std::int64_t batch_id) {
+              auto& st = self->state;
+              if (st.d || st.round_in_flight) return;  // the next round's resume path is not needed: busy
+              adopt(self, batch_id, "resume");
+            },
+            [self](batch_tick t) {
+              auto& st = self->state;
+              if (t.poll) {
+                if (t.generation != st.poll_timer || !st.d) return;
+                on_poll_tick(self);
+                return;
+              }
+              if (t.generation != st.round_timer) return;
+              if (st.options.scheduled_rounds) {
+                arm_round_timer(self, st.svc->config->current()->int_or("batch.round_interval_ms", 5000));
+              }
+              start_round(self);
+            },
+            [self](batch_job_result& r) {
+              auto& st = self->state;
+              if (r.what == kind::round_prepared) {
+                if (r.round_outcome == "operator_settle") {
+                  st.round_in_flight = false;
+                  begin_drive(self, r);
+                  start_failure(self, failure_cause::operator_settled);
+                  return;
+                }
+                on_round_prepared(self, r);
+                return;
+              }
+              if (!st.d || r.drive != st.d->id) return;  // a result for a drive that ended
+              switch (r.what) {
+                case kind::mr_opened: on_mr_opened(self, r); return;
+                case kind::mr_recorded: on_mr_recorded(self, r); return;
+                case kind::mr_read: on_mr_read(self, r); return;
+                case kind::merged: on_merged(self, r); return;
+                case kind::reread: on_reread(self, r); return;
+                case kind::settled: on_settled(self, r); return;
+                case kind::round_prepared: return;
+              }
+            },
+        };
+      },
+      &svc);
 }
 
 }  // namespace changeflow::actors

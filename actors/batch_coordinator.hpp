@@ -45,7 +45,15 @@ typename Inspector::result_type inspect(Inspector& f, batch_tick& x) {
 
 /// Result of a blocking job, sent back to the coordinator (local only).
 struct batch_job_result {
-  enum class kind { round_prepared, mr_opened, mr_recorded, mr_read, merged, reread, settled } what = kind::round_prepared;
+  enum class kind {
+    round_prepared,
+    mr_opened,
+    mr_recorded,
+    mr_read,
+    merged,
+    reread,
+    settled
+  } what = kind::round_prepared;
   std::uint64_t drive = 0;  // which driven batch this belongs to (stale results are ignored)
   // round_prepared: "claimed" | "empty" | "slot_occupied" | "preempted" | "sweep" | "resume" | "error"
   std::string round_outcome;
@@ -69,8 +77,7 @@ using batch_coordinator = caf::typed_actor<
     /// and requeue. "settling" | "busy" | "not_active".
     caf::replies_to<batch_settle_atom, std::int64_t>::with<std::string>,
     /// Drive this (RUNNING) batch again: after an operator unblocked it.
-    caf::reacts_to<batch_adopt_atom, std::int64_t>, caf::reacts_to<batch_tick>,
-    caf::reacts_to<batch_job_result>>;
+    caf::reacts_to<batch_adopt_atom, std::int64_t>, caf::reacts_to<batch_tick>, caf::reacts_to<batch_job_result>>;
 
 struct batch_coordinator_options {
   bool scheduled_rounds = true;  // false: manual rounds only (tests)
@@ -100,7 +107,7 @@ enum class failure_cause {
 std::string_view describe(failure_cause c);
 
 enum class failure_plan {
-  bisect,  // several members may hide one culprit, depth below max_splits: two halves wait again
+  bisect,           // several members may hide one culprit, depth below max_splits: two halves wait again
   fail_alone,       // pipeline failed with one member: it failed alone -> BATCH_FAILED
   fail_all,         // pipeline failed, split bound reached: every member BATCH_FAILED
   requeue_bounded,  // every member waits again, except those out of batch attempts: BATCH_FAILED

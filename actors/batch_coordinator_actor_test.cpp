@@ -26,8 +26,7 @@ namespace {
 struct running_sim {
   running_sim() {
     sim::sim_options o;
-    o.pipeline_duration =
-        std::chrono::milliseconds(0);  // a pipeline has its verdict at the first read
+    o.pipeline_duration = std::chrono::milliseconds(0);  // a pipeline has its verdict at the first read
     sim = std::make_unique<sim::simulator>(o);
     sim->start();
   }
@@ -71,25 +70,20 @@ class batch_in_process : private running_sim, public actors::testing::in_process
   }
 
   void add_fault(const nlohmann::json& rule) {
-    auto r = changeflow::testing::http_call("127.0.0.1", sim->port(), "POST", "/_sim/faults",
-                                            rule.dump(), {});
+    auto r = changeflow::testing::http_call("127.0.0.1", sim->port(), "POST", "/_sim/faults", rule.dump(), {});
     ASSERT_EQ(r.status, 200) << r.body;
   }
 
-  std::string batch_status_name() {
-    return db_.scalar("SELECT status FROM merge_batch ORDER BY id DESC LIMIT 1");
-  }
+  std::string batch_status_name() { return db_.scalar("SELECT status FROM merge_batch ORDER BY id DESC LIMIT 1"); }
 
   void expect_every_member_merged_once() {
     for (const auto& id : members_) {
       auto row = persistence::load_operation(*conn_, id);
       ASSERT_TRUE(row.ok());
-      EXPECT_EQ(workflow::phase_of(row.value.step), workflow::phase::MERGED)
-          << workflow::to_string(row.value.step);
+      EXPECT_EQ(workflow::phase_of(row.value.step), workflow::phase::MERGED) << workflow::to_string(row.value.step);
     }
     auto stats = sim_stats();
-    EXPECT_EQ(changeflow::testing::total_attempts(stats, "create_mr"), 1u)
-        << "one MR for the whole batch";
+    EXPECT_EQ(changeflow::testing::total_attempts(stats, "create_mr"), 1u) << "one MR for the whole batch";
     EXPECT_EQ(changeflow::testing::total_attempts(stats, "merge"), 1u) << stats["attempts"].dump();
     EXPECT_EQ(changeflow::testing::repeated_side_effects(stats), "");
   }
@@ -104,11 +98,8 @@ class batch_in_process : private running_sim, public actors::testing::in_process
 // fails the read, merges once, and settles every member in one write.
 TEST_F(batch_in_process, ARoundMergesTheWaitingMembersThroughOneMrAndPollsOnItsTimer) {
   // The first read of the batch MR fails (503): the coordinator must wait for its poll timer.
-  add_fault({{"kind", "status"},
-             {"endpoint", "get_mr"},
-             {"status", 503},
-             {"count", 1},
-             {"match", "changeflow/batch-"}});
+  add_fault(
+      {{"kind", "status"}, {"endpoint", "get_mr"}, {"status", 503}, {"count", 1}, {"match", "changeflow/batch-"}});
   start_round();
   settle();
   ASSERT_EQ(batch_status_name(), std::to_string(static_cast<int>(batch_status::RUNNING)));

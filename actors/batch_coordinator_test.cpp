@@ -14,8 +14,7 @@ using S = workflow::step;
 
 namespace {
 batch_member_change member(const std::string& id, std::int64_t created, const std::string& path) {
-  return {id, "alice", "title " + id,
-          R"({"files":[{"path":")" + path + R"(","content":"x"}]})", created};
+  return {id, "alice", "title " + id, R"({"files":[{"path":")" + path + R"(","content":"x"}]})", created};
 }
 }  // namespace
 
@@ -116,7 +115,8 @@ TEST(BatchRepo, BisectionRequeuesHalvesAndTheLoneFailureEndsBatchFailed) {
   auto first = persistence::claim(*c, 50);
   ASSERT_EQ(first.value.kind, persistence::claim_kind::claimed);
   ASSERT_TRUE(persistence::mark_members_claimed(*c, first.value.batch_id, "t").ok());
-  auto split = persistence::requeue_members(*c, first.value.batch_id, {{ids[0], ids[1]}, {ids[2], ids[3]}}, "bisect: x");
+  auto split =
+      persistence::requeue_members(*c, first.value.batch_id, {{ids[0], ids[1]}, {ids[2], ids[3]}}, "bisect: x");
   ASSERT_TRUE(split.ok()) << split.error.message;
   EXPECT_EQ(split.value, 4);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10601 AND batch_id IS NULL"), "4");
@@ -177,8 +177,7 @@ void operator_move(sql::Connection& c, const std::string& id, S to, const std::s
   EXPECT_TRUE(r.ok()) << r.error.message;
 }
 int batch_attempts(changeflow::testing::test_database& db, const std::string& id) {
-  return std::stoi(
-      db.scalar("SELECT batch_attempts FROM operation WHERE operation_id = '" + id + "'"));
+  return std::stoi(db.scalar("SELECT batch_attempts FROM operation WHERE operation_id = '" + id + "'"));
 }
 }  // namespace
 
@@ -200,12 +199,8 @@ TEST(BatchRepo, MemberClosedWhileWaitingIsNeverClaimedNorCounted) {
   EXPECT_EQ(batch_attempts(db, stays), 1);
   EXPECT_EQ(batch_attempts(db, closed), 0);
   // It left the waiting set: no row, so no later round or requeue brings it back.
-  EXPECT_EQ(
-      db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + closed + "'"),
-      "0");
-  EXPECT_EQ(
-      db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE operation_id = '" + closed + "'"),
-      "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + closed + "'"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE operation_id = '" + closed + "'"), "0");
   EXPECT_EQ(persistence::load_operation(*c, closed).value.step, S::CLOSE_SUCCEEDED);
 }
 
@@ -238,29 +233,26 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
   EXPECT_EQ(batch_attempts(db, deferred), 0);
   // The third failure: the old member is out of attempts, the young one waits again.
   auto b = claim_all(true);
-  auto settled = persistence::settle_failed_batch(
-      *c, b, persistence::batch_status::RUNNING, persistence::member_reset::requeue, "MR closed: x",
-      {old_member}, "MR closed: x (no batch attempts left)");
+  auto settled =
+      persistence::settle_failed_batch(*c, b, persistence::batch_status::RUNNING, persistence::member_reset::requeue,
+                                       "MR closed: x", {old_member}, "MR closed: x (no batch attempts left)");
   ASSERT_TRUE(settled.ok()) << settled.error.message;
   auto gone = persistence::load_operation(*c, old_member).value;
   EXPECT_EQ(gone.step, S::BATCH_FAILED);
   EXPECT_EQ(gone.phase, workflow::phase::HANDLE_FAILED);
   EXPECT_EQ(gone.batch_attempts, 3);
   ASSERT_TRUE(gone.last_error.has_value());
-  EXPECT_NE(gone.last_error->find("MR closed: x (no batch attempts left)"), std::string::npos)
-      << *gone.last_error;
-  EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + old_member +
-                      "' AND to_step = 10603"),
-            "batch " + std::to_string(b) + " failed: MR closed: x (no batch attempts left)");
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" +
-                      old_member + "'"),
-            "0");
+  EXPECT_NE(gone.last_error->find("MR closed: x (no batch attempts left)"), std::string::npos) << *gone.last_error;
+  EXPECT_EQ(
+      db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + old_member + "' AND to_step = 10603"),
+      "batch " + std::to_string(b) + " failed: MR closed: x (no batch attempts left)");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + old_member + "'"), "0");
   EXPECT_EQ(persistence::load_operation(*c, young).value.step, S::BATCH_WAITING);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "2");
   // An operator sends it back: a fresh budget, the timeline keeps the earlier attempts.
   operator_move(*c, old_member, S::BATCH_WAITING, "retried by an operator");
   EXPECT_EQ(batch_attempts(db, old_member), 0);
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + old_member +
-                      "' AND to_step = 10602"),
-            "3");
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + old_member + "' AND to_step = 10602"),
+      "3");
 }

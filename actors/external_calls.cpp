@@ -11,9 +11,13 @@ using messages::call_reply;
 using status = call_reply::status;
 using merge_result = call_reply::merge_result;
 
-std::string branch_for(const std::string& operation_id) { return "changeflow/" + operation_id; }
+std::string branch_for(const std::string& operation_id) {
+  return "changeflow/" + operation_id;
+}
 
-std::string operation_marker(const std::string& operation_id) { return "changeflow-operation: " + operation_id; }
+std::string operation_marker(const std::string& operation_id) {
+  return "changeflow-operation: " + operation_id;
+}
 
 namespace {
 
@@ -80,9 +84,9 @@ call_reply create_mr(clients::external_context& ctx, const config::snapshot& sna
   const auto& token = ctx.endpoints.author_token;
   auto branch = branch_for(op.operation_id);
   auto target = snap.string_or("gitlab.target_branch", "main");
-  auto commit = ctx.gitlab.ensure_branch_with_commit(token, branch, target,
-                                                     "changeflow " + op.operation_id + ": " + op.title,
-                                                     actions_from(op.payload_json), op.operation_id);
+  auto commit =
+      ctx.gitlab.ensure_branch_with_commit(token, branch, target, "changeflow " + op.operation_id + ": " + op.title,
+                                           actions_from(op.payload_json), op.operation_id);
   if (!commit) return failed(call_kind::create_mr, commit.error());
   auto mr = ctx.gitlab.ensure_mr(token, branch, target, op.title,
                                  operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",

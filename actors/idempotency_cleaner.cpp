@@ -12,7 +12,9 @@ constexpr int max_batches_per_pass = 50;  // bounds one pass; the rest waits for
 idempotency_cleaner::idempotency_cleaner(config::store& cfg, persistence::db_pool& db, metrics::registry& metrics)
     : cfg_(cfg), db_(db), metrics_(metrics) {}
 
-idempotency_cleaner::~idempotency_cleaner() { stop(); }
+idempotency_cleaner::~idempotency_cleaner() {
+  stop();
+}
 
 void idempotency_cleaner::start() {
   std::lock_guard lock(mutex_);

@@ -4,8 +4,8 @@
 #include "persistence/errors.hpp"
 #include "persistence/instance_repo.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 #include <atomic>
 #include <functional>
@@ -21,8 +21,7 @@ int lease_seconds_of(const services& svc) {
 }
 
 /// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
-bool run_blocking(services& svc, std::chrono::milliseconds timeout,
-                  std::function<bool(persistence::db_context&)> job) {
+bool run_blocking(services& svc, std::chrono::milliseconds timeout, std::function<bool(persistence::db_context&)> job) {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
   bool queued = svc.db->try_submit([done, job = std::move(job)](persistence::db_context& db) {
@@ -109,7 +108,9 @@ caf::behavior ticker_impl(caf::event_based_actor* self, services* svc, rehydrato
 lease_keeper::lease_keeper(services& svc, rehydrator& rehydrate)
     : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
 
-lease_keeper::~lease_keeper() { stop(); }
+lease_keeper::~lease_keeper() {
+  stop();
+}
 
 bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
   auto* svc = &svc_;
@@ -125,7 +126,9 @@ bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
   });
 }
 
-void lease_keeper::start() { ticker_ = svc_.system->spawn(ticker_impl, &svc_, &rehydrate_, shared_); }
+void lease_keeper::start() {
+  ticker_ = svc_.system->spawn(ticker_impl, &svc_, &rehydrate_, shared_);
+}
 
 void lease_keeper::stop() {
   shared_->stopped = true;

@@ -3,8 +3,8 @@
 #include "base/log.hpp"
 #include "persistence/reconcile_repo.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 #include <chrono>
 
@@ -95,14 +95,18 @@ reconcile_settings reconcile_settings_from(const config::snapshot& snap) {
 }
 
 nlohmann::json to_json(const reconcile_report& r) {
-  nlohmann::json j = {{"trigger", r.trigger},     {"scanned", r.scanned}, {"validated", r.validated},
-                      {"alreadyValidated", r.already}, {"waiting", r.waiting}, {"failed", r.failed},
+  nlohmann::json j = {{"trigger", r.trigger},
+                      {"scanned", r.scanned},
+                      {"validated", r.validated},
+                      {"alreadyValidated", r.already},
+                      {"waiting", r.waiting},
+                      {"failed", r.failed},
                       {"watermark", r.watermark ? nlohmann::json(*r.watermark) : nlohmann::json(nullptr)}};
   return j;
 }
 
-reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s,
-                                    metrics::registry& metrics, std::string trigger) {
+reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s, metrics::registry& metrics,
+                                    std::string trigger) {
   reconcile_report rep;
   rep.trigger = std::move(trigger);
   auto fail = [&](const persistence::db_error& e) {
@@ -154,20 +158,20 @@ reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_setti
 bool submit_reconciliation(services& svc, std::string trigger, std::function<void(reconcile_report)> done) {
   auto settings = reconcile_settings_from(*svc.config->current());
   auto* metrics = svc.metrics;
-  return svc.db->try_submit([settings, metrics, trigger = std::move(trigger),
-                             done = std::move(done)](persistence::db_context& db) {
-    reconcile_report rep;
-    try {
-      rep = run_reconciliation(db.get(), settings, *metrics, trigger);
-    } catch (const sql::SQLException& e) {  // db.get() could not connect
-      rep.ok = false;
-      rep.retryable = true;
-      rep.trigger = trigger;
-      rep.error = std::string("database unreachable: ") + e.what();
-    }
-    if (rep.retryable) db.reset();
-    if (done) done(std::move(rep));
-  });
+  return svc.db->try_submit(
+      [settings, metrics, trigger = std::move(trigger), done = std::move(done)](persistence::db_context& db) {
+        reconcile_report rep;
+        try {
+          rep = run_reconciliation(db.get(), settings, *metrics, trigger);
+        } catch (const sql::SQLException& e) {  // db.get() could not connect
+          rep.ok = false;
+          rep.retryable = true;
+          rep.trigger = trigger;
+          rep.error = std::string("database unreachable: ") + e.what();
+        }
+        if (rep.retryable) db.reset();
+        if (done) done(std::move(rep));
+      });
 }
 
 namespace {
@@ -184,9 +188,8 @@ caf::behavior reconciler_impl(caf::event_based_actor* self, services* svc) {
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // The DB work runs on the db pool; the actor only hears back when it is done, so the next
         // timer run never overlaps the previous one.
-        bool queued = submit_reconciliation(*svc, "timer", [me](reconcile_report r) {
-          caf::anon_send(me, reconcile_done_atom::value, r.ok);
-        });
+        bool queued = submit_reconciliation(
+            *svc, "timer", [me](reconcile_report r) { caf::anon_send(me, reconcile_done_atom::value, r.ok); });
         if (!queued) arm(std::chrono::milliseconds(every));
       },
       [=](reconcile_done_atom, bool) {
@@ -197,6 +200,8 @@ caf::behavior reconciler_impl(caf::event_based_actor* self, services* svc) {
 }
 }  // namespace
 
-caf::actor spawn_reconciler(services& svc) { return svc.system->spawn(reconciler_impl, &svc); }
+caf::actor spawn_reconciler(services& svc) {
+  return svc.system->spawn(reconciler_impl, &svc);
+}
 
 }  // namespace changeflow::actors

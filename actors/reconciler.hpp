@@ -81,19 +81,19 @@ struct reconcile_report {
   bool ok = true;
   bool retryable = false;  // the connection failed: the caller drops it
   std::string error;
-  std::string trigger;     // "timer" | "manual"
-  int scanned = 0;         // MERGED rows in the window
-  int validated = 0;       // flipped by this run
-  int already = 0;         // covered by the watermark, but someone else flipped first (or replaced)
-  int waiting = 0;         // above the watermark: stay MERGED
-  int failed = 0;          // mark_validated errors (retried next run)
+  std::string trigger;  // "timer" | "manual"
+  int scanned = 0;      // MERGED rows in the window
+  int validated = 0;    // flipped by this run
+  int already = 0;      // covered by the watermark, but someone else flipped first (or replaced)
+  int waiting = 0;      // above the watermark: stay MERGED
+  int failed = 0;       // mark_validated errors (retried next run)
   std::optional<std::int64_t> watermark;
 };
 nlohmann::json to_json(const reconcile_report& r);
 
 /// One run on `conn` (a db-pool worker's connection). Counts changeflow_reconcile_runs_total.
-reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s,
-                                    metrics::registry& metrics, std::string trigger);
+reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s, metrics::registry& metrics,
+                                    std::string trigger);
 
 /// Queues one run on the db pool (never on an actor thread); `done` runs on the db worker.
 /// False when the pool is full or stopping. Timer and manual runs may overlap safely.

@@ -95,8 +95,10 @@ TEST(Reconciler, ValidatesOnlyBelowTheProjectWatermarkAndInsideTheWindow) {
   EXPECT_EQ(young.scanned, 0);
   EXPECT_EQ(phase_of(db, lost), "MERGED");
 
-  db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 20 SECOND WHERE phase = 'MERGED' "
-          "AND operation_id <> '" + too_old + "'");
+  db.exec(
+      "UPDATE operation SET updated_at = NOW(3) - INTERVAL 20 SECOND WHERE phase = 'MERGED' "
+      "AND operation_id <> '" +
+      too_old + "'");
   auto r = actors::run_reconciliation(*c, settings(10), m, "manual");
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.watermark, 6);
@@ -108,8 +110,7 @@ TEST(Reconciler, ValidatesOnlyBelowTheProjectWatermarkAndInsideTheWindow) {
   EXPECT_EQ(phase_of(db, later), "MERGED");
   EXPECT_EQ(phase_of(db, too_old), "MERGED");  // outside max_age
   EXPECT_EQ(validated(m, "reconciliation"), 2);
-  EXPECT_EQ(db.scalar("SELECT actor FROM operation_event WHERE operation_id = '" + lost +
-                      "' ORDER BY id DESC LIMIT 1"),
+  EXPECT_EQ(db.scalar("SELECT actor FROM operation_event WHERE operation_id = '" + lost + "' ORDER BY id DESC LIMIT 1"),
             "reconciler");
 
   // A second run finds nothing more to flip and counts nothing more.

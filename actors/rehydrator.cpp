@@ -5,8 +5,8 @@
 #include "persistence/errors.hpp"
 #include "persistence/instance_repo.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -69,8 +69,7 @@ std::vector<persistence::operation_row> resumable(std::vector<persistence::opera
   return out;
 }
 
-caf::behavior pacer_impl(caf::event_based_actor* self, services* svc,
-                         std::shared_ptr<rehydrator::shared_state> sh) {
+caf::behavior pacer_impl(caf::event_based_actor* self, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
   self->send(self, pace_atom::value);
   return {
       [self, svc, sh](pace_atom) {
@@ -102,8 +101,8 @@ caf::behavior pacer_impl(caf::event_based_actor* self, services* svc,
             svc->metrics->inc("changeflow_rehydrated_total", "Request actors resumed from their stored row");
           }
           if (it.initial && ++sh->initial_done == sh->initial_total && !sh->loading) {
-            log::info("rehydrate.done", {{"operations", sh->initial_total.load()},
-                                         {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+            log::info("rehydrate.done",
+                      {{"operations", sh->initial_total.load()}, {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
           }
         }
         self->delayed_send(self, std::chrono::milliseconds(tick_ms), pace_atom::value);
@@ -115,7 +114,8 @@ caf::behavior pacer_impl(caf::event_based_actor* self, services* svc,
 /// connectivity failure for a while (the database may be restarting); the sweeper and the lease
 /// keeper pick up whatever a failed load left behind.
 void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
-  auto page_size = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
+  auto page_size =
+      static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
   std::string after;
   std::size_t owned = 0, taken_count = 0;
   int failures = 0;
@@ -187,11 +187,11 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
     }
   }
   sh->loading = false;
-  log::info("rehydrate.loaded", {{"owned", owned}, {"taken_over", taken_count},
-                                 {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+  log::info("rehydrate.loaded",
+            {{"owned", owned}, {"taken_over", taken_count}, {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
   if (sh->initial_done >= sh->initial_total) {
-    log::info("rehydrate.done", {{"operations", sh->initial_total.load()},
-                                 {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+    log::info("rehydrate.done",
+              {{"operations", sh->initial_total.load()}, {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
   }
 }
 
@@ -199,7 +199,9 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
 
 rehydrator::rehydrator(services& svc) : svc_(svc), shared_(std::make_shared<shared_state>()) {}
 
-rehydrator::~rehydrator() { stop(); }
+rehydrator::~rehydrator() {
+  stop();
+}
 
 void rehydrator::start() {
   shared_->load_started_ms = svc_.now_ms();

@@ -6,9 +6,9 @@
 #include "base/log.hpp"
 #include "persistence/errors.hpp"
 
+#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
-#include <cppconn/exception.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -19,8 +19,8 @@ namespace changeflow::actors {
 
 namespace {
 
-using workflow::step;
 using persistence::db_outcome;
+using workflow::step;
 
 struct request_state {
   static inline const char* name = "request_actor";
@@ -72,7 +72,9 @@ live_summary summary_of(const request_state& st) {
   return s;
 }
 
-void publish(self_ptr self) { self->state.svc->actors->update(summary_of(self->state)); }
+void publish(self_ptr self) {
+  self->state.svc->actors->update(summary_of(self->state));
+}
 
 void process(self_ptr self, const workflow::event& e);
 void run_effects(self_ptr self, std::vector<workflow::effect> effects);
@@ -81,7 +83,8 @@ void run_effects(self_ptr self, std::vector<workflow::effect> effects);
 /// job, so the actor takes the path it takes for any failed read, write or call: a lost reload reads
 /// the row again, a lost write retries under its version guard (which misses if the write had landed,
 /// and then the row is read again), a lost call re-runs its step, which reads remote state first.
-constexpr const char* lost_job_error = "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
+constexpr const char* lost_job_error =
+    "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
 
 template <class Answer>
 Answer lost_job(const std::string& operation_id, const char* job) {
@@ -107,7 +110,8 @@ void submit_reload(self_ptr self) {
   auto now_ms = st.svc->now_ms;
   auto owner = st.owner_instance;
   auto epoch = st.lease_epoch;
-  auto guard = make_answer_guard([handle, id] { caf::anon_send(handle, lost_job<messages::row_loaded>(id, "reload")); });
+  auto guard =
+      make_answer_guard([handle, id] { caf::anon_send(handle, lost_job<messages::row_loaded>(id, "reload")); });
   bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch, guard](persistence::db_context& db) {
     messages::row_loaded out;
     try {
@@ -194,8 +198,12 @@ void call_external(self_ptr self, const messages::call_request& req) {
   auto snap = st.svc->config->current();
   // The approval system is told who asked for the change; rows from before the requester was
   // recorded name their subject, as they always did.
-  call_context ctx{st.op.operation_id, st.op.subject_id, st.op.title, st.payload_json,
-                   st.op.order == workflow::flow::create_then_approve, st.op.mr_iid,
+  call_context ctx{st.op.operation_id,
+                   st.op.subject_id,
+                   st.op.title,
+                   st.payload_json,
+                   st.op.order == workflow::flow::create_then_approve,
+                   st.op.mr_iid,
                    st.requester.empty() ? st.op.subject_id : st.requester};
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
@@ -209,25 +217,26 @@ void call_external(self_ptr self, const messages::call_request& req) {
     caf::anon_send(handle, messages::external_reply{std::move(lost)});
   });
   auto* run = &st.svc->run_external;
-  bool queued = st.svc->external->try_submit([handle, req, ctx, snap, metrics, guard, run](clients::external_context& ext) {
-    auto started = std::chrono::steady_clock::now();
-    messages::call_reply reply;
-    try {
-      reply = (*run)(ext, *snap, req, ctx);
-    } catch (const std::exception& e) {
-      reply.kind = req.kind;
-      reply.outcome = messages::call_reply::status::retryable;
-      reply.error = std::string("unexpected: ") + e.what();
-    }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    static const char* outcomes[] = {"ok", "retryable", "refused", "overloaded"};
-    metrics->observe("changeflow_external_call_seconds", "External call latency by call and outcome",
-                     {{"call", std::string(messages::to_string(req.kind))},
-                      {"outcome", outcomes[static_cast<int>(reply.outcome)]}},
-                     seconds);
-    guard->answered();
-    caf::anon_send(handle, messages::external_reply{std::move(reply)});
-  });
+  bool queued =
+      st.svc->external->try_submit([handle, req, ctx, snap, metrics, guard, run](clients::external_context& ext) {
+        auto started = std::chrono::steady_clock::now();
+        messages::call_reply reply;
+        try {
+          reply = (*run)(ext, *snap, req, ctx);
+        } catch (const std::exception& e) {
+          reply.kind = req.kind;
+          reply.outcome = messages::call_reply::status::retryable;
+          reply.error = std::string("unexpected: ") + e.what();
+        }
+        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        static const char* outcomes[] = {"ok", "retryable", "refused", "overloaded"};
+        metrics->observe("changeflow_external_call_seconds", "External call latency by call and outcome",
+                         {{"call", std::string(messages::to_string(req.kind))},
+                          {"outcome", outcomes[static_cast<int>(reply.outcome)]}},
+                         seconds);
+        guard->answered();
+        caf::anon_send(handle, messages::external_reply{std::move(reply)});
+      });
   if (!queued) {
     guard->answered();
     st.busy = false;
@@ -244,12 +253,8 @@ void call_external(self_ptr self, const messages::call_request& req) {
 void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
   for (const auto& e : effects) {
     switch (e.what) {
-      case workflow::effect::kind::call:
-        call_external(self, e.call);
-        break;
-      case workflow::effect::kind::timer:
-        arm_timer(self, e.delay_ms);
-        break;
+      case workflow::effect::kind::call: call_external(self, e.call); break;
+      case workflow::effect::kind::timer: arm_timer(self, e.delay_ms); break;
       case workflow::effect::kind::stop:
         publish(self);
         self->quit();
@@ -274,8 +279,8 @@ void process(self_ptr self, const workflow::event& e) {
   }
   if (!d.note.empty()) st.last_note = d.note;
   if (d.refused) {
-    log::debug("request.event_refused", {{"operation_id", st.op.operation_id},
-                                         {"step", workflow::to_string(st.op.current)}, {"note", d.note}});
+    log::debug("request.event_refused",
+               {{"operation_id", st.op.operation_id}, {"step", workflow::to_string(st.op.current)}, {"note", d.note}});
     publish(self);
     return;
   }
@@ -359,7 +364,8 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
       // Someone else wrote the row (a callback, an operator, another instance): re-read and re-decide.
       st.svc->metrics->inc("changeflow_guard_misses_total", "Guarded writes that matched no row");
       if (st.pending_write) {
-        if (st.pending_write->mr_iid && st.pending_write->mr_iid != st.op.mr_iid) st.unrecorded_mr = st.pending_write->mr_iid;
+        if (st.pending_write->mr_iid && st.pending_write->mr_iid != st.op.mr_iid)
+          st.unrecorded_mr = st.pending_write->mr_iid;
         if (st.pending_write->approval_id && *st.pending_write->approval_id != st.op.approval_id) {
           st.unrecorded_approval = *st.pending_write->approval_id;
         }
@@ -373,8 +379,9 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
       publish(self);
       return;
     default:
-      log::error("request.persist_failed", {{"operation_id", st.op.operation_id}, {"error", p.error},
-                                            {"outcome", persistence::to_string(outcome)}});
+      log::error(
+          "request.persist_failed",
+          {{"operation_id", st.op.operation_id}, {"error", p.error}, {"outcome", persistence::to_string(outcome)}});
       st.last_error = p.error;
       st.pending_write.reset();
       arm_timer(self, 5000);
@@ -406,13 +413,15 @@ void withdraw_unrecorded(self_ptr self) {
       }
       if (mr) {
         auto c = ec.gitlab.close_mr(ec.endpoints.author_token, *mr);
-        log::info("request.closed_unrecorded_mr", {{"operation_id", id}, {"mr_iid", *mr}, {"ok", static_cast<bool>(c)}});
+        log::info("request.closed_unrecorded_mr",
+                  {{"operation_id", id}, {"mr_iid", *mr}, {"ok", static_cast<bool>(c)}});
       }
     } catch (const std::exception& e) {
       log::warn("request.withdraw_unrecorded_failed", {{"operation_id", id}, {"error", e.what()}});
     }
   });
-  if (!queued) log::warn("request.withdraw_unrecorded_dropped", {{"operation_id", id}, {"reason", "external pool full"}});
+  if (!queued)
+    log::warn("request.withdraw_unrecorded_dropped", {{"operation_id", id}, {"reason", "external pool full"}});
 }
 
 void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
@@ -578,10 +587,8 @@ bool is_timed_wait(workflow::step s) {
     case step::CREATE_PIPELINE_PENDING:
     case step::HANDLE_MERGING:
     case step::HANDLE_PIPELINE_PENDING:
-    case step::REBASE_PENDING:
-      return true;
-    default:
-      return false;
+    case step::REBASE_PENDING: return true;
+    default: return false;
   }
 }
 }  // namespace

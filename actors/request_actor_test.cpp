@@ -35,10 +35,9 @@ namespace {
 /// One request actor, with the external systems scripted in `services::run_external`.
 class in_process : public actors::testing::in_process_actors {
  protected:
-  in_process()
-      : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}}}) {
-    svc_.run_external = [this](clients::external_context&, const config::snapshot&,
-                               const messages::call_request& req, const call_context&) {
+  in_process() : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}}}) {
+    svc_.run_external = [this](clients::external_context&, const config::snapshot&, const messages::call_request& req,
+                               const call_context&) {
       calls_.push_back(req.kind);
       if (answers_.empty()) {
         ADD_FAILURE() << "no scripted answer for " << messages::to_string(req.kind);
@@ -118,8 +117,7 @@ TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
   answer(submitted);
   run_external();
   EXPECT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT waits to be written";
-  EXPECT_FALSE(sched_.has_pending_timeout())
-      << "the approval deadline timer was armed before the write committed";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "the approval deadline timer was armed before the write committed";
   EXPECT_EQ(row().step, S::APPROVAL_SENDING);
   run_db();
   EXPECT_EQ(row().step, S::APPROVAL_SENT);
@@ -164,8 +162,7 @@ TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
 // CANCELLED, and stops without another call.
 TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorStops) {
   id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED},
-       42);
+  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED}, 42);
   spawn();
   run_messages();
   ASSERT_EQ(queued_external(), 1u) << "HANDLE_APPROVED tries the merge";
@@ -188,8 +185,7 @@ TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorSto
 // that re-ran the step) fires into nothing.
 TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
   id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_,
-       {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
   spawn();
   run_messages();
   answer(pipeline("running"));
@@ -215,10 +211,8 @@ TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
   settle();
   EXPECT_EQ(row().step, S::HANDLE_MERGED);
   EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline,
-                                            call_kind::read_pipeline, call_kind::approve_bots,
-                                            call_kind::try_merge}));
-  EXPECT_FALSE(actor_alive())
-      << "a merged operation waits for the deploy callback without an actor";
+                                            call_kind::read_pipeline, call_kind::approve_bots, call_kind::try_merge}));
+  EXPECT_FALSE(actor_alive()) << "a merged operation waits for the deploy callback without an actor";
 }
 
 // A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is
@@ -233,8 +227,7 @@ TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
   ASSERT_TRUE(external_pool_.drop_oldest());
   run_messages();
   EXPECT_EQ(row().step, S::HANDLE_STARTED);
-  ASSERT_TRUE(sched_.has_pending_timeout())
-      << "the lost call is retried later, like any failed call";
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "the lost call is retried later, like any failed call";
   ASSERT_TRUE(fire_next_timer());
   ASSERT_EQ(queued_external(), 1u) << "the step runs again (it reads the MR before approving)";
   answer(ok(call_kind::approve_bots));
@@ -277,7 +270,6 @@ TEST_F(in_process, ARereadThatDiedIsReadAgain) {
   ASSERT_EQ(queued_db(), 1u);
   run_db();  // the re-read: APPROVAL_APPROVED -> write CREATE_STARTED
   run_db();
-  EXPECT_EQ(row().step, S::CREATE_STARTED)
-      << "the re-read saw APPROVAL_APPROVED and the actor moved on";
+  EXPECT_EQ(row().step, S::CREATE_STARTED) << "the re-read saw APPROVAL_APPROVED and the actor moved on";
   EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
 }

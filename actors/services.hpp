@@ -30,13 +30,12 @@ struct services {
   std::string instance_id;
   /// Runs one external call of a request actor on an external-pool thread. `run_call` (the real
   /// clients); in-process actor tests put scripted external systems here.
-  std::function<messages::call_reply(clients::external_context&, const config::snapshot&,
-                                     const messages::call_request&, const call_context&)>
+  std::function<messages::call_reply(clients::external_context&, const config::snapshot&, const messages::call_request&,
+                                     const call_context&)>
       run_external = run_call;
   /// Wall clock in epoch milliseconds; injected so tests can control time.
   std::function<std::int64_t()> now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
 };

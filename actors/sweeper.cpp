@@ -6,8 +6,8 @@
 #include "persistence/durability_repo.hpp"
 #include "persistence/errors.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 #include <atomic>
 
@@ -70,8 +70,8 @@ void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrat
   }
 }
 
-void time_out(persistence::db_context& db, services* svc, const persistence::overdue_operation& o,
-              workflow::step to, const std::string& cause) {
+void time_out(persistence::db_context& db, services* svc, const persistence::overdue_operation& o, workflow::step to,
+              const std::string& cause) {
   persistence::transition_request req;
   req.operation_id = o.operation_id;
   req.expected_version = o.version;
@@ -158,7 +158,9 @@ caf::behavior ticker(caf::event_based_actor* self, services* svc, std::shared_pt
 sweeper::sweeper(services& svc, rehydrator& rehydrate)
     : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
 
-sweeper::~sweeper() { stop(); }
+sweeper::~sweeper() {
+  stop();
+}
 
 void sweeper::start() {
   auto* svc = &svc_;
@@ -171,8 +173,8 @@ void sweeper::start() {
       shared_);
   sweep_ = svc_.system->spawn(
       [=](caf::event_based_actor* self, std::shared_ptr<shared_state> sh) {
-        return ticker<sweep_atom>(self, svc, sh, &shared_state::sweep_in_flight, "durability.sweep_interval_ms",
-                                  5000, [svc, rh, sh](persistence::db_context& db) { sweep(db, svc, rh, sh->stuck_cursor); });
+        return ticker<sweep_atom>(self, svc, sh, &shared_state::sweep_in_flight, "durability.sweep_interval_ms", 5000,
+                                  [svc, rh, sh](persistence::db_context& db) { sweep(db, svc, rh, sh->stuck_cursor); });
       },
       shared_);
 }

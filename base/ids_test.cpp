@@ -27,8 +27,9 @@ TEST(Ids, UuidFromNameIsStableAndWellFormed) {
 }
 
 TEST(Ids, IsUuidRejectsMalformed) {
-  for (const char* s : {"", "not-a-uuid", "123e4567-e89b-12d3-a456-42661417400", "123e4567-e89b-12d3-a456-4266141740000",
-                        "123e4567xe89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400g"}) {
+  for (const char* s :
+       {"", "not-a-uuid", "123e4567-e89b-12d3-a456-42661417400", "123e4567-e89b-12d3-a456-4266141740000",
+        "123e4567xe89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400g"}) {
     EXPECT_FALSE(ids::is_uuid(s)) << s;
   }
   EXPECT_TRUE(ids::is_uuid("123E4567-e89b-12d3-a456-426614174000"));

@@ -15,10 +15,18 @@ void set_min_level(level l);
 void set_component(std::string component);
 
 void write(level l, std::string_view event, nlohmann::json fields = nlohmann::json::object());
-inline void debug(std::string_view e, nlohmann::json f = nlohmann::json::object()) { write(level::debug, e, std::move(f)); }
-inline void info(std::string_view e, nlohmann::json f = nlohmann::json::object()) { write(level::info, e, std::move(f)); }
-inline void warn(std::string_view e, nlohmann::json f = nlohmann::json::object()) { write(level::warn, e, std::move(f)); }
-inline void error(std::string_view e, nlohmann::json f = nlohmann::json::object()) { write(level::error, e, std::move(f)); }
+inline void debug(std::string_view e, nlohmann::json f = nlohmann::json::object()) {
+  write(level::debug, e, std::move(f));
+}
+inline void info(std::string_view e, nlohmann::json f = nlohmann::json::object()) {
+  write(level::info, e, std::move(f));
+}
+inline void warn(std::string_view e, nlohmann::json f = nlohmann::json::object()) {
+  write(level::warn, e, std::move(f));
+}
+inline void error(std::string_view e, nlohmann::json f = nlohmann::json::object()) {
+  write(level::error, e, std::move(f));
+}
 
 /// Masks values of secret-looking keys recursively; exposed for tests and for the audit log.
 nlohmann::json mask_secrets(const nlohmann::json& fields);

@@ -38,8 +38,7 @@ class worker_pool {
   using job = std::function<void(Context&)>;
   using context_factory = std::function<std::unique_ptr<Context>()>;
 
-  worker_pool(std::string name, std::size_t threads, std::size_t queue_capacity,
-              context_factory make_context)
+  worker_pool(std::string name, std::size_t threads, std::size_t queue_capacity, context_factory make_context)
       : name_(std::move(name)), capacity_(queue_capacity) {
     for (std::size_t i = 0; i < threads; ++i) {
       threads_.emplace_back([this, make_context] { run(make_context); });

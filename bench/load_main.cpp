@@ -90,7 +90,9 @@ persistence::db_settings db_from(const args& a) {
   return s;
 }
 
-void kv(const std::string& k, const std::string& v) { std::cout << "kv " << k << "=" << v << "\n"; }
+void kv(const std::string& k, const std::string& v) {
+  std::cout << "kv " << k << "=" << v << "\n";
+}
 void kv(const std::string& k, double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.3f", v);
@@ -140,7 +142,8 @@ class http_conn {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (fd_ < 0 && !connect_now()) continue;
       std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
-      if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      if (!body.empty())
+        req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
       req += "\r\n" + body;
       if (!send_all(req)) {
         drop();
@@ -254,8 +257,8 @@ std::vector<double> query_doubles(sql::Connection& c, const std::string& q) {
 
 std::map<std::string, long> phase_counts(sql::Connection& c, const std::string& tag) {
   std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
-      "SELECT phase, COUNT(*) FROM operation WHERE subject_id LIKE '" + tag + "-%' GROUP BY phase"));
+  std::unique_ptr<sql::ResultSet> rs(
+      st->executeQuery("SELECT phase, COUNT(*) FROM operation WHERE subject_id LIKE '" + tag + "-%' GROUP BY phase"));
   std::map<std::string, long> out;
   while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
   return out;
@@ -289,8 +292,9 @@ struct submitter {
       if (i >= n) return;
       while (!stop && accepted.load() - finished.load() >= c) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (stop) return;
-      if (rate > 0) std::this_thread::sleep_until(start + std::chrono::duration_cast<clock_type::duration>(
-                                                               std::chrono::duration<double>(double(i) / rate)));
+      if (rate > 0)
+        std::this_thread::sleep_until(
+            start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(double(i) / rate)));
       std::string key = tag + "-" + std::to_string(i);
       std::string body = R"({"subject":")" + key + R"(","target":"t-)" + key + R"(","title":"bench )" + key +
                          R"(","files":[{"path":"config/)" + key + R"(.yaml","content":"value: 1\n"}]})";
@@ -324,8 +328,8 @@ struct drive_result {
   bool timed_out = false;
 };
 
-drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::string& wait_phase,
-                   long timeout_s, long poll_ms) {
+drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::string& wait_phase, long timeout_s,
+                   long poll_ms) {
   drive_result r;
   auto t0 = clock_type::now();
   sub.start = t0;
@@ -352,8 +356,8 @@ drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::
     r.failed = failed;
     if (done / 1000 != last_print) {
       last_print = done / 1000;
-      std::fprintf(stderr, "  progress: %ld/%ld %s, %ld failed, %ld rejected\n", target, sub.n, wait_phase.c_str(), failed,
-                   sub.rejected.load());
+      std::fprintf(stderr, "  progress: %ld/%ld %s, %ld failed, %ld rejected\n", target, sub.n, wait_phase.c_str(),
+                   failed, sub.rejected.load());
     }
     if (submitted_all && done + sub.rejected.load() >= sub.n) break;
     if (clock_type::now() > deadline) {
@@ -393,33 +397,37 @@ int cmd_flow(const args& a) {
   auto e2e = query_doubles(*db,
                            "SELECT TIMESTAMPDIFF(MICROSECOND, o.created_at, MIN(e.at)) / 1000 FROM operation o "
                            "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_phase = 'VALIDATED' "
-                           "WHERE " + mine + " GROUP BY o.operation_id, o.created_at");
+                           "WHERE " +
+                               mine + " GROUP BY o.operation_id, o.created_at");
   // Approval callback: the ledger row is stamped when the handler's transaction inserts it; the
   // APPROVAL_APPROVED event is written in that same transaction (apply_approval_callback), so this
   // is the in-database part only. The HTTP-side figure comes from the route latency histogram.
-  auto approval = query_doubles(*db,
-                                "SELECT TIMESTAMPDIFF(MICROSECOND, l.received_at, MIN(e.at)) / 1000 FROM callback_ledger l "
-                                "JOIN operation o ON o.operation_id = l.operation_id "
-                                "JOIN operation_event e ON e.operation_id = l.operation_id AND e.to_step = " +
-                                    std::to_string(workflow::code_of(workflow::step::APPROVAL_APPROVED)) +
-                                    " WHERE l.kind = 'approval' AND " + mine + " GROUP BY l.id, l.received_at");
+  auto approval =
+      query_doubles(*db,
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, l.received_at, MIN(e.at)) / 1000 FROM callback_ledger l "
+                    "JOIN operation o ON o.operation_id = l.operation_id "
+                    "JOIN operation_event e ON e.operation_id = l.operation_id AND e.to_step = " +
+                        std::to_string(workflow::code_of(workflow::step::APPROVAL_APPROVED)) +
+                        " WHERE l.kind = 'approval' AND " + mine + " GROUP BY l.id, l.received_at");
   auto deploy = query_doubles(*db,
                               "SELECT TIMESTAMPDIFF(MICROSECOND, d.r, MIN(e.at)) / 1000 FROM operation o "
                               "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_step = " +
                                   std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
                                   " JOIN (SELECT mr_iid, MIN(received_at) r FROM deploy_callback GROUP BY mr_iid) d "
-                                  "ON d.mr_iid = o.mr_iid WHERE " + mine + " GROUP BY o.operation_id, d.r");
+                                  "ON d.mr_iid = o.mr_iid WHERE " +
+                                  mine + " GROUP BY o.operation_id, d.r");
   long done = r.validated;
   std::printf("flow: %ld submitted, %ld VALIDATED, %ld failed, %ld rejected%s in %.2f s (submissions took %.2f s)\n",
-              sub.n, r.validated, r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "", r.wall_s, r.submit_s);
+              sub.n, r.validated, r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "", r.wall_s,
+              r.submit_s);
   std::printf("changes/s %.1f  transitions/s %.1f  (%ld operation_event rows, %.1f per change)\n", done / r.wall_s,
               events / r.wall_s, events, done ? double(events) / double(done) : 0.0);
   report_latency("e2e", e2e);
   report_latency("approval_cb_to_commit", approval);
   report_latency("deploy_cb_to_commit", deploy);
   long hwm = status_kb(service_pid, "VmHWM");
-  std::printf("changeflowd peak RSS %.1f MiB; CPU service %.0f ms + database %.0f ms = %.2f ms per change\n", hwm / 1024.0,
-              svc_cpu, db_cpu, done ? (svc_cpu + db_cpu) / double(done) : 0.0);
+  std::printf("changeflowd peak RSS %.1f MiB; CPU service %.0f ms + database %.0f ms = %.2f ms per change\n",
+              hwm / 1024.0, svc_cpu, db_cpu, done ? (svc_cpu + db_cpu) / double(done) : 0.0);
   for (auto& e : sub.sample_errors) std::printf("  error sample: %s\n", e.c_str());
   kv("flow.n", std::to_string(sub.n));
   kv("flow.c", std::to_string(sub.c));
@@ -510,9 +518,10 @@ int cmd_raw(const args& a) {
   }
   {
     std::unique_ptr<sql::Statement> st(setup->createStatement());
-    st->execute("CREATE TABLE IF NOT EXISTS bench_raw (id CHAR(36) NOT NULL PRIMARY KEY, step INT NOT NULL, "
-                "version BIGINT NOT NULL, updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) "
-                "ON UPDATE CURRENT_TIMESTAMP(3)) ENGINE=InnoDB");
+    st->execute(
+        "CREATE TABLE IF NOT EXISTS bench_raw (id CHAR(36) NOT NULL PRIMARY KEY, step INT NOT NULL, "
+        "version BIGINT NOT NULL, updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) "
+        "ON UPDATE CURRENT_TIMESTAMP(3)) ENGINE=InnoDB");
     st->execute("DELETE FROM bench_raw");
   }
   // Rows: bench_raw for raw; real operations (with binding) for repo and repo-phase.
@@ -520,12 +529,14 @@ int cmd_raw(const args& a) {
   char buf[64];
   for (int c = 0; c < conns; ++c) {
     for (int i = 0; i < rows_per_conn; ++i) {
-      std::snprintf(buf, sizeof buf, "b%07d-%04d-0000-0000-%012lld", c, i,
-                    static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count() % 1000000000000LL));
+      std::snprintf(
+          buf, sizeof buf, "b%07d-%04d-0000-0000-%012lld", c, i,
+          static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count() % 1000000000000LL));
       std::string id = buf;
       ids[static_cast<size_t>(c)].push_back(id);
       if (shape == "raw") {
-        std::unique_ptr<sql::PreparedStatement> ins(setup->prepareStatement("INSERT INTO bench_raw (id, step, version) VALUES (?, 1, 1)"));
+        std::unique_ptr<sql::PreparedStatement> ins(
+            setup->prepareStatement("INSERT INTO bench_raw (id, step, version) VALUES (?, 1, 1)"));
         ins->setString(1, id);
         ins->executeUpdate();
       } else {
@@ -540,7 +551,8 @@ int cmd_raw(const args& a) {
           return 1;
         }
         // Move it onto the cycle with guarded UPDATEs (setup only; not timed).
-        std::unique_ptr<sql::PreparedStatement> mv(setup->prepareStatement("UPDATE operation SET step = ? WHERE operation_id = ?"));
+        std::unique_ptr<sql::PreparedStatement> mv(
+            setup->prepareStatement("UPDATE operation SET step = ? WHERE operation_id = ?"));
         mv->setInt(1, workflow::code_of(cycle[0]));
         mv->setString(2, id);
         mv->executeUpdate();
@@ -568,7 +580,10 @@ int cmd_raw(const args& a) {
             up->setString(2, mine[i]);
             up->setInt64(3, version[i]);
             up->setInt(4, 1);
-            if (up->executeUpdate() == 1) ++version[i]; else ++bad;
+            if (up->executeUpdate() == 1)
+              ++version[i];
+            else
+              ++bad;
             conn->commit();
             ++n;
           }
@@ -614,7 +629,9 @@ int cmd_raw(const args& a) {
   // Leave no bench rows behind in the operation table (the rehydrator would pick them up).
   if (shape != "raw") {
     std::unique_ptr<sql::Statement> st(setup->createStatement());
-    st->execute("DELETE e FROM operation_event e JOIN operation o ON o.operation_id = e.operation_id WHERE o.subject_id LIKE 'rawbench-%'");
+    st->execute(
+        "DELETE e FROM operation_event e JOIN operation o ON o.operation_id = e.operation_id WHERE o.subject_id LIKE "
+        "'rawbench-%'");
     st->execute("DELETE FROM binding WHERE subject_id LIKE 'rawbench-%'");
     st->execute("DELETE FROM operation WHERE subject_id LIKE 'rawbench-%'");
   }

@@ -9,8 +9,8 @@ using json = nlohmann::json;
 json to_json(const approval_submission& s) {
   json ext = json::object();
   if (s.mr_id) ext["mrId"] = std::to_string(*s.mr_id);
-  return {{"requestId", s.request_id}, {"title", s.title},   {"applicant", s.applicant},
-          {"callbackUrl", s.callback_url}, {"form", s.form}, {"ext", ext}};
+  return {{"requestId", s.request_id},     {"title", s.title}, {"applicant", s.applicant},
+          {"callbackUrl", s.callback_url}, {"form", s.form},   {"ext", ext}};
 }
 
 approval_client::approval_client(http_client& http, circuit_breaker& breaker, const call_settings& settings,

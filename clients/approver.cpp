@@ -49,8 +49,8 @@ result<done> check_items_approver::approve(gitlab_client& gitlab, check_items_ca
   } catch (const std::exception&) {
     return first;
   }
-  log::info("gitlab.check_items_refreshed", {{"project", gitlab.project()}, {"mr_iid", iid},
-                                             {"items", static_cast<int>(in_effect.size())}});
+  log::info("gitlab.check_items_refreshed",
+            {{"project", gitlab.project()}, {"mr_iid", iid}, {"items", static_cast<int>(in_effect.size())}});
   cache.put(gitlab.project(), in_effect);
   return gitlab.approve(token, iid, sha, in_effect);  // exactly one retry
 }
@@ -97,8 +97,8 @@ result<approval_outcome> approve_as_reviewer(gitlab_client& gitlab, check_items_
     auto r = approver_for(snap).approve(gitlab, cache, bot.token, iid, sha);
     if (r) return approval_outcome::approved;
     last = r.error();
-    log::warn("gitlab.approve_failed", {{"mr_iid", iid}, {"user_id", bot.user_id}, {"attempt", attempt},
-                                        {"error", describe(r.error())}});
+    log::warn("gitlab.approve_failed",
+              {{"mr_iid", iid}, {"user_id", bot.user_id}, {"attempt", attempt}, {"error", describe(r.error())}});
     if (attempt > policy.max_retries) break;
     auto delay = policy.backoff_base * (1LL << std::min(attempt - 1, 20));
     if (sleep) {

@@ -63,7 +63,7 @@ struct reviewer {
 };
 
 struct approval_retry_policy {
-  int max_retries = 3;                        // approval.max_retries; negative -> 0
+  int max_retries = 3;                          // approval.max_retries; negative -> 0
   std::chrono::milliseconds backoff_base{200};  // approval.backoff_base_ms; doubled per attempt
 };
 approval_retry_policy approval_retry_policy_from(const config::snapshot& snap);

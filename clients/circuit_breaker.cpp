@@ -5,8 +5,7 @@ namespace changeflow::clients {
 bool circuit_breaker::allow(const breaker_settings& s, clock::time_point now) {
   std::lock_guard lock(mutex_);
   switch (state_) {
-    case breaker_state::closed:
-      return true;
+    case breaker_state::closed: return true;
     case breaker_state::open:
       if (now - opened_at_ < s.cooldown) return false;
       state_ = breaker_state::half_open;

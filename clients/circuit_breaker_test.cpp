@@ -31,7 +31,7 @@ TEST(CircuitBreaker, HalfOpensAfterCooldownWithOneTrial) {
   for (int i = 0; i < 3; ++i) b.record_failure(three_failures, t);
   ASSERT_EQ(b.state(), breaker_state::open);
 
-  EXPECT_TRUE(b.allow(three_failures, t + 1000ms));   // the trial
+  EXPECT_TRUE(b.allow(three_failures, t + 1000ms));  // the trial
   EXPECT_EQ(b.state(), breaker_state::half_open);
   EXPECT_FALSE(b.allow(three_failures, t + 1001ms));  // others wait for the trial's verdict
   b.record_failure(three_failures, t + 1002ms);       // trial failed: open again, new cool-down

@@ -57,7 +57,8 @@ class ClientsAgainstSim : public ::testing::Test {
     ctx = std::make_unique<external_context>(shared, eps.value(), call_settings_from(*snap));
   }
   void add_fault(const json& f) {
-    ASSERT_EQ(changeflow::testing::http_call("127.0.0.1", simulator->port(), "POST", "/_sim/faults", f.dump()).status, 200);
+    ASSERT_EQ(changeflow::testing::http_call("127.0.0.1", simulator->port(), "POST", "/_sim/faults", f.dump()).status,
+              200);
   }
   json stats() {
     return json::parse(changeflow::testing::http_call("127.0.0.1", simulator->port(), "GET", "/_sim/stats").body);
@@ -111,7 +112,8 @@ TEST_F(ClientsAgainstSim, MergeRefusalsAreClassified) {
   auto early = ctx->gitlab.merge("author-token", mr.iid, mr.sha);
   ASSERT_FALSE(early);
   EXPECT_EQ(classify_merge_error(early.error()), merge_refusal::not_mergeable_yet);
-  ASSERT_TRUE(wait_until([&] { return ctx->gitlab.get_mr("author-token", mr.iid)->detailed_merge_status == "mergeable"; }, 5s));
+  ASSERT_TRUE(
+      wait_until([&] { return ctx->gitlab.get_mr("author-token", mr.iid)->detailed_merge_status == "mergeable"; }, 5s));
   auto wrong = ctx->gitlab.merge("author-token", mr.iid, "deadbeef");
   ASSERT_FALSE(wrong);
   EXPECT_EQ(classify_merge_error(wrong.error()), merge_refusal::sha_mismatch);
@@ -169,7 +171,9 @@ TEST_F(ClientsAgainstSim, UnreadableApproverListFailsOpen) {
 TEST_F(ClientsAgainstSim, CheckItemsChangeHealsWithExactlyOneRetry) {
   use_config(make_config(simulator->base_url(), {{"gitlab.use_check_items", true}}));
   ASSERT_EQ(changeflow::testing::http_call("127.0.0.1", simulator->port(), "PUT", "/_sim/check_items",
-                                           R"({"required":true,"items":[{"id":"a","title":"A"}]})").status, 200);
+                                           R"({"required":true,"items":[{"id":"a","title":"A"}]})")
+                .status,
+            200);
   auto mr = open_mr("change/items", "items");
   auto first = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(first) << describe(first.error());
@@ -206,8 +210,8 @@ TEST_F(ClientsAgainstSim, SlowResponseBecomesATimeout) {
 }
 
 TEST_F(ClientsAgainstSim, BreakerOpensWithoutNetworkCallsThenHalfOpens) {
-  use_config(make_config(simulator->base_url(),
-                         {{"external.breaker_failures", 2}, {"external.breaker_cooldown_ms", 100}}));
+  use_config(
+      make_config(simulator->base_url(), {{"external.breaker_failures", 2}, {"external.breaker_cooldown_ms", 100}}));
   auto mr = open_mr("change/breaker", "breaker");
   add_fault({{"kind", "status"}, {"endpoint", "get_mr"}, {"status", 503}, {"count", 2}});
   EXPECT_EQ(ctx->gitlab.get_mr("author-token", mr.iid).error().status, 503);
@@ -236,7 +240,9 @@ TEST_F(ClientsAgainstSim, RateLimitCarriesRetryAfter) {
 
 TEST_F(ClientsAgainstSim, PermissionFailuresMeanNoPermission) {
   ASSERT_EQ(changeflow::testing::http_call("127.0.0.1", simulator->port(), "POST", "/_sim/permissions",
-                                           R"({"subject":"alice","granted":["change.submit"]})").status, 200);
+                                           R"({"subject":"alice","granted":["change.submit"]})")
+                .status,
+            200);
   auto ok = ctx->permission.check("alice", {"change.submit", "ops.force"});
   EXPECT_FALSE(ok.error);
   EXPECT_EQ(ok.granted, std::set<std::string>({"change.submit"}));

@@ -56,7 +56,9 @@ external_context::external_context(std::shared_ptr<external_shared> shared_state
       approval(http, shared->approval, settings, endpoints.approval),
       permission(http, shared->permission, settings, endpoints.permission) {}
 
-void external_context::refresh(const config::snapshot& snap) { settings = call_settings_from(snap); }
+void external_context::refresh(const config::snapshot& snap) {
+  settings = call_settings_from(snap);
+}
 
 std::function<std::unique_ptr<external_context>()> external_context_factory(std::shared_ptr<external_shared> shared,
                                                                             external_endpoints endpoints,

@@ -24,7 +24,9 @@ bool flag(const json& j, const char* key) {
   return it != j.end() && it->is_boolean() && it->get<bool>();
 }
 
-gitlab_pipeline pipeline_from(const json& j) { return {num(j, "id"), str(j, "sha"), str(j, "status")}; }
+gitlab_pipeline pipeline_from(const json& j) {
+  return {num(j, "id"), str(j, "sha"), str(j, "status")};
+}
 
 merge_request mr_from(const json& j) {
   merge_request mr;
@@ -62,7 +64,9 @@ result<T> parse_as(const http_response& r, F&& f) {
   }
 }
 
-bool success(const http_response& r) { return r.status >= 200 && r.status < 300; }
+bool success(const http_response& r) {
+  return r.status >= 200 && r.status < 300;
+}
 
 }  // namespace
 
@@ -82,7 +86,9 @@ merge_refusal classify_merge_error(const call_error& e) {
   }
 }
 
-merge_request parse_merge_request(const std::string& body) { return mr_from(json::parse(body)); }
+merge_request parse_merge_request(const std::string& body) {
+  return mr_from(json::parse(body));
+}
 
 std::vector<check_item> parse_check_items(const std::string& body) {
   auto j = json::parse(body);
@@ -104,7 +110,9 @@ gitlab_client::gitlab_client(http_client& http, circuit_breaker& breaker, const 
                              url_parts api_base, std::string project)
     : http_(http), breaker_(breaker), settings_(settings), api_(std::move(api_base)), project_(std::move(project)) {}
 
-std::string gitlab_client::project_path() const { return "/projects/" + url_encode(project_); }
+std::string gitlab_client::project_path() const {
+  return "/projects/" + url_encode(project_);
+}
 
 result<http_response> gitlab_client::send(const std::string& token, std::string method, std::string path_and_query,
                                           std::string body) {
@@ -142,8 +150,7 @@ result<commit_info> gitlab_client::create_commit(const std::string& token, const
     if (!a.previous_path.empty()) action["previous_path"] = a.previous_path;
     body["actions"].push_back(std::move(action));
   }
-  auto r = send(token, "POST", "/repository/commits",
-                body.dump(-1, ' ', false, json::error_handler_t::replace));
+  auto r = send(token, "POST", "/repository/commits", body.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!r) return r.error();
   if (!success(r.value())) return status_error(r.value());  // 201, or 200 per the route metadata
   return parse_as<commit_info>(r.value(), [](const json& j) { return commit_info{str(j, "id"), str(j, "message")}; });
@@ -170,7 +177,8 @@ result<branch_commit> gitlab_client::ensure_branch_with_commit(const std::string
   // Lost race or lost response: the branch now exists. Re-read it and decide by its head commit.
   if (commit.error().status == 400 && commit.error().message.find("already exists") != std::string::npos) {
     auto again = get_branch(token, branch);
-    if (!change_marker.empty() && again && again->has_value() && again->value().head_message.find(change_marker) != std::string::npos) {
+    if (!change_marker.empty() && again && again->has_value() &&
+        again->value().head_message.find(change_marker) != std::string::npos) {
       return branch_commit{again->value().head_sha, false};
     }
   }
@@ -260,7 +268,8 @@ result<approvals_info> gitlab_client::get_approvals(const std::string& token, st
   return parse_as<approvals_info>(r.value(), [](const json& j) {
     approvals_info info;
     info.approved = flag(j, "approved");
-    for (const auto& entry : j.at("approved_by")) info.approved_by.push_back(entry.at("user").at("id").get<std::int64_t>());
+    for (const auto& entry : j.at("approved_by"))
+      info.approved_by.push_back(entry.at("user").at("id").get<std::int64_t>());
     return info;
   });
 }

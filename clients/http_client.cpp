@@ -185,8 +185,7 @@ struct http_client::impl {
     ioc.run();
   }
 
-  result<connection> connect(const url_parts& server, clock_type::time_point deadline,
-                             const transport_limits& limits) {
+  result<connection> connect(const url_parts& server, clock_type::time_point deadline, const transport_limits& limits) {
     beast::error_code ec;
     std::vector<tcp::endpoint> endpoints;
     auto address = net::ip::make_address(server.host, ec);
@@ -274,7 +273,8 @@ struct http_client::impl {
   }
 
   static call_error classify(const beast::error_code& ec, const char* phase) {
-    if (ec == beast::error::timeout) return transport_error(call_error::kind::timeout, std::string(phase) + " timed out");
+    if (ec == beast::error::timeout)
+      return transport_error(call_error::kind::timeout, std::string(phase) + " timed out");
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
         ec == net::error::broken_pipe || ec == bhttp::error::partial_message) {
       return transport_error(call_error::kind::reset, std::string("connection closed during ") + phase);
@@ -298,7 +298,11 @@ result<http_response> http_client::call(const url_parts& server, const http_requ
   }
 }
 
-void http_client::close_all() { impl_->idle.clear(); }
-std::uint64_t http_client::connections_opened() const { return impl_->opened; }
+void http_client::close_all() {
+  impl_->idle.clear();
+}
+std::uint64_t http_client::connections_opened() const {
+  return impl_->opened;
+}
 
 }  // namespace changeflow::clients

@@ -18,8 +18,8 @@ TEST(ParseUrl, SplitsHostPortAndBasePath) {
 }
 
 TEST(ParseUrl, RejectsWhatItCannotCall) {
-  for (const char* bad : {"", "https://x:1/", "http://", "http://:80", "http://h:0", "http://h:70000", "http://h:1x",
-                          "ftp://h"}) {
+  for (const char* bad :
+       {"", "https://x:1/", "http://", "http://:80", "http://h:0", "http://h:70000", "http://h:1x", "ftp://h"}) {
     EXPECT_FALSE(parse_url(bad)) << bad;
   }
 }

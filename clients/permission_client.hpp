@@ -15,7 +15,7 @@
 namespace changeflow::clients {
 
 struct permission_answer {
-  std::set<std::string> granted;   // only rules that were asked for
+  std::set<std::string> granted;    // only rules that were asked for
   std::optional<call_error> error;  // set when the check failed (granted is then empty)
   bool allows(const std::string& rule) const { return granted.count(rule) != 0; }
 };

@@ -21,11 +21,11 @@ struct call_error {
     invalid_argument,  // the call could not be built (bad URL, missing setting)
   };
   kind what = kind::protocol;
-  int status = 0;           // HTTP status for http_status, else 0
-  std::string message;      // parsed remote message ("message" then "error"), or a transport description
-  bool retryable = false;   // 5xx, 429, timeout, refused, reset, breaker_open
+  int status = 0;                          // HTTP status for http_status, else 0
+  std::string message;                     // parsed remote message ("message" then "error"), or a transport description
+  bool retryable = false;                  // 5xx, 429, timeout, refused, reset, breaker_open
   std::optional<int> retry_after_seconds;  // from Retry-After on 429/503
-  std::string body;         // raw response body (bounded), for callers that read structured errors
+  std::string body;                        // raw response body (bounded), for callers that read structured errors
 };
 
 std::string_view to_string(call_error::kind k);
@@ -38,8 +38,8 @@ struct done {};
 template <class T>
 class result {
  public:
-  result(T value) : v_(std::move(value)) {}               // NOLINT: implicit on purpose
-  result(call_error error) : v_(std::move(error)) {}      // NOLINT
+  result(T value) : v_(std::move(value)) {}           // NOLINT: implicit on purpose
+  result(call_error error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
   T& value() { return std::get<0>(v_); }

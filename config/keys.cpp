@@ -29,7 +29,8 @@ std::vector<key_spec> make_keys() {
       {"http.header_limit_bytes", I, 16384, R, "Largest accepted request header block; larger -> 431."},
       {"http.read_timeout_ms", I, 10000, R, "Time a client has to send a complete request."},
       {"http.handler_timeout_ms", I, 30000, R,
-       "Time a request may take to be handled; past it the client gets 503 HANDLER_TIMEOUT and the connection is closed."},
+       "Time a request may take to be handled; past it the client gets 503 HANDLER_TIMEOUT and the connection is "
+       "closed."},
       {"instance.id", S, J(), R, "This instance's id; missing -> hostname-pid-random."},
       {"instance.lease_seconds", I, 30, R, "Lease an instance holds on its operations; renewed by heartbeat."},
       {"actors.threads", I, 2, R, "CAF scheduler threads."},
@@ -50,7 +51,8 @@ std::vector<key_spec> make_keys() {
       {"db.callback_reserve", I, J(), R,
        "Queue slots of the database pool only callbacks may use, so a burst of submits cannot make "
        "external systems' callbacks fail; missing -> db.queue_capacity / 10."},
-      {"db.read_pool_size", I, 2, R, "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
+      {"db.read_pool_size", I, 2, R,
+       "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
       {"db.queue_capacity", I, 20000, R, "Pending database jobs before new ones are rejected."},
       {"db.connect_timeout_ms", I, 2000, R, "Connect timeout for each database connection."},
       {"db.read_timeout_ms", I, 10000, R, "Read/write timeout for each database round trip."},

@@ -43,8 +43,9 @@ std::vector<std::string> missing_required_keys(const snapshot& snap) {
       set = !snap.get_json(spec.name).is_null() && (spec.type != value_type::string || snap.get_string(spec.name));
     }
     if (!set) {
-      missing.push_back("required key '" + std::string(spec.name) + "' is not set (it has no built-in default: set it in " +
-                        "the config file or in " + env_name(spec.name) + ")");
+      missing.push_back("required key '" + std::string(spec.name) +
+                        "' is not set (it has no built-in default: set it in " + "the config file or in " +
+                        env_name(spec.name) + ")");
     }
   }
   return missing;
@@ -240,8 +241,8 @@ load_result load_from_json(const nlohmann::json& doc, const env_lookup& env) {
     if (!raw) continue;
     auto parsed = parse_env_value(spec.type, *raw);
     if (!parsed) {
-      result.errors.push_back("environment variable " + var + " (key '" + std::string(spec.name) +
-                              "') must be " + type_name(spec.type));
+      result.errors.push_back("environment variable " + var + " (key '" + std::string(spec.name) + "') must be " +
+                              type_name(spec.type));
       continue;
     }
     entries[std::string(spec.name)] = {*parsed, "env"};

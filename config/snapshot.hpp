@@ -60,9 +60,7 @@ class snapshot {
   std::vector<std::string> get_list(std::string_view key) const;
   const nlohmann::json& get_json(std::string_view key) const;
 
-  std::int64_t int_or(std::string_view key, std::int64_t fallback) const {
-    return get_int(key).value_or(fallback);
-  }
+  std::int64_t int_or(std::string_view key, std::int64_t fallback) const { return get_int(key).value_or(fallback); }
   bool bool_or(std::string_view key, bool fallback) const { return get_bool(key).value_or(fallback); }
   std::string string_or(std::string_view key, std::string fallback) const {
     return get_string(key).value_or(std::move(fallback));

@@ -46,8 +46,7 @@ TEST(ConfigValidation, TableDriven) {
     EXPECT_EQ(r.snap != nullptr, c.ok) << c.name;
     if (!c.ok) {
       ASSERT_FALSE(r.errors.empty()) << c.name;
-      EXPECT_NE(r.errors.front().find(c.error_mentions), std::string::npos)
-          << c.name << ": " << r.errors.front();
+      EXPECT_NE(r.errors.front().find(c.error_mentions), std::string::npos) << c.name << ": " << r.errors.front();
     }
   }
 }
@@ -58,8 +57,8 @@ TEST(ConfigValidation, ReportsEveryBadKey) {
 }
 
 TEST(ConfigValues, PrecedenceDefaultFileEnv) {
-  auto r = load_from_json({{"db", {{"port", 3307}, {"name", "fromfile"}}}},
-                          env_of({{"CHANGEFLOW_DB_NAME", "fromenv"}}));
+  auto r =
+      load_from_json({{"db", {{"port", 3307}, {"name", "fromfile"}}}}, env_of({{"CHANGEFLOW_DB_NAME", "fromenv"}}));
   ASSERT_TRUE(r.snap);
   EXPECT_EQ(r.snap->get_int("db.port"), 3307);
   EXPECT_EQ(r.snap->get_string("db.name"), "fromenv");

@@ -10,7 +10,9 @@ store::store(std::shared_ptr<const snapshot> initial, std::string path, env_look
   if (!path_.empty()) last_mtime_ = std::filesystem::last_write_time(path_, ec);
 }
 
-store::~store() { stop_watching(); }
+store::~store() {
+  stop_watching();
+}
 
 std::shared_ptr<const snapshot> store::current() const {
   std::lock_guard lock(mutex_);

@@ -19,8 +19,7 @@ namespace changeflow::config {
 
 class store {
  public:
-  explicit store(std::shared_ptr<const snapshot> initial, std::string path = {},
-                 env_lookup env = process_env);
+  explicit store(std::shared_ptr<const snapshot> initial, std::string path = {}, env_lookup env = process_env);
   ~store();
 
   store(const store&) = delete;

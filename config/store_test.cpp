@@ -9,7 +9,9 @@
 using namespace changeflow::config;
 
 namespace {
-std::optional<std::string> no_env(const std::string&) { return std::nullopt; }
+std::optional<std::string> no_env(const std::string&) {
+  return std::nullopt;
+}
 
 std::string temp_file(const std::string& content) {
   auto path = std::filesystem::temp_directory_path() /

@@ -82,7 +82,8 @@ void deploy(const std::string& rest) {
   FUZZ_CHECK(std::holds_alternative<http::deploy_callback_body>(again), "re-serialized deploy is accepted");
   const auto& e = std::get<http::deploy_callback_body>(again).cb;
   FUZZ_CHECK(e.delivery_id == cb.delivery_id && e.mr_iid == cb.mr_iid && e.project == cb.project &&
-                 e.status == cb.status && e.pipeline_id == cb.pipeline_id && e.operation_ids_json == cb.operation_ids_json,
+                 e.status == cb.status && e.pipeline_id == cb.pipeline_id &&
+                 e.operation_ids_json == cb.operation_ids_json,
              "deploy round trip is stable");
 }
 

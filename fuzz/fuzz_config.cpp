@@ -5,8 +5,8 @@
 // Invariants: never throws; a loaded snapshot answers every typed getter without throwing and
 // describes itself as valid JSON; effective values -> JSON document -> load gives the same values.
 
-#include "fuzz/fuzz_support.hpp"
 #include "config/snapshot.hpp"
+#include "fuzz/fuzz_support.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -7,9 +7,9 @@
 // or a broken invariant is a bug. status_error and remote_message never throw.
 // Invariants: a parsed MR has an iid; parse -> serialize -> parse gives the same MR / items.
 
-#include "fuzz/fuzz_support.hpp"
 #include "clients/gitlab_client.hpp"
 #include "clients/http_client.hpp"
+#include "fuzz/fuzz_support.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +36,8 @@ json mr_to_json(const clients::merge_request& mr) {
             {"merge_commit_sha", mr.merge_commit_sha ? json(*mr.merge_commit_sha) : json(nullptr)},
             {"web_url", mr.web_url}};
   if (mr.head_pipeline) {
-    j["head_pipeline"] = {{"id", mr.head_pipeline->id}, {"sha", mr.head_pipeline->sha}, {"status", mr.head_pipeline->status}};
+    j["head_pipeline"] = {
+        {"id", mr.head_pipeline->id}, {"sha", mr.head_pipeline->sha}, {"status", mr.head_pipeline->status}};
   } else {
     j["head_pipeline"] = nullptr;
   }

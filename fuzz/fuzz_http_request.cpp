@@ -9,8 +9,8 @@
 // The route list mirrors route_policies() in http/api.cpp (building the real table needs the
 // CAF/database service context); keep it in sync when routes are added.
 
-#include "fuzz/fuzz_support.hpp"
 #include "base/log.hpp"
+#include "fuzz/fuzz_support.hpp"
 #include "http/handlers/static_files.hpp"
 #include "http/router.hpp"
 #include "http/server/beast_request.hpp"
@@ -125,7 +125,8 @@ void check_route(const http_server::request& req) {
       FUZZ_CHECK(m.matched != nullptr && m.matched->method == req.method, "found route has the method");
       FUZZ_CHECK(http::split_path(m.matched->pattern).size() == segments.size(), "pattern length matches");
       FUZZ_CHECK(m.params.size() == placeholders(m.matched->pattern), "one param per placeholder");
-      for (const auto& [k, v] : m.params) FUZZ_CHECK(!v.empty() && v.find('/') == std::string::npos, "param is a segment");
+      for (const auto& [k, v] : m.params)
+        FUZZ_CHECK(!v.empty() && v.find('/') == std::string::npos, "param is a segment");
       break;
     case http::router::match_kind::method_not_allowed:
       FUZZ_CHECK(!m.allowed_methods.empty(), "405 lists the allowed methods");

@@ -22,7 +22,10 @@ json filter_to_json(const persistence::ops_operation_filter& f) {
   json j = json::object();
   if (f.phase) j["phase"] = std::string(workflow::to_string(*f.phase));
   if (f.step) j["step"] = std::string(workflow::to_string(*f.step));
-  for (auto [k, v] : {std::pair{"flow", &f.flow}, {"owner", &f.owner}, {"subject", &f.subject}, {"target", &f.target},
+  for (auto [k, v] : {std::pair{"flow", &f.flow},
+                      {"owner", &f.owner},
+                      {"subject", &f.subject},
+                      {"target", &f.target},
                       {"after", &f.after}}) {
     if (!v->empty()) j[k] = *v;
   }

@@ -2,8 +2,8 @@
 // parser) and payload_json. Invariants: never throws; an accepted request satisfies the documented
 // limits; accepted -> serialize -> parse gives the same request; the stored payload is valid JSON.
 
-#include "fuzz/fuzz_support.hpp"
 #include "base/ids.hpp"
+#include "fuzz/fuzz_support.hpp"
 #include "http/dto/change_dto.hpp"
 
 #include <algorithm>

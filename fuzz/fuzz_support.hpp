@@ -9,13 +9,12 @@
 #include <string>
 #include <string_view>
 
-#define FUZZ_CHECK(cond, what)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      std::fprintf(stderr, "fuzz invariant failed: %s [%s] at %s:%d\n", what, #cond, __FILE__, \
-                   __LINE__);                                                                   \
-      std::abort();                                                                             \
-    }                                                                                           \
+#define FUZZ_CHECK(cond, what)                                                                            \
+  do {                                                                                                    \
+    if (!(cond)) {                                                                                        \
+      std::fprintf(stderr, "fuzz invariant failed: %s [%s] at %s:%d\n", what, #cond, __FILE__, __LINE__); \
+      std::abort();                                                                                       \
+    }                                                                                                     \
   } while (0)
 
 namespace changeflow::fuzz {

@@ -27,7 +27,9 @@ namespace {
 
 using middleware::route_policy;
 
-route_policy open_route() { return {}; }
+route_policy open_route() {
+  return {};
+}
 
 /// User write: rate limited per subject, identity demanded when auth.required is on, counted as
 /// business activity, idempotent, and governed by the access switch.
@@ -138,19 +140,19 @@ middleware::permission_check make_permission_check(std::weak_ptr<api_state> weak
                           [answer] { answer(permission_outcome::failed("permission check timed out")); });
     auto* pool = state->ctx.services ? state->ctx.services->external : nullptr;
     if (!pool) return answer(permission_outcome::failed("no external pool"));
-    bool queued = pool->try_submit([snap, subject = std::move(subject), rules = std::move(rules),
-                                    answer](clients::external_context& ec) {
-      try {
-        ec.refresh(*snap);
-        auto a = ec.permission.check(subject, rules);
-        if (a.error) return answer(permission_outcome::failed(clients::describe(*a.error)));
-        answer(permission_outcome::granted_rules(std::move(a.granted)));
-      } catch (const std::exception& e) {
-        answer(permission_outcome::failed(std::string("permission client threw: ") + e.what()));
-      } catch (...) {
-        answer(permission_outcome::failed("permission client threw"));
-      }
-    });
+    bool queued = pool->try_submit(
+        [snap, subject = std::move(subject), rules = std::move(rules), answer](clients::external_context& ec) {
+          try {
+            ec.refresh(*snap);
+            auto a = ec.permission.check(subject, rules);
+            if (a.error) return answer(permission_outcome::failed(clients::describe(*a.error)));
+            answer(permission_outcome::granted_rules(std::move(a.granted)));
+          } catch (const std::exception& e) {
+            answer(permission_outcome::failed(std::string("permission client threw: ") + e.what()));
+          } catch (...) {
+            answer(permission_outcome::failed("permission client threw"));
+          }
+        });
     if (!queued) answer(permission_outcome::failed("external pool full"));
   };
 }
@@ -255,7 +257,8 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
   return [&ctx, routes, state, guard](http_server::request&& req, http_server::responder reply) {
     // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
     // wrapper; responses must not change.
-    if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->bool_or("metrics.fault_injection", false));
+    if (auto snap = ctx.config.current())
+      ctx.metrics.set_fault_injection(snap->bool_or("metrics.fault_injection", false));
 
     auto m = routes->match(req.method, req.path);
     if (m.kind == router::match_kind::not_found) {
@@ -286,24 +289,24 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
     auto head = middleware::head_of(req, pattern);
     auto shared_req = std::make_shared<http_server::request>(std::move(req));
     auto params = std::make_shared<path_params>(std::move(m.params));
-    middleware::run_chain(
-        head, matched->policy, state->deps,
-        [routes, matched, shared_req, params, timed, state](middleware::chain_outcome out) {
-          if (!out.proceed()) return timed(std::move(*out.rejection));
-          if (out.who.id) shared_req->headers[std::string(authenticated_operator_header)] = out.who.id->account;
-          auto on_complete = out.on_complete;
-          http_server::responder completed([timed, on_complete](http_server::response r) {
-            if (on_complete) on_complete(r.status);  // never throws
-            timed(std::move(r));
-          });
-          try {
-            matched->handler(*shared_req, *params, completed);
-          } catch (const std::exception& e) {
-            completed(internal_error(std::string("handler threw: ") + e.what()));
-          } catch (...) {
-            completed(internal_error("handler threw a non-exception"));
-          }
-        });
+    middleware::run_chain(head, matched->policy, state->deps,
+                          [routes, matched, shared_req, params, timed, state](middleware::chain_outcome out) {
+                            if (!out.proceed()) return timed(std::move(*out.rejection));
+                            if (out.who.id)
+                              shared_req->headers[std::string(authenticated_operator_header)] = out.who.id->account;
+                            auto on_complete = out.on_complete;
+                            http_server::responder completed([timed, on_complete](http_server::response r) {
+                              if (on_complete) on_complete(r.status);  // never throws
+                              timed(std::move(r));
+                            });
+                            try {
+                              matched->handler(*shared_req, *params, completed);
+                            } catch (const std::exception& e) {
+                              completed(internal_error(std::string("handler threw: ") + e.what()));
+                            } catch (...) {
+                              completed(internal_error("handler threw a non-exception"));
+                            }
+                          });
   };
 }
 

@@ -30,8 +30,7 @@ http_server::response internal_error(std::string_view log_detail, unsigned statu
   auto id = ids::new_error_id();
   log::error("http.internal_error", {{"error_id", id}, {"detail", std::string(log_detail)}});
   return envelope(status, status == 503 ? "UNAVAILABLE" : "INTERNAL_ERROR",
-                  status == 503 ? "Service temporarily unavailable, retry later" : "Internal error",
-                  {{"errorId", id}});
+                  status == 503 ? "Service temporarily unavailable, retry later" : "Internal error", {{"errorId", id}});
 }
 
 }  // namespace changeflow::http

@@ -299,7 +299,8 @@ std::set<std::pair<std::string, std::string>> documented_operations(const nlohma
     for (const auto& [method, op] : item.items()) {
       if (!methods.count(method)) continue;
       std::string upper = method;
-      std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+      std::transform(upper.begin(), upper.end(), upper.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
       out.emplace(upper, path);
     }
   }

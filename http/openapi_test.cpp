@@ -1,8 +1,8 @@
 // The OpenAPI document and the policy table describe exactly the routes the service serves: the
 // route table is built the way main builds it (build_routes), then compared both ways.
 
-#include "http/api.hpp"
 #include "http/openapi.hpp"
+#include "http/api.hpp"
 
 #include <gtest/gtest.h>
 
@@ -36,8 +36,10 @@ TEST(OpenApi, EveryServedRouteIsDocumentedAndViceVersa) {
   for (const auto& r : routes->routes()) served.emplace(r.method, r.pattern);
   auto documented = http::documented_operations(http::openapi_document());
   ASSERT_FALSE(served.empty());
-  for (const auto& op : served) EXPECT_TRUE(documented.count(op)) << "undocumented route " << op.first << " " << op.second;
-  for (const auto& op : documented) EXPECT_TRUE(served.count(op)) << "documented but not served " << op.first << " " << op.second;
+  for (const auto& op : served)
+    EXPECT_TRUE(documented.count(op)) << "undocumented route " << op.first << " " << op.second;
+  for (const auto& op : documented)
+    EXPECT_TRUE(served.count(op)) << "documented but not served " << op.first << " " << op.second;
   EXPECT_EQ(http::openapi_document()["openapi"].get<std::string>().substr(0, 2), "3.");
 }
 

@@ -14,7 +14,9 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return out;
 }
 
-void router::add(route r) { routes_.push_back(std::move(r)); }
+void router::add(route r) {
+  routes_.push_back(std::move(r));
+}
 
 router::match_result router::match(std::string_view method, std::string_view path) const {
   match_result result;

@@ -33,9 +33,9 @@ struct call_request {
 struct call_reply {
   enum class status {
     ok,
-    retryable,       // transport error, 5xx, 429, breaker open: try again later
-    refused,         // deterministic refusal (4xx that a retry will not change)
-    overloaded,      // the worker pool was full: the call never ran
+    retryable,   // transport error, 5xx, 429, breaker open: try again later
+    refused,     // deterministic refusal (4xx that a retry will not change)
+    overloaded,  // the worker pool was full: the call never ran
   };
   call_kind kind;
   status outcome = status::ok;
@@ -55,7 +55,16 @@ struct call_reply {
   bool rebase_in_progress = false;
   std::string merge_error;
   // try_merge
-  enum class merge_result { none, merged, not_mergeable_yet, needs_rebase, sha_mismatch, pipeline_failed, closed, already_merged };
+  enum class merge_result {
+    none,
+    merged,
+    not_mergeable_yet,
+    needs_rebase,
+    sha_mismatch,
+    pipeline_failed,
+    closed,
+    already_merged
+  };
   merge_result merge = merge_result::none;
   // approve_bots
   bool already_merged = false;

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-
 namespace changeflow::messages {
 
 // -- timers
@@ -100,11 +99,11 @@ typename Inspector::result_type inspect(Inspector& f, actor_snapshot& x) {
 }  // namespace changeflow::messages
 
 CAF_BEGIN_TYPE_ID_BLOCK(changeflow, caf::first_custom_type_id)
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::wake))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::external_reply))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::persisted))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_loaded))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_changed))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::inspect_request))
-  CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::actor_snapshot))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::wake))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::external_reply))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::persisted))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_loaded))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_changed))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::inspect_request))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::actor_snapshot))
 CAF_END_TYPE_ID_BLOCK(changeflow)

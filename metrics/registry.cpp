@@ -28,8 +28,7 @@ std::optional<labels> normalize(const labels& in) {
 registry::registry() : registry_(std::make_shared<prometheus::Registry>()) {}
 
 const std::vector<double>& registry::default_latency_buckets() {
-  static const std::vector<double> b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                        0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+  static const std::vector<double> b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   return b;
 }
 

@@ -10,11 +10,11 @@
 #include <prometheus/registry.h>
 
 #include <atomic>
-#include <mutex>
-#include <optional>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 

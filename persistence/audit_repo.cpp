@@ -10,30 +10,26 @@ using detail::rs_ptr;
 
 db_result<bool> insert_audit(sql::Connection& conn, const audit_entry& e) {
   return guarded<bool>([&]() -> db_result<bool> {
-    auto st =
-        prepare(conn,
-                "INSERT INTO audit_log (at, operator, action, target, params, outcome, dedup_key) "
-                "VALUES (NOW(3), ?, ?, ?, ?, ?, ?)");
+    auto st = prepare(conn,
+                      "INSERT INTO audit_log (at, operator, action, target, params, outcome, dedup_key) "
+                      "VALUES (NOW(3), ?, ?, ?, ?, ?, ?)");
     st->setString(1, e.operator_name.substr(0, 128));
     st->setString(2, e.action.substr(0, 64));
     st->setString(3, e.target.substr(0, 255));
-    detail::set_opt_string(*st, 4,
-                           e.params_json.empty() ? std::nullopt : std::optional(e.params_json));
+    detail::set_opt_string(*st, 4, e.params_json.empty() ? std::nullopt : std::optional(e.params_json));
     st->setString(5, e.outcome.substr(0, 64));
     detail::set_opt_string(*st, 6, e.dedup_key);
     try {
       st->executeUpdate();
     } catch (const sql::SQLException& ex) {
-      if (ex.getErrorCode() == 1062)
-        return db_result<bool>::success(false);  // expected deduplication
+      if (ex.getErrorCode() == 1062) return db_result<bool>::success(false);  // expected deduplication
       throw;
     }
     return db_result<bool>::success(true);
   });
 }
 
-db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id,
-                                             int limit) {
+db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id, int limit) {
   using V = std::vector<audit_row>;
   return guarded<V>([&]() -> db_result<V> {
     auto st = prepare(conn,
@@ -50,9 +46,8 @@ db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t
       audit_row r;
       r.id = rs->getInt64("id");
       r.at_ms = rs->getInt64("at_ms");
-      r.entry = {detail::str(*rs, "operator"), detail::str(*rs, "action"),
-                 detail::str(*rs, "target"),   detail::str(*rs, "params"),
-                 detail::str(*rs, "outcome"),  detail::opt_string(*rs, "dedup_key")};
+      r.entry = {detail::str(*rs, "operator"), detail::str(*rs, "action"),  detail::str(*rs, "target"),
+                 detail::str(*rs, "params"),   detail::str(*rs, "outcome"), detail::opt_string(*rs, "dedup_key")};
       out.push_back(std::move(r));
     }
     return db_result<V>::success(std::move(out));

@@ -31,7 +31,6 @@ struct audit_row {
 /// true = recorded now, false = already recorded under this dedup_key.
 db_result<bool> insert_audit(sql::Connection& conn, const audit_entry& e);
 /// Newest first; `before_id` 0 = from the newest.
-db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id,
-                                             int limit);
+db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id, int limit);
 
 }  // namespace changeflow::persistence

@@ -13,42 +13,32 @@ using detail::rs_ptr;
 
 std::string_view to_string(batch_status s) {
   switch (s) {
-    case batch_status::RUNNING:
-      return "RUNNING";
-    case batch_status::SUCCEEDED:
-      return "SUCCEEDED";
-    case batch_status::FAILED:
-      return "FAILED";
-    case batch_status::BLOCKED:
-      return "BLOCKED";
+    case batch_status::RUNNING: return "RUNNING";
+    case batch_status::SUCCEEDED: return "SUCCEEDED";
+    case batch_status::FAILED: return "FAILED";
+    case batch_status::BLOCKED: return "BLOCKED";
   }
   return "UNKNOWN";
 }
 
 std::string_view to_string(claim_kind k) {
   switch (k) {
-    case claim_kind::slot_occupied:
-      return "slot_occupied";
-    case claim_kind::empty:
-      return "empty";
-    case claim_kind::claimed:
-      return "claimed";
-    case claim_kind::preempted:
-      return "preempted";
+    case claim_kind::slot_occupied: return "slot_occupied";
+    case claim_kind::empty: return "empty";
+    case claim_kind::claimed: return "claimed";
+    case claim_kind::preempted: return "preempted";
   }
   return "preempted";
 }
 
 db_result<bool> admit(sql::Connection& conn, const std::string& operation_id) {
   return guarded<bool>([&]() -> db_result<bool> {
-    auto st = prepare(
-        conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+    auto st = prepare(conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
     st->setString(1, operation_id);
     try {
       st->executeUpdate();
     } catch (const sql::SQLException& e) {
-      if (e.getErrorCode() == 1062)
-        return db_result<bool>::success(false);  // already admitted (I4)
+      if (e.getErrorCode() == 1062) return db_result<bool>::success(false);  // already admitted (I4)
       throw;
     }
     return db_result<bool>::success(true);
@@ -72,8 +62,7 @@ std::int64_t last_insert_id(sql::Connection& conn) {
 }
 
 /// Sum of affected rows of a chunked "<prefix> IN (...)" statement over request ids.
-int update_requests_in(sql::Connection& conn, const std::string& prefix,
-                       const std::vector<std::int64_t>& ids,
+int update_requests_in(sql::Connection& conn, const std::string& prefix, const std::vector<std::int64_t>& ids,
                        const std::function<int(detail::statement&)>& bind_leading) {
   int affected = 0;
   for (const auto& chunk : detail::chunks(ids)) {
@@ -85,23 +74,19 @@ int update_requests_in(sql::Connection& conn, const std::string& prefix,
   return affected;
 }
 
-void append_history(sql::Connection& conn, std::int64_t batch_id, const char* event,
-                    const std::string& where,
+void append_history(sql::Connection& conn, std::int64_t batch_id, const char* event, const std::string& where,
                     const std::function<void(detail::statement&, int)>& bind_where) {
-  auto st =
-      prepare(conn, std::string("INSERT INTO merge_batch_history (batch_id, operation_id, "
-                                "request_id, event, split_group, at) "
-                                "SELECT ?, operation_id, id, '") +
-                        event + "', split_group, NOW(3) FROM merge_batch_request WHERE " + where);
+  auto st = prepare(conn, std::string("INSERT INTO merge_batch_history (batch_id, operation_id, "
+                                      "request_id, event, split_group, at) "
+                                      "SELECT ?, operation_id, id, '") +
+                              event + "', split_group, NOW(3) FROM merge_batch_request WHERE " + where);
   st->setInt64(1, batch_id);
   bind_where(*st, 2);
   st->executeUpdate();
 }
 
-bool guarded_fail(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                  const std::string& reason) {
-  auto st = prepare(
-      conn, "UPDATE merge_batch SET status = 3, failure_reason = ? WHERE id = ? AND status = ?");
+bool guarded_fail(sql::Connection& conn, std::int64_t batch_id, batch_status expected, const std::string& reason) {
+  auto st = prepare(conn, "UPDATE merge_batch SET status = 3, failure_reason = ? WHERE id = ? AND status = ?");
   st->setString(1, reason.substr(0, 1024));
   st->setInt64(2, batch_id);
   st->setInt(3, static_cast<int>(expected));
@@ -122,10 +107,9 @@ struct op_move {
 };
 
 std::vector<std::string> lock_operations(sql::Connection& conn, const std::string& where,
-                                         const std::function<int(detail::statement&, int)>& bind,
-                                         workflow::step from) {
-  auto st = prepare(conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where +
-                              " ORDER BY operation_id FOR UPDATE");
+                                         const std::function<int(detail::statement&, int)>& bind, workflow::step from) {
+  auto st = prepare(
+      conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where + " ORDER BY operation_id FOR UPDATE");
   st->setInt(1, workflow::code_of(from));
   bind(*st, 2);
   rs_ptr rs(st->executeQuery());
@@ -145,7 +129,8 @@ int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, 
                       "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
                       "to_phase, cause, actor, instance_id, version, at) SELECT operation_id, step, "
                       "?, ?, ?, ?, 'batch', ?, version + 1, NOW(3) FROM operation WHERE step = ? "
-                      "AND operation_id" + in);
+                      "AND operation_id" +
+                          in);
     ev->setInt(1, workflow::code_of(m.to));
     ev->setString(2, from_phase);
     ev->setString(3, to_phase);
@@ -155,9 +140,10 @@ int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, 
     for (std::size_t i = 0; i < chunk.size(); ++i) ev->setString(static_cast<int>(i + 7), chunk[i]);
     ev->executeUpdate();
 
-    auto up = prepare(conn, "UPDATE operation SET step = ?, phase = ?, version = version + 1, "
-                            "next_wake_at = NULL" + m.extra_set +
-                                " WHERE step = ? AND operation_id" + in);
+    auto up = prepare(conn,
+                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, "
+                      "next_wake_at = NULL" +
+                          m.extra_set + " WHERE step = ? AND operation_id" + in);
     int i = 1;
     up->setInt(i++, workflow::code_of(m.to));
     up->setString(i++, to_phase);
@@ -177,23 +163,34 @@ int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, 
 
 /// Claimed members of the batch (operation.batch_id is set when they are marked claimed).
 std::vector<std::string> lock_claimed_members(sql::Connection& conn, std::int64_t batch_id) {
-  return lock_operations(conn, "batch_id = ?",
-                         [&](detail::statement& st, int i) {
-                           st.setInt64(i, batch_id);
-                           return i + 1;
-                         },
-                         workflow::step::BATCH_CLAIMED);
+  return lock_operations(
+      conn, "batch_id = ?",
+      [&](detail::statement& st, int i) {
+        st.setInt64(i, batch_id);
+        return i + 1;
+      },
+      workflow::step::BATCH_CLAIMED);
 }
 
 op_move back_to_waiting(const std::string& cause) {
-  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_WAITING, cause, "",
-          ", batch_id = NULL, mr_iid = NULL, mr_url = NULL", {}, 0};
+  return {workflow::step::BATCH_CLAIMED,
+          workflow::step::BATCH_WAITING,
+          cause,
+          "",
+          ", batch_id = NULL, mr_iid = NULL, mr_url = NULL",
+          {},
+          0};
 }
 /// A member leaving the batch path: the same cause goes to its timeline and to last_error, so the
 /// API and the console name it without reading the timeline.
 op_move failed_alone(const std::string& cause) {
-  return {workflow::step::BATCH_CLAIMED, workflow::step::BATCH_FAILED, cause, "", ", last_error = ?",
-          [cause](detail::statement& st, int i) { st.setString(i, cause.substr(0, 1024)); }, 1};
+  return {workflow::step::BATCH_CLAIMED,
+          workflow::step::BATCH_FAILED,
+          cause,
+          "",
+          ", last_error = ?",
+          [cause](detail::statement& st, int i) { st.setString(i, cause.substr(0, 1024)); },
+          1};
 }
 
 /// The failed batch's claimed member operations: those `waits_again` accepts go back to
@@ -286,55 +283,47 @@ db_result<claim_result> claim(sql::Connection& conn, int max_members, const clai
     rs_ptr rs(sel->executeQuery());
     std::vector<batch_member> members;
     while (rs->next()) {
-      members.push_back(
-          {rs->getInt64("id"), detail::str(*rs, "operation_id"), rs->getInt("split_group")});
+      members.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"), rs->getInt("split_group")});
     }
     if (hook) hook(claim_stage::waiting_read);
-    if (members.empty())
-      return R::success({claim_kind::empty, 0, {}});  // rollback releases the slot
+    if (members.empty()) return R::success({claim_kind::empty, 0, {}});  // rollback releases the slot
     // Bisection halves are claimed one at a time: keep the split group of the oldest waiting row.
     const int group = members.front().split_group;
-    members.erase(std::remove_if(members.begin(), members.end(),
-                                 [&](auto& m) { return m.split_group != group; }),
+    members.erase(std::remove_if(members.begin(), members.end(), [&](auto& m) { return m.split_group != group; }),
                   members.end());
 
     // 3. Guarded claim: only still-unclaimed rows, and all of them (I2).
     std::vector<std::int64_t> ids;
     for (const auto& m : members) ids.push_back(m.request_id);
-    int claimed = update_requests_in(
-        conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id", ids,
-        [&](detail::statement& st) {
-          st.setInt64(1, batch_id);
-          return 2;
-        });
+    int claimed = update_requests_in(conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id",
+                                     ids, [&](detail::statement& st) {
+                                       st.setInt64(1, batch_id);
+                                       return 2;
+                                     });
     if (claimed != static_cast<int>(ids.size())) return R::success({claim_kind::preempted, 0, {}});
     if (hook) hook(claim_stage::members_claimed);
 
     // 4. Append-only membership, one bulk statement.
-    append_history(conn, batch_id, "CLAIMED", "batch_id = ?",
-                   [&](auto& st, int i) { st.setInt64(i, batch_id); });
+    append_history(conn, batch_id, "CLAIMED", "batch_id = ?", [&](auto& st, int i) { st.setInt64(i, batch_id); });
     tx.commit();
     return R::success({claim_kind::claimed, batch_id, std::move(members)});
   });
 }
 
-db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                             batch_status next, const std::optional<std::string>& reason) {
+db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected, batch_status next,
+                             const std::optional<std::string>& reason) {
   return detail::retry_on_deadlock<done>([&] {
     return guarded<done>([&]() -> db_result<done> {
-      auto st =
-          prepare(conn,
-                  "UPDATE merge_batch SET status = ?, failure_reason = COALESCE(?, failure_reason) "
-                  "WHERE id = ? AND status = ?");
+      auto st = prepare(conn,
+                        "UPDATE merge_batch SET status = ?, failure_reason = COALESCE(?, failure_reason) "
+                        "WHERE id = ? AND status = ?");
       st->setInt(1, static_cast<int>(next));
-      detail::set_opt_string(*st, 2,
-                             reason ? std::optional(reason->substr(0, 1024)) : std::nullopt);
+      detail::set_opt_string(*st, 2, reason ? std::optional(reason->substr(0, 1024)) : std::nullopt);
       st->setInt64(3, batch_id);
       st->setInt(4, static_cast<int>(expected));
       if (st->executeUpdate() != 1) {
         return db_result<done>::failure(
-            db_outcome::preempted,
-            "batch " + std::to_string(batch_id) + " is not " + std::string(to_string(expected)));
+            db_outcome::preempted, "batch " + std::to_string(batch_id) + " is not " + std::string(to_string(expected)));
       }
       return db_result<done>::success({});
     });
@@ -344,28 +333,24 @@ db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch
 db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
                              const std::string& branch) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st =
-        prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
+    auto st = prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
     st->setInt64(1, mr_iid);
     st->setString(2, branch);
     st->setInt64(3, batch_id);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
     return db_result<done>::success({});
   });
 }
 
-db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
-                                   batch_status expected, member_reset reset,
-                                   const std::string& reason, const std::vector<std::string>& leaving,
-                                   const std::string& leaving_cause) {
+db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                                   member_reset reset, const std::string& reason,
+                                   const std::vector<std::string>& leaving, const std::string& leaving_cause) {
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
       // First: if another path (timeout sweep, the running task) settled it already, stop here.
       if (!guarded_fail(conn, batch_id, expected, reason)) {
-        return db_result<int>::failure(db_outcome::preempted,
-                                       "batch " + std::to_string(batch_id) + " already settled");
+        return db_result<int>::failure(db_outcome::preempted, "batch " + std::to_string(batch_id) + " already settled");
       }
       const bool requeue = reset == member_reset::requeue;
       const auto prefix = "batch " + std::to_string(batch_id) + " failed: ";
@@ -379,9 +364,8 @@ db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
       if (requeue) remove_requests(conn, batch_id, leaving);
       append_history(conn, batch_id, requeue ? "REQUEUED" : "REMOVED", "batch_id = ?",
                      [&](auto& st, int i) { st.setInt64(i, batch_id); });
-      auto st = prepare(
-          conn, requeue ? "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ?"
-                        : "DELETE FROM merge_batch_request WHERE batch_id = ?");
+      auto st = prepare(conn, requeue ? "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ?"
+                                      : "DELETE FROM merge_batch_request WHERE batch_id = ?");
       st->setInt64(1, batch_id);
       int n = st->executeUpdate();
       tx.commit();
@@ -391,23 +375,20 @@ db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
 }
 
 db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
-                               const std::vector<std::vector<std::string>>& groups,
-                               const std::string& reason) {
+                               const std::vector<std::vector<std::string>>& groups, const std::string& reason) {
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
       if (!guarded_fail(conn, batch_id, batch_status::RUNNING, reason)) {
-        return db_result<int>::failure(db_outcome::preempted,
-                                       "batch " + std::to_string(batch_id) + " is not RUNNING");
+        return db_result<int>::failure(db_outcome::preempted, "batch " + std::to_string(batch_id) + " is not RUNNING");
       }
       // Member operations: the ones in a group wait again, the others failed alone.
       const auto cause = "batch " + std::to_string(batch_id) + ": " + reason;
       settle_member_operations(
           conn, batch_id,
           [&](const std::string& id) {
-            return std::any_of(groups.begin(), groups.end(), [&](const auto& g) {
-              return std::find(g.begin(), g.end(), id) != g.end();
-            });
+            return std::any_of(groups.begin(), groups.end(),
+                               [&](const auto& g) { return std::find(g.begin(), g.end(), id) != g.end(); });
           },
           cause, cause);
       // Fresh group numbers above every existing one; only the slot holder requeues, so no race
@@ -425,15 +406,13 @@ db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
                                 detail::placeholders(chunk.size()) + ")");
           st->setInt(1, base + static_cast<int>(g) + 1);
           st->setInt64(2, batch_id);
-          for (std::size_t i = 0; i < chunk.size(); ++i)
-            st->setString(static_cast<int>(i + 3), chunk[i]);
+          for (std::size_t i = 0; i < chunk.size(); ++i) st->setString(static_cast<int>(i + 3), chunk[i]);
           requeued += st->executeUpdate();
         }
       }
       append_history(conn, batch_id, "REQUEUED", "batch_id IS NULL AND split_group > ?",
                      [&](auto& st, int i) { st.setInt(i, base); });
-      append_history(conn, batch_id, "REMOVED", "batch_id = ?",
-                     [&](auto& st, int i) { st.setInt64(i, batch_id); });
+      append_history(conn, batch_id, "REMOVED", "batch_id = ?", [&](auto& st, int i) { st.setInt64(i, batch_id); });
       auto del = prepare(conn, "DELETE FROM merge_batch_request WHERE batch_id = ?");
       del->setInt64(1, batch_id);
       del->executeUpdate();
@@ -470,8 +449,7 @@ db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id) {
     st->setInt64(1, batch_id);
     rs_ptr rs(st->executeQuery());
     if (!rs->next())
-      return db_result<batch_row>::failure(db_outcome::not_found,
-                                           "no batch " + std::to_string(batch_id));
+      return db_result<batch_row>::failure(db_outcome::not_found, "no batch " + std::to_string(batch_id));
     auto b = read_batch(*rs);
     auto ms = prepare(conn,
                       "SELECT operation_id FROM merge_batch_history WHERE batch_id = ? AND event = "
@@ -483,12 +461,10 @@ db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id) {
   });
 }
 
-db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id,
-                                               int limit) {
+db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id, int limit) {
   using V = std::vector<batch_row>;
   return guarded<V>([&]() -> db_result<V> {
-    auto st = prepare(
-        conn, std::string(batch_columns) + "WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?");
+    auto st = prepare(conn, std::string(batch_columns) + "WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?");
     st->setInt64(1, before_id);
     st->setInt64(2, before_id);
     st->setInt(3, limit);
@@ -513,7 +489,6 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& c
     return db_result<V>::success(std::move(out));
   });
 }
-
 
 db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id) {
   return guarded<int>([&]() -> db_result<int> {
@@ -550,13 +525,14 @@ db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
       int released = 0;
       for (const auto& chunk : detail::chunks(operation_ids)) {
         const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
-        append_history(conn, batch_id, "DEFERRED", "batch_id = ? AND operation_id" + in,
-                       [&](auto& st, int i) {
-                         st.setInt64(i++, batch_id);
-                         for (const auto& id : chunk) st.setString(i++, id);
-                       });
-        auto up = prepare(conn, "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ? "
-                                "AND operation_id" + in);
+        append_history(conn, batch_id, "DEFERRED", "batch_id = ? AND operation_id" + in, [&](auto& st, int i) {
+          st.setInt64(i++, batch_id);
+          for (const auto& id : chunk) st.setString(i++, id);
+        });
+        auto up = prepare(conn,
+                          "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ? "
+                          "AND operation_id" +
+                              in);
         up->setInt64(1, batch_id);
         for (std::size_t i = 0; i < chunk.size(); ++i) up->setString(static_cast<int>(i + 2), chunk[i]);
         released += up->executeUpdate();
@@ -567,8 +543,7 @@ db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
   });
 }
 
-db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id,
-                                    const std::string& instance_id) {
+db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id, const std::string& instance_id) {
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
@@ -602,8 +577,7 @@ db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, st
       st->setInt64(1, mr_iid);
       st->setString(2, branch);
       st->setInt64(3, batch_id);
-      if (st->executeUpdate() != 1)
-        return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
+      if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
       auto ops = prepare(conn, "UPDATE operation SET mr_iid = ?, mr_url = ? WHERE batch_id = ? AND step = ?");
       ops->setInt64(1, mr_iid);
       ops->setString(2, mr_url);
@@ -616,24 +590,28 @@ db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, st
   });
 }
 
-db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id,
-                                batch_status expected, std::int64_t mr_iid,
-                                const std::string& cause, const std::string& instance_id) {
+db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                                std::int64_t mr_iid, const std::string& cause, const std::string& instance_id) {
   return detail::retry_on_deadlock<int>([&] {
     return guarded<int>([&]() -> db_result<int> {
       detail::transaction tx(conn);
       // Guarded write first: a second settler (sweep, operator, another instance) stops here.
-      auto st = prepare(conn, "UPDATE merge_batch SET status = 2, mr_iid = COALESCE(mr_iid, ?) "
-                              "WHERE id = ? AND status = ?");
+      auto st = prepare(conn,
+                        "UPDATE merge_batch SET status = 2, mr_iid = COALESCE(mr_iid, ?) "
+                        "WHERE id = ? AND status = ?");
       st->setInt64(1, mr_iid);
       st->setInt64(2, batch_id);
       st->setInt(3, static_cast<int>(expected));
       if (st->executeUpdate() != 1) {
-        return db_result<int>::failure(db_outcome::preempted,
-                                       "batch " + std::to_string(batch_id) + " already settled");
+        return db_result<int>::failure(db_outcome::preempted, "batch " + std::to_string(batch_id) + " already settled");
       }
-      op_move m{workflow::step::BATCH_CLAIMED, workflow::step::BATCH_MERGED, cause, instance_id,
-                ", mr_iid = ?", [&](detail::statement& s, int i) { s.setInt64(i, mr_iid); }, 1};
+      op_move m{workflow::step::BATCH_CLAIMED,
+                workflow::step::BATCH_MERGED,
+                cause,
+                instance_id,
+                ", mr_iid = ?",
+                [&](detail::statement& s, int i) { s.setInt64(i, mr_iid); },
+                1};
       int moved = move_operations(conn, lock_claimed_members(conn, batch_id), m);
       tx.commit();
       return db_result<int>::success(moved);

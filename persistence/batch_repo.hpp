@@ -59,8 +59,7 @@ db_result<claim_result> claim(sql::Connection& conn, int max_members, const clai
 
 /// Guarded status change: affected rows must be 1 (else preempted). SUCCEEDED/FAILED release the
 /// slot in the same UPDATE; BLOCKED keeps it.
-db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                             batch_status next,
+db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected, batch_status next,
                              const std::optional<std::string>& reason = std::nullopt);
 /// Records the batch MR while the batch still runs (guarded by status RUNNING).
 db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
@@ -73,18 +72,15 @@ enum class member_reset { requeue, remove };
 /// membership history is appended. With `requeue`, the members in `leaving` (out of batch
 /// attempts) are removed instead, with `leaving_cause` (default `reason`) as their cause.
 /// Returns the number of waiting rows reset (requeued or removed after `leaving`).
-db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
-                                   batch_status expected, member_reset reset,
-                                   const std::string& reason,
-                                   const std::vector<std::string>& leaving = {},
-                                   const std::string& leaving_cause = {});
+db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                                   member_reset reset, const std::string& reason,
+                                   const std::vector<std::string>& leaving = {}, const std::string& leaving_cause = {});
 
 /// Bisection: batch RUNNING -> FAILED (guarded, first), each group of operation ids goes back to
 /// the waiting set under a fresh split group number (claimed one group at a time, in group order);
 /// members in no group are removed (they failed alone). Returns the number requeued.
 db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
-                               const std::vector<std::vector<std::string>>& groups,
-                               const std::string& reason);
+                               const std::vector<std::vector<std::string>>& groups, const std::string& reason);
 
 struct batch_row {
   std::int64_t id = 0;
@@ -100,12 +96,10 @@ struct batch_row {
 };
 db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id);
 /// Newest first; `before_id` 0 = from the newest. Members are not filled (use load_batch).
-db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id,
-                                               int limit);
+db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id, int limit);
 /// Read-only sweep candidates: RUNNING batches created more than `seconds` ago (DB clock). The
 /// caller settles each (close the MR first) through the guarded settle_failed_batch.
 db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
-
 
 // -- coordinator support: the member operations move with their batch, bulk and guarded
 // by step, in the same transaction as the batch write that causes the move (guarded write first).
@@ -123,8 +117,7 @@ db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
 
 /// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set, batch_attempts + 1),
 /// bulk, guarded by step and by the batch still RUNNING. Returns the operations moved.
-db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id,
-                                    const std::string& instance_id);
+db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id, const std::string& instance_id);
 
 /// set_batch_mr plus every claimed member's mr_iid/mr_url, one transaction.
 db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
@@ -132,9 +125,8 @@ db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, st
 
 /// Success (or "merged wins"): guarded expected -> SUCCEEDED first, then members BATCH_CLAIMED ->
 /// BATCH_MERGED with the MR number, one transaction. Returns the operations moved.
-db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id,
-                                batch_status expected, std::int64_t mr_iid,
-                                const std::string& cause, const std::string& instance_id);
+db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
+                                std::int64_t mr_iid, const std::string& cause, const std::string& instance_id);
 
 /// The active batch (RUNNING or BLOCKED), if any, with its members.
 db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn);

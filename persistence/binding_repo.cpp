@@ -16,17 +16,14 @@ constexpr const char* binding_columns =
 
 db_result<binding_row> read_one(detail::stmt_ptr st, const std::string& what) {
   rs_ptr rs(st->executeQuery());
-  if (!rs->next())
-    return db_result<binding_row>::failure(db_outcome::not_found, "no binding for " + what);
+  if (!rs->next()) return db_result<binding_row>::failure(db_outcome::not_found, "no binding for " + what);
   binding_row b;
   b.id = rs->getInt64("id");
   b.subject_id = detail::str(*rs, "subject_id");
   b.target_key = detail::str(*rs, "target_key");
   b.operation_id = detail::str(*rs, "operation_id");
   auto p = workflow::parse_phase(detail::str(*rs, "phase"));
-  if (!p)
-    return db_result<binding_row>::failure(db_outcome::fatal,
-                                           "unknown phase " + detail::str(*rs, "phase"));
+  if (!p) return db_result<binding_row>::failure(db_outcome::fatal, "unknown phase " + detail::str(*rs, "phase"));
   b.phase = *p;
   b.created_at_ms = rs->getInt64("created_at_ms");
   b.updated_at_ms = rs->getInt64("updated_at_ms");
@@ -37,16 +34,14 @@ db_result<binding_row> read_one(detail::stmt_ptr st, const std::string& what) {
 db_result<binding_row> find_binding(sql::Connection& conn, const std::string& subject_id,
                                     const std::string& target_key) {
   return guarded<binding_row>([&] {
-    auto st =
-        prepare(conn, std::string(binding_columns) + "WHERE subject_id = ? AND target_key = ?");
+    auto st = prepare(conn, std::string(binding_columns) + "WHERE subject_id = ? AND target_key = ?");
     st->setString(1, subject_id);
     st->setString(2, target_key);
     return read_one(std::move(st), subject_id + "/" + target_key);
   });
 }
 
-db_result<binding_row> find_binding_by_operation(sql::Connection& conn,
-                                                 const std::string& operation_id) {
+db_result<binding_row> find_binding_by_operation(sql::Connection& conn, const std::string& operation_id) {
   return guarded<binding_row>([&] {
     auto st = prepare(conn, std::string(binding_columns) + "WHERE operation_id = ?");
     st->setString(1, operation_id);
@@ -54,8 +49,7 @@ db_result<binding_row> find_binding_by_operation(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn,
-                                                            const std::string& subject_id,
+db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn, const std::string& subject_id,
                                                             const std::string& target_key) {
   using V = std::vector<binding_history_row>;
   return guarded<V>([&]() -> db_result<V> {
@@ -68,9 +62,8 @@ db_result<std::vector<binding_history_row>> binding_history(sql::Connection& con
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) {
-      out.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"),
-                     detail::str(*rs, "replaced_operation_id"), detail::str(*rs, "replaced_phase"),
-                     rs->getInt64("applied_at_ms")});
+      out.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"), detail::str(*rs, "replaced_operation_id"),
+                     detail::str(*rs, "replaced_phase"), rs->getInt64("applied_at_ms")});
     }
     return db_result<V>::success(std::move(out));
   });

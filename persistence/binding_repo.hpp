@@ -28,8 +28,7 @@ db_result<binding_row> find_binding(sql::Connection& conn, const std::string& su
                                     const std::string& target_key);
 /// not_found when no relationship points at this operation (never created, or replaced by a
 /// re-apply).
-db_result<binding_row> find_binding_by_operation(sql::Connection& conn,
-                                                 const std::string& operation_id);
+db_result<binding_row> find_binding_by_operation(sql::Connection& conn, const std::string& operation_id);
 
 struct binding_history_row {
   std::int64_t id = 0;
@@ -39,8 +38,7 @@ struct binding_history_row {
   std::int64_t applied_at_ms = 0;
 };
 /// Every application of a relationship, oldest first.
-db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn,
-                                                            const std::string& subject_id,
+db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn, const std::string& subject_id,
                                                             const std::string& target_key);
 
 }  // namespace changeflow::persistence

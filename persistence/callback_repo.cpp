@@ -15,24 +15,18 @@ std::string_view to_string(callback_kind k) {
 
 std::string_view to_string(callback_outcome o) {
   switch (o) {
-    case callback_outcome::APPLIED:
-      return "APPLIED";
-    case callback_outcome::DUPLICATE:
-      return "DUPLICATE";
-    case callback_outcome::IGNORED_STALE:
-      return "IGNORED_STALE";
-    case callback_outcome::OUT_OF_ORDER:
-      return "OUT_OF_ORDER";
-    case callback_outcome::PENDING:
-      return "PENDING";
+    case callback_outcome::APPLIED: return "APPLIED";
+    case callback_outcome::DUPLICATE: return "DUPLICATE";
+    case callback_outcome::IGNORED_STALE: return "IGNORED_STALE";
+    case callback_outcome::OUT_OF_ORDER: return "OUT_OF_ORDER";
+    case callback_outcome::PENDING: return "PENDING";
   }
   return "PENDING";
 }
 
 namespace {
-detail::stmt_ptr ledger_insert(sql::Connection& conn, const std::string& delivery_id,
-                               callback_kind kind, const std::string& operation_id,
-                               const std::string& payload_json) {
+detail::stmt_ptr ledger_insert(sql::Connection& conn, const std::string& delivery_id, callback_kind kind,
+                               const std::string& operation_id, const std::string& payload_json) {
   auto st = prepare(conn,
                     "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, "
                     "outcome, received_at) "
@@ -46,56 +40,44 @@ detail::stmt_ptr ledger_insert(sql::Connection& conn, const std::string& deliver
 
 step target_of(approval_result r) {
   switch (r) {
-    case approval_result::APPROVED:
-      return step::APPROVAL_APPROVED;
-    case approval_result::REJECTED:
-      return step::APPROVAL_REJECTED;
-    case approval_result::WITHDRAWN:
-      return step::APPROVAL_WITHDRAWN;
+    case approval_result::APPROVED: return step::APPROVAL_APPROVED;
+    case approval_result::REJECTED: return step::APPROVAL_REJECTED;
+    case approval_result::WITHDRAWN: return step::APPROVAL_WITHDRAWN;
   }
   return step::APPROVAL_REJECTED;
 }
 }  // namespace
 
-db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id,
-                                          callback_kind kind, const std::string& operation_id,
-                                          const std::string& payload_json) {
+db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id, callback_kind kind,
+                                          const std::string& operation_id, const std::string& payload_json) {
   return guarded<record_outcome>([&]() -> db_result<record_outcome> {
     auto st = ledger_insert(conn, delivery_id, kind, operation_id, payload_json);
-    return db_result<record_outcome>::success(
-        detail::insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
+    return db_result<record_outcome>::success(detail::insert_unless_duplicate(*st) ? record_outcome::inserted
+                                                                                   : record_outcome::duplicate);
   });
 }
 
-db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id,
-                                     callback_outcome outcome) {
+db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id, callback_outcome outcome) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st = prepare(
-        conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
+    auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
     st->setString(1, std::string(to_string(outcome)));
     st->setString(2, delivery_id);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::not_found, "no delivery " + delivery_id);
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no delivery " + delivery_id);
     return db_result<done>::success({});
   });
 }
 
-db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
-                                                    const std::string& delivery_id,
-                                                    const std::string& operation_id,
-                                                    approval_result result,
+db_result<approval_applied> apply_approval_callback(sql::Connection& conn, const std::string& delivery_id,
+                                                    const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json) {
   using R = db_result<approval_applied>;
   return guarded<approval_applied>([&]() -> R {
     detail::transaction tx(conn);
-    auto ins =
-        ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
+    auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
     if (!detail::insert_unless_duplicate(*ins)) return R::success({callback_outcome::DUPLICATE, {}, {}});
 
     auto finish = [&](approval_applied a) -> R {
-      auto st = prepare(
-          conn,
-          "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
+      auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
       st->setString(1, std::string(to_string(a.outcome)));
       st->setString(2, delivery_id);
       st->executeUpdate();
@@ -104,8 +86,7 @@ db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
     };
 
     // Lock order: operation, then binding.
-    auto so =
-        prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
+    auto so = prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
     so->setString(1, operation_id);
     rs_ptr ors(so->executeQuery());
     if (!ors->next()) return finish({callback_outcome::IGNORED_STALE, {}, {}});
@@ -119,20 +100,17 @@ db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
     auto bphase = workflow::parse_phase(detail::str(*brs, "phase"));
     const step target = target_of(result);
 
-    if (!bphase || !workflow::is_awaiting_approval(*bphase) ||
-        !workflow::is_allowed(*current, target)) {
+    if (!bphase || !workflow::is_awaiting_approval(*bphase) || !workflow::is_allowed(*current, target)) {
       // A decision already took effect (e.g. WITHDRAWN after APPROVED, APPROVED after REJECTED):
       // the event is out of order. Anything else (not yet asked, timed out) is stale.
-      auto decided = prepare(
-          conn,
-          "SELECT 1 FROM operation_event WHERE operation_id = ? AND to_step IN (?, ?, ?) LIMIT 1");
+      auto decided =
+          prepare(conn, "SELECT 1 FROM operation_event WHERE operation_id = ? AND to_step IN (?, ?, ?) LIMIT 1");
       decided->setString(1, operation_id);
       decided->setInt(2, workflow::code_of(step::APPROVAL_APPROVED));
       decided->setInt(3, workflow::code_of(step::APPROVAL_REJECTED));
       decided->setInt(4, workflow::code_of(step::APPROVAL_WITHDRAWN));
       rs_ptr drs(decided->executeQuery());
-      return finish(
-          {drs->next() ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}});
+      return finish({drs->next() ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}});
     }
 
     transition_request req;
@@ -143,14 +121,12 @@ db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
     req.cause = "approval callback " + delivery_id;
     req.actor = "callback";
     auto applied = detail::apply_transition(conn, req);
-    if (!applied.ok())
-      return R::failure(applied.error);  // cannot happen under the row lock; rolled back
+    if (!applied.ok()) return R::failure(applied.error);  // cannot happen under the row lock; rolled back
     return finish({callback_outcome::APPLIED, target, applied.value});
   });
 }
 
-db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
-                                                 const deploy_callback_in& cb) {
+db_result<record_outcome> record_deploy_callback(sql::Connection& conn, const deploy_callback_in& cb) {
   return guarded<record_outcome>([&]() -> db_result<record_outcome> {
     auto st = prepare(conn,
                       "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, "
@@ -162,13 +138,12 @@ db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
     detail::set_opt_int64(*st, 4, cb.pipeline_id);
     st->setString(5, cb.status);
     detail::set_opt_string(*st, 6, cb.operation_ids_json);
-    return db_result<record_outcome>::success(
-        detail::insert_unless_duplicate(*st) ? record_outcome::inserted : record_outcome::duplicate);
+    return db_result<record_outcome>::success(detail::insert_unless_duplicate(*st) ? record_outcome::inserted
+                                                                                   : record_outcome::duplicate);
   });
 }
 
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(sql::Connection& conn,
-                                                              const std::string& status) {
+db_result<std::optional<std::int64_t>> max_called_back_mr_iid(sql::Connection& conn, const std::string& status) {
   using V = std::optional<std::int64_t>;
   return guarded<V>([&]() -> db_result<V> {
     auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = ?");

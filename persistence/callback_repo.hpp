@@ -26,11 +26,9 @@ std::string_view to_string(callback_outcome o);
 enum class record_outcome { inserted, duplicate, duplicate_unapplied };
 
 /// Ledger row with outcome PENDING; a duplicate delivery id is `duplicate` (not an error).
-db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id,
-                                          callback_kind kind, const std::string& operation_id,
-                                          const std::string& payload_json);
-db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id,
-                                     callback_outcome outcome);
+db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id, callback_kind kind,
+                                          const std::string& operation_id, const std::string& payload_json);
+db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id, callback_outcome outcome);
 
 enum class approval_result { APPROVED, REJECTED, WITHDRAWN };
 
@@ -45,10 +43,8 @@ struct approval_applied {
 /// awaiting approval -> OUT_OF_ORDER when an approval decision already took effect, IGNORED_STALE
 /// otherwise; else the guarded transition to APPROVAL_APPROVED / _REJECTED / _WITHDRAWN (actor
 /// 'callback'). The ledger row records the outcome in the same transaction.
-db_result<approval_applied> apply_approval_callback(sql::Connection& conn,
-                                                    const std::string& delivery_id,
-                                                    const std::string& operation_id,
-                                                    approval_result result,
+db_result<approval_applied> apply_approval_callback(sql::Connection& conn, const std::string& delivery_id,
+                                                    const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json);
 
 struct deploy_callback_in {
@@ -59,12 +55,11 @@ struct deploy_callback_in {
   std::string status;                             // as sent by the deploy pipeline, e.g. "success"
   std::optional<std::string> operation_ids_json;  // JSON array when the sender knows them
 };
-db_result<record_outcome> record_deploy_callback(sql::Connection& conn,
-                                                 const deploy_callback_in& cb);
+db_result<record_outcome> record_deploy_callback(sql::Connection& conn, const deploy_callback_in& cb);
 
 /// Watermark for reconciliation: the largest MR number called back with this status;
 /// nullopt when none.
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(
-    sql::Connection& conn, const std::string& status = "success");
+db_result<std::optional<std::int64_t>> max_called_back_mr_iid(sql::Connection& conn,
+                                                              const std::string& status = "success");
 
 }  // namespace changeflow::persistence

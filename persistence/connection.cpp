@@ -5,7 +5,9 @@
 
 namespace changeflow::persistence {
 
-void init_driver() { sql::mysql::get_mysql_driver_instance(); }
+void init_driver() {
+  sql::mysql::get_mysql_driver_instance();
+}
 
 std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool select_database) {
   sql::ConnectOptionsMap opts;

@@ -13,8 +13,7 @@ sql::Connection& db_context::get() {
 }
 
 std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity) {
-  return std::make_unique<db_pool>("db", threads, queue_capacity,
-                                   [s] { return std::make_unique<db_context>(s); });
+  return std::make_unique<db_pool>("db", threads, queue_capacity, [s] { return std::make_unique<db_context>(s); });
 }
 
 }  // namespace changeflow::persistence

@@ -37,10 +37,12 @@ db_result<std::vector<owned_change>> list_owned_changed_since(sql::Connection& c
   using V = std::vector<owned_change>;
   return guarded<V>([&]() -> db_result<V> {
     // idx_operation_owner_phase narrows to this owner's rows; updated_at filters the few recent ones.
-    auto st = prepare(conn, "SELECT operation_id, step, version FROM operation WHERE owner_instance = ? "
-                            "AND phase NOT IN (" + detail::terminal_phase_list() +
-                                ") AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND "
-                                "ORDER BY updated_at LIMIT ?");
+    auto st = prepare(conn,
+                      "SELECT operation_id, step, version FROM operation WHERE owner_instance = ? "
+                      "AND phase NOT IN (" +
+                          detail::terminal_phase_list() +
+                          ") AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND "
+                          "ORDER BY updated_at LIMIT ?");
     st->setString(1, owner);
     st->setInt64(2, lookback_ms * 1000);
     st->setInt(3, limit);

@@ -28,8 +28,7 @@ bool is_retryable_code(int code) {
     case 1927:  // connection killed (MariaDB)
     case 1053:  // server shutdown in progress
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -40,7 +39,13 @@ thread_local bool connection_lost_mark = false;
 
 bool is_connection_lost_code(int code) {
   switch (code) {
-    case 2002: case 2003: case 2006: case 2013: case 2055: case 1927: case 1053: return true;
+    case 2002:
+    case 2003:
+    case 2006:
+    case 2013:
+    case 2055:
+    case 1927:
+    case 1053: return true;
     default: return false;
   }
 }

@@ -13,26 +13,24 @@ namespace {
 // record was begun in (a restart under the same instance id bumps the epoch). Records without a
 // deadline predate migration 4 and only expire (schema_v4.cpp says why).
 std::optional<idem_record> find_live(sql::Connection& conn, const std::string& key) {
-  auto st = prepare(
-      conn,
-      "SELECT r.idem_key, r.fingerprint, r.state, r.status_code, r.response_body, "
-      "r.owner_instance, r.takeovers, " +
-          detail::ms("r.created_at") + " AS created_at_ms, " + detail::ms("r.expires_at") +
-          " AS expires_at_ms, "
-          "(r.state = 'IN_FLIGHT' AND r.in_flight_until IS NOT NULL AND "
-          " (r.in_flight_until < NOW(3) OR (r.owner_instance IS NOT NULL AND "
-          "  (i.instance_id IS NULL OR i.lease_until < NOW(3) OR i.status <> 'RUNNING' OR "
-          "   NOT (i.epoch <=> r.owner_epoch))))) AS reclaimable "
-          "FROM idempotency_record r LEFT JOIN instance i ON i.instance_id = r.owner_instance "
-          "WHERE r.idem_key = ? AND r.expires_at >= NOW(3)");
+  auto st = prepare(conn,
+                    "SELECT r.idem_key, r.fingerprint, r.state, r.status_code, r.response_body, "
+                    "r.owner_instance, r.takeovers, " +
+                        detail::ms("r.created_at") + " AS created_at_ms, " + detail::ms("r.expires_at") +
+                        " AS expires_at_ms, "
+                        "(r.state = 'IN_FLIGHT' AND r.in_flight_until IS NOT NULL AND "
+                        " (r.in_flight_until < NOW(3) OR (r.owner_instance IS NOT NULL AND "
+                        "  (i.instance_id IS NULL OR i.lease_until < NOW(3) OR i.status <> 'RUNNING' OR "
+                        "   NOT (i.epoch <=> r.owner_epoch))))) AS reclaimable "
+                        "FROM idempotency_record r LEFT JOIN instance i ON i.instance_id = r.owner_instance "
+                        "WHERE r.idem_key = ? AND r.expires_at >= NOW(3)");
   st->setString(1, key);
   rs_ptr rs(st->executeQuery());
   if (!rs->next()) return std::nullopt;
   idem_record r;
   r.key = detail::str(*rs, "idem_key");
   r.fingerprint = detail::str(*rs, "fingerprint");
-  r.state =
-      detail::str(*rs, "state") == "COMPLETED" ? idem_state::COMPLETED : idem_state::IN_FLIGHT;
+  r.state = detail::str(*rs, "state") == "COMPLETED" ? idem_state::COMPLETED : idem_state::IN_FLIGHT;
   if (!rs->isNull("status_code")) r.status_code = rs->getInt("status_code");
   r.response_body = detail::opt_string(*rs, "response_body");
   r.created_at_ms = rs->getInt64("created_at_ms");
@@ -47,8 +45,8 @@ std::int64_t micros(std::chrono::milliseconds d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
 }
 
-bool try_insert(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
-                int ttl_seconds, const idem_owner& owner) {
+bool try_insert(sql::Connection& conn, const std::string& key, const std::string& fingerprint, int ttl_seconds,
+                const idem_owner& owner) {
   auto st = prepare(conn,
                     "INSERT INTO idempotency_record (idem_key, fingerprint, state, created_at, "
                     "expires_at, owner_instance, owner_epoch, in_flight_until) "
@@ -67,15 +65,14 @@ bool try_insert(sql::Connection& conn, const std::string& key, const std::string
 /// Claims a reclaimable record for `owner`. Pinned to the takeover count read (and to the state and
 /// fingerprint): of several retries racing for the same dead record, the row lock serialises their
 /// UPDATEs and only the first still matches. The lifetime restarts, as for a new record.
-bool take_over(sql::Connection& conn, const idem_record& dead, const std::string& fingerprint,
-               int ttl_seconds, const idem_owner& owner) {
-  auto st =
-      prepare(conn,
-              "UPDATE idempotency_record SET owner_instance = NULLIF(?, ''), "
-              "owner_epoch = (SELECT epoch FROM instance WHERE instance_id = ?), "
-              "in_flight_until = NOW(3) + INTERVAL ? MICROSECOND, "
-              "expires_at = NOW(3) + INTERVAL ? SECOND, takeovers = takeovers + 1 "
-              "WHERE idem_key = ? AND state = 'IN_FLIGHT' AND fingerprint = ? AND takeovers = ?");
+bool take_over(sql::Connection& conn, const idem_record& dead, const std::string& fingerprint, int ttl_seconds,
+               const idem_owner& owner) {
+  auto st = prepare(conn,
+                    "UPDATE idempotency_record SET owner_instance = NULLIF(?, ''), "
+                    "owner_epoch = (SELECT epoch FROM instance WHERE instance_id = ?), "
+                    "in_flight_until = NOW(3) + INTERVAL ? MICROSECOND, "
+                    "expires_at = NOW(3) + INTERVAL ? SECOND, takeovers = takeovers + 1 "
+                    "WHERE idem_key = ? AND state = 'IN_FLIGHT' AND fingerprint = ? AND takeovers = ?");
   st->setString(1, owner.instance_id);
   st->setString(2, owner.instance_id);
   st->setInt64(3, micros(owner.in_flight_timeout));
@@ -87,61 +84,50 @@ bool take_over(sql::Connection& conn, const idem_record& dead, const std::string
 }
 }  // namespace
 
-db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key,
-                                        const std::string& fingerprint, int ttl_seconds,
-                                        const idem_owner& owner) {
+db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+                                        int ttl_seconds, const idem_owner& owner) {
   using R = db_result<idem_begin_result>;
   return guarded<idem_begin_result>([&]() -> R {
     // A live record is the answer, unless its request died: then a retry of the SAME request takes
     // it over and runs again. A different request (other fingerprint) never does; it gets the
     // record and with it "key reused".
     auto settle = [&](idem_record found) -> R {
-      if (!found.reclaimable || found.fingerprint != fingerprint)
-        return R::success({false, false, std::move(found)});
-      if (take_over(conn, found, fingerprint, ttl_seconds, owner))
-        return R::success({true, true, std::nullopt});
+      if (!found.reclaimable || found.fingerprint != fingerprint) return R::success({false, false, std::move(found)});
+      if (take_over(conn, found, fingerprint, ttl_seconds, owner)) return R::success({true, true, std::nullopt});
       if (auto winner = find_live(conn, key)) return R::success({false, false, std::move(winner)});
       return R::failure(db_outcome::retryable, "idempotency record taken over concurrently");
     };
     if (auto r = find_live(conn, key)) return settle(std::move(*r));
-    if (try_insert(conn, key, fingerprint, ttl_seconds, owner))
-      return R::success({true, false, std::nullopt});
+    if (try_insert(conn, key, fingerprint, ttl_seconds, owner)) return R::success({true, false, std::nullopt});
     // Conflict: either a concurrent request won, or an expired record still occupies the key.
     if (auto winner = find_live(conn, key)) return settle(std::move(*winner));
-    auto purge =
-        prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND expires_at < NOW(3)");
+    auto purge = prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND expires_at < NOW(3)");
     purge->setString(1, key);
     purge->executeUpdate();
-    if (try_insert(conn, key, fingerprint, ttl_seconds, owner))
-      return R::success({true, false, std::nullopt});
+    if (try_insert(conn, key, fingerprint, ttl_seconds, owner)) return R::success({true, false, std::nullopt});
     if (auto winner = find_live(conn, key)) return settle(std::move(*winner));
     return R::failure(db_outcome::retryable, "idempotency record changed concurrently");
   });
 }
 
-db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code,
-                              const std::string& body) {
+db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code, const std::string& body) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st = prepare(
-        conn,
-        "UPDATE idempotency_record SET state = 'COMPLETED', status_code = ?, response_body = ? "
-        "WHERE idem_key = ? AND state = 'IN_FLIGHT'");
+    auto st = prepare(conn,
+                      "UPDATE idempotency_record SET state = 'COMPLETED', status_code = ?, response_body = ? "
+                      "WHERE idem_key = ? AND state = 'IN_FLIGHT'");
     st->setInt(1, status_code);
     st->setString(2, body);
     st->setString(3, key);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::preempted, "not IN_FLIGHT: " + key);
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "not IN_FLIGHT: " + key);
     return db_result<done>::success({});
   });
 }
 
 db_result<done> idem_abandon(sql::Connection& conn, const std::string& key) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st =
-        prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND state = 'IN_FLIGHT'");
+    auto st = prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND state = 'IN_FLIGHT'");
     st->setString(1, key);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::preempted, "not IN_FLIGHT: " + key);
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "not IN_FLIGHT: " + key);
     return db_result<done>::success({});
   });
 }
@@ -153,9 +139,7 @@ db_result<std::optional<idem_record>> idem_find(sql::Connection& conn, const std
 
 db_result<int> idem_delete_expired(sql::Connection& conn, int limit) {
   return guarded<int>([&]() -> db_result<int> {
-    auto st = prepare(
-        conn,
-        "DELETE FROM idempotency_record WHERE expires_at < NOW(3) ORDER BY expires_at LIMIT ?");
+    auto st = prepare(conn, "DELETE FROM idempotency_record WHERE expires_at < NOW(3) ORDER BY expires_at LIMIT ?");
     st->setInt(1, limit);
     return db_result<int>::success(st->executeUpdate());
   });

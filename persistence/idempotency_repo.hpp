@@ -21,15 +21,14 @@ enum class idem_state { IN_FLIGHT, COMPLETED };
 
 struct idem_record {
   std::string key;
-  std::string
-      fingerprint;  // sha256 hex of the request; a different one means "same key, other request"
+  std::string fingerprint;  // sha256 hex of the request; a different one means "same key, other request"
   idem_state state = idem_state::IN_FLIGHT;
   std::optional<int> status_code;
   std::optional<std::string> response_body;
   std::int64_t created_at_ms = 0;
   std::int64_t expires_at_ms = 0;
   std::optional<std::string> owner_instance;  // NULL on records older than migration 4
-  int takeovers = 0;  // fencing counter: the takeover UPDATE is pinned to the value read
+  int takeovers = 0;                          // fencing counter: the takeover UPDATE is pinned to the value read
   // IN_FLIGHT and, judged with the DB clock, its request is dead: the owner's lease ran out, it
   // stopped or restarted (other epoch), or the in-flight deadline passed.
   bool reclaimable = false;
@@ -43,8 +42,7 @@ struct idem_owner {
 };
 
 struct idem_begin_result {
-  bool fresh =
-      false;  // this call inserted (or took over) the IN_FLIGHT record and owns the request
+  bool fresh = false;                   // this call inserted (or took over) the IN_FLIGHT record and owns the request
   bool taken_over = false;              // fresh by taking over the record of a request that died
   std::optional<idem_record> existing;  // the winner's record when !fresh
 };
@@ -53,12 +51,10 @@ struct idem_begin_result {
 /// it is reported as it is, so the caller still answers "key reused".
 /// retryable when the winner vanished between conflict and re-read (deleted as expired, abandoned),
 /// or a racing takeover won and then vanished.
-db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key,
-                                        const std::string& fingerprint, int ttl_seconds,
-                                        const idem_owner& owner);
+db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+                                        int ttl_seconds, const idem_owner& owner);
 /// IN_FLIGHT -> COMPLETED with the stored response; preempted when not IN_FLIGHT (or gone).
-db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code,
-                              const std::string& body);
+db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code, const std::string& body);
 /// Drops an IN_FLIGHT record whose request failed before producing a response, so a retry may run.
 db_result<done> idem_abandon(sql::Connection& conn, const std::string& key);
 db_result<std::optional<idem_record>> idem_find(sql::Connection& conn, const std::string& key);

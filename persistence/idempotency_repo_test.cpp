@@ -29,9 +29,8 @@ void begin_as_first(const test_database& db, sql::Connection& c, const std::stri
   auto begun = idem_begin(c, key, fp, 3600, first_owner);
   ASSERT_TRUE(begun.ok()) << begun.error.message;
   ASSERT_TRUE(begun.value.fresh);
-  ASSERT_EQ(
-      db.scalar("SELECT owner_instance FROM idempotency_record WHERE idem_key = '" + key + "'"),
-      first_owner.instance_id);
+  ASSERT_EQ(db.scalar("SELECT owner_instance FROM idempotency_record WHERE idem_key = '" + key + "'"),
+            first_owner.instance_id);
 }
 
 std::string column(const test_database& db, const std::string& key, const std::string& col) {
@@ -80,10 +79,8 @@ TEST(IdempotencyTakeover, DeadRequestIsTakenOverByTheSameRequest) {
        [](const test_database&, sql::Connection& c) {
          ASSERT_TRUE(register_instance(c, first_owner.instance_id, 60).ok());
        }},
-      {"owner row gone",
-       [](const test_database& db, sql::Connection&) {
-         db.exec("DELETE FROM instance WHERE instance_id = 'inst-first'");
-       }},
+      {"owner row gone", [](const test_database& db,
+                            sql::Connection&) { db.exec("DELETE FROM instance WHERE instance_id = 'inst-first'"); }},
   };
   for (const auto& d : deaths) {
     SCOPED_TRACE(d.name);
@@ -97,8 +94,7 @@ TEST(IdempotencyTakeover, DeadRequestIsTakenOverByTheSameRequest) {
     EXPECT_TRUE(taken.value.taken_over);
     EXPECT_EQ(column(db, "k", "owner_instance"), retry_owner.instance_id);
     EXPECT_EQ(column(db, "k", "takeovers"), "1");
-    EXPECT_EQ(column(db, "k", "in_flight_until > NOW(3)"), "1")
-        << "the new owner gets a fresh deadline";
+    EXPECT_EQ(column(db, "k", "in_flight_until > NOW(3)"), "1") << "the new owner gets a fresh deadline";
     // The new owner is alive and within its deadline: a third request waits for it.
     auto third = idem_begin(*c, "k", fp, 3600, first_owner);
     ASSERT_TRUE(third.ok());
@@ -148,8 +144,7 @@ TEST(IdempotencyTakeover, RacingRetriesOfADeadRequestHaveExactlyOneWinner) {
   test_database db;
   constexpr int racers = 8;
   auto setup = db.connect();
-  for (int i = 0; i < racers; ++i)
-    ASSERT_TRUE(register_instance(*setup, "racer-" + std::to_string(i), 60).ok());
+  for (int i = 0; i < racers; ++i) ASSERT_TRUE(register_instance(*setup, "racer-" + std::to_string(i), 60).ok());
   for (int round = 0; round < 10; ++round) {
     const std::string key = "dead-" + std::to_string(round);
     begin_as_first(db, *setup, key);
@@ -183,7 +178,6 @@ TEST(IdempotencyTakeover, RacingRetriesOfADeadRequestHaveExactlyOneWinner) {
     EXPECT_EQ(column(db, key, "takeovers"), "1");
     std::string won;
     for (const auto& w : winner) won += w;
-    EXPECT_EQ(column(db, key, "owner_instance"), won)
-        << "the row names the one that was told it won";
+    EXPECT_EQ(column(db, key, "owner_instance"), won) << "the row names the one that was told it won";
   }
 }

@@ -8,17 +8,16 @@ using detail::guarded;
 using detail::prepare;
 using detail::rs_ptr;
 
-db_result<std::int64_t> register_instance(sql::Connection& conn, const std::string& instance_id,
-                                          int lease_seconds, const std::string& address) {
+db_result<std::int64_t> register_instance(sql::Connection& conn, const std::string& instance_id, int lease_seconds,
+                                          const std::string& address) {
   return guarded<std::int64_t>([&]() -> db_result<std::int64_t> {
     detail::transaction tx(conn);
-    auto st = prepare(
-        conn,
-        "INSERT INTO instance (instance_id, started_at, heartbeat_at, lease_until, epoch, address, "
-        "status) "
-        "VALUES (?, NOW(3), NOW(3), NOW(3) + INTERVAL ? SECOND, 1, ?, 'RUNNING') "
-        "ON DUPLICATE KEY UPDATE epoch = epoch + 1, started_at = NOW(3), heartbeat_at = NOW(3), "
-        "lease_until = NOW(3) + INTERVAL ? SECOND, address = ?, status = 'RUNNING'");
+    auto st = prepare(conn,
+                      "INSERT INTO instance (instance_id, started_at, heartbeat_at, lease_until, epoch, address, "
+                      "status) "
+                      "VALUES (?, NOW(3), NOW(3), NOW(3) + INTERVAL ? SECOND, 1, ?, 'RUNNING') "
+                      "ON DUPLICATE KEY UPDATE epoch = epoch + 1, started_at = NOW(3), heartbeat_at = NOW(3), "
+                      "lease_until = NOW(3) + INTERVAL ? SECOND, address = ?, status = 'RUNNING'");
     st->setString(1, instance_id);
     st->setInt(2, lease_seconds);
     detail::set_opt_string(*st, 3, address.empty() ? std::nullopt : std::optional(address));
@@ -35,39 +34,32 @@ db_result<std::int64_t> register_instance(sql::Connection& conn, const std::stri
   });
 }
 
-db_result<done> heartbeat(sql::Connection& conn, const std::string& instance_id,
-                          int lease_seconds) {
+db_result<done> heartbeat(sql::Connection& conn, const std::string& instance_id, int lease_seconds) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st = prepare(
-        conn,
-        "UPDATE instance SET heartbeat_at = NOW(3), lease_until = NOW(3) + INTERVAL ? SECOND "
-        "WHERE instance_id = ? AND status = 'RUNNING'");
+    auto st = prepare(conn,
+                      "UPDATE instance SET heartbeat_at = NOW(3), lease_until = NOW(3) + INTERVAL ? SECOND "
+                      "WHERE instance_id = ? AND status = 'RUNNING'");
     st->setInt(1, lease_seconds);
     st->setString(2, instance_id);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::not_found, "instance not running");
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "instance not running");
     return db_result<done>::success({});
   });
 }
 
 db_result<done> mark_instance_stopped(sql::Connection& conn, const std::string& instance_id) {
   return guarded<done>([&]() -> db_result<done> {
-    auto st = prepare(
-        conn, "UPDATE instance SET status = 'STOPPED', lease_until = NOW(3) WHERE instance_id = ?");
+    auto st = prepare(conn, "UPDATE instance SET status = 'STOPPED', lease_until = NOW(3) WHERE instance_id = ?");
     st->setString(1, instance_id);
-    if (st->executeUpdate() != 1)
-      return db_result<done>::failure(db_outcome::not_found, "no instance");
+    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no instance");
     return db_result<done>::success({});
   });
 }
 
-db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn,
-                                                          const std::string& my_id, int limit) {
+db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn, const std::string& my_id, int limit) {
   using V = std::vector<taken_operation>;
   return guarded<V>([&]() -> db_result<V> {
-    const std::string orphaned =
-        "o.phase NOT IN (" + detail::terminal_phase_list() +
-        ") AND (o.owner_instance IS NULL OR i.instance_id IS NULL OR i.lease_until < NOW(3))";
+    const std::string orphaned = "o.phase NOT IN (" + detail::terminal_phase_list() +
+                                 ") AND (o.owner_instance IS NULL OR i.instance_id IS NULL OR i.lease_until < NOW(3))";
     detail::transaction tx(conn);
     auto sel = prepare(conn,
                        "SELECT o.operation_id FROM operation o LEFT JOIN instance i ON "
@@ -86,40 +78,34 @@ db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn,
       const std::string in = "(" + detail::placeholders(chunk.size()) + ")";
       // The guard re-checks the expiry: a peer that took a row first (or an owner that came back)
       // leaves it out of this UPDATE.
-      auto upd = prepare(
-          conn,
-          "UPDATE operation o LEFT JOIN instance i ON i.instance_id = o.owner_instance "
-          "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1 "
-          "WHERE o.operation_id IN " +
-              in + " AND " + orphaned);
+      auto upd = prepare(conn,
+                         "UPDATE operation o LEFT JOIN instance i ON i.instance_id = o.owner_instance "
+                         "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1 "
+                         "WHERE o.operation_id IN " +
+                             in + " AND " + orphaned);
       upd->setString(1, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k)
-        upd->setString(static_cast<int>(k + 2), chunk[k]);
+      for (std::size_t k = 0; k < chunk.size(); ++k) upd->setString(static_cast<int>(k + 2), chunk[k]);
       if (upd->executeUpdate() == 0) continue;
-      auto ev = prepare(
-          conn,
-          "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
-          "cause, "
-          "actor, instance_id, version, at) SELECT operation_id, step, step, phase, phase, "
-          "'owner lease expired: taken over', 'reconciler', ?, version, NOW(3) FROM operation "
-          "WHERE owner_instance = ? AND operation_id IN " +
-              in);
+      auto ev = prepare(conn,
+                        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
+                        "cause, "
+                        "actor, instance_id, version, at) SELECT operation_id, step, step, phase, phase, "
+                        "'owner lease expired: taken over', 'reconciler', ?, version, NOW(3) FROM operation "
+                        "WHERE owner_instance = ? AND operation_id IN " +
+                            in);
       ev->setString(1, my_id);
       ev->setString(2, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k)
-        ev->setString(static_cast<int>(k + 3), chunk[k]);
+      for (std::size_t k = 0; k < chunk.size(); ++k) ev->setString(static_cast<int>(k + 3), chunk[k]);
       ev->executeUpdate();
       auto got = prepare(conn,
                          "SELECT operation_id, lease_epoch, version FROM operation "
                          "WHERE owner_instance = ? AND operation_id IN " +
                              in);
       got->setString(1, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k)
-        got->setString(static_cast<int>(k + 2), chunk[k]);
+      for (std::size_t k = 0; k < chunk.size(); ++k) got->setString(static_cast<int>(k + 2), chunk[k]);
       rs_ptr grs(got->executeQuery());
       while (grs->next()) {
-        taken.push_back({detail::str(*grs, "operation_id"), grs->getInt64("lease_epoch"),
-                         grs->getInt64("version")});
+        taken.push_back({detail::str(*grs, "operation_id"), grs->getInt64("lease_epoch"), grs->getInt64("version")});
       }
     }
     tx.commit();
@@ -127,16 +113,13 @@ db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<operation_row>> list_owned_nonterminal(sql::Connection& conn,
-                                                             const std::string& owner,
-                                                             const std::string& after_operation_id,
-                                                             int page_size) {
+db_result<std::vector<operation_row>> list_owned_nonterminal(sql::Connection& conn, const std::string& owner,
+                                                             const std::string& after_operation_id, int page_size) {
   using V = std::vector<operation_row>;
   return guarded<V>([&]() -> db_result<V> {
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
                                 " FROM operation WHERE owner_instance = ? AND phase NOT IN (" +
-                                detail::terminal_phase_list() +
-                                ") AND operation_id > ? ORDER BY operation_id LIMIT ?");
+                                detail::terminal_phase_list() + ") AND operation_id > ? ORDER BY operation_id LIMIT ?");
     st->setString(1, owner);
     st->setString(2, after_operation_id);
     st->setInt(3, page_size);

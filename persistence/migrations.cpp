@@ -26,9 +26,7 @@ std::vector<std::string> schema_v6();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
-      {1,
-       "instance registry",
-       {R"sql(
+      {1, "instance registry", {R"sql(
 CREATE TABLE IF NOT EXISTS instance (
   instance_id   VARCHAR(128) NOT NULL,
   started_at    DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),

@@ -12,8 +12,9 @@ TEST(Migrations, ApplyInOrderOnceAndAreIdempotent) {
   auto conn = db.connect();
   std::vector<persistence::migration> ms = {
       {2, "second", {"INSERT INTO t (v) VALUES ('second')"}},
-      {1, "first", {"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(16))",
-                    "INSERT INTO t (v) VALUES ('first')"}},
+      {1,
+       "first",
+       {"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(16))", "INSERT INTO t (v) VALUES ('first')"}},
   };
   auto r = persistence::migrate(*conn, ms);
   ASSERT_TRUE(r.ok) << r.error;
@@ -39,7 +40,9 @@ TEST(Migrations, FailingMigrationStopsAndIsNotRecorded) {
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("migration 2 (broken) statement 2"), std::string::npos) << r.error;
   EXPECT_EQ(persistence::current_schema_version(*conn), 1);
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'c'"), "0");
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'c'"),
+      "0");
 }
 
 TEST(Migrations, DuplicateVersionRefused) {

@@ -112,11 +112,10 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
     auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
     probe->setString(1, req.operation_id);
     rs_ptr rs(probe->executeQuery());
-    return db_result<std::int64_t>::failure(
-        rs->next() ? db_outcome::preempted : db_outcome::not_found,
-        "operation " + req.operation_id + " is not at version " +
-            std::to_string(req.expected_version) + " and step " +
-            std::string(workflow::to_string(req.from)));
+    return db_result<std::int64_t>::failure(rs->next() ? db_outcome::preempted : db_outcome::not_found,
+                                            "operation " + req.operation_id + " is not at version " +
+                                                std::to_string(req.expected_version) + " and step " +
+                                                std::string(workflow::to_string(req.from)));
   }
   return db_result<std::int64_t>::success(req.expected_version + 1);
 }
@@ -125,14 +124,10 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
 
 std::string_view to_string(create_outcome o) {
   switch (o) {
-    case create_outcome::created:
-      return "created";
-    case create_outcome::duplicate_operation:
-      return "duplicate_operation";
-    case create_outcome::in_progress:
-      return "in_progress";
-    case create_outcome::preempted:
-      return "preempted";
+    case create_outcome::created: return "created";
+    case create_outcome::duplicate_operation: return "duplicate_operation";
+    case create_outcome::in_progress: return "in_progress";
+    case create_outcome::preempted: return "preempted";
   }
   return "preempted";
 }
@@ -140,18 +135,16 @@ std::string_view to_string(create_outcome o) {
 db_result<create_outcome> create_operation(sql::Connection& conn, const new_operation& op) {
   using R = db_result<create_outcome>;
   if (!workflow::is_initial_step(op.initial_step)) {
-    return R::failure(
-        db_outcome::illegal_transition,
-        std::string(workflow::to_string(op.initial_step)) + " is not an initial step");
+    return R::failure(db_outcome::illegal_transition,
+                      std::string(workflow::to_string(op.initial_step)) + " is not an initial step");
   }
   return guarded<create_outcome>([&]() -> R {
     const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
     detail::transaction tx(conn);
-    auto ins = prepare(
-        conn,
-        "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-        "title, payload, owner_instance, lease_epoch, requester) "
-        "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)");
+    auto ins = prepare(conn,
+                       "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
+                       "title, payload, owner_instance, lease_epoch, requester) "
+                       "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)");
     ins->setString(1, op.operation_id);
     ins->setString(2, op.subject_id);
     ins->setString(3, op.target_key);
@@ -159,13 +152,10 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
     ins->setInt(5, workflow::code_of(op.initial_step));
     ins->setString(6, initial_phase);
     ins->setString(7, op.title.substr(0, 512));
-    detail::set_opt_string(*ins, 8,
-                           op.payload_json.empty() ? std::nullopt : std::optional(op.payload_json));
-    detail::set_opt_string(
-        *ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+    detail::set_opt_string(*ins, 8, op.payload_json.empty() ? std::nullopt : std::optional(op.payload_json));
+    detail::set_opt_string(*ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
     ins->setInt64(10, op.lease_epoch);
-    detail::set_opt_string(
-        *ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
+    detail::set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
     try {
       ins->executeUpdate();
     } catch (const sql::SQLException& e) {
@@ -174,16 +164,14 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
     }
 
     // Plain read; the write below pins what was read, so a change in between is detected, not lost.
-    auto sel = prepare(
-        conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
+    auto sel = prepare(conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
     sel->setString(1, op.subject_id);
     sel->setString(2, op.target_key);
     rs_ptr existing(sel->executeQuery());
     std::optional<std::string> replaced_op, replaced_phase;
     if (!existing->next()) {
-      auto insb = prepare(
-          conn,
-          "INSERT INTO binding (subject_id, target_key, operation_id, phase) VALUES (?, ?, ?, ?)");
+      auto insb =
+          prepare(conn, "INSERT INTO binding (subject_id, target_key, operation_id, phase) VALUES (?, ?, ?, ?)");
       insb->setString(1, op.subject_id);
       insb->setString(2, op.target_key);
       insb->setString(3, op.operation_id);
@@ -191,8 +179,7 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
       try {
         insb->executeUpdate();
       } catch (const sql::SQLException& e) {
-        if (e.getErrorCode() == 1062)
-          return R::success(create_outcome::preempted);  // a concurrent first apply
+        if (e.getErrorCode() == 1062) return R::success(create_outcome::preempted);  // a concurrent first apply
         throw;
       }
     } else {
@@ -202,10 +189,9 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
       if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
       // Pin the exact phase AND operation id read: with several re-appliable phases, and with
       // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
-      auto upd =
-          prepare(conn,
-                  "UPDATE binding SET operation_id = ?, phase = ? "
-                  "WHERE subject_id = ? AND target_key = ? AND phase = ? AND operation_id = ?");
+      auto upd = prepare(conn,
+                         "UPDATE binding SET operation_id = ?, phase = ? "
+                         "WHERE subject_id = ? AND target_key = ? AND phase = ? AND operation_id = ?");
       upd->setString(1, op.operation_id);
       upd->setString(2, initial_phase);
       upd->setString(3, op.subject_id);
@@ -215,10 +201,9 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
       if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
     }
 
-    auto hist = prepare(
-        conn,
-        "INSERT INTO binding_history (subject_id, target_key, operation_id, replaced_operation_id, "
-        "replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, NOW(3))");
+    auto hist = prepare(conn,
+                        "INSERT INTO binding_history (subject_id, target_key, operation_id, replaced_operation_id, "
+                        "replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, NOW(3))");
     hist->setString(1, op.subject_id);
     hist->setString(2, op.target_key);
     hist->setString(3, op.operation_id);
@@ -226,18 +211,16 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
     detail::set_opt_string(*hist, 5, replaced_phase);
     hist->executeUpdate();
 
-    auto ev = prepare(
-        conn,
-        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
-        "cause, "
-        "actor, instance_id, version, at) VALUES (?, NULL, ?, NULL, ?, ?, ?, ?, 1, NOW(3))");
+    auto ev = prepare(conn,
+                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
+                      "cause, "
+                      "actor, instance_id, version, at) VALUES (?, NULL, ?, NULL, ?, ?, ?, ?, 1, NOW(3))");
     ev->setString(1, op.operation_id);
     ev->setInt(2, workflow::code_of(op.initial_step));
     ev->setString(3, initial_phase);
     ev->setString(4, replaced_op ? "re-applied" : "created");
     ev->setString(5, op.actor.substr(0, 160));
-    detail::set_opt_string(
-        *ev, 6, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+    detail::set_opt_string(*ev, 6, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
     ev->executeUpdate();
     tx.commit();
     return R::success(create_outcome::created);
@@ -247,8 +230,8 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
 db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id) {
   using R = db_result<operation_row>;
   return guarded<operation_row>([&]() -> R {
-    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
-                                " FROM operation WHERE operation_id = ?");
+    auto st =
+        prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE operation_id = ?");
     st->setString(1, operation_id);
     rs_ptr rs(st->executeQuery());
     if (!rs->next()) return R::failure(db_outcome::not_found, "no operation " + operation_id);
@@ -256,17 +239,14 @@ db_result<operation_row> load_operation(sql::Connection& conn, const std::string
   });
 }
 
-db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
-                                                      const std::vector<std::string>& ids) {
+db_result<std::vector<operation_row>> load_operations(sql::Connection& conn, const std::vector<std::string>& ids) {
   using V = std::vector<operation_row>;
   return guarded<V>([&]() -> db_result<V> {
     V out;
     for (const auto& chunk : detail::chunks(ids)) {
       auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
-                                  " FROM operation WHERE operation_id IN (" +
-                                  detail::placeholders(chunk.size()) + ")");
-      for (std::size_t i = 0; i < chunk.size(); ++i)
-        st->setString(static_cast<int>(i + 1), chunk[i]);
+                                  " FROM operation WHERE operation_id IN (" + detail::placeholders(chunk.size()) + ")");
+      for (std::size_t i = 0; i < chunk.size(); ++i) st->setString(static_cast<int>(i + 1), chunk[i]);
       rs_ptr rs(st->executeQuery());
       while (rs->next()) out.push_back(detail::read_operation(*rs));
     }
@@ -292,20 +272,17 @@ db_result<std::vector<operation_row>> list_newest_by(sql::Connection& conn, std:
 }
 }  // namespace
 
-db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
-                                                                 const std::string& subject_id,
+db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn, const std::string& subject_id,
                                                                  int limit) {
   return list_newest_by(conn, "subject_id", subject_id, limit);
 }
 
-db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn,
-                                                                   const std::string& requester,
+db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn, const std::string& requester,
                                                                    int limit) {
   return list_newest_by(conn, "requester", requester, limit);
 }
 
-db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
-                                                        const std::string& operation_id) {
+db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn, const std::string& operation_id) {
   using V = std::vector<operation_event_row>;
   return guarded<V>([&]() -> db_result<V> {
     auto st = prepare(conn,
@@ -322,8 +299,7 @@ db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
       e.operation_id = detail::str(*rs, "operation_id");
       if (!rs->isNull("from_step")) e.from_step = workflow::step_from_code(rs->getInt("from_step"));
       e.to_step = detail::step_or_throw(rs->getInt("to_step"));
-      if (!rs->isNull("from_phase"))
-        e.from_phase = workflow::parse_phase(detail::str(*rs, "from_phase"));
+      if (!rs->isNull("from_phase")) e.from_phase = workflow::parse_phase(detail::str(*rs, "from_phase"));
       e.to_phase = detail::phase_or_throw(detail::str(*rs, "to_phase"));
       e.cause = detail::str(*rs, "cause");
       e.actor = detail::str(*rs, "actor");
@@ -339,8 +315,7 @@ db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
 db_result<std::int64_t> transition(sql::Connection& conn, const transition_request& req) {
   using R = db_result<std::int64_t>;
   if (!workflow::is_allowed(req.from, req.to, req.by)) {
-    return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) +
-                                                          " -> " +
+    return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) + " -> " +
                                                           std::string(workflow::to_string(req.to)) +
                                                           " is not in the transition table");
   }
@@ -358,8 +333,7 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
     // that needs a scan of operation by step every round. A duplicate key means "already admitted"
     // (I4: a requeued member keeps its row, an operator re-trigger after BATCH_FAILED re-inserts).
     {
-      auto adm = prepare(
-          conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+      auto adm = prepare(conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
       adm->setString(1, req.operation_id);
       detail::insert_unless_duplicate(*adm);  // false = already admitted
     }
@@ -375,24 +349,21 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
   });
 }
 
-db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
-                                                        const std::string& operation_id,
+db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn, const std::string& operation_id,
                                                         const std::string& via) {
   using V = std::optional<validated_flip>;
   using R = db_result<V>;
   return guarded<V>([&]() -> R {
     detail::transaction tx(conn);
     // Fixed lock order: operation first, then binding (every path that writes both does the same).
-    auto so =
-        prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
+    auto so = prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
     so->setString(1, operation_id);
     rs_ptr ors(so->executeQuery());
     if (!ors->next()) return R::failure(db_outcome::not_found, "no operation " + operation_id);
     const step current = detail::step_or_throw(ors->getInt("step"));
     const std::int64_t version = ors->getInt64("version");
 
-    auto sb =
-        prepare(conn, "SELECT subject_id, phase FROM binding WHERE operation_id = ? FOR UPDATE");
+    auto sb = prepare(conn, "SELECT subject_id, phase FROM binding WHERE operation_id = ? FOR UPDATE");
     sb->setString(1, operation_id);
     rs_ptr brs(sb->executeQuery());
     if (!brs->next()) return R::success(std::nullopt);  // replaced by a re-apply: idempotent no-op
@@ -405,8 +376,7 @@ db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
     if (!repair && !flip) return R::success(std::nullopt);
     if (repair && !workflow::is_allowed(current, step::CALLED_BACK)) {
       return R::failure(db_outcome::illegal_transition,
-                        std::string(workflow::to_string(current)) +
-                            " -> CALLED_BACK is not in the transition table");
+                        std::string(workflow::to_string(current)) + " -> CALLED_BACK is not in the transition table");
     }
     std::int64_t new_version = version;
     if (repair) {
@@ -417,17 +387,13 @@ db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
       uo->setInt(1, workflow::code_of(step::CALLED_BACK));
       uo->setString(2, operation_id);
       uo->setInt64(3, version);
-      if (uo->executeUpdate() != 1)
-        return R::failure(db_outcome::preempted, "operation moved while locked");
+      if (uo->executeUpdate() != 1) return R::failure(db_outcome::preempted, "operation moved while locked");
       new_version = version + 1;
     }
     if (flip) {
-      auto ub = prepare(
-          conn,
-          "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
+      auto ub = prepare(conn, "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
       ub->setString(1, operation_id);
-      if (ub->executeUpdate() != 1)
-        return R::failure(db_outcome::preempted, "binding moved while locked");
+      if (ub->executeUpdate() != 1) return R::failure(db_outcome::preempted, "binding moved while locked");
     }
     auto ev = prepare(conn,
                       "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
@@ -447,15 +413,14 @@ db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s,
-                                                          int max_age_s, int limit) {
+db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s, int max_age_s,
+                                                          int limit) {
   using V = std::vector<merged_candidate>;
   return guarded<V>([&]() -> db_result<V> {
-    auto st = prepare(
-        conn,
-        "SELECT operation_id, mr_iid FROM operation WHERE phase = 'MERGED' "
-        "AND updated_at > NOW(3) - INTERVAL ? SECOND AND updated_at < NOW(3) - INTERVAL ? SECOND "
-        "AND mr_iid IS NOT NULL ORDER BY updated_at LIMIT ?");
+    auto st = prepare(conn,
+                      "SELECT operation_id, mr_iid FROM operation WHERE phase = 'MERGED' "
+                      "AND updated_at > NOW(3) - INTERVAL ? SECOND AND updated_at < NOW(3) - INTERVAL ? SECOND "
+                      "AND mr_iid IS NOT NULL ORDER BY updated_at LIMIT ?");
     st->setInt(1, max_age_s);
     st->setInt(2, min_age_s);
     st->setInt(3, limit);
@@ -469,9 +434,8 @@ db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn,
 db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit) {
   using V = std::vector<operation_row>;
   return guarded<V>([&]() -> db_result<V> {
-    auto st = prepare(
-        conn, std::string("SELECT ") + detail::operation_columns +
-                  " FROM operation WHERE next_wake_at <= NOW(3) ORDER BY next_wake_at LIMIT ?");
+    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                                " FROM operation WHERE next_wake_at <= NOW(3) ORDER BY next_wake_at LIMIT ?");
     st->setInt(1, limit);
     rs_ptr rs(st->executeQuery());
     V out;

@@ -32,7 +32,7 @@ struct operation_row {
   std::optional<std::string> approval_id;
   std::optional<std::int64_t> batch_id;
   int attempts = 0;
-  int batch_attempts = 0;  // batches claimed into since the last admission (batch.max_attempts)
+  int batch_attempts = 0;                       // batches claimed into since the last admission (batch.max_attempts)
   std::optional<std::int64_t> next_wake_at_ms;  // epoch ms (DB clock)
   std::optional<std::string> owner_instance;
   std::int64_t lease_epoch = 0;
@@ -60,8 +60,8 @@ struct new_operation {
 enum class create_outcome {
   created,
   duplicate_operation,  // this operation_id already exists: an idempotent replay, nothing written
-  in_progress,  // the relationship has a row that is not re-appliable: refused, nothing written
-  preempted,    // a concurrent application changed the binding between read and write
+  in_progress,          // the relationship has a row that is not re-appliable: refused, nothing written
+  preempted,            // a concurrent application changed the binding between read and write
 };
 std::string_view to_string(create_outcome o);
 
@@ -72,15 +72,12 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
 
 db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id);
 /// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
-db_result<std::vector<operation_row>> load_operations(sql::Connection& conn,
-                                                      const std::vector<std::string>& ids);
+db_result<std::vector<operation_row>> load_operations(sql::Connection& conn, const std::vector<std::string>& ids);
 /// A subject's operations, newest first.
-db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn,
-                                                                 const std::string& subject_id,
+db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn, const std::string& subject_id,
                                                                  int limit);
 /// The operations one requester submitted, newest first ("my changes").
-db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn,
-                                                                   const std::string& requester,
+db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn, const std::string& requester,
                                                                    int limit);
 
 struct operation_event_row {
@@ -97,8 +94,7 @@ struct operation_event_row {
   std::int64_t at_ms = 0;
 };
 /// The timeline, oldest first.
-db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn,
-                                                        const std::string& operation_id);
+db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn, const std::string& operation_id);
 
 /// Write fencing: the write only lands while this instance still owns the row at this lease epoch.
 struct owner_fence {
@@ -142,8 +138,7 @@ struct validated_flip {
 /// repairs a lagging step to CALLED_BACK; flips MERGED -> VALIDATED with a guarded update. The
 /// value is set ONLY when this call flipped the binding, so of two racing callers exactly one sees
 /// it. `via` names the path for the timeline ("callback" | "reconciliation").
-db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn,
-                                                        const std::string& operation_id,
+db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn, const std::string& operation_id,
                                                         const std::string& via);
 
 struct merged_candidate {
@@ -152,8 +147,8 @@ struct merged_candidate {
 };
 /// Reconciliation window: phase MERGED, updated_at inside (now - max_age, now -
 /// min_age) on the DB clock, oldest first, only rows with an MR number.
-db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s,
-                                                          int max_age_s, int limit);
+db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s, int max_age_s,
+                                                          int limit);
 
 /// Operations whose next_wake_at has passed (DB clock), earliest first.
 db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit);

@@ -125,8 +125,7 @@ db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const o
   });
 }
 
-db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f,
-                                                            int cap) {
+db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f, int cap) {
   using V = std::vector<operation_row>;
   V out;
   f.limit = 500;
@@ -158,8 +157,8 @@ db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Co
                                                                          const std::string& operation_id) {
   using V = std::vector<callback_ledger_row>;
   return guarded<V>([&]() -> db_result<V> {
-    auto st = prepare(conn, "SELECT " + callback_columns() +
-                                " FROM callback_ledger WHERE operation_id = ? ORDER BY id LIMIT 200");
+    auto st = prepare(
+        conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE operation_id = ? ORDER BY id LIMIT 200");
     st->setString(1, operation_id);
     rs_ptr rs(st->executeQuery());
     V out;
@@ -180,8 +179,7 @@ db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Conn
 }
 
 db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
-                                                             const std::vector<std::string>& outcomes,
-                                                             int limit) {
+                                                             const std::vector<std::string>& outcomes, int limit) {
   using V = std::vector<callback_ledger_row>;
   if (outcomes.empty()) return db_result<V>::success({});
   return guarded<V>([&]() -> db_result<V> {
@@ -205,8 +203,7 @@ db_result<std::vector<instance_row>> list_instances(sql::Connection& conn) {
                                 " AS lease_until_ms, i.epoch, i.address, i.status, (i.lease_until > NOW(3)) AS live, "
                                 "(SELECT COUNT(*) FROM operation o WHERE o.owner_instance = i.instance_id AND "
                                 "o.phase NOT IN (" +
-                                detail::terminal_phase_list() +
-                                ")) AS owned FROM instance i ORDER BY i.instance_id");
+                                detail::terminal_phase_list() + ")) AS owned FROM instance i ORDER BY i.instance_id");
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) {

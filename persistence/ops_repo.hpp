@@ -25,12 +25,12 @@ struct ops_operation_filter {
   std::optional<workflow::step> step;
   std::vector<workflow::step> steps_in;  // any of these steps (the overview's "stuck" set)
   std::string flow;
-  std::string owner;       // owner_instance exact match
-  std::string subject;     // subject_id exact match
-  std::string target;      // target_key exact match
-  int older_than_s = 0;    // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
+  std::string owner;     // owner_instance exact match
+  std::string subject;   // subject_id exact match
+  std::string target;    // target_key exact match
+  int older_than_s = 0;  // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
   bool only_nonterminal = false;
-  int limit = 50;          // clamped to 1..500
+  int limit = 50;  // clamped to 1..500
   /// Cursor from the previous page: "<updated_at_ms>:<operation_id>"; "" = first page.
   std::string after;
 };
@@ -42,8 +42,7 @@ struct ops_operation_page {
 
 db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const ops_operation_filter& f);
 /// Operation ids matching the filter (no paging, at most `cap`), for bulk actions and dry runs.
-db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f,
-                                                            int cap);
+db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f, int cap);
 
 /// Number of operations per phase name (phases without rows are absent).
 db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Connection& conn);
@@ -64,8 +63,7 @@ db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Co
 db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Connection& conn);
 /// Newest first, only the given outcomes (e.g. {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}).
 db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
-                                                             const std::vector<std::string>& outcomes,
-                                                             int limit);
+                                                             const std::vector<std::string>& outcomes, int limit);
 
 struct instance_row {
   std::string instance_id;
@@ -75,7 +73,7 @@ struct instance_row {
   std::int64_t epoch = 0;
   std::string address;
   std::string status;
-  bool lease_live = false;        // lease_until > NOW(3) on the DB clock
+  bool lease_live = false;  // lease_until > NOW(3) on the DB clock
   std::int64_t owned_nonterminal = 0;
 };
 db_result<std::vector<instance_row>> list_instances(sql::Connection& conn);

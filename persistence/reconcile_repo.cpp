@@ -10,21 +10,18 @@ using detail::rs_ptr;
 
 std::string_view to_string(deploy_outcome o) {
   switch (o) {
-    case deploy_outcome::APPLIED:
-      return "APPLIED";
-    case deploy_outcome::DUPLICATE:
-      return "DUPLICATE";
-    case deploy_outcome::IGNORED_STALE:
-      return "IGNORED_STALE";
-    case deploy_outcome::OUT_OF_ORDER:
-      return "OUT_OF_ORDER";
-    case deploy_outcome::DEPLOY_FAILED:
-      return "DEPLOY_FAILED";
+    case deploy_outcome::APPLIED: return "APPLIED";
+    case deploy_outcome::DUPLICATE: return "DUPLICATE";
+    case deploy_outcome::IGNORED_STALE: return "IGNORED_STALE";
+    case deploy_outcome::OUT_OF_ORDER: return "OUT_OF_ORDER";
+    case deploy_outcome::DEPLOY_FAILED: return "DEPLOY_FAILED";
   }
   return "IGNORED_STALE";
 }
 
-std::string deploy_ledger_key(const std::string& delivery_id) { return "deploy:" + delivery_id; }
+std::string deploy_ledger_key(const std::string& delivery_id) {
+  return "deploy:" + delivery_id;
+}
 
 db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, std::int64_t mr_iid) {
   using V = std::vector<mr_operation>;
@@ -87,8 +84,7 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
   });
 }
 
-db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id,
-                                   deploy_outcome outcome) {
+db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id, deploy_outcome outcome) {
   return guarded<done>([&]() -> db_result<done> {
     // First classification wins: a redelivery that applied a PENDING delivery again does not
     // overwrite the outcome its first application recorded.
@@ -106,8 +102,7 @@ db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, c
   using V = std::optional<std::int64_t>;
   return guarded<V>([&]() -> db_result<V> {
     // Served by idx_deploy_status_mr (status, mr_iid); the project filter reads few rows per status.
-    auto st = prepare(conn,
-                      "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = ?");
+    auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = ?");
     st->setString(1, project);
     rs_ptr rs(st->executeQuery());
     if (!rs->next()) return db_result<V>::success(std::nullopt);
@@ -117,8 +112,8 @@ db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, c
 
 db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid) {
   return guarded<bool>([&]() -> db_result<bool> {
-    auto st = prepare(conn,
-                      "SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND project = ? LIMIT 1");
+    auto st =
+        prepare(conn, "SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND project = ? LIMIT 1");
     st->setInt64(1, mr_iid);
     st->setString(2, project);
     rs_ptr rs(st->executeQuery());

@@ -52,14 +52,12 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
                                                  const std::string& payload_json);
 
 /// The classified outcome on the ledger row of a deploy delivery.
-db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id,
-                                   deploy_outcome outcome);
+db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id, deploy_outcome outcome);
 
 /// The reconciliation watermark of one project: the largest MR number with a successful deploy
 /// callback; nullopt when there is none. MR numbers only increase within a project, so the
 /// watermark is per project.
-db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn,
-                                                        const std::string& project);
+db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, const std::string& project);
 
 /// True when a successful deploy callback for this MR of this project is recorded (one indexed
 /// read). For the path that writes MERGED: a callback that overtook that write is applied at once.

@@ -11,8 +11,8 @@
 
 namespace changeflow::persistence::test {
 
-inline std::string new_op(sql::Connection& c, const std::string& subject,
-                          const std::string& target, const std::string& requester = {}) {
+inline std::string new_op(sql::Connection& c, const std::string& subject, const std::string& target,
+                          const std::string& requester = {}) {
   new_operation op;
   op.requester = requester;
   op.operation_id = ids::new_uuid();
@@ -28,8 +28,7 @@ inline std::string new_op(sql::Connection& c, const std::string& subject,
 }
 
 /// Walks the operation from its current step through `path`; returns the final version.
-inline std::int64_t walk(sql::Connection& c, const std::string& id,
-                         std::initializer_list<workflow::step> path,
+inline std::int64_t walk(sql::Connection& c, const std::string& id, std::initializer_list<workflow::step> path,
                          std::optional<std::int64_t> mr_iid = std::nullopt,
                          workflow::actor_kind by = workflow::actor_kind::workflow) {
   auto row = load_operation(c, id);
@@ -46,8 +45,7 @@ inline std::int64_t walk(sql::Connection& c, const std::string& id,
     t.mr_iid = mr_iid;
     t.by = by;
     auto r = transition(c, t);
-    EXPECT_TRUE(r.ok()) << workflow::to_string(from) << " -> " << workflow::to_string(to) << ": "
-                        << r.error.message;
+    EXPECT_TRUE(r.ok()) << workflow::to_string(from) << " -> " << workflow::to_string(to) << ": " << r.error.message;
     version = r.value;
     from = to;
   }
@@ -56,7 +54,6 @@ inline std::int64_t walk(sql::Connection& c, const std::string& id,
 
 using S = workflow::step;
 inline constexpr std::initializer_list<workflow::step> to_merged = {
-    S::APPROVAL_SENT,   S::APPROVAL_APPROVED, S::HANDLE_STARTED,
-    S::HANDLE_APPROVED, S::HANDLE_MERGING,    S::HANDLE_MERGED};
+    S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING, S::HANDLE_MERGED};
 
 }  // namespace changeflow::persistence::test

@@ -36,8 +36,10 @@ statement::statement(sql::Connection& c, std::string sql) : conn_(c), text_(c), 
       if (ch == '\\' && quote != '`') {
         ++i;
       } else if (ch == quote) {
-        if (i + 1 < sql_.size() && sql_[i + 1] == quote) ++i;
-        else quote = 0;
+        if (i + 1 < sql_.size() && sql_[i + 1] == quote)
+          ++i;
+        else
+          quote = 0;
       }
     } else if (ch == '\'' || ch == '"' || ch == '`') {
       quote = ch;
@@ -55,10 +57,18 @@ void statement::bind(int index, std::string literal) {
   values_[static_cast<std::size_t>(index - 1)] = std::move(literal);
 }
 
-void statement::setString(int index, const std::string& v) { bind(index, text_.quote(v)); }
-void statement::setInt(int index, std::int32_t v) { bind(index, std::to_string(v)); }
-void statement::setInt64(int index, std::int64_t v) { bind(index, std::to_string(v)); }
-void statement::setNull(int index, int) { bind(index, "NULL"); }
+void statement::setString(int index, const std::string& v) {
+  bind(index, text_.quote(v));
+}
+void statement::setInt(int index, std::int32_t v) {
+  bind(index, std::to_string(v));
+}
+void statement::setInt64(int index, std::int64_t v) {
+  bind(index, std::to_string(v));
+}
+void statement::setNull(int index, int) {
+  bind(index, "NULL");
+}
 
 std::string statement::bound_sql() const {
   std::string out;

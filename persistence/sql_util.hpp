@@ -109,7 +109,9 @@ using stmt_ptr = std::unique_ptr<statement>;
 /// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
 bool insert_unless_duplicate(statement& st);
 
-inline stmt_ptr prepare(sql::Connection& c, const std::string& q) { return std::make_unique<statement>(c, q); }
+inline stmt_ptr prepare(sql::Connection& c, const std::string& q) {
+  return std::make_unique<statement>(c, q);
+}
 
 inline void set_opt_string(statement& st, int i, const std::optional<std::string>& v) {
   if (v)
@@ -174,8 +176,7 @@ db_result<T> guarded(F&& body) {
 template <class T, class F>
 db_result<T> retry_on_deadlock(F&& attempt, int attempts = 4) {
   db_result<T> r = attempt();
-  for (int i = 1; i < attempts && r.outcome == db_outcome::retryable && r.error.code == 1213; ++i)
-    r = attempt();
+  for (int i = 1; i < attempts && r.outcome == db_outcome::retryable && r.error.code == 1213; ++i) r = attempt();
   return r;
 }
 

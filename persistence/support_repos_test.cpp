@@ -42,8 +42,7 @@ TEST(Idempotency, ConcurrentBeginHasOneFreshWinnerOthersSeeIt) {
           EXPECT_EQ(r.value.existing->state, idem_state::IN_FLIGHT);
           // The winner's fingerprint is what the database holds.
           EXPECT_EQ(r.value.existing->fingerprint,
-                    db.scalar("SELECT fingerprint FROM idempotency_record WHERE idem_key = '" +
-                              key + "'"));
+                    db.scalar("SELECT fingerprint FROM idempotency_record WHERE idem_key = '" + key + "'"));
           ++saw_winner;
         }
       });
@@ -92,8 +91,7 @@ TEST(Idempotency, ExpiryCleanupDeletesOnlyExpiredRows) {
   db.exec(
       "UPDATE idempotency_record SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE idem_key = "
       "'again'");
-  EXPECT_TRUE(
-      idem_begin(*c, "again", fp, 3600, owner).value.fresh);  // expired row replaced, not a conflict
+  EXPECT_TRUE(idem_begin(*c, "again", fp, 3600, owner).value.fresh);  // expired row replaced, not a conflict
 }
 
 TEST(Audit, DuplicateDedupKeyIsAlreadyRecorded) {
@@ -124,10 +122,8 @@ TEST(DeployCallback, DuplicateDeliveryAndWatermark) {
   EXPECT_EQ(record_deploy_callback(*c, cb).value, record_outcome::inserted);
   EXPECT_EQ(max_called_back_mr_iid(*c).value, 41);
 
-  EXPECT_EQ(record_callback(*c, "x1", callback_kind::deploy, "", "{}").value,
-            record_outcome::inserted);
-  EXPECT_EQ(record_callback(*c, "x1", callback_kind::deploy, "", "{}").value,
-            record_outcome::duplicate);
+  EXPECT_EQ(record_callback(*c, "x1", callback_kind::deploy, "", "{}").value, record_outcome::inserted);
+  EXPECT_EQ(record_callback(*c, "x1", callback_kind::deploy, "", "{}").value, record_outcome::duplicate);
   ASSERT_TRUE(set_callback_outcome(*c, "x1", callback_outcome::APPLIED).ok());
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'x1'"), "APPLIED");
 }

@@ -12,17 +12,23 @@ namespace changeflow::service {
 
 namespace {
 
+using persistence::db_outcome;
 using workflow::phase;
 using workflow::step;
-using persistence::db_outcome;
 
 /// A guarded write that lost to another writer re-reads and decides again; a row that keeps moving
 /// for this many rounds is reported as stale instead of being chased for ever.
 constexpr int max_rounds = 3;
 
-step target_of(end_kind k) { return k == end_kind::cancel ? step::CANCELLED : step::CLOSE_SUCCEEDED; }
-std::string_view verb(end_kind k) { return k == end_kind::cancel ? "cancel" : "close"; }
-std::string_view ended_word(end_kind k) { return k == end_kind::cancel ? "Cancelled" : "Closed"; }
+step target_of(end_kind k) {
+  return k == end_kind::cancel ? step::CANCELLED : step::CLOSE_SUCCEEDED;
+}
+std::string_view verb(end_kind k) {
+  return k == end_kind::cancel ? "cancel" : "close";
+}
+std::string_view ended_word(end_kind k) {
+  return k == end_kind::cancel ? "Cancelled" : "Closed";
+}
 
 struct run_state {
   actors::services* svc = nullptr;
@@ -36,9 +42,9 @@ void start_round(run_ptr run);
 
 void finish(const run_ptr& run, end_result r) {
   if (!r.detail.empty()) {
-    log::warn("change.end_failed", {{"operation_id", run->req.operation_id},
-                                    {"action", std::string(verb(run->req.kind))},
-                                    {"detail", r.detail}});
+    log::warn(
+        "change.end_failed",
+        {{"operation_id", run->req.operation_id}, {"action", std::string(verb(run->req.kind))}, {"detail", r.detail}});
   }
   run->done(std::move(r));
 }
@@ -54,7 +60,8 @@ end_result status_only(end_status s, std::string message, std::string detail = {
 void withdraw_approval_after(run_ptr run, persistence::operation_row row, end_result out);
 
 /// The guarded write of the planned step, on a database worker.
-void write_end(run_ptr run, persistence::operation_row row, step target, end_plan plan, std::vector<std::string> withdrawn) {
+void write_end(run_ptr run, persistence::operation_row row, step target, end_plan plan,
+               std::vector<std::string> withdrawn) {
   auto* svc = run->svc;
   bool queued = svc->db->try_submit([run, row, target, plan, withdrawn](persistence::db_context& db) {
     try {
@@ -68,7 +75,8 @@ void write_end(run_ptr run, persistence::operation_row row, step target, end_pla
                               ? std::string(verb(run->req.kind)) + " found the MR merged (merged wins)"
                               : (run->req.kind == end_kind::cancel ? "cancelled by " : "closed by ") + run->req.actor;
       for (const auto& w : withdrawn) cause += "; " + w;
-      if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED) cause += "; withdrawing the approval request";
+      if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED)
+        cause += "; withdrawing the approval request";
       if (!run->req.reason.empty()) cause += ": " + run->req.reason;
       t.cause = cause.substr(0, 250);
       t.actor = run->req.actor.substr(0, 160);
@@ -83,8 +91,9 @@ void write_end(run_ptr run, persistence::operation_row row, step target, end_pla
         // merge): decide again from what is there now. What we withdrew stays withdrawn.
         // A caller that pinned the version it saw asked for exactly that state: no second round.
         if (!run->req.expected_version && ++run->round < max_rounds) return start_round(run);
-        return finish(run, status_only(end_status::stale, "The change kept moving while you acted; reload it and "
-                                                          "try again"));
+        return finish(run, status_only(end_status::stale,
+                                       "The change kept moving while you acted; reload it and "
+                                       "try again"));
       }
       if (!r.ok()) {
         if (r.outcome == db_outcome::retryable) db.reset();
@@ -131,8 +140,9 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
       auto iid = *row.mr_iid;
       auto mr = ec.gitlab.get_mr(ec.endpoints.author_token, iid, false);
       if (!mr) {
-        return finish(run, status_only(end_status::unavailable, "The merge request could not be read; try again shortly",
-                                       "read MR: " + clients::describe(mr.error())));
+        return finish(run,
+                      status_only(end_status::unavailable, "The merge request could not be read; try again shortly",
+                                  "read MR: " + clients::describe(mr.error())));
       }
       if (mr->state == "merged") {
         if (!workflow::is_allowed(row.step, step::HANDLE_ALREADY_MERGED, run->req.by)) {
@@ -142,8 +152,9 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
       } else if (mr->state == "opened" || mr->state == "locked") {
         auto closed = ec.gitlab.close_mr(ec.endpoints.author_token, iid);
         if (!closed) {
-          return finish(run, status_only(end_status::unavailable, "The merge request could not be closed; try again shortly",
-                                         "close MR: " + clients::describe(closed.error())));
+          return finish(run,
+                        status_only(end_status::unavailable, "The merge request could not be closed; try again shortly",
+                                    "close MR: " + clients::describe(closed.error())));
         }
         if (closed->state == "merged") {
           target = step::HANDLE_ALREADY_MERGED;  // a merge landed just before the close
@@ -176,7 +187,8 @@ void withdraw_approval_after(run_ptr run, persistence::operation_row row, end_re
                  (w.error().status != 409 && w.error().status != 404)) {
         // 409/404: already decided or unknown there, nothing to withdraw. Anything else: left pending.
         out.withdrawn.push_back("approval request NOT withdrawn (" + clients::describe(w.error()) + ")");
-        log::warn("change.withdraw_failed", {{"operation_id", row.operation_id}, {"error", clients::describe(w.error())}});
+        log::warn("change.withdraw_failed",
+                  {{"operation_id", row.operation_id}, {"error", clients::describe(w.error())}});
       }
     } catch (const std::exception& e) {
       log::warn("change.withdraw_failed", {{"operation_id", row.operation_id}, {"error", e.what()}});
@@ -194,7 +206,8 @@ void start_round(run_ptr run) {
   bool queued = svc->db->try_submit([run](persistence::db_context& db) {
     try {
       auto row = persistence::load_operation(db.get(), run->req.operation_id);
-      if (row.outcome == db_outcome::not_found) return finish(run, status_only(end_status::not_found, "No such operation"));
+      if (row.outcome == db_outcome::not_found)
+        return finish(run, status_only(end_status::not_found, "No such operation"));
       if (!row.ok()) {
         if (row.outcome == db_outcome::retryable) db.reset();
         return finish(run, status_only(end_status::unavailable, {}, "database: " + row.error.message));
@@ -206,8 +219,8 @@ void start_round(run_ptr run) {
                                            ", you saw " + std::to_string(*run->req.expected_version) + " at step " +
                                            std::string(workflow::to_string(r.step)) + "); reload it and decide again"));
       }
-      auto plan = plan_end(run->req.kind, r.step, run->req.by, r.approval_id && !r.approval_id->empty(),
-                           r.mr_iid.has_value());
+      auto plan =
+          plan_end(run->req.kind, r.step, run->req.by, r.approval_id && !r.approval_id->empty(), r.mr_iid.has_value());
       if (!plan.target) {
         auto out = status_only(plan.refusal, plan.message);
         out.from = out.to = r.step;

@@ -32,8 +32,8 @@ struct end_request {
   end_kind kind = end_kind::cancel;
   std::string operation_id;
   workflow::actor_kind by = workflow::actor_kind::requester;
-  std::string actor;   // timeline label: "user:<id>" | "operator:<name>"
-  std::string reason;  // optional, recorded as last_error and in the cause
+  std::string actor;                             // timeline label: "user:<id>" | "operator:<name>"
+  std::string reason;                            // optional, recorded as last_error and in the cause
   std::optional<std::int64_t> expected_version;  // refuse when the row moved since the caller looked
 };
 
@@ -44,8 +44,8 @@ enum class end_status {
   not_allowed,    // the change is past the point where it can end this way (message says why)
   stale,          // expected_version did not match, or the row kept moving under us
   not_found,
-  unavailable,    // the database or an external system could not be reached: retry later
-  overloaded,     // a worker pool was full: retry later
+  unavailable,  // the database or an external system could not be reached: retry later
+  overloaded,   // a worker pool was full: retry later
 };
 
 struct end_result {
@@ -54,7 +54,7 @@ struct end_result {
   workflow::step from = workflow::step::APPROVAL_SENDING;
   workflow::step to = workflow::step::APPROVAL_SENDING;
   std::int64_t version = 0;
-  bool written = false;  // this call committed a transition (ended, or merged wins recorded)
+  bool written = false;                // this call committed a transition (ended, or merged wins recorded)
   std::vector<std::string> withdrawn;  // what was withdrawn remotely, in words
   std::string detail;                  // for the log only (may name internal errors)
 };
@@ -67,8 +67,7 @@ struct end_plan {
   bool withdraw_approval = false;  // an approval request may still be pending: withdraw it after the write
   bool read_mr = false;            // an MR exists and may still be open (close it, or find it merged)
 };
-end_plan plan_end(end_kind kind, workflow::step current, workflow::actor_kind by, bool has_approval_id,
-                  bool has_mr);
+end_plan plan_end(end_kind kind, workflow::step current, workflow::actor_kind by, bool has_approval_id, bool has_mr);
 
 /// Runs the use case across the database and external pools; `done` is called exactly once, from a
 /// worker thread.

@@ -7,10 +7,20 @@ namespace changeflow::sim {
 using json = nlohmann::json;
 
 std::optional<fault> parse_fault(const json& j, std::string& error) {
-  static const std::set<std::string> kinds = {
-      "status",          "slow",       "garbage",         "lose_response",   "approve_not_allowed",
-      "check_items_change", "merge_needs_rebase", "merged_before_close", "rebase_conflict", "target_conflict", "pipeline_fail", "pipeline_hang",
-      "approval_callback", "deploy_callback"};
+  static const std::set<std::string> kinds = {"status",
+                                              "slow",
+                                              "garbage",
+                                              "lose_response",
+                                              "approve_not_allowed",
+                                              "check_items_change",
+                                              "merge_needs_rebase",
+                                              "merged_before_close",
+                                              "rebase_conflict",
+                                              "target_conflict",
+                                              "pipeline_fail",
+                                              "pipeline_hang",
+                                              "approval_callback",
+                                              "deploy_callback"};
   if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) {
     error = "a fault needs a string 'kind'";
     return std::nullopt;

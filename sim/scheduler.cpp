@@ -5,7 +5,9 @@
 namespace changeflow::sim {
 
 scheduler::scheduler() : thread_([this] { run(); }) {}
-scheduler::~scheduler() { stop(); }
+scheduler::~scheduler() {
+  stop();
+}
 
 void scheduler::after(std::chrono::milliseconds delay, std::function<void()> task) {
   {

@@ -51,7 +51,9 @@ hs::response json_response(unsigned status, const json& body) {
   r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
 }
-hs::response message(unsigned status, const json& msg) { return json_response(status, {{"message", msg}}); }
+hs::response message(unsigned status, const json& msg) {
+  return json_response(status, {{"message", msg}});
+}
 
 std::vector<std::string> split_path(std::string_view target) {
   target = target.substr(0, target.find('?'));
@@ -181,7 +183,7 @@ struct simulator::impl {
   std::unique_ptr<hs::server> server;
   std::uint16_t stopped_port = 0;
   scheduler tasks;
-  std::mutex mutex;  // guards everything below
+  std::mutex mutex;              // guards everything below
   std::uint64_t generation = 0;  // bumped by reset: tasks of an older generation do nothing
   std::uint64_t counter = 0;
   std::int64_t next_mr_id = 1000, next_pipeline_id = 5000, next_approval = 1;
@@ -228,8 +230,10 @@ struct simulator::impl {
     p.sha = mr.sha;
     p.ref = mr.source;
     p.started = at;
-    if (faults.take("pipeline_fail", "pipeline", mr.subject())) p.outcome = "failed";
-    else if (faults.take("pipeline_hang", "pipeline", mr.subject())) p.outcome = "hang";
+    if (faults.take("pipeline_fail", "pipeline", mr.subject()))
+      p.outcome = "failed";
+    else if (faults.take("pipeline_hang", "pipeline", mr.subject()))
+      p.outcome = "hang";
     pipelines[p.id] = p;
     mr.pipelines.push_back(p.id);
     (void)project_name;
@@ -265,8 +269,12 @@ struct simulator::impl {
   }
 
   json pipeline_json(const sim_pipeline& p, clock_type::time_point now) const {
-    return {{"id", p.id},         {"iid", p.id - 4999},     {"sha", p.sha},
-            {"ref", p.ref},       {"status", pipeline_status(p, now)}, {"source", "merge_request_event"},
+    return {{"id", p.id},
+            {"iid", p.id - 4999},
+            {"sha", p.sha},
+            {"ref", p.ref},
+            {"status", pipeline_status(p, now)},
+            {"source", "merge_request_event"},
             {"web_url", "http://sim/-/pipelines/" + std::to_string(p.id)}};
   }
 
@@ -298,7 +306,8 @@ struct simulator::impl {
   json approvals_json(const sim_mr& mr, std::int64_t user) const {
     json by = json::array();
     for (auto id : mr.approved_by) {
-      by.push_back({{"user", {{"id", id}, {"username", "user" + std::to_string(id)}, {"name", "User " + std::to_string(id)}}}});
+      by.push_back(
+          {{"user", {{"id", id}, {"username", "user" + std::to_string(id)}, {"name", "User " + std::to_string(id)}}}});
     }
     return {{"id", mr.id},
             {"iid", mr.iid},
@@ -356,8 +365,10 @@ struct simulator::impl {
 
   std::optional<std::int64_t> user_of(const hs::request& req) const {
     std::string token;
-    if (auto t = req.header("private-token")) token = std::string(*t);
-    else if (auto a = req.header("authorization"); a && a->substr(0, 7) == "Bearer ") token = std::string(a->substr(7));
+    if (auto t = req.header("private-token"))
+      token = std::string(*t);
+    else if (auto a = req.header("authorization"); a && a->substr(0, 7) == "Bearer ")
+      token = std::string(a->substr(7));
     auto it = opts.tokens.find(token);
     if (it == opts.tokens.end()) return std::nullopt;
     return it->second;
@@ -390,20 +401,33 @@ struct simulator::impl {
     const auto& m = req.method;
     std::string endpoint = "unknown";
     std::optional<std::int64_t> iid;
-    if (rest.size() == 3 && rest[0] == "repository" && rest[1] == "branches" && m == "GET") endpoint = "get_branch";
-    else if (rest.size() == 2 && rest[0] == "repository" && rest[1] == "commits" && m == "POST") endpoint = "create_commit";
-    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "POST") endpoint = "create_mr";
-    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "GET") endpoint = "list_mrs";
-    else if (rest.size() == 1 && rest[0] == "approval_check_items" && m == "GET") endpoint = "check_items";
-    else if (rest.size() == 2 && rest[0] == "pipelines" && m == "GET") endpoint = "get_pipeline";
+    if (rest.size() == 3 && rest[0] == "repository" && rest[1] == "branches" && m == "GET")
+      endpoint = "get_branch";
+    else if (rest.size() == 2 && rest[0] == "repository" && rest[1] == "commits" && m == "POST")
+      endpoint = "create_commit";
+    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "POST")
+      endpoint = "create_mr";
+    else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "GET")
+      endpoint = "list_mrs";
+    else if (rest.size() == 1 && rest[0] == "approval_check_items" && m == "GET")
+      endpoint = "check_items";
+    else if (rest.size() == 2 && rest[0] == "pipelines" && m == "GET")
+      endpoint = "get_pipeline";
     else if (rest.size() >= 2 && rest[0] == "merge_requests" && (iid = to_int(rest[1]))) {
-      if (rest.size() == 2 && m == "GET") endpoint = "get_mr";
-      else if (rest.size() == 2 && m == "PUT") endpoint = "update_mr";
-      else if (rest.size() == 3 && rest[2] == "approvals" && m == "GET") endpoint = "get_approvals";
-      else if (rest.size() == 3 && rest[2] == "approve" && m == "POST") endpoint = "approve";
-      else if (rest.size() == 3 && rest[2] == "merge" && m == "PUT") endpoint = "merge";
-      else if (rest.size() == 3 && rest[2] == "rebase" && m == "PUT") endpoint = "rebase";
-      else if (rest.size() == 3 && rest[2] == "pipelines" && m == "GET") endpoint = "mr_pipelines";
+      if (rest.size() == 2 && m == "GET")
+        endpoint = "get_mr";
+      else if (rest.size() == 2 && m == "PUT")
+        endpoint = "update_mr";
+      else if (rest.size() == 3 && rest[2] == "approvals" && m == "GET")
+        endpoint = "get_approvals";
+      else if (rest.size() == 3 && rest[2] == "approve" && m == "POST")
+        endpoint = "approve";
+      else if (rest.size() == 3 && rest[2] == "merge" && m == "PUT")
+        endpoint = "merge";
+      else if (rest.size() == 3 && rest[2] == "rebase" && m == "PUT")
+        endpoint = "rebase";
+      else if (rest.size() == 3 && rest[2] == "pipelines" && m == "GET")
+        endpoint = "mr_pipelines";
     }
     ++counters.requests[endpoint];
     outcome out;
@@ -463,12 +487,15 @@ struct simulator::impl {
       if (it == proj.branches.end()) {
         out.res = message(404, "404 Branch Not Found");
       } else {
-        out.res = json_response(200, {{"name", it->first},
-                                      {"commit", {{"id", it->second.head_sha}, {"message", it->second.head_message},
-                                                  {"title", it->second.head_message.substr(0, it->second.head_message.find('\n'))}}},
-                                      {"protected", it->first == "main"},
-                                      {"merged", false},
-                                      {"default", it->first == "main"}});
+        out.res =
+            json_response(200, {{"name", it->first},
+                                {"commit",
+                                 {{"id", it->second.head_sha},
+                                  {"message", it->second.head_message},
+                                  {"title", it->second.head_message.substr(0, it->second.head_message.find('\n'))}}},
+                                {"protected", it->first == "main"},
+                                {"merged", false},
+                                {"default", it->first == "main"}});
       }
     } else if (endpoint == "create_commit") {
       out.res = create_commit(proj, body, subject);
@@ -492,15 +519,18 @@ struct simulator::impl {
     } else if (endpoint == "get_pipeline") {
       auto id = to_int(rest[1]);
       auto it = id ? pipelines.find(*id) : pipelines.end();
-      if (it == pipelines.end()) out.res = message(404, "404 Not found");
-      else out.res = json_response(200, pipeline_json(it->second, now));
+      if (it == pipelines.end())
+        out.res = message(404, "404 Not found");
+      else
+        out.res = json_response(200, pipeline_json(it->second, now));
     } else if (endpoint == "get_mr") {
       out.res = json_response(200, mr_json(project_name, *mr, now));
     } else if (endpoint == "update_mr") {
       auto state_event = body.value("state_event", req.query_param("state_event").value_or(""));
       // A merge that lands just before the close (another merger, or a merge whose answer was lost):
       // the close then finds the MR merged.
-      if (state_event == "close" && mr->state == "opened" && faults.take("merged_before_close", "update_mr", mr->subject())) {
+      if (state_event == "close" && mr->state == "opened" &&
+          faults.take("merged_before_close", "update_mr", mr->subject())) {
         land(proj, project_name, *mr);
       }
       // GitLab ignores an impossible transition (closing a merged MR) and answers with the MR as is.
@@ -571,7 +601,8 @@ struct simulator::impl {
     auto start = body.value("start_branch", "");
     bool exists = proj.branches.count(branch) != 0;
     if (exists && !start.empty() && start != branch) {
-      return message(400, "A branch called '" + branch + "' already exists. Switch to that branch in order to make changes");
+      return message(400,
+                     "A branch called '" + branch + "' already exists. Switch to that branch in order to make changes");
     }
     if (!exists && proj.branches.count(start.empty() ? branch : start) == 0) {
       return message(400, "You can only create or edit files when you are on a branch");
@@ -765,9 +796,8 @@ struct simulator::impl {
   }
 
   json callback_body(const sim_approval& a, const std::string& result, const std::string& operation_id) {
-    return {{"callbackId", next_uuid()}, {"approvalId", a.id},       {"operationId", operation_id},
-            {"result", result},          {"approver", "sim-approver"}, {"ext", a.ext},
-            {"decidedAt", iso_now()}};
+    return {{"callbackId", next_uuid()},  {"approvalId", a.id}, {"operationId", operation_id}, {"result", result},
+            {"approver", "sim-approver"}, {"ext", a.ext},       {"decidedAt", iso_now()}};
   }
 
   // Called with the mutex held. Applies the approval_callback fault, then queues deliveries.
@@ -995,7 +1025,8 @@ struct simulator::impl {
       // What the approval system was told, for tests that check who is named as the applicant.
       json list = json::array();
       for (const auto& [id, a] : approvals) {
-        list.push_back({{"approvalId", id}, {"requestId", a.request_id}, {"applicant", a.applicant}, {"state", a.state}});
+        list.push_back(
+            {{"approvalId", id}, {"requestId", a.request_id}, {"applicant", a.applicant}, {"state", a.state}});
       }
       return json_response(200, {{"approvals", list}});
     }
@@ -1019,7 +1050,8 @@ struct simulator::impl {
       if (body.contains("items") && body["items"].is_array()) {
         check_items.clear();
         for (const auto& item : body["items"]) {
-          if (!item.is_object() || !item.contains("id") || !item["id"].is_string()) return message(400, "items need string ids");
+          if (!item.is_object() || !item.contains("id") || !item["id"].is_string())
+            return message(400, "items need string ids");
           check_items.push_back({item["id"].get<std::string>(), item.value("title", "")});
         }
       }
@@ -1060,7 +1092,9 @@ struct simulator::impl {
 };
 
 simulator::simulator(sim_options options) : impl_(std::make_unique<impl>(std::move(options))) {}
-simulator::~simulator() { stop(); }
+simulator::~simulator() {
+  stop();
+}
 
 void simulator::start() {
   hs::server_options so;
@@ -1085,7 +1119,11 @@ void simulator::stop() {
   }
 }
 
-std::uint16_t simulator::port() const { return impl_->server ? impl_->server->port() : impl_->stopped_port; }
-std::string simulator::base_url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+std::uint16_t simulator::port() const {
+  return impl_->server ? impl_->server->port() : impl_->stopped_port;
+}
+std::string simulator::base_url() const {
+  return "http://127.0.0.1:" + std::to_string(port());
+}
 
 }  // namespace changeflow::sim

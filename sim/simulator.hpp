@@ -23,12 +23,12 @@ struct sim_options {
   std::uint64_t seed = 1;  // ids and shas derive from it: same seed + same requests = same answers
   std::string approval_secret = "demo-approval-secret";
   std::string deploy_secret = "demo-deploy-secret";
-  std::string deploy_callback_url;  // empty: no deploy callbacks
-  std::chrono::milliseconds callback_delay{200};      // approval decision after submit
-  std::chrono::milliseconds pipeline_duration{300};   // MR pipelines and the deploy pipeline
+  std::string deploy_callback_url;                   // empty: no deploy callbacks
+  std::chrono::milliseconds callback_delay{200};     // approval decision after submit
+  std::chrono::milliseconds pipeline_duration{300};  // MR pipelines and the deploy pipeline
   std::chrono::milliseconds rebase_duration{100};
-  std::chrono::milliseconds callback_timeout{2000};   // per delivery attempt
-  int callback_attempts = 4;                          // deliveries per callback before giving up
+  std::chrono::milliseconds callback_timeout{2000};  // per delivery attempt
+  int callback_attempts = 4;                         // deliveries per callback before giving up
   std::map<std::string, std::int64_t> tokens = {
       {"author-token", 1}, {"approver-1-token", 101}, {"approver-2-token", 102}};
 };

@@ -24,13 +24,14 @@ namespace {
 // Captures every POST it receives and answers 200.
 class callback_receiver {
  public:
-  callback_receiver() : server_({}, [this](http_server::request&& req, http_server::responder reply) {
-                          {
-                            std::lock_guard lock(mutex_);
-                            received_.push_back(std::move(req));
-                          }
-                          reply(http_server::response{200, "application/json", {}, R"({"code":"OK"})"});
-                        }) {
+  callback_receiver()
+      : server_({}, [this](http_server::request&& req, http_server::responder reply) {
+          {
+            std::lock_guard lock(mutex_);
+            received_.push_back(std::move(req));
+          }
+          reply(http_server::response{200, "application/json", {}, R"({"code":"OK"})"});
+        }) {
     server_.start();
   }
   std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(server_.port()) + path; }
@@ -61,8 +62,8 @@ class SimulatorTest : public ::testing::Test {
   }
   void TearDown() override { simulator->stop(); }
 
-  changeflow::testing::http_result call(const std::string& method, const std::string& target, const json& body = nullptr,
-                            const std::string& token = "author-token") {
+  changeflow::testing::http_result call(const std::string& method, const std::string& target,
+                                        const json& body = nullptr, const std::string& token = "author-token") {
     std::vector<std::pair<std::string, std::string>> headers;
     if (!token.empty()) headers.emplace_back("PRIVATE-TOKEN", token);
     return http_call("127.0.0.1", simulator->port(), method, target, body.is_null() ? "" : body.dump(), headers);
@@ -77,8 +78,9 @@ class SimulatorTest : public ::testing::Test {
                         {"commit_message", "change"},
                         {"actions", {{{"action", "create"}, {"file_path", "a.yaml"}, {"content", "x"}}}}});
     EXPECT_EQ(commit.status, 201) << commit.body;
-    auto mr = call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
-                   {{"source_branch", branch}, {"target_branch", "main"}, {"title", title}, {"description", description}});
+    auto mr =
+        call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+             {{"source_branch", branch}, {"target_branch", "main"}, {"title", title}, {"description", description}});
     EXPECT_EQ(mr.status, 201) << mr.body;
     return json::parse(mr.body);
   }
@@ -183,8 +185,8 @@ TEST_F(SimulatorTest, NeedsRebaseThenRebaseThenMerge) {
 }
 
 TEST_F(SimulatorTest, RebaseConflictAndFailedPipelineAreReported) {
-  add_fault(json::array({{{"kind", "rebase_conflict"}, {"match", "Conflicted"}},
-                         {{"kind", "pipeline_fail"}, {"match", "Broken"}}}));
+  add_fault(json::array(
+      {{{"kind", "rebase_conflict"}, {"match", "Conflicted"}}, {{"kind", "pipeline_fail"}, {"match", "Broken"}}}));
   auto conflicted = open_mr("change/conflict", "Conflicted");
   int iid = conflicted["iid"];
   EXPECT_EQ(call("PUT", mr_path(iid, "/rebase")).status, 202);
@@ -248,9 +250,9 @@ TEST_F(SimulatorTest, AttemptsCountEveryMutatingRequestIncludingRefusedOnes) {
 }
 
 TEST_F(SimulatorTest, ApprovalIsDeduplicatedAndCalledBackSigned) {
-  json submit = {{"requestId", "op-approve"},    {"title", "Change A"},
-                 {"applicant", "alice"},         {"callbackUrl", receiver.url("/api/v1/callbacks/approval")},
-                 {"form", {{"k", "v"}}},         {"ext", {{"mrId", "7"}}}};
+  json submit = {{"requestId", "op-approve"}, {"title", "Change A"},
+                 {"applicant", "alice"},      {"callbackUrl", receiver.url("/api/v1/callbacks/approval")},
+                 {"form", {{"k", "v"}}},      {"ext", {{"mrId", "7"}}}};
   auto first = call("POST", "/api/approvals", submit, "");
   ASSERT_EQ(first.status, 201) << first.body;
   auto again = call("POST", "/api/approvals", submit, "");
@@ -272,16 +274,22 @@ TEST_F(SimulatorTest, RejectMarkerDuplicateAndReorderFaults) {
   add_fault(json::array({{{"kind", "approval_callback"}, {"mode", "duplicate"}, {"match", "op-dup"}},
                          {{"kind", "approval_callback"}, {"mode", "reorder"}, {"match", "op-reorder"}}}));
   auto url = receiver.url("/cb");
-  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-reject"}, {"title", "Bad [reject]"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_EQ(
+      call("POST", "/api/approvals", {{"requestId", "op-reject"}, {"title", "Bad [reject]"}, {"callbackUrl", url}}, "")
+          .status,
+      201);
   ASSERT_TRUE(wait_until([&] { return receiver.count() == 1; }, 5s));
   EXPECT_EQ(json::parse(receiver.received()[0].body)["result"], "REJECTED");
 
-  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-dup"}, {"title", "T"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-dup"}, {"title", "T"}, {"callbackUrl", url}}, "").status,
+            201);
   ASSERT_TRUE(wait_until([&] { return receiver.count() == 3; }, 5s));
   auto r = receiver.received();
   EXPECT_EQ(json::parse(r[1].body)["callbackId"], json::parse(r[2].body)["callbackId"]);  // same delivery twice
 
-  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-reorder"}, {"title", "T"}, {"callbackUrl", url}}, "").status, 201);
+  ASSERT_EQ(
+      call("POST", "/api/approvals", {{"requestId", "op-reorder"}, {"title", "T"}, {"callbackUrl", url}}, "").status,
+      201);
   ASSERT_TRUE(wait_until([&] { return receiver.count() == 5; }, 5s));
   r = receiver.received();
   EXPECT_EQ(json::parse(r[3].body)["result"], "REJECTED");
@@ -292,12 +300,19 @@ TEST_F(SimulatorTest, RejectMarkerDuplicateAndReorderFaults) {
 }
 
 TEST_F(SimulatorTest, ConcurrentDuplicatesSendTheSameDeliveryFromSeveralThreads) {
-  add_fault(json::array({{{"kind", "approval_callback"}, {"mode", "duplicate"}, {"copies", 4}, {"concurrent", true},
+  add_fault(json::array({{{"kind", "approval_callback"},
+                          {"mode", "duplicate"},
+                          {"copies", 4},
+                          {"concurrent", true},
                           {"match", "op-burst"}},
-                         {{"kind", "deploy_callback"}, {"mode", "duplicate"}, {"copies", 3}, {"concurrent", true},
-                          {"gap_ms", 5}, {"match", "Burst deploy"}}}));
-  ASSERT_EQ(call("POST", "/api/approvals", {{"requestId", "op-burst"}, {"title", "T"}, {"callbackUrl", receiver.url("/cb")}},
-                 "")
+                         {{"kind", "deploy_callback"},
+                          {"mode", "duplicate"},
+                          {"copies", 3},
+                          {"concurrent", true},
+                          {"gap_ms", 5},
+                          {"match", "Burst deploy"}}}));
+  ASSERT_EQ(call("POST", "/api/approvals",
+                 {{"requestId", "op-burst"}, {"title", "T"}, {"callbackUrl", receiver.url("/cb")}}, "")
                 .status,
             201);
   ASSERT_TRUE(wait_until([&] { return receiver.count() == 4; }, 5s));

@@ -161,8 +161,7 @@ decision on_submit_approval(const operation_state& s, const call_reply& r, const
       return wait_or(s, cfg, now_ms, step::APPROVAL_SUBMIT_FAILED, "approval system unreachable", r.retry_after_ms);
     case status::refused:
       return go_failed(step::APPROVAL_SUBMIT_FAILED, "approval system refused the submission", r.error);
-    case status::overloaded:
-      return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
+    case status::overloaded: return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
   }
   return refuse("unknown outcome");
 }
@@ -184,8 +183,7 @@ decision on_create_mr(const operation_state& s, const call_reply& r, const setti
       return wait_or(s, cfg, now_ms, step::CREATE_ERROR, "GitLab unreachable while creating the MR", r.retry_after_ms);
     case status::refused:
       return go_failed(step::CREATE_GITLAB_REFUSED, "GitLab refused the branch, commit or MR", r.error);
-    case status::overloaded:
-      return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
+    case status::overloaded: return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
   }
   return refuse("unknown outcome");
 }
@@ -220,12 +218,9 @@ decision on_read_pipeline(const operation_state& s, const call_reply& r, const s
       d.sha_seen = r.sha;
       return d;
     }
-    case status::retryable:
-      return keep_waiting();
-    case status::refused:
-      return go_failed(step::CREATE_ERROR, "MR could not be read", r.error);
-    case status::overloaded:
-      return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
+    case status::retryable: return keep_waiting();
+    case status::refused: return go_failed(step::CREATE_ERROR, "MR could not be read", r.error);
+    case status::overloaded: return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
   }
   return refuse("unknown outcome");
 }
@@ -240,10 +235,8 @@ decision on_approve_bots(const operation_state& s, const call_reply& r, const se
       return go(step::HANDLE_APPROVED, "approved by both bots");
     case status::retryable:
       return wait_or(s, cfg, now_ms, step::HANDLE_ERROR, "GitLab unreachable while approving", r.retry_after_ms);
-    case status::refused:
-      return go_failed(step::HANDLE_APPROVAL_FAILED, "a bot may not approve this MR", r.error);
-    case status::overloaded:
-      return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
+    case status::refused: return go_failed(step::HANDLE_APPROVAL_FAILED, "a bot may not approve this MR", r.error);
+    case status::overloaded: return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
   }
   return refuse("unknown outcome");
 }
@@ -270,14 +263,10 @@ decision on_try_merge(const operation_state& s, const call_reply& r, const setti
                    r.retry_after_ms);
   };
   switch (r.outcome) {
-    case status::ok:
-      break;
-    case status::retryable:
-      return keep_waiting();
-    case status::refused:
-      return go_failed(step::HANDLE_MERGE_FAILED, "GitLab refused the merge", r.error);
-    case status::overloaded:
-      return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
+    case status::ok: break;
+    case status::retryable: return keep_waiting();
+    case status::refused: return go_failed(step::HANDLE_MERGE_FAILED, "GitLab refused the merge", r.error);
+    case status::overloaded: return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
   }
   switch (r.merge) {
     case merge_result::merged: {
@@ -290,8 +279,7 @@ decision on_try_merge(const operation_state& s, const call_reply& r, const setti
       d.next->clear_wake = true;
       return d;
     }
-    case merge_result::closed:
-      return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");
+    case merge_result::closed: return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");
     case merge_result::pipeline_failed:
       return go_failed(step::HANDLE_PIPELINE_FAILED, "pipeline on the head SHA failed", r.error);
     case merge_result::not_mergeable_yet: {
@@ -317,8 +305,7 @@ decision on_try_merge(const operation_state& s, const call_reply& r, const setti
       d.effects.push_back(call(call_kind::rebase, s));
       return d;
     }
-    case merge_result::none:
-      break;
+    case merge_result::none: break;
   }
   return refuse("merge reply without a result");
 }
@@ -333,10 +320,8 @@ decision on_rebase(const operation_state& s, const call_reply& r, const settings
     }
     case status::retryable:
       return wait_or(s, cfg, now_ms, step::REBASE_PENDING, "rebase could not be requested in time", r.retry_after_ms);
-    case status::refused:
-      return go_failed(step::HANDLE_MERGE_FAILED, "GitLab refused the rebase", r.error);
-    case status::overloaded:
-      return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
+    case status::refused: return go_failed(step::HANDLE_MERGE_FAILED, "GitLab refused the rebase", r.error);
+    case status::overloaded: return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
   }
   return refuse("unknown outcome");
 }
@@ -346,8 +331,7 @@ decision on_read_rebase(const operation_state& s, const call_reply& r, const set
     return refuse("rebase status outside the rebase wait");
   }
   switch (r.outcome) {
-    case status::ok:
-      break;
+    case status::ok: break;
     case status::retryable:
       if (s.current == step::REBASE_PENDING) {
         decision d;
@@ -355,10 +339,8 @@ decision on_read_rebase(const operation_state& s, const call_reply& r, const set
         return d;
       }
       return wait_or(s, cfg, now_ms, step::REBASE_PENDING, "rebase did not finish in time");
-    case status::refused:
-      return go_failed(step::HANDLE_ERROR, "MR could not be read during rebase", r.error);
-    case status::overloaded:
-      return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
+    case status::refused: return go_failed(step::HANDLE_ERROR, "MR could not be read during rebase", r.error);
+    case status::overloaded: return go_failed(step::HANDLE_OVERLOADED, "worker pool full", r.error);
   }
   if (r.mr_state == "merged") return go(step::HANDLE_ALREADY_MERGED, "MR was merged during the rebase");
   if (r.mr_state == "closed") return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");

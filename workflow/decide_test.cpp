@@ -35,7 +35,9 @@ call_reply ok_reply(call_kind k) {
   return r;
 }
 
-event reply_of(call_reply r) { return reply{std::move(r)}; }
+event reply_of(call_reply r) {
+  return reply{std::move(r)};
+}
 
 bool has_effect(const decision& d, effect::kind k, std::optional<call_kind> call = {}) {
   for (const auto& e : d.effects) {
@@ -72,9 +74,10 @@ TEST(Decide, RepliesOutsideTheirStepAreRefused) {
 TEST(Decide, EveryDecisionStaysInsideTheTransitionTable) {
   auto cfg = test_settings();
   const status statuses[] = {status::ok, status::retryable, status::refused, status::overloaded};
-  const merge_result merges[] = {merge_result::none,         merge_result::merged,       merge_result::not_mergeable_yet,
-                                 merge_result::needs_rebase, merge_result::sha_mismatch, merge_result::pipeline_failed,
-                                 merge_result::closed,       merge_result::already_merged};
+  const merge_result merges[] = {
+      merge_result::none,         merge_result::merged,        merge_result::not_mergeable_yet,
+      merge_result::needs_rebase, merge_result::sha_mismatch,  merge_result::pipeline_failed,
+      merge_result::closed,       merge_result::already_merged};
   int decisions = 0;
   for (auto s : all_steps) {
     for (std::int64_t now : {0LL, 5000LL, 1000000LL}) {

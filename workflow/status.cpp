@@ -68,6 +68,8 @@ std::string_view to_string(phase p) {
 
 std::string_view to_string(step s) {
   switch (s) {
+    // A list of names: kept as written.
+    // clang-format off
 #define CF_STEP(name) \
   case step::name: return #name;
     CF_STEP(CREATE_STARTED) CF_STEP(CREATE_SUCCEEDED) CF_STEP(CREATE_MR_OPENED)
@@ -84,6 +86,7 @@ std::string_view to_string(step s) {
     CF_STEP(REBASE_PENDING) CF_STEP(BATCH_WAITING) CF_STEP(BATCH_CLAIMED) CF_STEP(BATCH_FAILED)
     CF_STEP(BATCH_MERGED)
 #undef CF_STEP
+    // clang-format on
   }
   return "?";
 }
@@ -119,7 +122,9 @@ bool is_reappliable(phase p) {
   }
 }
 
-bool is_awaiting_approval(phase p) { return p == phase::APPROVAL_SENDING || p == phase::APPROVAL_SENT; }
+bool is_awaiting_approval(phase p) {
+  return p == phase::APPROVAL_SENDING || p == phase::APPROVAL_SENT;
+}
 
 bool is_terminal(phase p) {
   switch (p) {

@@ -162,7 +162,9 @@ const std::vector<transition_rule>& transition_table() {
   return table;
 }
 
-bool is_initial_step(step s) { return s == step::APPROVAL_SENDING || s == step::CREATE_STARTED; }
+bool is_initial_step(step s) {
+  return s == step::APPROVAL_SENDING || s == step::CREATE_STARTED;
+}
 
 bool is_allowed(step from, step to, actor_kind by) {
   for (const auto& r : transition_table()) {

@@ -49,20 +49,21 @@ TEST(Transitions, EveryStepIsReachableFromAnInitialStep) {
 }
 
 TEST(Transitions, MainPathsAreAllowed) {
-  const std::vector<step> new_order = {
-      step::APPROVAL_SENDING, step::APPROVAL_SENT,   step::APPROVAL_APPROVED, step::CREATE_STARTED,
-      step::CREATE_MR_OPENED, step::CREATE_SUCCEEDED, step::HANDLE_STARTED,   step::HANDLE_APPROVED,
-      step::HANDLE_MERGING,   step::HANDLE_REBASING,  step::HANDLE_MERGING,   step::HANDLE_MERGED,
-      step::CALLED_BACK};
-  const std::vector<step> legacy = {step::CREATE_STARTED,  step::CREATE_MR_OPENED,  step::CREATE_SUCCEEDED,
-                                    step::APPROVAL_SENDING, step::APPROVAL_SENT,    step::APPROVAL_APPROVED,
+  const std::vector<step> new_order = {step::APPROVAL_SENDING, step::APPROVAL_SENT,    step::APPROVAL_APPROVED,
+                                       step::CREATE_STARTED,   step::CREATE_MR_OPENED, step::CREATE_SUCCEEDED,
+                                       step::HANDLE_STARTED,   step::HANDLE_APPROVED,  step::HANDLE_MERGING,
+                                       step::HANDLE_REBASING,  step::HANDLE_MERGING,   step::HANDLE_MERGED,
+                                       step::CALLED_BACK};
+  const std::vector<step> legacy = {step::CREATE_STARTED,   step::CREATE_MR_OPENED,      step::CREATE_SUCCEEDED,
+                                    step::APPROVAL_SENDING, step::APPROVAL_SENT,         step::APPROVAL_APPROVED,
                                     step::HANDLE_STARTED,   step::HANDLE_ALREADY_MERGED, step::CALLED_BACK};
   const std::vector<step> batch = {step::APPROVAL_SENDING, step::APPROVAL_APPROVED, step::BATCH_WAITING,
                                    step::BATCH_CLAIMED,    step::BATCH_WAITING,     step::BATCH_CLAIMED,
                                    step::BATCH_MERGED,     step::CALLED_BACK};
   for (const auto* path : {&new_order, &legacy, &batch}) {
     for (size_t i = 1; i < path->size(); ++i) {
-      EXPECT_TRUE(is_allowed((*path)[i - 1], (*path)[i])) << to_string((*path)[i - 1]) << " -> " << to_string((*path)[i]);
+      EXPECT_TRUE(is_allowed((*path)[i - 1], (*path)[i]))
+          << to_string((*path)[i - 1]) << " -> " << to_string((*path)[i]);
     }
   }
 }

@@ -26,12 +26,10 @@ inline caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
 
 /// `overrides` merged over the simulator's credentials.
 inline std::shared_ptr<const config::snapshot> snapshot_of(const nlohmann::json& overrides) {
-  nlohmann::json doc = {{"gitlab",
-                         {{"author_token", "author-token"},
-                          {"approver_tokens", {"approver-1-token", "approver-2-token"}}}}};
+  nlohmann::json doc = {
+      {"gitlab", {{"author_token", "author-token"}, {"approver_tokens", {"approver-1-token", "approver-2-token"}}}}};
   doc.merge_patch(overrides);
-  auto r =
-      config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
+  auto r = config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
   EXPECT_TRUE(r.errors.empty()) << (r.errors.empty() ? "" : r.errors.front());
   return r.snap;
 }
@@ -47,12 +45,11 @@ class in_process_actors : public ::testing::Test {
         db_ctx_(db_.settings()) {
     auto endpoints = clients::endpoints_from(*config_.current());
     EXPECT_TRUE(endpoints.ok());
-    ext_ctx_ = std::make_unique<clients::external_context>(
-        std::make_shared<clients::external_shared>(),
-        endpoints.ok() ? endpoints.value() : clients::external_endpoints{},
-        clients::call_settings_from(*config_.current()));
-    now_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
+    ext_ctx_ =
+        std::make_unique<clients::external_context>(std::make_shared<clients::external_shared>(),
+                                                    endpoints.ok() ? endpoints.value() : clients::external_endpoints{},
+                                                    clients::call_settings_from(*config_.current()));
+    now_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
     svc_.system = &system_;
     svc_.config = &config_;
@@ -92,9 +89,7 @@ class in_process_actors : public ::testing::Test {
   void settle() {
     for (int i = 0; i < 200; ++i) {
       run_messages();
-      if (db_pool_.run_queued(db_ctx_) + external_pool_.run_queued(*ext_ctx_) == 0 &&
-          !sched_.has_job())
-        return;
+      if (db_pool_.run_queued(db_ctx_) + external_pool_.run_queued(*ext_ctx_) == 0 && !sched_.has_job()) return;
     }
     FAIL() << "the actors did not settle";
   }

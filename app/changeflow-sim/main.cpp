@@ -30,17 +30,28 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
     }
     std::string value = argv[++i];
     try {
-      if (arg == "--port") o.port = static_cast<std::uint16_t>(std::stoul(value));
-      else if (arg == "--port-file") port_file = value;
-      else if (arg == "--seed") o.seed = std::stoull(value);
-      else if (arg == "--approval-secret") o.approval_secret = value;
-      else if (arg == "--deploy-secret") o.deploy_secret = value;
-      else if (arg == "--deploy-callback-url") o.deploy_callback_url = value;
-      else if (arg == "--callback-delay-ms") o.callback_delay = std::chrono::milliseconds(std::stoll(value));
-      else if (arg == "--callback-attempts") o.callback_attempts = std::max(1, std::stoi(value));
-      else if (arg == "--pipeline-duration-ms") o.pipeline_duration = std::chrono::milliseconds(std::stoll(value));
-      else if (arg == "--rebase-duration-ms") o.rebase_duration = std::chrono::milliseconds(std::stoll(value));
-      else if (arg == "--threads") o.threads = std::stoi(value);
+      if (arg == "--port")
+        o.port = static_cast<std::uint16_t>(std::stoul(value));
+      else if (arg == "--port-file")
+        port_file = value;
+      else if (arg == "--seed")
+        o.seed = std::stoull(value);
+      else if (arg == "--approval-secret")
+        o.approval_secret = value;
+      else if (arg == "--deploy-secret")
+        o.deploy_secret = value;
+      else if (arg == "--deploy-callback-url")
+        o.deploy_callback_url = value;
+      else if (arg == "--callback-delay-ms")
+        o.callback_delay = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--callback-attempts")
+        o.callback_attempts = std::max(1, std::stoi(value));
+      else if (arg == "--pipeline-duration-ms")
+        o.pipeline_duration = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--rebase-duration-ms")
+        o.rebase_duration = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--threads")
+        o.threads = std::stoi(value);
       else if (arg == "--tokens") {
         o.tokens = changeflow::sim::parse_token_map(value);
         if (o.tokens.empty()) {

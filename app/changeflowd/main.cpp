@@ -1,14 +1,14 @@
 // changeflowd: assembly only. Reads the configuration, migrates the schema, starts the actor
 // system, the worker pools and the HTTP server, and stops all of it on SIGINT/SIGTERM.
 
-#include "actors/lease_keeper.hpp"  // durability
-#include "actors/idempotency_cleaner.hpp"
-#include "actors/reconciler.hpp"  // callbacks/reconciliation
 #include "actors/batch_coordinator.hpp"  // batch coordinator
+#include "actors/idempotency_cleaner.hpp"
+#include "actors/lease_keeper.hpp"  // durability
+#include "actors/reconciler.hpp"    // callbacks/reconciliation
 #include "actors/registry.hpp"
 #include "actors/rehydrator.hpp"  // durability
-#include "actors/sweeper.hpp"     // durability
 #include "actors/services.hpp"
+#include "actors/sweeper.hpp"  // durability
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/external_context.hpp"
@@ -18,24 +18,24 @@
 #include "http/handlers/callbacks.hpp"
 #include "http/handlers/changes.hpp"
 #include "http/handlers/health.hpp"
-#include "http/handlers/ops.hpp"            // ops area
-#include "http/handlers/static_files.hpp"   // ops area
-#include "messages/messages.hpp"
+#include "http/handlers/ops.hpp"           // ops area
+#include "http/handlers/static_files.hpp"  // ops area
 #include "http/server/server.hpp"
+#include "messages/messages.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/connection.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/migrations.hpp"
 
-#include <caf/all.hpp>
-#include <caf/actor_system_config.hpp>
 #include <cppconn/exception.h>
+#include <caf/actor_system_config.hpp>
+#include <caf/all.hpp>
 
 #include <csignal>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 using namespace changeflow;
@@ -60,10 +60,14 @@ options parse_args(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--config") o.config_path = next();
-    else if (a == "--port-file") o.port_file = next();
-    else if (a == "--check-config") o.check_only = true;
-    else if (a == "--describe-config") o.describe = true;
+    if (a == "--config")
+      o.config_path = next();
+    else if (a == "--port-file")
+      o.port_file = next();
+    else if (a == "--check-config")
+      o.check_only = true;
+    else if (a == "--describe-config")
+      o.describe = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: changeflowd [--config FILE] [--port-file FILE] [--check-config] [--describe-config]\n";
       std::exit(0);
@@ -120,7 +124,8 @@ bool run_migrations(const persistence::db_settings& s) {
         log::error("startup.migration_failed", {{"error", r.error}});
         return false;
       }
-      log::info("startup.migrated", {{"applied", r.applied}, {"schema_version", persistence::current_schema_version(*conn)}});
+      log::info("startup.migrated",
+                {{"applied", r.applied}, {"schema_version", persistence::current_schema_version(*conn)}});
       return true;
     } catch (const sql::SQLException& e) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -173,8 +178,10 @@ int main(int argc, char** argv) {
   auto snap = cfg.current();
   {
     auto level = snap->string_or("log.level", "info");
-    log::set_min_level(level == "debug" ? log::level::debug : level == "warn" ? log::level::warn
-                       : level == "error" ? log::level::error : log::level::info);
+    log::set_min_level(level == "debug"   ? log::level::debug
+                       : level == "warn"  ? log::level::warn
+                       : level == "error" ? log::level::error
+                                          : log::level::info);
   }
 
   persistence::init_driver();
@@ -196,15 +203,17 @@ int main(int argc, char** argv) {
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
                                       static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
   db->reserve_slots(static_cast<std::size_t>(std::max<std::int64_t>(
-      0, snap->int_or("db.callback_reserve",
-                      std::max<std::int64_t>(1, snap->int_or("db.queue_capacity", 20000) / 10)))));
+      0,
+      snap->int_or("db.callback_reserve", std::max<std::int64_t>(1, snap->int_or("db.queue_capacity", 20000) / 10)))));
   // Status reads get their own connections so they never queue behind workflow transitions.
-  auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->int_or("db.read_pool_size", 2))),
-                                           static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+  auto read_db = persistence::make_db_pool(
+      db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->int_or("db.read_pool_size", 2))),
+      static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
   metrics.on_collect([&db, &read_db](metrics::registry& m) {
     for (auto [name, pool] : {std::pair{"db", db.get()}, std::pair{"db-read", read_db.get()}}) {
       auto s = pool->stats();
-      m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", name}}, static_cast<double>(s.queued));
+      m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", name}},
+            static_cast<double>(s.queued));
       m.set("changeflow_pool_rejected", "Jobs rejected by a full worker pool", {{"pool", name}},
             static_cast<double>(s.rejected));
       m.set("changeflow_pool_job_failures", "Jobs that threw (logged as worker_pool.job_failed)", {{"pool", name}},
@@ -218,10 +227,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto shared = std::make_shared<clients::external_shared>();
-  actors::external_pool external("external", static_cast<std::size_t>(snap->int_or("external.pool_size", 16)),
-                                 static_cast<std::size_t>(snap->int_or("external.queue_capacity", 20000)),
-                                 clients::external_context_factory(shared, endpoints.value(),
-                                                                   clients::call_settings_from(*snap)));
+  actors::external_pool external(
+      "external", static_cast<std::size_t>(snap->int_or("external.pool_size", 16)),
+      static_cast<std::size_t>(snap->int_or("external.queue_capacity", 20000)),
+      clients::external_context_factory(shared, endpoints.value(), clients::call_settings_from(*snap)));
   metrics.on_collect([&external, shared](metrics::registry& m) {
     auto s = external.stats();
     m.set("changeflow_pool_queue_depth", "Queued jobs per worker pool", {{"pool", "external"}},
@@ -254,15 +263,17 @@ int main(int argc, char** argv) {
   svc.external = &external;
   svc.metrics = &metrics;
   svc.actors = &live_actors;
-  svc.instance_id = snap->string_or("instance.id", "changeflowd-" + std::to_string(::getpid()) + "-" +
-                                                       ids::new_error_id().substr(0, 6));
+  svc.instance_id = snap->string_or(
+      "instance.id", "changeflowd-" + std::to_string(::getpid()) + "-" + ids::new_error_id().substr(0, 6));
   metrics.on_collect([&live_actors](metrics::registry& m) {
     std::map<std::string, double> by_phase;
     for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
     for (auto [code, n] : live_actors.count_by_step()) {
-      if (auto s = workflow::step_from_code(code)) by_phase[std::string(workflow::to_string(workflow::phase_of(*s)))] += n;
+      if (auto s = workflow::step_from_code(code))
+        by_phase[std::string(workflow::to_string(workflow::phase_of(*s)))] += n;
     }
-    for (auto& [phase, n] : by_phase) m.set("changeflow_live_actors", "Live request actors by phase", {{"phase", phase}}, n);
+    for (auto& [phase, n] : by_phase)
+      m.set("changeflow_live_actors", "Live request actors by phase", {{"phase", phase}}, n);
   });
 
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
@@ -333,8 +344,8 @@ int main(int argc, char** argv) {
   server->stop_accepting();
   server->stop();
   cfg.stop_watching();
-  idem_cleaner.stop();  // api area
-  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);  // callbacks/reconciliation
+  idem_cleaner.stop();                                                      // api area
+  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);         // callbacks/reconciliation
   caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator
   // -- durability: no new work; give in-flight steps until the deadline to finish and
   // persist (whatever is still running then resumes from its stored row at the next owner).
@@ -342,8 +353,9 @@ int main(int argc, char** argv) {
   lease.stop();
   rehydrate.stop();
   {
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(std::max<std::int64_t>(0, cfg.current()->int_or("durability.shutdown_deadline_ms", 5000)));
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(
+                                               0, cfg.current()->int_or("durability.shutdown_deadline_ms", 5000)));
     while (std::chrono::steady_clock::now() < deadline &&
            !live_actors.list([](const actors::live_summary& a) { return a.busy; }, 1).empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

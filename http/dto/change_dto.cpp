@@ -38,8 +38,8 @@ std::string ms_to_iso(std::int64_t ms) {
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
   return buf;
 }
 }  // namespace
@@ -52,8 +52,7 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
   // rather than ignored, so a client that believes it can submit on another's behalf finds out.
   for (const char* forged : {"requester", "actor", "applicant"}) {
     if (j.contains(forged)) {
-      return parse_error{std::string("'") + forged +
-                         "' is not accepted: the requester is the authenticated caller"};
+      return parse_error{std::string("'") + forged + "' is not accepted: the requester is the authenticated caller"};
     }
   }
   auto str = [&](const char* key, std::string& out, std::size_t max_len) -> std::optional<parse_error> {

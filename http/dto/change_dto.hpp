@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
-#include <variant>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace changeflow::http::dto {

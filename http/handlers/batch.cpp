@@ -4,8 +4,8 @@
 #include "persistence/batch_repo.hpp"
 #include "persistence/operation_repo.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 namespace changeflow::http {
 
@@ -28,15 +28,16 @@ middleware::route_policy ops_policy() {
 }
 
 nlohmann::json batch_json(const persistence::batch_row& b) {
-  nlohmann::json j = {{"id", b.id},
-                      {"status", std::string(persistence::to_string(b.status))},
-                      {"mrIid", b.mr_iid ? nlohmann::json(*b.mr_iid) : nlohmann::json(nullptr)},
-                      {"branch", b.branch.value_or("")},
-                      {"splitDepth", b.split_depth},
-                      {"parentBatchId", b.parent_batch_id ? nlohmann::json(*b.parent_batch_id) : nlohmann::json(nullptr)},
-                      {"failureReason", b.failure_reason.value_or("")},
-                      {"createdAtMs", b.created_at_ms},
-                      {"updatedAtMs", b.updated_at_ms}};
+  nlohmann::json j = {
+      {"id", b.id},
+      {"status", std::string(persistence::to_string(b.status))},
+      {"mrIid", b.mr_iid ? nlohmann::json(*b.mr_iid) : nlohmann::json(nullptr)},
+      {"branch", b.branch.value_or("")},
+      {"splitDepth", b.split_depth},
+      {"parentBatchId", b.parent_batch_id ? nlohmann::json(*b.parent_batch_id) : nlohmann::json(nullptr)},
+      {"failureReason", b.failure_reason.value_or("")},
+      {"createdAtMs", b.created_at_ms},
+      {"updatedAtMs", b.updated_at_ms}};
   return j;
 }
 
@@ -89,7 +90,8 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
            std::int64_t before = 0;
            int limit = 50;
            if (auto b = req.query_param("before")) before = parse_id(*b).value_or(0);
-           if (auto l = req.query_param("limit")) limit = static_cast<int>(std::clamp<std::int64_t>(parse_id(*l).value_or(50), 1, 500));
+           if (auto l = req.query_param("limit"))
+             limit = static_cast<int>(std::clamp<std::int64_t>(parse_id(*l).value_or(50), 1, 500));
            with_db(ctx, reply, [before, limit](sql::Connection& conn, http_server::responder& reply) {
              auto rows = persistence::list_batches(conn, before, limit);
              if (!rows.ok()) return reply(db_failure(rows.error));
@@ -125,7 +127,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
              j["members"] = members;
              nlohmann::json w = nlohmann::json::array();
              for (const auto& x : waiting.value)
-               w.push_back({{"operationId", x.operation_id}, {"splitGroup", x.split_group}, {"admittedAtMs", x.admitted_at_ms}});
+               w.push_back({{"operationId", x.operation_id},
+                            {"splitGroup", x.split_group},
+                            {"admittedAtMs", x.admitted_at_ms}});
              j["waiting"] = w;
              reply(ok(j));
            });
@@ -136,7 +140,8 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
          [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
-           ask(ctx, coordinator, reply,
+           ask(
+               ctx, coordinator, reply,
                [](const std::string& s) {
                  if (s == "busy")
                    return client_error(409, "BUSY", "The coordinator is driving another round; retry shortly");
@@ -152,8 +157,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
            auto* system = ctx.services ? ctx.services->system : nullptr;
            with_db(ctx, reply, [id = *id, coordinator, system](sql::Connection& conn, http_server::responder& reply) {
-             auto w = persistence::finish_batch(conn, id, persistence::batch_status::BLOCKED,
-                                                persistence::batch_status::RUNNING, std::string("unblocked by an operator"));
+             auto w =
+                 persistence::finish_batch(conn, id, persistence::batch_status::BLOCKED,
+                                           persistence::batch_status::RUNNING, std::string("unblocked by an operator"));
              if (w.outcome == db_outcome::preempted)
                return reply(client_error(409, "NOT_BLOCKED", "The batch is not BLOCKED"));
              if (!w.ok()) return reply(db_failure(w.error));
@@ -165,8 +171,11 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
 
   r.add({"POST", "/api/v1/ops/batch/round",
          [&ctx, coordinator](http_server::request&, const path_params&, http_server::responder reply) {
-           ask(ctx, coordinator, reply,
-               [](const std::string& s) { return ok({{"result", s}}, 202, "ACCEPTED"); },
+           ask(
+               ctx, coordinator, reply,
+               [](const std::string& s) {
+                 return ok({{"result", s}}, 202, "ACCEPTED");
+               },
                actors::batch_round_atom::value);
          },
          ops_policy()});

@@ -13,10 +13,10 @@
 #include "persistence/reconcile_repo.hpp"
 #include "service/wake_actor.hpp"
 
+#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <mutex>
 #include <set>
-#include <cppconn/exception.h>
 
 namespace changeflow::http {
 
@@ -56,33 +56,36 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   // to the actor is only a nudge, so a crash after the 2xx loses nothing (rehydration resumes).
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
-  bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
-    try {
-      auto r = persistence::apply_approval_callback(db.get(), callback_id, operation_id, decision, body);
-      if (!r.ok()) {
-        if (r.outcome == db_outcome::retryable) {
+  bool queued = ctx.db.try_submit(
+      [=](persistence::db_context& db) {
+        try {
+          auto r = persistence::apply_approval_callback(db.get(), callback_id, operation_id, decision, body);
+          if (!r.ok()) {
+            if (r.outcome == db_outcome::retryable) {
+              db.reset();
+              return reply(internal_error("database: " + r.error.message, 503));
+            }
+            return reply(internal_error("database: " + r.error.message));
+          }
+          auto outcome = std::string(persistence::to_string(r.value.outcome));
+          count_callback(*metrics, "approval", outcome);
+          log::info(
+              "callback.approval",
+              {{"operation_id", operation_id}, {"callback_id", callback_id}, {"result", result}, {"outcome", outcome}});
+          // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
+          // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
+          // already-applied row; a reload of an unchanged row is harmless.
+          if (r.value.outcome == persistence::callback_outcome::APPLIED ||
+              r.value.outcome == persistence::callback_outcome::DUPLICATE) {
+            service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
+          }
+          reply(outcome_response(outcome));
+        } catch (const sql::SQLException& e) {
           db.reset();
-          return reply(internal_error("database: " + r.error.message, 503));
+          reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
         }
-        return reply(internal_error("database: " + r.error.message));
-      }
-      auto outcome = std::string(persistence::to_string(r.value.outcome));
-      count_callback(*metrics, "approval", outcome);
-      log::info("callback.approval", {{"operation_id", operation_id}, {"callback_id", callback_id},
-                                      {"result", result}, {"outcome", outcome}});
-      // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
-      // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
-      // already-applied row; a reload of an unchanged row is harmless.
-      if (r.value.outcome == persistence::callback_outcome::APPLIED ||
-          r.value.outcome == persistence::callback_outcome::DUPLICATE) {
-        service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
-      }
-      reply(outcome_response(outcome));
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
-    }
-  }, persistence::db_pool::lane::reserved);
+      },
+      persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
@@ -208,56 +211,63 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   std::string payload = fields.payload;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
-  bool queued = ctx.db.try_submit([=](persistence::db_context& db) {
-    try {
-      // A copy of a delivery this process is applying right now: answered at once, nothing read.
-      if (!claims->claim(cb.delivery_id)) {
-        count_callback(*metrics, "deploy", "DUPLICATE");
-        return reply(outcome_response("DUPLICATE"));
-      }
-      struct release_claim {
-        delivery_claims& c;
-        std::string id;
-        ~release_claim() { c.release(id); }
-      } held{*claims, cb.delivery_id};
-      auto& conn = db.get();
-      // Durable before anything else: the MR number (watermark) and the ledger row commit together.
-      auto recorded = persistence::record_deploy_delivery(conn, cb, payload);
-      if (!recorded.ok()) {
-        if (recorded.outcome == db_outcome::retryable) db.reset();
-        return reply(internal_error("database: " + recorded.error.message,
-                                    recorded.outcome == db_outcome::retryable ? 503 : 500));
-      }
-      if (recorded.value == persistence::record_outcome::duplicate) {
-        count_callback(*metrics, "deploy", "DUPLICATE");
-        return reply(outcome_response("DUPLICATE"));
-      }
-      bool first_copy = recorded.value == persistence::record_outcome::inserted;
-      config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
-      if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
-      auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
-      if (!applied.ok()) {
-        // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
-        // makes the sender retry; the retry finds it PENDING and applies it.
-        if (applied.outcome == db_outcome::retryable) db.reset();
-        return reply(internal_error("database: " + applied.error.message, 503));
-      }
-      auto outcome = std::string(persistence::to_string(applied.value.outcome));
-      auto set = persistence::set_deploy_outcome(conn, cb.delivery_id, applied.value.outcome);
-      if (!set.ok()) log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
-      count_callback(*metrics, "deploy", outcome);
-      log::info("callback.deploy", {{"delivery_id", cb.delivery_id}, {"mr_iid", cb.mr_iid}, {"status", cb.status},
-                                    {"matched", applied.value.matched}, {"validated", applied.value.validated},
-                                    {"failed", applied.value.failed},
-                                    {"outcome", outcome}});
-      reply(outcome_response(outcome, {{"matched", applied.value.matched},
-                                       {"validated", applied.value.validated},
-                                       {"failed", applied.value.failed}}));
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
-    }
-  }, persistence::db_pool::lane::reserved);
+  bool queued = ctx.db.try_submit(
+      [=](persistence::db_context& db) {
+        try {
+          // A copy of a delivery this process is applying right now: answered at once, nothing read.
+          if (!claims->claim(cb.delivery_id)) {
+            count_callback(*metrics, "deploy", "DUPLICATE");
+            return reply(outcome_response("DUPLICATE"));
+          }
+          struct release_claim {
+            delivery_claims& c;
+            std::string id;
+            ~release_claim() { c.release(id); }
+          } held{*claims, cb.delivery_id};
+          auto& conn = db.get();
+          // Durable before anything else: the MR number (watermark) and the ledger row commit together.
+          auto recorded = persistence::record_deploy_delivery(conn, cb, payload);
+          if (!recorded.ok()) {
+            if (recorded.outcome == db_outcome::retryable) db.reset();
+            return reply(internal_error("database: " + recorded.error.message,
+                                        recorded.outcome == db_outcome::retryable ? 503 : 500));
+          }
+          if (recorded.value == persistence::record_outcome::duplicate) {
+            count_callback(*metrics, "deploy", "DUPLICATE");
+            return reply(outcome_response("DUPLICATE"));
+          }
+          bool first_copy = recorded.value == persistence::record_outcome::inserted;
+          config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
+          if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
+          auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
+          if (!applied.ok()) {
+            // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
+            // makes the sender retry; the retry finds it PENDING and applies it.
+            if (applied.outcome == db_outcome::retryable) db.reset();
+            return reply(internal_error("database: " + applied.error.message, 503));
+          }
+          auto outcome = std::string(persistence::to_string(applied.value.outcome));
+          auto set = persistence::set_deploy_outcome(conn, cb.delivery_id, applied.value.outcome);
+          if (!set.ok())
+            log::warn("callback.deploy_outcome_not_recorded",
+                      {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
+          count_callback(*metrics, "deploy", outcome);
+          log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
+                                        {"mr_iid", cb.mr_iid},
+                                        {"status", cb.status},
+                                        {"matched", applied.value.matched},
+                                        {"validated", applied.value.validated},
+                                        {"failed", applied.value.failed},
+                                        {"outcome", outcome}});
+          reply(outcome_response(outcome, {{"matched", applied.value.matched},
+                                           {"validated", applied.value.validated},
+                                           {"failed", applied.value.failed}}));
+        } catch (const sql::SQLException& e) {
+          db.reset();
+          reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+        }
+      },
+      persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 

@@ -6,17 +6,17 @@
 #include "config/test_hooks.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
-#include "http/middleware/error_mapping.hpp"
 #include "http/middleware/authorization.hpp"
+#include "http/middleware/error_mapping.hpp"
 #include "http/middleware/idempotency.hpp"
-#include "persistence/binding_repo.hpp"
 #include "http/middleware/ownership.hpp"
+#include "persistence/binding_repo.hpp"
 #include "persistence/idempotency_repo.hpp"
 #include "service/end_change.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <set>
 
 #include <cppconn/exception.h>
@@ -25,20 +25,25 @@ namespace changeflow::http {
 
 namespace {
 
-using persistence::db_outcome;
 using middleware::api_outcome;
 using middleware::outcome_response;
+using persistence::db_outcome;
 
 http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable) return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
+  if (e.outcome == db_outcome::retryable)
+    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
   return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
 }
 
-http_server::response overloaded() { return outcome_response(api_outcome::overloaded); }
+http_server::response overloaded() {
+  return outcome_response(api_outcome::overloaded);
+}
 
 /// 404 for an operation the caller may not see: the same answer as for one that does not exist, so
 /// ids cannot be probed for existence.
-http_server::response no_such_operation() { return outcome_response(api_outcome::not_found, "No such operation"); }
+http_server::response no_such_operation() {
+  return outcome_response(api_outcome::not_found, "No such operation");
+}
 
 /// Who asks, as the middleware chain resolved it. nullopt only where auth.required is false and no
 /// token was sent: the anonymous caller, who is served without per-caller checks. The switch is read
@@ -159,8 +164,7 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
       // expired, or another Idempotency-Key was used): the client keeps its form locked.
       return outcome_response(api_outcome::duplicate_submit, {}, data);
     case persistence::create_outcome::in_progress:
-    case persistence::create_outcome::preempted:
-      return blocked_response(db, op);
+    case persistence::create_outcome::preempted: return blocked_response(db, op);
   }
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
 }
@@ -184,8 +188,8 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
   }
   if (begun.value.taken_over) {
     log::warn("idempotency.taken_over", {{"key", key}, {"route", "submit"}});
-    svc->metrics->inc("changeflow_idempotency_takeovers_total", "Idempotency keys of dead requests taken over by a retry",
-                      {{"route", "submit"}});
+    svc->metrics->inc("changeflow_idempotency_takeovers_total",
+                      "Idempotency keys of dead requests taken over by a retry", {{"route", "submit"}});
   }
   if (!begun.value.fresh) {
     const auto& rec = *begun.value.existing;
@@ -193,7 +197,7 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
     existing.key = rec.key;
     existing.fingerprint = rec.fingerprint;
     existing.state = rec.state == persistence::idem_state::COMPLETED ? middleware::idempotency_state::completed
-                                                                      : middleware::idempotency_state::in_flight;
+                                                                     : middleware::idempotency_state::in_flight;
     existing.status = static_cast<unsigned>(rec.status_code.value_or(0));
     existing.response_body = rec.response_body.value_or("");
     // The database already filtered out expired records with ITS clock; do not re-judge expiry
@@ -209,10 +213,8 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
       }
       case middleware::idempotency_decision::conflict_changed_body_422:
         return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "idempotency key reused: " + key);
-      case middleware::idempotency_decision::in_flight_409:
-        return outcome_response(api_outcome::request_in_flight);
-      case middleware::idempotency_decision::proceed_fresh:
-        break;  // unreachable: the record is live
+      case middleware::idempotency_decision::in_flight_409: return outcome_response(api_outcome::request_in_flight);
+      case middleware::idempotency_decision::proceed_fresh: break;  // unreachable: the record is live
     }
     return outcome_response(api_outcome::unavailable, {}, nullptr, "idempotency record vanished: " + key);
   }
@@ -252,13 +254,14 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
   auto rules = middleware::rules_for_subject(*ctx.config.current(), request.subject);
   auto shared_req = std::make_shared<http_server::request>(req);
   auto account = *caller.account;
-  ask_permissions(ctx, account, rules.to_ask(),
-                  [&ctx, shared_req, request, account, rules, reply](std::optional<std::set<std::string>> granted) {
-                    if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
-                      return reply(access_denied("submit: " + account + " not permitted for subject " + request.subject));
-                    }
-                    store_submission(ctx, *shared_req, request, account, reply);
-                  });
+  ask_permissions(
+      ctx, account, rules.to_ask(),
+      [&ctx, shared_req, request, account, rules, reply](std::optional<std::set<std::string>> granted) {
+        if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
+          return reply(access_denied("submit: " + account + " not permitted for subject " + request.subject));
+        }
+        store_submission(ctx, *shared_req, request, account, reply);
+      });
 }
 
 void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
@@ -268,8 +271,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   std::optional<std::string> key;
   if (auto h = req.header("idempotency-key")) {
     if (!valid_idempotency_key(*h)) {
-      return reply(outcome_response(api_outcome::bad_request,
-                                    "'Idempotency-Key' must be 1-200 printable ASCII characters"));
+      return reply(
+          outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters"));
     }
     key = std::string(*h);
   } else if (request.operation_id) {
@@ -288,8 +291,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.subject_id = request.subject;
   op.target_key = request.target;
   op.flow = order;
-  op.initial_step = order == workflow::flow::approve_then_create ? workflow::step::APPROVAL_SENDING
-                                                                  : workflow::step::CREATE_STARTED;
+  op.initial_step =
+      order == workflow::flow::approve_then_create ? workflow::step::APPROVAL_SENDING : workflow::step::CREATE_STARTED;
   op.title = request.title;
   op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
@@ -338,15 +341,16 @@ void get_one(service_context& ctx, const http_server::request& req, const std::s
         return reply(outcome_response(api_outcome::ok, {}, data));
       }
       auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
-      ask_permissions(ctx, *caller.account, rules.to_ask(),
-                      [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
-                       reply](std::optional<std::set<std::string>> granted) {
-                        if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
-                          log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
-                          return reply(no_such_operation());
-                        }
-                        reply(outcome_response(api_outcome::ok, {}, data));
-                      });
+      ask_permissions(
+          ctx, *caller.account, rules.to_ask(),
+          [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
+           reply](std::optional<std::set<std::string>> granted) {
+            if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
+              log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
+              return reply(no_such_operation());
+            }
+            reply(outcome_response(api_outcome::ok, {}, data));
+          });
     } catch (const sql::SQLException& e) {
       db.reset();
       reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
@@ -369,7 +373,8 @@ void list_changes(service_context& ctx, const http_server::request& req, http_se
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
   auto subject = req.query_param("subject");
-  if (subject && subject->empty()) return reply(outcome_response(api_outcome::bad_request, "'subject' must not be empty"));
+  if (subject && subject->empty())
+    return reply(outcome_response(api_outcome::bad_request, "'subject' must not be empty"));
   int limit = 50;
   if (auto l = req.query_param("limit")) {
     try {
@@ -381,11 +386,13 @@ void list_changes(service_context& ctx, const http_server::request& req, http_se
   auto run = [&ctx, limit, reply](std::optional<std::string> by_subject, std::string requester) {
     bool queued = ctx.read_pool().try_submit([by_subject, requester, limit, reply](persistence::db_context& db) {
       try {
-        if (by_subject) return reply_with_rows(persistence::list_operations_by_subject(db.get(), *by_subject, limit), reply);
+        if (by_subject)
+          return reply_with_rows(persistence::list_operations_by_subject(db.get(), *by_subject, limit), reply);
         reply_with_rows(persistence::list_operations_by_requester(db.get(), requester, limit), reply);
       } catch (const sql::SQLException& e) {
         db.reset();
-        reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
+        reply(
+            outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
       }
     });
     if (!queued) reply(overloaded());
@@ -424,7 +431,8 @@ void run_cancel(service_context& ctx, const std::string& id, std::string actor, 
       case service::end_status::already_ended:
         data["alreadyCancelled"] = true;
         return reply(outcome_response(api_outcome::ok, e.message, data));
-      case service::end_status::merged_wins: return reply(outcome_response(api_outcome::already_merged, e.message, data));
+      case service::end_status::merged_wins:
+        return reply(outcome_response(api_outcome::already_merged, e.message, data));
       case service::end_status::not_allowed:
       case service::end_status::stale: return reply(outcome_response(api_outcome::conflict, e.message, data));
       case service::end_status::not_found: return reply(no_such_operation());
@@ -445,10 +453,13 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
   if (caller.refused) return reply(authentication_required());
   if (!ids::is_uuid(id)) return reply(no_such_operation());
   auto parsed = dto::parse_cancel(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) return reply(outcome_response(api_outcome::bad_request, err->message));
+  if (auto* err = std::get_if<dto::parse_error>(&parsed))
+    return reply(outcome_response(api_outcome::bad_request, err->message));
   auto reason = std::get<dto::cancel_request>(parsed).reason;
-  if (!caller.account) return run_cancel(ctx, id, "user:" + std::string(middleware::anonymous_requester), reason, reply);
-  bool queued = ctx.read_pool().try_submit([&ctx, account = *caller.account, id, reason, reply](persistence::db_context& db) {
+  if (!caller.account)
+    return run_cancel(ctx, id, "user:" + std::string(middleware::anonymous_requester), reason, reply);
+  bool queued = ctx.read_pool().try_submit([&ctx, account = *caller.account, id, reason,
+                                            reply](persistence::db_context& db) {
     try {
       auto row = persistence::load_operation(db.get(), id);
       if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
@@ -476,9 +487,10 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
 }  // namespace
 
 void add_change_routes(router& r, service_context& ctx) {
-  r.add({"POST", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           submit(ctx, req, std::move(reply));
-         }});
+  r.add(
+      {"POST", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+         submit(ctx, req, std::move(reply));
+       }});
   r.add({"GET", "/api/v1/changes/{id}",
          [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            get_one(ctx, req, p.at("id"), std::move(reply));

@@ -24,8 +24,8 @@ void add_health_routes(router& r, service_context& ctx) {
              try {
                int version = persistence::current_schema_version(db.get());
                if (version < expected) {
-                 std::string reason = "migrations pending (schema " + std::to_string(version) + " of " +
-                                      std::to_string(expected) + ")";
+                 std::string reason =
+                     "migrations pending (schema " + std::to_string(version) + " of " + std::to_string(expected) + ")";
                  return reply(envelope(503, "NOT_READY", reason, {{"reason", reason}}));
                }
                reply(ok({{"status", "ready"}, {"schemaVersion", version}}));

@@ -19,8 +19,8 @@
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
 
-#include <caf/all.hpp>
 #include <cppconn/exception.h>
+#include <caf/all.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -40,11 +40,16 @@ constexpr std::size_t max_idempotency_key_length = 200;
 constexpr int bulk_cap = 500;
 constexpr auto live_snapshot_timeout = std::chrono::milliseconds(300);
 
-json null_or(const std::optional<std::string>& v) { return v ? json(*v) : json(nullptr); }
-json null_or(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
+json null_or(const std::optional<std::string>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+json null_or(const std::optional<std::int64_t>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable) return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
+  if (e.outcome == db_outcome::retryable)
+    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
   return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
 }
 
@@ -124,16 +129,18 @@ struct action_request {
   ops_action action = ops_action::retrigger;
   std::string operation_id;
   std::string operator_name;
-  json params;             // client params with the server-written operator (audit form applied later)
-  std::string reason;      // fail / close reason
+  json params;         // client params with the server-written operator (audit form applied later)
+  std::string reason;  // fail / close reason
   std::optional<std::int64_t> expected_version;
-  std::string idem_key;    // scoped; "" = none
+  std::string idem_key;  // scoped; "" = none
   std::string fingerprint;
   int idem_ttl_s = 86400;
   persistence::idem_owner idem_owner;  // this instance and the in-flight deadline
 };
 
-std::string actor_label(const std::string& op) { return "operator:" + op; }
+std::string actor_label(const std::string& op) {
+  return "operator:" + op;
+}
 
 void audit(persistence::db_context& db, const std::string& op, const std::string& action, const std::string& target,
            const json& params, const std::string& outcome, const std::string& dedup_key) {
@@ -180,15 +187,14 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
   }
   auto r = persistence::transition(db.get(), t);
   if (r.outcome == db_outcome::preempted) {
-    return {outcome_response(api_outcome::conflict,
-                             "The operation changed while you acted (it is no longer at " +
-                                 std::string(workflow::to_string(row.step)) + " v" + std::to_string(row.version) +
-                                 "); reload it and decide again"),
+    return {outcome_response(api_outcome::conflict, "The operation changed while you acted (it is no longer at " +
+                                                        std::string(workflow::to_string(row.step)) + " v" +
+                                                        std::to_string(row.version) + "); reload it and decide again"),
             "PREEMPTED"};
   }
   if (r.outcome == db_outcome::illegal_transition) {
     return {outcome_response(api_outcome::conflict, "The transition table does not allow this action from " +
-                                                         std::string(workflow::to_string(row.step))),
+                                                        std::string(workflow::to_string(row.step))),
             "REFUSED"};
   }
   if (!r.ok()) {
@@ -203,10 +209,11 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
                {"phase", workflow::to_string(workflow::phase_of(to))},
                {"version", r.value},
                {"actor", woke}};
-  return {outcome_response(api_outcome::ok, "Done: " + std::string(workflow::to_string(row.step)) + " -> " +
-                                                std::string(workflow::to_string(to)),
-                           data),
-          "OK"};
+  return {
+      outcome_response(
+          api_outcome::ok,
+          "Done: " + std::string(workflow::to_string(row.step)) + " -> " + std::string(workflow::to_string(to)), data),
+      "OK"};
 }
 
 /// Finishes an action: stores the idempotent answer (2xx only, so a refusal can be retried after the
@@ -216,7 +223,8 @@ void finish(persistence::db_context& db, const action_request& a, const applied&
   if (!a.idem_key.empty()) {
     try {
       if (result.res.status >= 200 && result.res.status < 300) {
-        auto done = persistence::idem_complete(db.get(), a.idem_key, static_cast<int>(result.res.status), result.res.body);
+        auto done =
+            persistence::idem_complete(db.get(), a.idem_key, static_cast<int>(result.res.status), result.res.body);
         if (!done.ok()) log::warn("ops.idempotency_complete_failed", {{"error", done.error.message}});
       } else {
         persistence::idem_abandon(db.get(), a.idem_key);
@@ -264,17 +272,17 @@ http_server::response closing_response(const action_request& a, const service::e
     case service::end_status::ended:
     case service::end_status::merged_wins:
       if (!r.written) return outcome_response(api_outcome::already_merged, r.message);
-      return outcome_response(api_outcome::ok,
-                              "Done: " + std::string(workflow::to_string(r.from)) + " -> " +
-                                  std::string(workflow::to_string(r.to)),
-                              json{{"operationId", a.operation_id},
-                                   {"action", to_string(a.action)},
-                                   {"from", workflow::to_string(r.from)},
-                                   {"to", workflow::to_string(r.to)},
-                                   {"phase", workflow::to_string(workflow::phase_of(r.to))},
-                                   {"version", r.version},
-                                   {"withdrawn", r.withdrawn},
-                                   {"mergedWins", r.status == service::end_status::merged_wins}});
+      return outcome_response(
+          api_outcome::ok,
+          "Done: " + std::string(workflow::to_string(r.from)) + " -> " + std::string(workflow::to_string(r.to)),
+          json{{"operationId", a.operation_id},
+               {"action", to_string(a.action)},
+               {"from", workflow::to_string(r.from)},
+               {"to", workflow::to_string(r.to)},
+               {"phase", workflow::to_string(workflow::phase_of(r.to))},
+               {"version", r.version},
+               {"withdrawn", r.withdrawn},
+               {"mergedWins", r.status == service::end_status::merged_wins}});
     case service::end_status::already_ended:
     case service::end_status::not_allowed:
     case service::end_status::stale: return outcome_response(api_outcome::conflict, r.message);
@@ -374,7 +382,8 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
   a.params = middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""});
   if (auto h = req.header("idempotency-key")) {
     if (!valid_idempotency_key(*h)) {
-      out.error = outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters");
+      out.error =
+          outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters");
       return out;
     }
     // Scoped by operator and action: the same key from another operator is another request.
@@ -388,8 +397,7 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
   return out;
 }
 
-void submit_db(service_context& ctx, http_server::responder reply,
-               std::function<void(persistence::db_context&)> job) {
+void submit_db(service_context& ctx, http_server::responder reply, std::function<void(persistence::db_context&)> job) {
   bool queued = ctx.db.try_submit([job = std::move(job), reply](persistence::db_context& db) {
     try {
       job(db);
@@ -416,9 +424,9 @@ void list_actors(service_context& ctx, http_server::request& req, http_server::r
     if (!step_filter) return reply(outcome_response(api_outcome::bad_request, "unknown step '" + step_name + "'"));
   }
   auto& reg = *ctx.services->actors;
-  auto items = reg.list(
-      [&](const actors::live_summary& s) { return !step_filter || s.step == workflow::code_of(*step_filter); },
-      static_cast<std::size_t>(*limit));
+  auto items =
+      reg.list([&](const actors::live_summary& s) { return !step_filter || s.step == workflow::code_of(*step_filter); },
+               static_cast<std::size_t>(*limit));
   json list = json::array();
   for (const auto& s : items) list.push_back(summary_json(s));
   json by_step = json::object();
@@ -426,9 +434,9 @@ void list_actors(service_context& ctx, http_server::request& req, http_server::r
     auto st = workflow::step_from_code(code);
     by_step[st ? std::string(workflow::to_string(*st)) : std::to_string(code)] = n;
   }
-  reply(outcome_response(api_outcome::ok, {},
-                         {{"instance", ctx.services->instance_id}, {"total", reg.size()}, {"byStep", by_step},
-                          {"items", list}}));
+  reply(outcome_response(
+      api_outcome::ok, {},
+      {{"instance", ctx.services->instance_id}, {"total", reg.size()}, {"byStep", by_step}, {"items", list}}));
 }
 
 void list_operations(service_context& ctx, http_server::request& req, http_server::responder reply) {
@@ -443,9 +451,10 @@ void list_operations(service_context& ctx, http_server::request& req, http_serve
     if (!page.ok()) return reply(db_failure(page.error));
     json items = json::array();
     for (const auto& r : page.value.items) items.push_back(ops_row_json(r));
-    reply(outcome_response(api_outcome::ok, {},
-                           {{"items", items},
-                            {"nextAfter", page.value.next_after.empty() ? json(nullptr) : json(page.value.next_after)}}));
+    reply(
+        outcome_response(api_outcome::ok, {},
+                         {{"items", items},
+                          {"nextAfter", page.value.next_after.empty() ? json(nullptr) : json(page.value.next_after)}}));
   });
 }
 
@@ -455,7 +464,8 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
   submit_db(ctx, reply, [svc, id, reply](persistence::db_context& db) {
     auto& conn = db.get();
     auto row = persistence::load_operation(conn, id);
-    if (row.outcome == db_outcome::not_found) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+    if (row.outcome == db_outcome::not_found)
+      return reply(outcome_response(api_outcome::not_found, "No such operation"));
     if (!row.ok()) return reply(db_failure(row.error));
     auto events = persistence::list_events(conn, id);
     if (!events.ok()) return reply(db_failure(events.error));
@@ -503,9 +513,14 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
 
 /// Steps an operator should look at first: outcome unknown, refused for load, or unexpected errors.
 std::vector<step> stuck_steps() {
-  return {step::CREATE_PIPELINE_PENDING, step::HANDLE_PIPELINE_PENDING, step::REBASE_PENDING,
-          step::CREATE_OVERLOADED,       step::HANDLE_OVERLOADED,       step::CREATE_ERROR,
-          step::HANDLE_ERROR,            step::DEPLOY_TIMEOUT};
+  return {step::CREATE_PIPELINE_PENDING,
+          step::HANDLE_PIPELINE_PENDING,
+          step::REBASE_PENDING,
+          step::CREATE_OVERLOADED,
+          step::HANDLE_OVERLOADED,
+          step::CREATE_ERROR,
+          step::HANDLE_ERROR,
+          step::DEPLOY_TIMEOUT};
 }
 
 void overview(service_context& ctx, http_server::request& req, http_server::responder reply) {
@@ -637,49 +652,56 @@ void bulk(service_context& ctx, const operator_source& who, http_server::request
   if (!op) return reply(outcome_response(api_outcome::unauthenticated));
   // Filter, dryRun (default: count only; only an explicit JSON false acts) and reason: ops_body.hpp.
   auto parsed = parse_ops_bulk_body(req.body, *action == ops_action::fail);
-  if (auto* message = std::get_if<std::string>(&parsed)) return reply(outcome_response(api_outcome::bad_request, *message));
+  if (auto* message = std::get_if<std::string>(&parsed))
+    return reply(outcome_response(api_outcome::bad_request, *message));
   auto& fields = std::get<ops_bulk_body>(parsed);
   bool dry_run = fields.dry_run;
   std::string reason = fields.reason;
   auto params = middleware::apply_operator_identity(fields.body, identity::identity{*op, ""});
   auto* svc = ctx.services;
-  submit_db(ctx, reply, [svc, f = fields.filter, a = *action, dry_run, reason, params, who_name = *op, reply](persistence::db_context& db) {
-    auto rows = persistence::select_ops_operations(db.get(), f, bulk_cap);
-    if (!rows.ok()) return reply(db_failure(rows.error));
-    std::vector<const persistence::operation_row*> eligible;
-    for (const auto& r : rows.value) {
-      if (plan_action(a, r.step).target) eligible.push_back(&r);
-    }
-    json ids = json::array();
-    for (std::size_t i = 0; i < eligible.size() && i < 100; ++i) ids.push_back(eligible[i]->operation_id);
-    json data = {{"action", to_string(a)},   {"dryRun", dry_run},      {"matched", rows.value.size()},
-                 {"eligible", eligible.size()}, {"capped", rows.value.size() >= static_cast<std::size_t>(bulk_cap)},
-                 {"sampleIds", ids}};
-    if (dry_run) {
-      audit(db, who_name, "bulk-" + std::string(to_string(a)), "dry-run", params,
-            "DRY_RUN:" + std::to_string(eligible.size()), {});
-      return reply(outcome_response(api_outcome::ok, {}, data));
-    }
-    json outcomes = json::object();
-    for (const auto* r : eligible) {
-      action_request one;
-      one.action = a;
-      one.operation_id = r->operation_id;
-      one.operator_name = who_name;
-      one.reason = reason;
-      json p = params;
-      p["operationId"] = r->operation_id;
-      one.params = p;
-      auto plan = plan_action(a, r->step);
-      std::string cause = "operator bulk " + std::string(to_string(a)) + (reason.empty() ? "" : ": " + reason);
-      auto result = apply_transition(db, svc, *r, *plan.target, one, cause);
-      audit(db, who_name, std::string(to_string(a)), r->operation_id, one.params, result.audit_outcome, {});
-      outcomes[result.audit_outcome] = outcomes.value(result.audit_outcome, 0) + 1;
-    }
-    data["outcomes"] = outcomes;
-    audit(db, who_name, "bulk-" + std::string(to_string(a)), "filter", params, "APPLIED:" + outcomes.dump(), {});
-    reply(outcome_response(api_outcome::ok, {}, data));
-  });
+  submit_db(
+      ctx, reply,
+      [svc, f = fields.filter, a = *action, dry_run, reason, params, who_name = *op,
+       reply](persistence::db_context& db) {
+        auto rows = persistence::select_ops_operations(db.get(), f, bulk_cap);
+        if (!rows.ok()) return reply(db_failure(rows.error));
+        std::vector<const persistence::operation_row*> eligible;
+        for (const auto& r : rows.value) {
+          if (plan_action(a, r.step).target) eligible.push_back(&r);
+        }
+        json ids = json::array();
+        for (std::size_t i = 0; i < eligible.size() && i < 100; ++i) ids.push_back(eligible[i]->operation_id);
+        json data = {{"action", to_string(a)},
+                     {"dryRun", dry_run},
+                     {"matched", rows.value.size()},
+                     {"eligible", eligible.size()},
+                     {"capped", rows.value.size() >= static_cast<std::size_t>(bulk_cap)},
+                     {"sampleIds", ids}};
+        if (dry_run) {
+          audit(db, who_name, "bulk-" + std::string(to_string(a)), "dry-run", params,
+                "DRY_RUN:" + std::to_string(eligible.size()), {});
+          return reply(outcome_response(api_outcome::ok, {}, data));
+        }
+        json outcomes = json::object();
+        for (const auto* r : eligible) {
+          action_request one;
+          one.action = a;
+          one.operation_id = r->operation_id;
+          one.operator_name = who_name;
+          one.reason = reason;
+          json p = params;
+          p["operationId"] = r->operation_id;
+          one.params = p;
+          auto plan = plan_action(a, r->step);
+          std::string cause = "operator bulk " + std::string(to_string(a)) + (reason.empty() ? "" : ": " + reason);
+          auto result = apply_transition(db, svc, *r, *plan.target, one, cause);
+          audit(db, who_name, std::string(to_string(a)), r->operation_id, one.params, result.audit_outcome, {});
+          outcomes[result.audit_outcome] = outcomes.value(result.audit_outcome, 0) + 1;
+        }
+        data["outcomes"] = outcomes;
+        audit(db, who_name, "bulk-" + std::string(to_string(a)), "filter", params, "APPLIED:" + outcomes.dump(), {});
+        reply(outcome_response(api_outcome::ok, {}, data));
+      });
 }
 
 }  // namespace
@@ -766,35 +788,40 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
     rt.policy = ops_route_policy();
     r.add(std::move(rt));
   };
-  add("GET", "/api/v1/ops/overview", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-    overview(ctx, req, std::move(reply));
-  });
+  add("GET", "/api/v1/ops/overview",
+      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+        overview(ctx, req, std::move(reply));
+      });
   add("GET", "/api/v1/ops/actors", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     list_actors(ctx, req, std::move(reply));
   });
-  add("GET", "/api/v1/ops/operations", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-    list_operations(ctx, req, std::move(reply));
-  });
-  add("GET", "/api/v1/ops/operations/{id}", [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
-    get_operation(ctx, p.at("id"), std::move(reply));
-  });
+  add("GET", "/api/v1/ops/operations",
+      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+        list_operations(ctx, req, std::move(reply));
+      });
+  add("GET", "/api/v1/ops/operations/{id}",
+      [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
+        get_operation(ctx, p.at("id"), std::move(reply));
+      });
   for (auto a : all_ops_actions) {
     std::string pattern = "/api/v1/ops/operations/{id}/" + std::string(to_string(a));
-    add("POST", pattern, [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
-      const auto& id = p.at("id");
-      if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
-      auto parsed = parse_action(ctx, who, req, a, id, pattern);
-      if (parsed.error) return reply(std::move(*parsed.error));
-      auto* svc = ctx.services;
-      auto* pool = &ctx.db;
-      submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
-        run_action(db, svc, pool, a, reply);
-      });
-    });
+    add("POST", pattern,
+        [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
+          const auto& id = p.at("id");
+          if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+          auto parsed = parse_action(ctx, who, req, a, id, pattern);
+          if (parsed.error) return reply(std::move(*parsed.error));
+          auto* svc = ctx.services;
+          auto* pool = &ctx.db;
+          submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
+            run_action(db, svc, pool, a, reply);
+          });
+        });
   }
-  add("POST", "/api/v1/ops/bulk/{action}", [&ctx, who](http_server::request& req, const path_params& p, http_server::responder reply) {
-    bulk(ctx, who, req, p.at("action"), std::move(reply));
-  });
+  add("POST", "/api/v1/ops/bulk/{action}",
+      [&ctx, who](http_server::request& req, const path_params& p, http_server::responder reply) {
+        bulk(ctx, who, req, p.at("action"), std::move(reply));
+      });
   add("GET", "/api/v1/ops/audit", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     list_audit(ctx, req, std::move(reply));
   });
@@ -804,9 +831,10 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
   add("GET", "/api/v1/ops/instances", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
     list_instances(ctx, std::move(reply));
   });
-  add("GET", "/api/v1/ops/callbacks", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-    list_callbacks(ctx, req, std::move(reply));
-  });
+  add("GET", "/api/v1/ops/callbacks",
+      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+        list_callbacks(ctx, req, std::move(reply));
+      });
 }
 
 }  // namespace changeflow::http

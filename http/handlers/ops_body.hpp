@@ -141,7 +141,8 @@ inline std::variant<ops_bulk_body, std::string> parse_ops_bulk_body(const std::s
   if (auto it = body.find("reason"); it != body.end() && it->is_string()) {
     out.reason = truncate_utf8(it->get_ref<const std::string&>(), max_ops_reason_bytes);
   }
-  if (reason_required && out.reason.empty() && !out.dry_run) return std::string("A 'reason' is required to force failures");
+  if (reason_required && out.reason.empty() && !out.dry_run)
+    return std::string("A 'reason' is required to force failures");
   return out;
 }
 

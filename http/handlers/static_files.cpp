@@ -31,7 +31,8 @@ http_server::response json_no_store(unsigned status, std::string_view code, std:
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -109,8 +110,7 @@ bool is_hashed_asset_name(std::string_view name) {
   auto stem = name.substr(0, dot);
   if (stem.size() < hash_len + 2 || stem[stem.size() - hash_len - 1] != '-') return false;
   auto hash = stem.substr(stem.size() - hash_len);
-  return std::all_of(hash.begin(), hash.end(),
-                     [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
+  return std::all_of(hash.begin(), hash.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
 }
 
 http_server::response serve_console(const http_server::request& req, const std::string& console_dir) {

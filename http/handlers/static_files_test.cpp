@@ -34,7 +34,8 @@ class ConsoleServing : public ::testing::Test {
   void SetUp() override {
     base = changeflow::testing::make_temp_dir("cf-console");
     dir = fs::path(base) / "dist";
-    write(dir / "index.html", std::string("<html>") + shell_marker + "<script src=\"/console/assets/index-AbC123xy.js\"></script></html>");
+    write(dir / "index.html",
+          std::string("<html>") + shell_marker + "<script src=\"/console/assets/index-AbC123xy.js\"></script></html>");
     write(dir / "assets" / "index-AbC123xy.js", "console.log('app');");
     write(dir / "assets" / "index-Zz9_8-7k.css", "body{}");
     write(dir / "favicon.svg", "<svg/>");
@@ -49,16 +50,17 @@ class ConsoleServing : public ::testing::Test {
     o.address = "127.0.0.1";
     o.port = 0;
     o.threads = 1;
-    server = std::make_unique<http_server::server>(o, [rt = routes](http_server::request&& req, http_server::responder reply) {
-      auto m = rt->match(req.method, req.path);
-      if (m.kind != http::router::match_kind::found) {
-        http_server::response nf;
-        nf.status = 404;
-        nf.body = "{\"code\":\"NOT_FOUND\"}";
-        return reply(nf);
-      }
-      m.matched->handler(req, m.params, reply);
-    });
+    server = std::make_unique<http_server::server>(
+        o, [rt = routes](http_server::request&& req, http_server::responder reply) {
+          auto m = rt->match(req.method, req.path);
+          if (m.kind != http::router::match_kind::found) {
+            http_server::response nf;
+            nf.status = 404;
+            nf.body = "{\"code\":\"NOT_FOUND\"}";
+            return reply(nf);
+          }
+          m.matched->handler(req, m.params, reply);
+        });
     server->start();
   }
   void TearDown() override {
@@ -125,8 +127,8 @@ TEST_F(ConsoleServing, MissingAssetIsJson404NoStore) {
 }
 
 TEST_F(ConsoleServing, MissingNavigationGetsAppShellNoStore) {
-  for (std::string target : {"/console/operations", "/console/operations/4a1f0c1e-0000-4000-8000-000000000001",
-                             "/console/audit?x=1"}) {
+  for (std::string target :
+       {"/console/operations", "/console/operations/4a1f0c1e-0000-4000-8000-000000000001", "/console/audit?x=1"}) {
     auto r = get(target, "text/html,application/xhtml+xml,*/*;q=0.8");
     EXPECT_EQ(r.status, 200u) << target;
     EXPECT_EQ(r.header("cache-control"), "no-store") << target;
@@ -140,11 +142,10 @@ TEST_F(ConsoleServing, MissingNonNavigationWithoutHtmlAcceptIs404) {
 }
 
 TEST_F(ConsoleServing, TraversalAttemptsAreRefused) {
-  for (std::string target : {"/console/../secret.txt", "/console/assets/../../secret.txt",
-                             "/console/%2e%2e/secret.txt", "/console/%2E%2E/secret.txt",
-                             "/console/assets/%2e%2e%2f%2e%2e%2fsecret.txt", "/console/..%2fsecret.txt",
-                             "/console/assets/..%5c..%5csecret.txt", "/console/./index.html",
-                             "/console/assets/%252e%252e/secret.txt"}) {
+  for (std::string target :
+       {"/console/../secret.txt", "/console/assets/../../secret.txt", "/console/%2e%2e/secret.txt",
+        "/console/%2E%2E/secret.txt", "/console/assets/%2e%2e%2f%2e%2e%2fsecret.txt", "/console/..%2fsecret.txt",
+        "/console/assets/..%5c..%5csecret.txt", "/console/./index.html", "/console/assets/%252e%252e/secret.txt"}) {
     auto r = get(target, "text/html");
     // The transport may refuse a dot segment itself (400); either way: no file, no shell, no-store.
     EXPECT_TRUE(r.status == 400 || r.status == 404) << target << " -> " << r.status;

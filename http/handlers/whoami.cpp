@@ -26,8 +26,7 @@ void add_whoami_route(router& r, service_context&) {
            auto op = authenticated_operator(req);
            // The policy demands an identity, so this is a wiring error, not a client error.
            if (!op) return reply(internal_error("whoami reached without a resolved operator"));
-           auto params = middleware::apply_operator_identity(query_params_json(req.query),
-                                                             identity::identity{*op, ""});
+           auto params = middleware::apply_operator_identity(query_params_json(req.query), identity::identity{*op, ""});
            reply(middleware::outcome_response(
                middleware::api_outcome::ok, {},
                {{"operator", params[std::string(middleware::authenticated_operator_param)]},

@@ -25,8 +25,7 @@ std::string lower(std::string_view s) {
 }
 
 bool all_digits(std::string_view s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
 /// "E12345", "e12345" or "12345" -> "12345"; anything else -> nullopt.
@@ -109,9 +108,8 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
 
   std::string token_copy(token);  // libjwt wants a NUL-terminated string
   jwt_t* raw = nullptr;
-  int rc =
-      jwt_decode(&raw, token_copy.c_str(), reinterpret_cast<const unsigned char*>(secret->data()),
-                 static_cast<int>(secret->size()));
+  int rc = jwt_decode(&raw, token_copy.c_str(), reinterpret_cast<const unsigned char*>(secret->data()),
+                      static_cast<int>(secret->size()));
   std::unique_ptr<jwt_t, jwt_deleter> jwt(raw);
   if (rc != 0 || !jwt) return rejected(resolve_reason::bad_token);
   if (jwt_get_alg(jwt.get()) != JWT_ALG_HS256) return rejected(resolve_reason::wrong_algorithm);
@@ -128,8 +126,7 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
   if (exp->get<double>() <= static_cast<double>(now_s)) return rejected(resolve_reason::expired);
   if (auto nbf = grants.find("nbf"); nbf != grants.end()) {
     if (!nbf->is_number()) return rejected(resolve_reason::bad_token);
-    if (nbf->get<double>() > static_cast<double>(now_s))
-      return rejected(resolve_reason::not_yet_valid);
+    if (nbf->get<double>() > static_cast<double>(now_s)) return rejected(resolve_reason::not_yet_valid);
   }
 
   if (auto audience = snap.get_string("auth.jwt_audience")) {
@@ -137,9 +134,8 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
     bool match = false;
     if (aud != grants.end() && aud->is_string()) match = aud->get<std::string>() == *audience;
     if (aud != grants.end() && aud->is_array()) {
-      match = std::any_of(aud->begin(), aud->end(), [&](const nlohmann::json& a) {
-        return a.is_string() && a.get<std::string>() == *audience;
-      });
+      match = std::any_of(aud->begin(), aud->end(),
+                          [&](const nlohmann::json& a) { return a.is_string() && a.get<std::string>() == *audience; });
     }
     if (!match) return rejected(resolve_reason::wrong_audience);
   }
@@ -155,38 +151,25 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
 
 std::string_view to_string(resolve_reason r) {
   switch (r) {
-    case resolve_reason::ok:
-      return "ok";
-    case resolve_reason::none_presented:
-      return "none_presented";
-    case resolve_reason::bad_token:
-      return "bad_token";
-    case resolve_reason::wrong_algorithm:
-      return "wrong_algorithm";
-    case resolve_reason::expired:
-      return "expired";
-    case resolve_reason::missing_expiry:
-      return "missing_expiry";
-    case resolve_reason::not_yet_valid:
-      return "not_yet_valid";
-    case resolve_reason::wrong_audience:
-      return "wrong_audience";
-    case resolve_reason::bad_subject:
-      return "bad_subject";
-    case resolve_reason::no_secret_configured:
-      return "no_secret_configured";
-    case resolve_reason::untrusted_header:
-      return "untrusted_header";
+    case resolve_reason::ok: return "ok";
+    case resolve_reason::none_presented: return "none_presented";
+    case resolve_reason::bad_token: return "bad_token";
+    case resolve_reason::wrong_algorithm: return "wrong_algorithm";
+    case resolve_reason::expired: return "expired";
+    case resolve_reason::missing_expiry: return "missing_expiry";
+    case resolve_reason::not_yet_valid: return "not_yet_valid";
+    case resolve_reason::wrong_audience: return "wrong_audience";
+    case resolve_reason::bad_subject: return "bad_subject";
+    case resolve_reason::no_secret_configured: return "no_secret_configured";
+    case resolve_reason::untrusted_header: return "untrusted_header";
   }
   return "unknown";
 }
 
-std::optional<std::string> normalize_subject(std::string_view subject,
-                                             const nlohmann::json& aliases) {
+std::optional<std::string> normalize_subject(std::string_view subject, const nlohmann::json& aliases) {
   subject = trim(subject);
   if (subject.empty()) return std::nullopt;
-  auto digits =
-      subject.find('@') == std::string_view::npos ? employee_digits(subject) : std::nullopt;
+  auto digits = subject.find('@') == std::string_view::npos ? employee_digits(subject) : std::nullopt;
   if (!digits) return account_of(subject);
   if (aliases.is_object()) {
     // Alias keys may be written "E12345" or "12345": compare by digits so both spellings match.
@@ -206,8 +189,7 @@ bool is_unmapped_employee(const identity& id) {
   return id.account.rfind("emp:", 0) == 0;
 }
 
-resolve_result resolve_identity(const header_map& headers, std::string_view peer_address,
-                                const config::snapshot& snap,
+resolve_result resolve_identity(const header_map& headers, std::string_view peer_address, const config::snapshot& snap,
                                 std::chrono::system_clock::time_point now) {
   try {
     bool untrusted_header = false;
@@ -233,8 +215,7 @@ resolve_result resolve_identity(const header_map& headers, std::string_view peer
       if (token.empty()) return rejected(resolve_reason::bad_token);
       return verify_bearer(token, snap, now);
     }
-    return rejected(untrusted_header ? resolve_reason::untrusted_header
-                                     : resolve_reason::none_presented);
+    return rejected(untrusted_header ? resolve_reason::untrusted_header : resolve_reason::none_presented);
   } catch (...) {
     // Fail closed: a resolver fault is "no identity", never an escaped exception.
     return rejected(resolve_reason::bad_token);

@@ -58,15 +58,13 @@ struct resolve_result {
 };
 
 /// Resolves the caller. Never throws; `now` is an input so expiry is testable.
-resolve_result resolve_identity(const header_map& headers, std::string_view peer_address,
-                                const config::snapshot& snap,
+resolve_result resolve_identity(const header_map& headers, std::string_view peer_address, const config::snapshot& snap,
                                 std::chrono::system_clock::time_point now);
 
 /// Normalizes a subject: email-style -> local part, lower-cased, trimmed; employee id ("E123" or
 /// "123") -> aliases[id] normalized, else "emp:<digits>"; other plain names lower-cased.
 /// nullopt when empty or containing whitespace/control characters.
-std::optional<std::string> normalize_subject(std::string_view subject,
-                                             const nlohmann::json& aliases);
+std::optional<std::string> normalize_subject(std::string_view subject, const nlohmann::json& aliases);
 
 /// True when the account came from an alias-less employee id ("emp:..."): metrics treat such an
 /// identity as not trustworthy enough for a per-user label.

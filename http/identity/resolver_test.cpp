@@ -19,8 +19,7 @@ const auto now = std::chrono::system_clock::time_point(seconds(1'700'000'000));
 const long now_s = 1'700'000'000;
 
 std::shared_ptr<const config::snapshot> snap_of(json doc) {
-  auto r =
-      config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
+  auto r = config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
   EXPECT_TRUE(r.errors.empty()) << (r.errors.empty() ? "" : r.errors.front());
   return r.snap;
 }
@@ -100,29 +99,24 @@ TEST(IdentityResolver, BearerTokensTableDriven) {
   tampered.back() = tampered.back() == 'A' ? 'B' : 'A';
   const token_case cases[] = {
       {"valid email subject", json::object(), "Bearer " + valid, resolve_reason::ok, "alice"},
-      {"scheme is case-insensitive", json::object(), "bearer " + valid, resolve_reason::ok,
-       "alice"},
+      {"scheme is case-insensitive", json::object(), "bearer " + valid, resolve_reason::ok, "alice"},
       {"no header", json::object(), "", resolve_reason::none_presented, ""},
       {"basic scheme", json::object(), "Basic YWxpY2U6cHc=", resolve_reason::bad_token, ""},
       {"empty bearer", json::object(), "Bearer ", resolve_reason::bad_token, ""},
       {"garbage token", json::object(), "Bearer not.a.jwt", resolve_reason::bad_token, ""},
-      {"alg none", json::object(), "Bearer " + alg_none_token("alice@corp.example"),
+      {"alg none", json::object(), "Bearer " + alg_none_token("alice@corp.example"), resolve_reason::wrong_algorithm,
+       ""},
+      {"HS512 with the right secret", json::object(), "Bearer " + make_token({.alg = JWT_ALG_HS512}),
        resolve_reason::wrong_algorithm, ""},
-      {"HS512 with the right secret", json::object(),
-       "Bearer " + make_token({.alg = JWT_ALG_HS512}), resolve_reason::wrong_algorithm, ""},
-      {"wrong signature key", json::object(),
-       "Bearer " + make_token({.key = "another-secret-0123456789"}), resolve_reason::bad_token, ""},
+      {"wrong signature key", json::object(), "Bearer " + make_token({.key = "another-secret-0123456789"}),
+       resolve_reason::bad_token, ""},
       {"tampered signature", json::object(), "Bearer " + tampered, resolve_reason::bad_token, ""},
-      {"expired", json::object(), "Bearer " + make_token({.exp = now_s - 1}),
-       resolve_reason::expired, ""},
-      {"exp exactly now", json::object(), "Bearer " + make_token({.exp = now_s}),
-       resolve_reason::expired, ""},
-      {"no exp", json::object(), "Bearer " + make_token({.exp = std::nullopt}),
-       resolve_reason::missing_expiry, ""},
-      {"nbf in the future", json::object(), "Bearer " + make_token({.nbf = now_s + 60}),
-       resolve_reason::not_yet_valid, ""},
-      {"nbf in the past", json::object(), "Bearer " + make_token({.nbf = now_s - 60}),
-       resolve_reason::ok, "alice"},
+      {"expired", json::object(), "Bearer " + make_token({.exp = now_s - 1}), resolve_reason::expired, ""},
+      {"exp exactly now", json::object(), "Bearer " + make_token({.exp = now_s}), resolve_reason::expired, ""},
+      {"no exp", json::object(), "Bearer " + make_token({.exp = std::nullopt}), resolve_reason::missing_expiry, ""},
+      {"nbf in the future", json::object(), "Bearer " + make_token({.nbf = now_s + 60}), resolve_reason::not_yet_valid,
+       ""},
+      {"nbf in the past", json::object(), "Bearer " + make_token({.nbf = now_s - 60}), resolve_reason::ok, "alice"},
       {"audience required, missing",
        {{"auth.jwt_audience", "changeflow"}},
        "Bearer " + valid,
@@ -153,10 +147,9 @@ TEST(IdentityResolver, BearerTokensTableDriven) {
        "Bearer " + valid,
        resolve_reason::no_secret_configured,
        ""},
-      {"no subject", json::object(), "Bearer " + make_token({.sub = ""}),
-       resolve_reason::bad_subject, ""},
-      {"subject with spaces only", json::object(), "Bearer " + make_token({.sub = "   "}),
-       resolve_reason::bad_subject, ""},
+      {"no subject", json::object(), "Bearer " + make_token({.sub = ""}), resolve_reason::bad_subject, ""},
+      {"subject with spaces only", json::object(), "Bearer " + make_token({.sub = "   "}), resolve_reason::bad_subject,
+       ""},
   };
   for (const auto& c : cases) {
     auto doc = base_config();
@@ -177,8 +170,7 @@ TEST(IdentityResolver, BearerTokensTableDriven) {
 
 TEST(IdentityResolver, EmailAndEmployeeIdResolveToTheSameIdentity) {
   auto snap = snap_of(base_config());
-  const char* subjects[] = {
-      "alice@corp.example", " Alice@Corp.Example ", "ALICE", "E12345", "e12345", "12345"};
+  const char* subjects[] = {"alice@corp.example", " Alice@Corp.Example ", "ALICE", "E12345", "e12345", "12345"};
   for (const char* sub : subjects) {
     auto r = resolve_identity(bearer(make_token({.sub = sub})), "192.0.2.7", *snap, now);
     ASSERT_TRUE(r.id) << sub << ": " << to_string(r.reason);
@@ -212,11 +204,9 @@ TEST(IdentityResolver, NormalizeSubjectTableDriven) {
        "ce",
        std::nullopt},
   };
-  for (const auto& c : cases)
-    EXPECT_EQ(normalize_subject(c.in, aliases), c.want) << "'" << c.in << "'";
+  for (const auto& c : cases) EXPECT_EQ(normalize_subject(c.in, aliases), c.want) << "'" << c.in << "'";
   EXPECT_EQ(normalize_subject("E12345", json()), "emp:12345") << "aliases cleared";
-  EXPECT_EQ(normalize_subject("E12345", json::array()), "emp:12345")
-      << "aliases of the wrong shape";
+  EXPECT_EQ(normalize_subject("E12345", json::array()), "emp:12345") << "aliases of the wrong shape";
 }
 
 TEST(IdentityResolver, GatewayHeaderOnlyFromTrustedProxy) {

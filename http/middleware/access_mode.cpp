@@ -17,8 +17,7 @@ std::string_view trim(std::string_view s) {
 std::optional<int> parse_clock(std::string_view s) {
   s = trim(s);
   auto colon = s.find(':');
-  if (colon == std::string_view::npos || colon == 0 || colon > 2 || s.size() - colon - 1 != 2)
-    return std::nullopt;
+  if (colon == std::string_view::npos || colon == 0 || colon > 2 || s.size() - colon - 1 != 2) return std::nullopt;
   int hours = 0;
   for (char c : s.substr(0, colon)) {
     if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
@@ -40,12 +39,9 @@ constexpr std::int64_t minutes_per_day = 24 * 60;
 
 std::string_view to_string(access_mode m) {
   switch (m) {
-    case access_mode::open:
-      return "OPEN";
-    case access_mode::test_window:
-      return "TEST_WINDOW";
-    case access_mode::closed:
-      return "CLOSED";
+    case access_mode::open: return "OPEN";
+    case access_mode::test_window: return "TEST_WINDOW";
+    case access_mode::closed: return "CLOSED";
   }
   return "CLOSED";
 }
@@ -71,32 +67,25 @@ std::optional<time_window> parse_time_window(std::string_view text) {
   return time_window{*start, *end};
 }
 
-bool access_allowed(access_mode mode, const std::optional<std::string>& window,
-                    std::int64_t utc_offset_minutes, std::chrono::system_clock::time_point now) {
+bool access_allowed(access_mode mode, const std::optional<std::string>& window, std::int64_t utc_offset_minutes,
+                    std::chrono::system_clock::time_point now) {
   switch (mode) {
-    case access_mode::open:
-      return true;
-    case access_mode::closed:
-      return false;
-    case access_mode::test_window:
-      break;
+    case access_mode::open: return true;
+    case access_mode::closed: return false;
+    case access_mode::test_window: break;
   }
   if (!window) return false;
   auto w = parse_time_window(*window);
   if (!w) return false;
-  if (utc_offset_minutes < -max_offset_minutes || utc_offset_minutes > max_offset_minutes)
-    return false;
-  auto utc_minutes =
-      std::chrono::duration_cast<std::chrono::minutes>(now.time_since_epoch()).count();
-  auto local =
-      ((utc_minutes + utc_offset_minutes) % minutes_per_day + minutes_per_day) % minutes_per_day;
+  if (utc_offset_minutes < -max_offset_minutes || utc_offset_minutes > max_offset_minutes) return false;
+  auto utc_minutes = std::chrono::duration_cast<std::chrono::minutes>(now.time_since_epoch()).count();
+  auto local = ((utc_minutes + utc_offset_minutes) % minutes_per_day + minutes_per_day) % minutes_per_day;
   if (w->start_minute < w->end_minute) return local >= w->start_minute && local < w->end_minute;
   return local >= w->start_minute || local < w->end_minute;  // wraps midnight
 }
 
 bool access_allowed(const config::snapshot& snap, std::chrono::system_clock::time_point now) {
-  return access_allowed(resolve_access_mode(snap.get_string("access.mode")),
-                        snap.get_string("access.window"),
+  return access_allowed(resolve_access_mode(snap.get_string("access.mode")), snap.get_string("access.window"),
                         snap.int_or("access.time_zone_offset_minutes", 0), now);
 }
 

@@ -36,8 +36,8 @@ std::optional<time_window> parse_time_window(std::string_view text);
 /// OPEN -> true; CLOSED -> false; TEST_WINDOW -> true only inside the window, read at the fixed
 /// UTC offset (never the host's zone, so every instance agrees). Missing/unparsable window or an
 /// offset beyond +-14h -> false.
-bool access_allowed(access_mode mode, const std::optional<std::string>& window,
-                    std::int64_t utc_offset_minutes, std::chrono::system_clock::time_point now);
+bool access_allowed(access_mode mode, const std::optional<std::string>& window, std::int64_t utc_offset_minutes,
+                    std::chrono::system_clock::time_point now);
 
 /// Reads access.mode, access.window and access.time_zone_offset_minutes from the snapshot.
 bool access_allowed(const config::snapshot& snap, std::chrono::system_clock::time_point now);

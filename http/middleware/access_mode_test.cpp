@@ -10,8 +10,7 @@ using std::chrono::minutes;
 
 namespace {
 // 2023-11-14 00:00:00 UTC
-const auto utc_midnight =
-    std::chrono::system_clock::time_point(std::chrono::seconds(1'699'920'000));
+const auto utc_midnight = std::chrono::system_clock::time_point(std::chrono::seconds(1'699'920'000));
 auto at_utc(int h, int m) {
   return utc_midnight + hours(h) + minutes(m);
 }
@@ -111,13 +110,11 @@ TEST(AccessMode, FromSnapshot) {
   auto env = [](const std::string&) { return std::optional<std::string>(); };
   auto snap = [&](json doc) { return config::load_from_json(doc, env).snap; };
   EXPECT_TRUE(access_allowed(*snap({{"access.mode", "OPEN"}}), at_utc(3, 0)));
-  EXPECT_FALSE(access_allowed(*snap({{"access.mode", ""}}), at_utc(3, 0)))
-      << "cleared -> TEST_WINDOW, no window";
+  EXPECT_FALSE(access_allowed(*snap({{"access.mode", ""}}), at_utc(3, 0))) << "cleared -> TEST_WINDOW, no window";
   EXPECT_FALSE(access_allowed(*snap({{"access.mode", nullptr}}), at_utc(3, 0)));
   EXPECT_FALSE(access_allowed(*snap({{"access.mode", "OPNE"}}), at_utc(3, 0)));
-  auto windowed = snap({{"access.mode", "test_window"},
-                        {"access.window", "09:00-18:00"},
-                        {"access.time_zone_offset_minutes", 480}});
+  auto windowed = snap(
+      {{"access.mode", "test_window"}, {"access.window", "09:00-18:00"}, {"access.time_zone_offset_minutes", 480}});
   EXPECT_TRUE(access_allowed(*windowed, at_utc(1, 0)));
   EXPECT_FALSE(access_allowed(*windowed, at_utc(12, 0)));
 }

@@ -29,29 +29,24 @@ void truncate_strings(nlohmann::json& j) {
 
 std::string_view to_string(authz_decision d) {
   switch (d) {
-    case authz_decision::allow:
-      return "allow";
-    case authz_decision::deny_401:
-      return "deny_401";
-    case authz_decision::deny_403:
-      return "deny_403";
+    case authz_decision::allow: return "allow";
+    case authz_decision::deny_401: return "deny_401";
+    case authz_decision::deny_403: return "deny_403";
   }
   return "deny_403";
 }
 
-authz_decision decide_authorization(const std::vector<std::string>& required_rules,
-                                    bool requires_identity, const identity::resolve_result& who,
+authz_decision decide_authorization(const std::vector<std::string>& required_rules, bool requires_identity,
+                                    const identity::resolve_result& who,
                                     const std::optional<permission_outcome>& permissions) {
   if (!needs_identity(required_rules, requires_identity)) return authz_decision::allow;
   if (!who.id || who.id->account.empty()) return authz_decision::deny_401;
   if (required_rules.empty()) return authz_decision::allow;
-  if (!permissions || !permissions->granted)
-    return authz_decision::deny_403;  // service error = no permission
+  if (!permissions || !permissions->granted) return authz_decision::deny_403;  // service error = no permission
   const auto& granted = *permissions->granted;
   // Any-of, exact match only: empty or unrelated codes in the answer grant nothing.
-  bool any = std::any_of(
-      required_rules.begin(), required_rules.end(),
-      [&](const std::string& rule) { return !rule.empty() && granted.count(rule) > 0; });
+  bool any = std::any_of(required_rules.begin(), required_rules.end(),
+                         [&](const std::string& rule) { return !rule.empty() && granted.count(rule) > 0; });
   return any ? authz_decision::allow : authz_decision::deny_403;
 }
 
@@ -59,10 +54,8 @@ http_server::response deny_response(authz_decision d, std::string_view log_detai
   switch (d) {
     case authz_decision::deny_401:
       return client_error(401, "UNAUTHENTICATED", authentication_required_message, log_detail);
-    case authz_decision::deny_403:
-      return client_error(403, "FORBIDDEN", access_denied_message, log_detail);
-    case authz_decision::allow:
-      break;
+    case authz_decision::deny_403: return client_error(403, "FORBIDDEN", access_denied_message, log_detail);
+    case authz_decision::allow: break;
   }
   return internal_error("deny_response called with allow");
 }

@@ -29,9 +29,7 @@ struct permission_outcome {
   std::optional<std::set<std::string>> granted;  // nullopt = error
   std::string error;                             // for the log only
 
-  static permission_outcome granted_rules(std::set<std::string> rules) {
-    return {std::move(rules), {}};
-  }
+  static permission_outcome granted_rules(std::set<std::string> rules) { return {std::move(rules), {}}; }
   static permission_outcome failed(std::string why) { return {std::nullopt, std::move(why)}; }
 };
 
@@ -47,8 +45,8 @@ inline bool needs_identity(const std::vector<std::string>& required_rules, bool 
 /// Pure decision. `required_rules` is any-of; empty means no rule check (identity alone, when
 /// `requires_identity`, decides). `permissions` is ignored unless rules are required; nullopt with
 /// rules required (the check never ran) is a deny.
-authz_decision decide_authorization(const std::vector<std::string>& required_rules,
-                                    bool requires_identity, const identity::resolve_result& who,
+authz_decision decide_authorization(const std::vector<std::string>& required_rules, bool requires_identity,
+                                    const identity::resolve_result& who,
                                     const std::optional<permission_outcome>& permissions);
 
 /// The client-facing denial: 401 {UNAUTHENTICATED, "Authentication required"} or

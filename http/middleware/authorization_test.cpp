@@ -35,14 +35,13 @@ TEST(Authorization, DecisionTableDriven) {
        authz_decision::deny_401},
       {"rules, bad token -> 401 even if service says yes", ops_rules, false, bad_token,
        permission_outcome::granted_rules({"changeflow.ops"}), authz_decision::deny_401},
-      {"rules, first granted", ops_rules, false, alice,
-       permission_outcome::granted_rules({"changeflow.ops"}), authz_decision::allow},
-      {"rules, any-of: admin granted", ops_rules, false, alice,
-       permission_outcome::granted_rules({"changeflow.admin"}), authz_decision::allow},
-      {"rules, none granted", ops_rules, false, alice, permission_outcome::granted_rules({}),
+      {"rules, first granted", ops_rules, false, alice, permission_outcome::granted_rules({"changeflow.ops"}),
+       authz_decision::allow},
+      {"rules, any-of: admin granted", ops_rules, false, alice, permission_outcome::granted_rules({"changeflow.admin"}),
+       authz_decision::allow},
+      {"rules, none granted", ops_rules, false, alice, permission_outcome::granted_rules({}), authz_decision::deny_403},
+      {"rules, unrelated grant", ops_rules, false, alice, permission_outcome::granted_rules({"other.rule"}),
        authz_decision::deny_403},
-      {"rules, unrelated grant", ops_rules, false, alice,
-       permission_outcome::granted_rules({"other.rule"}), authz_decision::deny_403},
       {"rules, garbage grant (case differs)", ops_rules, false, alice,
        permission_outcome::granted_rules({"CHANGEFLOW.OPS", ""}), authz_decision::deny_403},
       {"rules, service error", ops_rules, false, alice, permission_outcome::failed("timeout"),
@@ -57,8 +56,7 @@ TEST(Authorization, DecisionTableDriven) {
   };
   for (const auto& c : cases) {
     EXPECT_EQ(decide_authorization(c.rules, c.requires_identity, c.who, c.permissions), c.want)
-        << c.name << ": got "
-        << to_string(decide_authorization(c.rules, c.requires_identity, c.who, c.permissions));
+        << c.name << ": got " << to_string(decide_authorization(c.rules, c.requires_identity, c.who, c.permissions));
   }
 }
 
@@ -69,8 +67,7 @@ TEST(Authorization, DenialResponsesRevealNothing) {
   EXPECT_EQ(b401["code"], "UNAUTHENTICATED");
   EXPECT_EQ(b401["message"], "Authentication required");
 
-  for (const char* detail :
-       {"rule not granted", "permission service: timeout", "missing changeflow.admin"}) {
+  for (const char* detail : {"rule not granted", "permission service: timeout", "missing changeflow.admin"}) {
     auto r = deny_response(authz_decision::deny_403, detail);
     EXPECT_EQ(r.status, 403u);
     auto body = json::parse(r.body);
@@ -93,12 +90,10 @@ TEST(Authorization, OperatorIdentityOverwritesForgedValue) {
   auto absent = apply_operator_identity({{"reason", "x"}}, op);
   EXPECT_EQ(absent["__authenticatedOperator"], "alice");
 
-  auto forged_object =
-      apply_operator_identity({{"__authenticatedOperator", {{"account", "mallory"}}}}, op);
+  auto forged_object = apply_operator_identity({{"__authenticatedOperator", {{"account", "mallory"}}}}, op);
   EXPECT_EQ(forged_object["__authenticatedOperator"], "alice");
 
-  auto not_object =
-      apply_operator_identity(json::array({"__authenticatedOperator", "mallory"}), op);
+  auto not_object = apply_operator_identity(json::array({"__authenticatedOperator", "mallory"}), op);
   EXPECT_EQ(not_object, (json{{"__authenticatedOperator", "alice"}}));
 }
 

@@ -45,7 +45,6 @@ status_mapping map_outcome(api_outcome o);
 /// message and data are ignored: the client gets a generic message and an error id, and
 /// `log_detail` goes to the log under that id (http::internal_error).
 http_server::response outcome_response(api_outcome o, std::string_view message = {},
-                                       const nlohmann::json& data = nullptr,
-                                       std::string_view log_detail = {});
+                                       const nlohmann::json& data = nullptr, std::string_view log_detail = {});
 
 }  // namespace changeflow::http::middleware

@@ -39,41 +39,31 @@ TEST(ErrorMapping, EveryOutcomeTableDriven) {
     EXPECT_EQ(r.status, c.status) << c.code;
     auto body = json::parse(r.body);
     EXPECT_EQ(body["code"], c.code);
-    EXPECT_EQ(r.body.find("secret detail"), std::string::npos)
-        << c.code << ": log detail never reaches the client";
+    EXPECT_EQ(r.body.find("secret detail"), std::string::npos) << c.code << ": log detail never reaches the client";
   }
 }
 
 TEST(ErrorMapping, FixedAndGenericMessages) {
-  auto forbidden =
-      json::parse(outcome_response(api_outcome::forbidden, "you need changeflow.admin").body);
+  auto forbidden = json::parse(outcome_response(api_outcome::forbidden, "you need changeflow.admin").body);
   EXPECT_EQ(forbidden["message"], "Access denied");
-  auto unauth =
-      json::parse(outcome_response(api_outcome::unauthenticated, "token expired at 12:00").body);
+  auto unauth = json::parse(outcome_response(api_outcome::unauthenticated, "token expired at 12:00").body);
   EXPECT_EQ(unauth["message"], "Authentication required");
 
-  auto internal =
-      json::parse(outcome_response(api_outcome::internal, "NullPointer at foo.cpp:12").body);
+  auto internal = json::parse(outcome_response(api_outcome::internal, "NullPointer at foo.cpp:12").body);
   EXPECT_EQ(internal["message"], "Internal error");
-  EXPECT_TRUE(internal["data"]["errorId"].is_string())
-      << "the error id ties the reply to the log line";
+  EXPECT_TRUE(internal["data"]["errorId"].is_string()) << "the error id ties the reply to the log line";
 
   auto unavailable = json::parse(outcome_response(api_outcome::unavailable, "db down").body);
   EXPECT_EQ(unavailable["code"], "UNAVAILABLE");
   EXPECT_NE(unavailable["message"], "db down");
 
-  auto accepted =
-      json::parse(outcome_response(api_outcome::accepted, {}, {{"operationId", "op-1"}}).body);
+  auto accepted = json::parse(outcome_response(api_outcome::accepted, {}, {{"operationId", "op-1"}}).body);
   EXPECT_EQ(accepted["data"]["operationId"], "op-1");
-  auto dup = json::parse(
-      outcome_response(api_outcome::duplicate_submit, {}, {{"operationId", "op-1"}}).body);
-  EXPECT_EQ(dup["code"], "DUPLICATE_SUBMIT")
-      << "same status as ACCEPTED, different code: the form stays locked";
+  auto dup = json::parse(outcome_response(api_outcome::duplicate_submit, {}, {{"operationId", "op-1"}}).body);
+  EXPECT_EQ(dup["code"], "DUPLICATE_SUBMIT") << "same status as ACCEPTED, different code: the form stays locked";
 
-  auto bad =
-      json::parse(outcome_response(api_outcome::bad_request, "field 'project' is required").body);
-  EXPECT_EQ(bad["message"], "field 'project' is required")
-      << "client errors carry the actionable message";
+  auto bad = json::parse(outcome_response(api_outcome::bad_request, "field 'project' is required").body);
+  EXPECT_EQ(bad["message"], "field 'project' is required") << "client errors carry the actionable message";
 
   auto overloaded = outcome_response(api_outcome::overloaded);
   bool has_retry_after = false;

@@ -8,10 +8,8 @@ namespace changeflow::http::middleware {
 
 std::string_view to_string(idempotency_state s) {
   switch (s) {
-    case idempotency_state::in_flight:
-      return "IN_FLIGHT";
-    case idempotency_state::completed:
-      return "COMPLETED";
+    case idempotency_state::in_flight: return "IN_FLIGHT";
+    case idempotency_state::completed: return "COMPLETED";
   }
   return "IN_FLIGHT";
 }
@@ -35,34 +33,24 @@ std::string canonical_body(std::string_view body) {
   return "raw:" + std::string(body);
 }
 
-std::string request_fingerprint(std::string_view method, std::string_view route_template,
-                                std::string_view body) {
+std::string request_fingerprint(std::string_view method, std::string_view route_template, std::string_view body) {
   std::string material;
   material.reserve(method.size() + route_template.size() + body.size() + 8);
-  material.append(method)
-      .append("\n")
-      .append(route_template)
-      .append("\n")
-      .append(canonical_body(body));
+  material.append(method).append("\n").append(route_template).append("\n").append(canonical_body(body));
   return ids::sha256_hex(material);
 }
 
 std::string_view to_string(idempotency_decision d) {
   switch (d) {
-    case idempotency_decision::proceed_fresh:
-      return "proceed_fresh";
-    case idempotency_decision::replay_stored_response:
-      return "replay_stored_response";
-    case idempotency_decision::conflict_changed_body_422:
-      return "conflict_changed_body_422";
-    case idempotency_decision::in_flight_409:
-      return "in_flight_409";
+    case idempotency_decision::proceed_fresh: return "proceed_fresh";
+    case idempotency_decision::replay_stored_response: return "replay_stored_response";
+    case idempotency_decision::conflict_changed_body_422: return "conflict_changed_body_422";
+    case idempotency_decision::in_flight_409: return "in_flight_409";
   }
   return "in_flight_409";
 }
 
-idempotency_decision decide(const std::optional<idempotency_record>& existing,
-                            std::string_view fingerprint,
+idempotency_decision decide(const std::optional<idempotency_record>& existing, std::string_view fingerprint,
                             std::chrono::system_clock::time_point now) {
   if (!existing || existing->expires_at <= now) return idempotency_decision::proceed_fresh;
   // A different body under the same key is a client bug; replaying the first answer would hide it.
@@ -70,10 +58,8 @@ idempotency_decision decide(const std::optional<idempotency_record>& existing,
     return idempotency_decision::conflict_changed_body_422;
   }
   switch (existing->state) {
-    case idempotency_state::completed:
-      return idempotency_decision::replay_stored_response;
-    case idempotency_state::in_flight:
-      return idempotency_decision::in_flight_409;
+    case idempotency_state::completed: return idempotency_decision::replay_stored_response;
+    case idempotency_state::in_flight: return idempotency_decision::in_flight_409;
   }
   return idempotency_decision::in_flight_409;
 }

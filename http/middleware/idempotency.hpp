@@ -23,9 +23,8 @@ namespace changeflow::http::middleware {
 
 enum class idempotency_state { in_flight, completed };
 
-std::string_view to_string(idempotency_state s);  // "IN_FLIGHT" | "COMPLETED"
-std::optional<idempotency_state> parse_idempotency_state(
-    std::string_view s);  // inverse; nullopt if unknown
+std::string_view to_string(idempotency_state s);                               // "IN_FLIGHT" | "COMPLETED"
+std::optional<idempotency_state> parse_idempotency_state(std::string_view s);  // inverse; nullopt if unknown
 
 /// One row of the idempotency_record table.
 struct idempotency_record {
@@ -42,22 +41,15 @@ struct idempotency_record {
 std::string canonical_body(std::string_view body);
 
 /// Lower-case hex SHA-256 over method, route template and canonical body.
-std::string request_fingerprint(std::string_view method, std::string_view route_template,
-                                std::string_view body);
+std::string request_fingerprint(std::string_view method, std::string_view route_template, std::string_view body);
 
-enum class idempotency_decision {
-  proceed_fresh,
-  replay_stored_response,
-  conflict_changed_body_422,
-  in_flight_409
-};
+enum class idempotency_decision { proceed_fresh, replay_stored_response, conflict_changed_body_422, in_flight_409 };
 
 std::string_view to_string(idempotency_decision d);
 
 /// What to do with a request whose key found `existing` (nullopt = no row). A record past its
 /// expires_at counts as absent (the TTL sweep may not have run yet).
-idempotency_decision decide(const std::optional<idempotency_record>& existing,
-                            std::string_view fingerprint,
+idempotency_decision decide(const std::optional<idempotency_record>& existing, std::string_view fingerprint,
                             std::chrono::system_clock::time_point now);
 
 /// idempotency.ttl_seconds; missing, cleared or <= 0 -> 86400.

@@ -14,15 +14,11 @@ TEST(Idempotency, FingerprintIgnoresWhitespaceAndKeyOrder) {
   const std::string route = "/api/v1/changes";
   auto base = request_fingerprint("POST", route, R"({"a":1,"b":[1,2],"c":{"x":"y"}})");
   EXPECT_EQ(base.size(), 64u);
-  EXPECT_EQ(
-      request_fingerprint("POST", route, "{ \"c\" : {\"x\":\"y\"},\n \"b\":[1, 2], \"a\":1 }"),
-      base);
+  EXPECT_EQ(request_fingerprint("POST", route, "{ \"c\" : {\"x\":\"y\"},\n \"b\":[1, 2], \"a\":1 }"), base);
   EXPECT_NE(request_fingerprint("POST", route, R"({"a":2,"b":[1,2],"c":{"x":"y"}})"), base);
-  EXPECT_NE(request_fingerprint("POST", route, R"({"a":1,"b":[2,1],"c":{"x":"y"}})"), base)
-      << "array order counts";
+  EXPECT_NE(request_fingerprint("POST", route, R"({"a":1,"b":[2,1],"c":{"x":"y"}})"), base) << "array order counts";
   EXPECT_NE(request_fingerprint("PUT", route, R"({"a":1,"b":[1,2],"c":{"x":"y"}})"), base);
-  EXPECT_NE(request_fingerprint("POST", "/api/v1/other", R"({"a":1,"b":[1,2],"c":{"x":"y"}})"),
-            base);
+  EXPECT_NE(request_fingerprint("POST", "/api/v1/other", R"({"a":1,"b":[1,2],"c":{"x":"y"}})"), base);
 }
 
 TEST(Idempotency, InvalidJsonHashesRawBytes) {
@@ -62,8 +58,7 @@ TEST(Idempotency, DecisionTableDriven) {
        idempotency_decision::proceed_fresh},
   };
   for (const auto& c : cases) {
-    EXPECT_EQ(decide(c.existing, fp, now), c.want)
-        << c.name << ": got " << to_string(decide(c.existing, fp, now));
+    EXPECT_EQ(decide(c.existing, fp, now), c.want) << c.name << ": got " << to_string(decide(c.existing, fp, now));
   }
 }
 

@@ -30,8 +30,7 @@ subject_rules rules_for_subject(const config::snapshot& snap, std::string_view s
   if (!pattern || pattern->find(placeholder) == std::string::npos || subject.empty()) return rules;
   std::string code;
   std::string_view rest = *pattern;
-  for (auto at = rest.find(placeholder); at != std::string_view::npos;
-       at = rest.find(placeholder)) {
+  for (auto at = rest.find(placeholder); at != std::string_view::npos; at = rest.find(placeholder)) {
     code.append(rest.substr(0, at)).append(subject);
     rest.remove_prefix(at + placeholder.size());
   }
@@ -53,14 +52,11 @@ bool permitted_for_subject(const caller& who, const subject_rules& rules) {
   return holds(who, rules.subject_rule) || is_operator(who, rules);
 }
 
-bool may_use(const caller& who, const persistence::operation_row& op, const subject_rules& rules,
-             operation_use use) {
+bool may_use(const caller& who, const persistence::operation_row& op, const subject_rules& rules, operation_use use) {
   if (is_requester(who.account, op) || is_operator(who, rules)) return true;
   switch (use) {
-    case operation_use::view:
-      return holds(who, rules.subject_rule);
-    case operation_use::act:
-      return false;
+    case operation_use::view: return holds(who, rules.subject_rule);
+    case operation_use::act: return false;
   }
   return false;
 }

@@ -56,7 +56,6 @@ bool permitted_for_subject(const caller& who, const subject_rules& rules);
 
 /// The one ownership check: may `who` view or act on `op`? `rules` must be rules_for_subject(op's
 /// subject); `who.granted` the answer for rules.to_ask().
-bool may_use(const caller& who, const persistence::operation_row& op, const subject_rules& rules,
-             operation_use use);
+bool may_use(const caller& who, const persistence::operation_row& op, const subject_rules& rules, operation_use use);
 
 }  // namespace changeflow::http::middleware

@@ -9,8 +9,7 @@ using nlohmann::json;
 namespace {
 
 std::shared_ptr<const config::snapshot> snap_of(json doc) {
-  auto r =
-      config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
+  auto r = config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
   EXPECT_TRUE(r.snap);
   return r.snap;
 }
@@ -34,11 +33,9 @@ TEST(Ownership, RulesForSubjectFollowThePatternAndTheOpsRules) {
   auto r = rules_for_subject(*snap, "payments");
   EXPECT_EQ(r.subject_rule, "subject:payments");
   EXPECT_EQ(r.ops_rules, (std::vector<std::string>{"changeflow.ops", "changeflow.admin"}));
-  EXPECT_EQ(r.to_ask(),
-            (std::vector<std::string>{"subject:payments", "changeflow.ops", "changeflow.admin"}));
+  EXPECT_EQ(r.to_ask(), (std::vector<std::string>{"subject:payments", "changeflow.ops", "changeflow.admin"}));
 
-  auto custom = snap_of({{"auth.subject_rule", "team.{subject}.{subject}"},
-                         {"auth.ops_rules", {"root", "root", ""}}});
+  auto custom = snap_of({{"auth.subject_rule", "team.{subject}.{subject}"}, {"auth.ops_rules", {"root", "root", ""}}});
   auto c = rules_for_subject(*custom, "x");
   EXPECT_EQ(c.subject_rule, "team.x.x");
   EXPECT_EQ(c.to_ask(), (std::vector<std::string>{"team.x.x", "root"})) << "no empties, no repeats";
@@ -64,15 +61,13 @@ TEST(Ownership, TableOfWhoMayViewAndWhoMayAct) {
   const ownership_case cases[] = {
       {"requester, permission service not asked", who("alice", std::nullopt), true, true},
       {"requester who lost the subject grant", who("alice", none), true, true},
-      {"same team, not the requester", who("bob", std::set<std::string>{"subject:team-a"}), true,
-       false},
+      {"same team, not the requester", who("bob", std::set<std::string>{"subject:team-a"}), true, false},
       {"other team", who("carol", std::set<std::string>{"subject:team-b"}), false, false},
       {"operator", who("olga", std::set<std::string>{"changeflow.ops"}), true, true},
       {"admin", who("ada", std::set<std::string>{"changeflow.admin"}), true, true},
       {"permission service failed", who("bob", std::nullopt), false, false},
       {"granted nothing", who("bob", none), false, false},
-      {"an unrelated code", who("bob", std::set<std::string>{"subject:team-a-extra"}), false,
-       false},
+      {"an unrelated code", who("bob", std::set<std::string>{"subject:team-a-extra"}), false, false},
       {"empty account never matches", who("", std::nullopt), false, false},
   };
   for (const auto& c : cases) {
@@ -87,10 +82,8 @@ TEST(Ownership, RowsWithoutRequesterBelongToNobody) {
   const auto old = row("team-a", "");
   EXPECT_FALSE(is_requester("", old));
   EXPECT_FALSE(may_use(who("", std::set<std::string>{}), old, rules, operation_use::act));
-  EXPECT_TRUE(may_use(who("bob", std::set<std::string>{"subject:team-a"}), old, rules,
-                      operation_use::view));
-  EXPECT_TRUE(may_use(who("olga", std::set<std::string>{"changeflow.ops"}), old, rules,
-                      operation_use::act));
+  EXPECT_TRUE(may_use(who("bob", std::set<std::string>{"subject:team-a"}), old, rules, operation_use::view));
+  EXPECT_TRUE(may_use(who("olga", std::set<std::string>{"changeflow.ops"}), old, rules, operation_use::act));
 }
 
 TEST(Ownership, SubjectPermissionForSubmitAndList) {

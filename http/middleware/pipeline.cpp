@@ -25,8 +25,7 @@ struct chain_run {
   std::atomic<bool> finished{false};
   std::atomic<bool> answered{false};  // the permission callback is honoured once
 
-  chain_run(const request_head& h, const route_policy& p, chain_deps& d,
-            std::function<void(chain_outcome)> fn)
+  chain_run(const request_head& h, const route_policy& p, chain_deps& d, std::function<void(chain_outcome)> fn)
       : head(h), policy(p), deps(d), done(std::move(fn)) {}
 
   void finish() {
@@ -43,19 +42,16 @@ struct chain_run {
 bool user_labels_allowed(const config::snapshot& snap, const identity::resolve_result& who) {
   // An unmapped employee id might be the same person as an account: skip rather than guess, so one
   // person never shows up under two label values.
-  return snap.bool_or("metrics.user_labels", false) && who.id &&
-         !identity::is_unmapped_employee(*who.id);
+  return snap.bool_or("metrics.user_labels", false) && who.id && !identity::is_unmapped_employee(*who.id);
 }
 
-void count_business(metrics::registry& m, const std::string& action, const char* stage,
-                    const config::snapshot& snap, const identity::resolve_result& who) noexcept {
+void count_business(metrics::registry& m, const std::string& action, const char* stage, const config::snapshot& snap,
+                    const identity::resolve_result& who) noexcept {
   try {
-    m.inc("changeflow_business_activity_total",
-          "Business actions by route-declared action and stage",
+    m.inc("changeflow_business_activity_total", "Business actions by route-declared action and stage",
           {{"action", action}, {"stage", stage}});
     if (user_labels_allowed(snap, who)) {
-      m.inc("changeflow_business_activity_by_user_total",
-            "Business actions per user (metrics.user_labels)",
+      m.inc("changeflow_business_activity_by_user_total", "Business actions per user (metrics.user_labels)",
             {{"action", action}, {"stage", stage}, {"user", who.id->account}});
     }
   } catch (...) {
@@ -75,8 +71,7 @@ void pass(const std::shared_ptr<chain_run>& run) {
                                         "access.mode/access.window closed for " + run->head.route));
   }
   // 3. API metrics: request received (latency by status is recorded by the API when it replies).
-  m.inc("changeflow_http_requests_received_total",
-        "Requests admitted past rate limit and authorization",
+  m.inc("changeflow_http_requests_received_total", "Requests admitted past rate limit and authorization",
         {{"route", run->head.route}, {"method", run->head.method}});
   // 4. Business metrics: only routes that declare an action ever get here (allowlist by
   // construction).
@@ -102,12 +97,10 @@ void authorize(const std::shared_ptr<chain_run>& run) {
   const auto& p = run->policy;
   // A cleared or mistyped switch demands an identity: turning authentication off must be explicit.
   bool identity_required =
-      p.requires_identity ||
-      (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, true));
+      p.requires_identity || (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, true));
   bool rules_from_config = !p.required_rules_key.empty();
   run->rules = rules_from_config ? run->snap->get_list(p.required_rules_key) : p.required_rules;
-  run->rules.erase(std::remove_if(run->rules.begin(), run->rules.end(),
-                                  [](const std::string& r) { return r.empty(); }),
+  run->rules.erase(std::remove_if(run->rules.begin(), run->rules.end(), [](const std::string& r) { return r.empty(); }),
                    run->rules.end());
   // A rules key that is cleared or empty grants nobody: it still demands an identity (401 first),
   // then denies with 403 without asking the permission service.
@@ -143,8 +136,7 @@ void authorize(const std::shared_ptr<chain_run>& run) {
     if (!run->answered.exchange(true))
       deny(run, authz_decision::deny_403, std::string("permission check threw: ") + e.what());
   } catch (...) {
-    if (!run->answered.exchange(true))
-      deny(run, authz_decision::deny_403, "permission check threw");
+    if (!run->answered.exchange(true)) deny(run, authz_decision::deny_403, "permission check threw");
   }
 }
 
@@ -159,8 +151,7 @@ void run_chain(const request_head& head, const route_policy& policy, chain_deps&
   auto run = std::make_shared<chain_run>(head, policy, deps, std::move(done));
   try {
     run->snap = deps.config ? deps.config() : nullptr;
-    if (!run->snap)
-      return run->reject(internal_error("middleware chain: no configuration snapshot", 503));
+    if (!run->snap) return run->reject(internal_error("middleware chain: no configuration snapshot", 503));
     auto now = deps.clock ? deps.clock() : std::chrono::system_clock::now();
     run->now = now;
     const auto& snap = *run->snap;
@@ -172,20 +163,17 @@ void run_chain(const request_head& head, const route_policy& policy, chain_deps&
     }
     run->outcome.client_address =
         client_address(head.headers, head.peer_address, snap.get_list("auth.trusted_proxies"));
-    run->outcome.rate_limit_subject =
-        rate_limit_subject(run->outcome.who.id, run->outcome.client_address);
+    run->outcome.rate_limit_subject = rate_limit_subject(run->outcome.who.id, run->outcome.client_address);
 
     // 1. Rate limit. Runs before idempotency: a duplicate over quota gets 429, not
     // DUPLICATE_SUBMIT.
     if (auto settings = rate_limit_policy(snap, policy.limit_key)) {
-      auto now_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+      auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
       auto key = policy.bucket + ":" + run->outcome.rate_limit_subject;
       auto r = deps.limiter.try_acquire(key, settings->limit, settings->window_ms, now_ms);
       if (!r.allowed) {
-        deps.metrics.inc(
-            "changeflow_rate_limited_total", "Requests refused by rate limiting",
-            {{"bucket", policy.bucket.empty() ? std::string("default") : policy.bucket}});
+        deps.metrics.inc("changeflow_rate_limited_total", "Requests refused by rate limiting",
+                         {{"bucket", policy.bucket.empty() ? std::string("default") : policy.bucket}});
         return run->reject(rate_limited_response(r, settings->limit));
       }
     }

@@ -46,8 +46,7 @@ using permission_callback = std::function<void(permission_outcome)>;
 /// One round trip asking whether `subject` holds any of `rules`. Must call the callback exactly
 /// once (extra calls are ignored; a throw counts as an error = 403), from any thread, and must
 /// bound its own wait with a timeout: a callback that never comes leaves the request pending.
-using permission_check =
-    std::function<void(std::string subject, std::vector<std::string> rules, permission_callback)>;
+using permission_check = std::function<void(std::string subject, std::vector<std::string> rules, permission_callback)>;
 
 /// Owned by the service; must outlive every chain still waiting for a permission answer.
 struct chain_deps {

@@ -40,18 +40,13 @@ struct fake_permissions {
     return [this](std::string subject, std::vector<std::string>, permission_callback cb) {
       ++calls;
       switch (how) {
-        case mode::answer:
-          return cb(permission_outcome::granted_rules(grants[subject]));
-        case mode::fail:
-          return cb(permission_outcome::failed("connection refused"));
-        case mode::throw_now:
-          throw std::runtime_error("sdk exploded");
+        case mode::answer: return cb(permission_outcome::granted_rules(grants[subject]));
+        case mode::fail: return cb(permission_outcome::failed("connection refused"));
+        case mode::throw_now: throw std::runtime_error("sdk exploded");
         case mode::answer_twice:
           cb(permission_outcome::failed("first"));
           return cb(permission_outcome::granted_rules(grants[subject]));
-        case mode::hold:
-          held = std::move(cb);
-          return;
+        case mode::hold: held = std::move(cb); return;
       }
     };
   }
@@ -63,8 +58,7 @@ struct fixture {
   metrics::registry metrics;
   fake_permissions permissions;
   std::chrono::system_clock::time_point now = start;
-  chain_deps deps{[this] { return snap; }, limiter, metrics, permissions.as_function(),
-                  [this] { return now; }};
+  chain_deps deps{[this] { return snap; }, limiter, metrics, permissions.as_function(), [this] { return now; }};
 
   explicit fixture(json overrides = json::object()) {
     json doc = {{"auth.jwt_secret", secret},
@@ -74,9 +68,7 @@ struct fixture {
                 {"rate_limit.ops", 100},
                 {"rate_limit.window_ms", 1000}};
     for (auto& [k, v] : overrides.items()) doc[k] = v;
-    snap = config::load_from_json(doc, [](const std::string&) {
-             return std::optional<std::string>();
-           }).snap;
+    snap = config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); }).snap;
     EXPECT_TRUE(snap);
     permissions.grants["alice"] = {"changeflow.ops"};
   }
@@ -96,20 +88,24 @@ struct fixture {
   }
 };
 
-request_head head(std::string route, std::string peer = "192.0.2.7",
-                  http::identity::header_map headers = {}) {
+request_head head(std::string route, std::string peer = "192.0.2.7", http::identity::header_map headers = {}) {
   return request_head{"POST", std::move(route), std::move(headers), std::move(peer)};
 }
 http::identity::header_map bearer(const std::string& sub) {
   return {{"authorization", "Bearer " + token_for(sub)}};
 }
 
-const route_policy submit_policy{.bucket = "submit", .limit_key = "rate_limit.submit", .business_metric = "submit", .idempotent_write = true};
+const route_policy submit_policy{
+    .bucket = "submit", .limit_key = "rate_limit.submit", .business_metric = "submit", .idempotent_write = true};
 const route_policy ops_policy{.bucket = "ops",
                               .limit_key = "rate_limit.ops",
                               .required_rules = {"changeflow.ops", "changeflow.admin"},
                               .requires_identity = true};
-const route_policy user_policy{.bucket = "submit", .limit_key = "rate_limit.submit", .requires_identity = true, .business_metric = "submit", .idempotent_write = true};
+const route_policy user_policy{.bucket = "submit",
+                               .limit_key = "rate_limit.submit",
+                               .requires_identity = true,
+                               .business_metric = "submit",
+                               .idempotent_write = true};
 const route_policy status_policy{};
 
 }  // namespace
@@ -134,9 +130,9 @@ TEST(Pipeline, RateLimitRejectsBeforeAnythingElse) {
   EXPECT_EQ(json::parse(seen[0].rejection->body)["code"], "RATE_LIMITED");
   EXPECT_EQ(f.permissions.calls, 2) << "a rejected request consumes nothing downstream";
   EXPECT_EQ(f.metrics.counter_value("changeflow_rate_limited_total", {{"bucket", "ops"}}), 1);
-  EXPECT_EQ(f.metrics.counter_value("changeflow_business_activity_total",
-                                    {{"action", "ops_action"}, {"stage", "received"}}),
-            2)
+  EXPECT_EQ(
+      f.metrics.counter_value("changeflow_business_activity_total", {{"action", "ops_action"}, {"stage", "received"}}),
+      2)
       << "429s never enter business counts";
   EXPECT_EQ(f.metrics.counter_value("changeflow_http_requests_received_total",
                                     {{"route", "/api/v1/ops/x"}, {"method", "POST"}}),
@@ -148,39 +144,30 @@ TEST(Pipeline, RateLimitRejectsBeforeAnythingElse) {
 
 TEST(Pipeline, EmailAndEmployeeIdShareOneQuota) {
   fixture f;
-  EXPECT_EQ(f.status_of(head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")),
-                        submit_policy),
-            200u);
+  EXPECT_EQ(f.status_of(head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), submit_policy), 200u);
   // Another browser, another address, the employee-id form of the same person.
   auto seen = f.run(head("/api/v1/changes", "198.51.100.3", bearer("E12345")), submit_policy);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].rate_limit_subject, "alice");
-  EXPECT_EQ(f.status_of(head("/api/v1/changes", "203.0.113.5", bearer("12345")), submit_policy),
-            429u);
-  EXPECT_EQ(
-      f.status_of(head("/api/v1/changes", "192.0.2.7", bearer("bob@corp.example")), submit_policy),
-      200u)
+  EXPECT_EQ(f.status_of(head("/api/v1/changes", "203.0.113.5", bearer("12345")), submit_policy), 429u);
+  EXPECT_EQ(f.status_of(head("/api/v1/changes", "192.0.2.7", bearer("bob@corp.example")), submit_policy), 200u)
       << "another person has their own quota";
 }
 
 TEST(Pipeline, SpoofedForwardedForFromUntrustedPeerIsIgnored) {
   fixture f;
   for (const char* spoof : {"1.1.1.1", "2.2.2.2"}) {
-    auto seen =
-        f.run(head("/api/v1/changes", "192.0.2.7", {{"x-forwarded-for", spoof}}), submit_policy);
+    auto seen = f.run(head("/api/v1/changes", "192.0.2.7", {{"x-forwarded-for", spoof}}), submit_policy);
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_EQ(seen[0].client_address, "192.0.2.7");
     EXPECT_EQ(seen[0].rate_limit_subject, "ip:192.0.2.7");
   }
-  EXPECT_EQ(f.status_of(head("/api/v1/changes", "192.0.2.7", {{"x-forwarded-for", "3.3.3.3"}}),
-                        submit_policy),
-            429u)
+  EXPECT_EQ(f.status_of(head("/api/v1/changes", "192.0.2.7", {{"x-forwarded-for", "3.3.3.3"}}), submit_policy), 429u)
       << "rotating a forged header does not buy a fresh quota";
 
   // Behind our proxy, the hop it appended is the subject; a client-forged first hop is not.
   auto proxied =
-      f.run(head("/api/v1/changes", "10.0.0.1", {{"x-forwarded-for", "6.6.6.6, 198.51.100.9"}}),
-            submit_policy);
+      f.run(head("/api/v1/changes", "10.0.0.1", {{"x-forwarded-for", "6.6.6.6, 198.51.100.9"}}), submit_policy);
   ASSERT_EQ(proxied.size(), 1u);
   EXPECT_EQ(proxied[0].rate_limit_subject, "ip:198.51.100.9");
 }
@@ -208,16 +195,12 @@ TEST(Pipeline, AuthorizationOutcomesTableDriven) {
     unsigned want_status;
   };
   const authz_case cases[] = {
-      {"granted", bearer("alice@corp.example"), "192.0.2.7", fake_permissions::mode::answer,
-       json::object(), 200},
-      {"granted via employee id", bearer("E12345"), "192.0.2.7", fake_permissions::mode::answer,
-       json::object(), 200},
-      {"not granted", bearer("bob@corp.example"), "192.0.2.7", fake_permissions::mode::answer,
-       json::object(), 403},
-      {"service error", bearer("alice@corp.example"), "192.0.2.7", fake_permissions::mode::fail,
-       json::object(), 403},
-      {"service throws", bearer("alice@corp.example"), "192.0.2.7",
-       fake_permissions::mode::throw_now, json::object(), 403},
+      {"granted", bearer("alice@corp.example"), "192.0.2.7", fake_permissions::mode::answer, json::object(), 200},
+      {"granted via employee id", bearer("E12345"), "192.0.2.7", fake_permissions::mode::answer, json::object(), 200},
+      {"not granted", bearer("bob@corp.example"), "192.0.2.7", fake_permissions::mode::answer, json::object(), 403},
+      {"service error", bearer("alice@corp.example"), "192.0.2.7", fake_permissions::mode::fail, json::object(), 403},
+      {"service throws", bearer("alice@corp.example"), "192.0.2.7", fake_permissions::mode::throw_now, json::object(),
+       403},
       {"no identity", {}, "192.0.2.7", fake_permissions::mode::answer, json::object(), 401},
       {"alg none",
        {{"authorization", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9."}},
@@ -264,8 +247,8 @@ TEST(Pipeline, PermissionAnswerArrivesLaterAndOnlyOnce) {
   fixture f;
   f.permissions.how = fake_permissions::mode::hold;
   std::vector<chain_outcome> seen;
-  run_chain(head("/api/v1/ops/actors", "192.0.2.7", bearer("alice@corp.example")), ops_policy,
-            f.deps, [&](chain_outcome o) { seen.push_back(std::move(o)); });
+  run_chain(head("/api/v1/ops/actors", "192.0.2.7", bearer("alice@corp.example")), ops_policy, f.deps,
+            [&](chain_outcome o) { seen.push_back(std::move(o)); });
   EXPECT_TRUE(seen.empty()) << "waiting for the permission service";
   ASSERT_TRUE(f.permissions.held);
   f.permissions.held(permission_outcome::granted_rules({"changeflow.admin"}));
@@ -275,8 +258,7 @@ TEST(Pipeline, PermissionAnswerArrivesLaterAndOnlyOnce) {
 
   fixture twice;
   twice.permissions.how = fake_permissions::mode::answer_twice;
-  auto out =
-      twice.run(head("/api/v1/ops/actors", "192.0.2.7", bearer("alice@corp.example")), ops_policy);
+  auto out = twice.run(head("/api/v1/ops/actors", "192.0.2.7", bearer("alice@corp.example")), ops_policy);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].rejection->status, 403u) << "the first answer (an error) decides";
 }
@@ -288,9 +270,7 @@ TEST(Pipeline, IdentityRequirementFromConfigKey) {
   EXPECT_EQ(anonymous_ok.status_of(head("/api/v1/changes"), p), 200u);
   fixture required(json{{"auth.required", true}});
   EXPECT_EQ(required.status_of(head("/api/v1/changes"), p), 401u);
-  EXPECT_EQ(
-      required.status_of(head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), p),
-      200u);
+  EXPECT_EQ(required.status_of(head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), p), 200u);
   fixture cleared(json{{"auth.required", nullptr}});
   EXPECT_EQ(cleared.status_of(head("/api/v1/changes"), p), 401u)
       << "cleared -> required: anonymous use must be switched on explicitly";
@@ -301,8 +281,7 @@ TEST(Pipeline, IdentityRequirementFromConfigKey) {
 TEST(Pipeline, BusinessMetricsOnlyForDeclaredRoutesAndSuccess) {
   fixture f(json{{"rate_limit.submit", 100}});
   auto received = [&] {
-    return f.metrics.counter_value("changeflow_business_activity_total",
-                                   {{"action", "submit"}, {"stage", "received"}});
+    return f.metrics.counter_value("changeflow_business_activity_total", {{"action", "submit"}, {"stage", "received"}});
   };
   auto succeeded = [&] {
     return f.metrics.counter_value("changeflow_business_activity_total",
@@ -318,18 +297,16 @@ TEST(Pipeline, BusinessMetricsOnlyForDeclaredRoutesAndSuccess) {
   EXPECT_EQ(received(), 5);
   EXPECT_EQ(succeeded(), 2) << "only 2xx count as successful access";
 
-  auto other =
-      f.run(head("/api/v1/changes/{id}", "192.0.2.7", bearer("alice@corp.example")), status_policy);
+  auto other = f.run(head("/api/v1/changes/{id}", "192.0.2.7", bearer("alice@corp.example")), status_policy);
   ASSERT_TRUE(other[0].proceed());
   other[0].on_complete(200);
   EXPECT_EQ(received(), 5) << "routes without a business metric never count";
 
   EXPECT_EQ(f.status_of(head("/api/v1/changes"), user_policy), 401u);
   EXPECT_EQ(received(), 5) << "401s never count";
-  EXPECT_EQ(
-      f.metrics.counter_value("changeflow_business_activity_by_user_total",
-                              {{"action", "submit"}, {"stage", "received"}, {"user", "alice"}}),
-      0)
+  EXPECT_EQ(f.metrics.counter_value("changeflow_business_activity_by_user_total",
+                                    {{"action", "submit"}, {"stage", "received"}, {"user", "alice"}}),
+            0)
       << "no user labels unless metrics.user_labels";
   EXPECT_EQ(f.metrics.counter_value("changeflow_http_requests_received_total",
                                     {{"route", "/api/v1/changes/{id}"}, {"method", "POST"}}),
@@ -341,18 +318,15 @@ TEST(Pipeline, UserLabelsOnlyWhenConfiguredAndTrustworthy) {
   fixture f(json{{"metrics.user_labels", true}, {"rate_limit.submit", 100}});
   f.run(head("/api/v1/changes", "192.0.2.7", bearer("E12345")), user_policy);
   f.run(head("/api/v1/changes", "192.0.2.7", bearer("E99999")), user_policy);
-  EXPECT_EQ(
-      f.metrics.counter_value("changeflow_business_activity_by_user_total",
-                              {{"action", "submit"}, {"stage", "received"}, {"user", "alice"}}),
-      1);
-  EXPECT_EQ(
-      f.metrics.counter_value("changeflow_business_activity_by_user_total",
-                              {{"action", "submit"}, {"stage", "received"}, {"user", "emp:99999"}}),
-      0)
+  EXPECT_EQ(f.metrics.counter_value("changeflow_business_activity_by_user_total",
+                                    {{"action", "submit"}, {"stage", "received"}, {"user", "alice"}}),
+            1);
+  EXPECT_EQ(f.metrics.counter_value("changeflow_business_activity_by_user_total",
+                                    {{"action", "submit"}, {"stage", "received"}, {"user", "emp:99999"}}),
+            0)
       << "an unmapped employee id is skipped, not guessed";
-  EXPECT_EQ(f.metrics.counter_value("changeflow_business_activity_total",
-                                    {{"action", "submit"}, {"stage", "received"}}),
-            2);
+  EXPECT_EQ(
+      f.metrics.counter_value("changeflow_business_activity_total", {{"action", "submit"}, {"stage", "received"}}), 2);
 }
 
 TEST(Pipeline, MetricsFaultsNeverChangeOutcomes) {
@@ -365,16 +339,12 @@ TEST(Pipeline, MetricsFaultsNeverChangeOutcomes) {
     return std::vector<step>{
         {head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), submit_policy,
          fake_permissions::mode::answer},
-        {head("/api/v1/changes", "192.0.2.7", bearer("E12345")), submit_policy,
-         fake_permissions::mode::answer},
+        {head("/api/v1/changes", "192.0.2.7", bearer("E12345")), submit_policy, fake_permissions::mode::answer},
         {head("/api/v1/changes", "192.0.2.7", bearer("alice@corp.example")), submit_policy,
          fake_permissions::mode::answer},
-        {head("/api/v1/ops/a", "192.0.2.7", bearer("alice@corp.example")), ops_policy,
-         fake_permissions::mode::answer},
-        {head("/api/v1/ops/a", "192.0.2.7", bearer("bob@corp.example")), ops_policy,
-         fake_permissions::mode::answer},
-        {head("/api/v1/ops/a", "192.0.2.7", bearer("alice@corp.example")), ops_policy,
-         fake_permissions::mode::fail},
+        {head("/api/v1/ops/a", "192.0.2.7", bearer("alice@corp.example")), ops_policy, fake_permissions::mode::answer},
+        {head("/api/v1/ops/a", "192.0.2.7", bearer("bob@corp.example")), ops_policy, fake_permissions::mode::answer},
+        {head("/api/v1/ops/a", "192.0.2.7", bearer("alice@corp.example")), ops_policy, fake_permissions::mode::fail},
         {head("/api/v1/ops/a", "192.0.2.7", {}), ops_policy, fake_permissions::mode::answer},
         {head("/api/v1/changes", "10.0.0.1", {}), user_policy, fake_permissions::mode::answer},
     };
@@ -401,9 +371,9 @@ TEST(Pipeline, MetricsFaultsNeverChangeOutcomes) {
   auto healthy = outcomes(false);
   auto faulty = outcomes(true);
   EXPECT_EQ(healthy, faulty);
-  EXPECT_EQ(healthy, (std::vector<std::string>{"proceed alice", "proceed alice", "429 RATE_LIMITED",
-                                               "proceed alice", "403 FORBIDDEN", "403 FORBIDDEN",
-                                               "401 UNAUTHENTICATED", "401 UNAUTHENTICATED"}));
+  EXPECT_EQ(healthy,
+            (std::vector<std::string>{"proceed alice", "proceed alice", "429 RATE_LIMITED", "proceed alice",
+                                      "403 FORBIDDEN", "403 FORBIDDEN", "401 UNAUTHENTICATED", "401 UNAUTHENTICATED"}));
 }
 
 TEST(Pipeline, MissingSnapshotFailsClosed) {

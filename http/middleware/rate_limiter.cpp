@@ -26,8 +26,7 @@ std::int64_t ceil_seconds(std::int64_t ms) {
 
 rate_limiter::rate_limiter(std::size_t shard_count) {
   shards_.reserve(std::max<std::size_t>(1, shard_count));
-  for (std::size_t i = 0; i < std::max<std::size_t>(1, shard_count); ++i)
-    shards_.push_back(std::make_unique<shard>());
+  for (std::size_t i = 0; i < std::max<std::size_t>(1, shard_count); ++i) shards_.push_back(std::make_unique<shard>());
 }
 
 rate_limiter::shard& rate_limiter::shard_for(const std::string& key) {
@@ -42,8 +41,8 @@ void rate_limiter::sweep_locked(shard& s, std::int64_t now_ms) {
   }
 }
 
-acquire_result rate_limiter::try_acquire(const std::string& key, std::int64_t limit,
-                                         std::int64_t window_ms, std::int64_t now_ms) {
+acquire_result rate_limiter::try_acquire(const std::string& key, std::int64_t limit, std::int64_t window_ms,
+                                         std::int64_t now_ms) {
   if (limit <= 0) return {true, 0, 0, 0};
   if (window_ms <= 0) window_ms = default_window_ms;
 
@@ -66,9 +65,7 @@ acquire_result rate_limiter::try_acquire(const std::string& key, std::int64_t li
     // Admitting one more needs the (count - limit + 1)-th oldest stamp to leave the window; after
     // a limit lowered by hot reload that may be later than the oldest one.
     std::int64_t must_expire = std::max<std::int64_t>(0, count - limit);
-    auto frees_at =
-        b.stamps[static_cast<std::size_t>(std::min<std::int64_t>(must_expire, count - 1))] +
-        window_ms;
+    auto frees_at = b.stamps[static_cast<std::size_t>(std::min<std::int64_t>(must_expire, count - 1))] + window_ms;
     r.reset_ms = std::max<std::int64_t>(0, b.stamps.front() + window_ms - now_ms);
     r.retry_after_ms = r.allowed ? 0 : std::max<std::int64_t>(1, frees_at - now_ms);
   }
@@ -92,12 +89,10 @@ std::size_t rate_limiter::bucket_count() const {
   return n;
 }
 
-std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap,
-                                                     std::string_view limit_key) {
+std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, std::string_view limit_key) {
   if (limit_key.empty()) return std::nullopt;
   auto limit = snap.get_int(limit_key);
-  if (!limit || *limit <= 0)
-    return std::nullopt;  // cleared or non-positive: stop limiting, don't block all
+  if (!limit || *limit <= 0) return std::nullopt;  // cleared or non-positive: stop limiting, don't block all
   auto window = snap.get_int("rate_limit.window_ms");
   return rate_limit_settings{*limit, window && *window > 0 ? *window : default_window_ms};
 }
@@ -121,18 +116,15 @@ std::string client_address(const identity::header_map& headers, std::string_view
     if (hop.empty()) continue;
     if (!trusted(hop)) return std::string(hop);
   }
-  return std::string(
-      peer_address);  // every hop is a proxy of ours: the closest one is the best we know
+  return std::string(peer_address);  // every hop is a proxy of ours: the closest one is the best we know
 }
 
-std::string rate_limit_subject(const std::optional<identity::identity>& who,
-                               std::string_view client_addr) {
+std::string rate_limit_subject(const std::optional<identity::identity>& who, std::string_view client_addr) {
   if (who && !who->account.empty()) return who->account;
   return "ip:" + std::string(client_addr);
 }
 
-http_server::response rate_limited_response(const acquire_result& r, std::int64_t limit,
-                                            std::string_view message) {
+http_server::response rate_limited_response(const acquire_result& r, std::int64_t limit, std::string_view message) {
   auto resp = envelope(429, "RATE_LIMITED", message);
   resp.set_header("Retry-After", std::to_string(ceil_seconds(r.retry_after_ms)));
   resp.set_header("RateLimit-Limit", std::to_string(limit));

@@ -45,8 +45,7 @@ class rate_limiter {
   /// Evicts timestamps older than the window, checks, and appends — atomically per key.
   /// Time is an input (milliseconds on any monotonic-enough scale) so tests control it.
   /// limit <= 0 admits everything and records nothing; window_ms <= 0 is treated as 60000.
-  acquire_result try_acquire(const std::string& key, std::int64_t limit, std::int64_t window_ms,
-                             std::int64_t now_ms);
+  acquire_result try_acquire(const std::string& key, std::int64_t limit, std::int64_t window_ms, std::int64_t now_ms);
 
   /// Removes every bucket whose newest timestamp has left its window. Also run incrementally by
   /// try_acquire, so keys of callers that went away (ip:...) do not accumulate.
@@ -81,8 +80,7 @@ struct rate_limit_settings {
 /// Reads the limit under `limit_key` and rate_limit.window_ms from the snapshot (every request).
 /// Missing, cleared, unknown key or <= 0 limit -> nullopt = no limiting (misconfiguration must not
 /// block traffic). Window missing or <= 0 -> 60000.
-std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap,
-                                                     std::string_view limit_key);
+std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, std::string_view limit_key);
 
 /// The client address as appended by our own trusted proxy. When the TCP peer is a trusted proxy,
 /// the rightmost X-Forwarded-For entry that is not itself a trusted proxy; otherwise the TCP peer.
@@ -91,13 +89,11 @@ std::string client_address(const identity::header_map& headers, std::string_view
                            const std::vector<std::string>& trusted_proxies);
 
 /// Identity account when resolved, else "ip:" + client address.
-std::string rate_limit_subject(const std::optional<identity::identity>& who,
-                               std::string_view client_addr);
+std::string rate_limit_subject(const std::optional<identity::identity>& who, std::string_view client_addr);
 
 /// 429 envelope {code: RATE_LIMITED, message, data: null} with Retry-After (seconds, >= 1) and
 /// RateLimit-Limit / RateLimit-Remaining / RateLimit-Reset (seconds) headers.
-http_server::response rate_limited_response(
-    const acquire_result& r, std::int64_t limit,
-    std::string_view message = "Too many requests, please try again later");
+http_server::response rate_limited_response(const acquire_result& r, std::int64_t limit,
+                                            std::string_view message = "Too many requests, please try again later");
 
 }  // namespace changeflow::http::middleware

@@ -11,8 +11,7 @@ using nlohmann::json;
 
 namespace {
 std::shared_ptr<const config::snapshot> snap_of(json doc) {
-  auto r =
-      config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
+  auto r = config::load_from_json(doc, [](const std::string&) { return std::optional<std::string>(); });
   EXPECT_TRUE(r.errors.empty()) << (r.errors.empty() ? "" : r.errors.front());
   return r.snap;
 }
@@ -30,11 +29,9 @@ TEST(RateLimiter, SlidingWindowAdmitsLimitPerWindow) {
   EXPECT_FALSE(denied.allowed);
   EXPECT_EQ(denied.remaining, 0);
   EXPECT_EQ(denied.retry_after_ms, 600) << "oldest stamp (100) leaves the window at 1100";
-  EXPECT_TRUE(limiter.try_acquire("submit:bob", 3, 1000, 500).allowed)
-      << "other keys are independent";
+  EXPECT_TRUE(limiter.try_acquire("submit:bob", 3, 1000, 500).allowed) << "other keys are independent";
   EXPECT_FALSE(limiter.try_acquire(key, 3, 1000, 1099).allowed);
-  EXPECT_TRUE(limiter.try_acquire(key, 3, 1000, 1100).allowed)
-      << "sliding: the first stamp expired";
+  EXPECT_TRUE(limiter.try_acquire(key, 3, 1000, 1100).allowed) << "sliding: the first stamp expired";
   EXPECT_FALSE(limiter.try_acquire(key, 3, 1000, 1100).allowed);
 }
 
@@ -56,8 +53,7 @@ TEST(RateLimiter, NonPositiveWindowFallsBackTo60s) {
 
 TEST(RateLimiter, EmptyBucketsAreRemoved) {
   rate_limiter limiter(4);
-  for (int i = 0; i < 50; ++i)
-    limiter.try_acquire("ip:198.51.100." + std::to_string(i), 5, 1000, 0);
+  for (int i = 0; i < 50; ++i) limiter.try_acquire("ip:198.51.100." + std::to_string(i), 5, 1000, 0);
   EXPECT_EQ(limiter.bucket_count(), 50u);
   limiter.evict_expired(999);
   EXPECT_EQ(limiter.bucket_count(), 50u);
@@ -68,8 +64,7 @@ TEST(RateLimiter, EmptyBucketsAreRemoved) {
   // call.
   rate_limiter one_shard(1);
   for (int i = 0; i < 50; ++i) one_shard.try_acquire("old:" + std::to_string(i), 5, 1000, 0);
-  for (int i = 0; i < 2000; ++i)
-    one_shard.try_acquire("live:" + std::to_string(i % 4), 1'000'000, 1000, 5000);
+  for (int i = 0; i < 2000; ++i) one_shard.try_acquire("live:" + std::to_string(i % 4), 1'000'000, 1000, 5000);
   EXPECT_EQ(one_shard.bucket_count(), 4u);
 }
 
@@ -112,14 +107,8 @@ TEST(RateLimitPolicy, FallbacksTableDriven) {
       {"misspelt limit key", json::object(), "rate_limit.sbumit", std::nullopt},
       {"empty limit key", json::object(), "", std::nullopt},
       {"zero window", {{"rate_limit.window_ms", 0}}, "rate_limit.submit", std::pair{600, 60000}},
-      {"negative window",
-       {{"rate_limit.window_ms", -10}},
-       "rate_limit.submit",
-       std::pair{600, 60000}},
-      {"cleared window",
-       {{"rate_limit.window_ms", nullptr}},
-       "rate_limit.submit",
-       std::pair{600, 60000}},
+      {"negative window", {{"rate_limit.window_ms", -10}}, "rate_limit.submit", std::pair{600, 60000}},
+      {"cleared window", {{"rate_limit.window_ms", nullptr}}, "rate_limit.submit", std::pair{600, 60000}},
   };
   for (const auto& c : cases) {
     auto snap = snap_of(c.doc);

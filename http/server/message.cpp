@@ -47,14 +47,18 @@ struct responder::state {
   }
 };
 
-responder::responder(sink s) : state_(std::make_shared<state>()) { state_->out = std::move(s); }
+responder::responder(sink s) : state_(std::make_shared<state>()) {
+  state_->out = std::move(s);
+}
 
 void responder::operator()(response r) const {
   if (state_->fired.exchange(true)) return;
   state_->out(std::move(r));
 }
 
-bool responder::done() const { return state_->fired.load(); }
+bool responder::done() const {
+  return state_->fired.load();
+}
 
 std::string percent_decode(std::string_view in, bool plus_is_space) {
   std::string out;

@@ -14,10 +14,10 @@
 namespace changeflow::http_server {
 
 struct request {
-  std::string method;  // upper case: GET, POST, ...
-  std::string target;  // raw request target: path and query
-  std::string path;    // percent-decoded path without the query
-  std::string query;   // raw query string without '?'
+  std::string method;                                       // upper case: GET, POST, ...
+  std::string target;                                       // raw request target: path and query
+  std::string path;                                         // percent-decoded path without the query
+  std::string query;                                        // raw query string without '?'
   std::map<std::string, std::string, std::less<>> headers;  // lower-case names; repeats joined by ", "
   std::string body;
   std::string peer_address;  // address of the TCP peer

@@ -42,8 +42,7 @@ class session : public std::enable_shared_from_this<session> {
   ~session() { --counters_.open; }
 
   void run() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&session::do_read, shared_from_this()));
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this()));
   }
 
  private:
@@ -52,8 +51,7 @@ class session : public std::enable_shared_from_this<session> {
     parser_->body_limit(opts_.body_limit);
     parser_->header_limit(opts_.header_limit);
     stream_.expires_after(opts_.read_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      beast::bind_front_handler(&session::on_read, shared_from_this()));
+    bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read, shared_from_this()));
   }
 
   void on_read(beast::error_code ec, std::size_t) {
@@ -101,8 +99,7 @@ class session : public std::enable_shared_from_this<session> {
     });
     responder reply([self, generation](response r) {
       net::post(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
-        if (!self->awaiting_reply_ || generation != self->generation_)
-          return;  // answered by the timeout
+        if (!self->awaiting_reply_ || generation != self->generation_) return;  // answered by the timeout
         self->handler_timer_.cancel();
         self->do_write(std::move(r));
       });
@@ -129,8 +126,7 @@ class session : public std::enable_shared_from_this<session> {
     awaiting_reply_ = false;
     response r;
     r.status = status;
-    r.body =
-        std::string(R"({"code":")") + code + R"(","message":")" + message + R"(","data":null})";
+    r.body = std::string(R"({"code":")") + code + R"(","message":")" + message + R"(","data":null})";
     do_write(std::move(r));
   }
 
@@ -138,8 +134,8 @@ class session : public std::enable_shared_from_this<session> {
     awaiting_reply_ = false;
     // Status 0 closes the connection without answering: the simulator's "response lost" fault.
     if (r.status == 0) return do_close();
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
-        static_cast<bhttp::status>(r.status), version_ ? version_ : 11);
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status),
+                                                                     version_ ? version_ : 11);
     res->set(bhttp::field::server, opts_.server_name);
     if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
     for (auto& [name, value] : r.headers) res->insert(name, value);
@@ -149,10 +145,9 @@ class session : public std::enable_shared_from_this<session> {
     stream_.expires_after(opts_.read_timeout);
     // The response object is kept alive by the completion handler (Boost 1.74 has no
     // message_generator).
-    bhttp::async_write(stream_, *res,
-                       [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-                         self->on_write(ec, res->need_eof());
-                       });
+    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+      self->on_write(ec, res->need_eof());
+    });
   }
 
   void on_write(beast::error_code ec, bool close) {
@@ -229,8 +224,8 @@ void server::start() {
   if (!ec) i.acceptor.bind(ep, ec);
   if (!ec) i.acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    throw std::runtime_error("cannot listen on " + i.opts.address + ":" +
-                             std::to_string(i.opts.port) + ": " + ec.message());
+    throw std::runtime_error("cannot listen on " + i.opts.address + ":" + std::to_string(i.opts.port) + ": " +
+                             ec.message());
   }
   i.bound_port = i.acceptor.local_endpoint().port();
   i.accepting = true;

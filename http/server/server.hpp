@@ -21,7 +21,8 @@ struct server_options {
   std::uint64_t body_limit = 1 << 20;
   std::uint32_t header_limit = 16 * 1024;
   std::chrono::milliseconds read_timeout{10000};
-  std::chrono::milliseconds handler_timeout{30000};  // past it: 503 HANDLER_TIMEOUT, connection closed, late reply dropped
+  std::chrono::milliseconds handler_timeout{
+      30000};  // past it: 503 HANDLER_TIMEOUT, connection closed, late reply dropped
   std::string server_name = "changeflow";
 };
 

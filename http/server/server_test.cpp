@@ -24,8 +24,8 @@ http_server::server_options small_server() {
 void echo(http_server::request&& req, http_server::responder reply) {
   http_server::response r;
   r.content_type = "text/plain";
-  r.body = req.method + " " + req.path + " q=" + req.query_param("q").value_or("-") +
-           " body=" + req.body + " peer=" + req.peer_address;
+  r.body = req.method + " " + req.path + " q=" + req.query_param("q").value_or("-") + " body=" + req.body +
+           " peer=" + req.peer_address;
   reply(std::move(r));
 }
 }  // namespace
@@ -94,12 +94,11 @@ TEST(HttpServer, SlowHeaderClientIsDisconnected) {
   http_server::server s(small_server(), echo);
   s.start();
   // Sends an incomplete header block and waits; the server must close after its read timeout.
-  auto got = changeflow::testing::raw_exchange(
-      "127.0.0.1", s.port(), "GET / HTTP/1.1\r\nHost: x\r\n", std::chrono::milliseconds(3000));
+  auto got = changeflow::testing::raw_exchange("127.0.0.1", s.port(), "GET / HTTP/1.1\r\nHost: x\r\n",
+                                               std::chrono::milliseconds(3000));
   EXPECT_TRUE(got.empty());
   // Beast closes the socket before the handler counts the timeout: wait for the count.
-  EXPECT_TRUE(changeflow::testing::wait_until([&] { return s.stats().timeouts >= 1; },
-                                              std::chrono::seconds(5)));
+  EXPECT_TRUE(changeflow::testing::wait_until([&] { return s.stats().timeouts >= 1; }, std::chrono::seconds(5)));
   s.stop();
 }
 

@@ -2,18 +2,18 @@
 // changeflowd: overview -> stuck operation -> timeline -> re-trigger -> advance; and the stale-asset
 // recovery (reload once, then a "Refresh page" button instead of a loop).
 
-#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
 #include <gtest/gtest.h>
 #include <jwt.h>
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
-#include <sys/wait.h>
 
 using namespace changeflow::testing;
 using json = nlohmann::json;
@@ -24,7 +24,9 @@ namespace {
 constexpr const char* jwt_secret = "browser-test-secret";
 constexpr const char* chromium = "/usr/bin/chromium";
 
-std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 3600); }
+std::string mint(const std::string& sub) {
+  return changeflow::testing::mint_hs256(jwt_secret, sub, 3600);
+}
 
 std::string source_dir() {
   const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");
@@ -108,7 +110,8 @@ TEST_F(ConsoleBrowser, RetriggerAStuckPipelineFromTheOverview) {
   auto c = env->get_change(id);
   bool operator_edge = false;
   for (const auto& e : c["timeline"]) {
-    operator_edge |= e["from"] == "CREATE_PIPELINE_PENDING" && e["to"] == "CREATE_MR_OPENED" && e["actor"] == "operator:alice";
+    operator_edge |=
+        e["from"] == "CREATE_PIPELINE_PENDING" && e["to"] == "CREATE_MR_OPENED" && e["actor"] == "operator:alice";
   }
   EXPECT_TRUE(operator_edge) << c.dump(2);
 }

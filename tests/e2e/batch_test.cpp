@@ -1,7 +1,7 @@
 // Batch path end to end: real MariaDB, changeflow-sim and changeflowd with batch.enabled.
 #include "tests/support/flow_env.hpp"
-#include "tests/support/sim_attempts.hpp"
 #include "tests/support/jwt_token.hpp"
+#include "tests/support/sim_attempts.hpp"
 
 #include <cppconn/resultset.h>
 #include <cppconn/statement.h>
@@ -31,7 +31,9 @@ std::string submit_ok(flow_env& env, const std::string& title, const std::string
   return j["data"]["operationId"].get<std::string>();
 }
 
-int count(flow_env& env, const std::string& sql) { return std::stoi(env.db().scalar(sql)); }
+int count(flow_env& env, const std::string& sql) {
+  return std::stoi(env.db().scalar(sql));
+}
 
 /// Paces the background loops of a test: `pause` waits until the next beat or until `stop` is
 /// called, so a loop neither spins a core (two cores, several builds and services) nor outlives
@@ -62,7 +64,8 @@ TEST(Batch, BurstOfFiftyEndsInAHandfulOfBatchMrsAllValidated) {
   flow_env env(batch_config());
   std::vector<std::string> ids;
   for (int i = 0; i < 50; ++i)
-    ids.push_back(submit_ok(env, "burst " + std::to_string(i), "user-" + std::to_string(i), "svc-" + std::to_string(i)));
+    ids.push_back(
+        submit_ok(env, "burst " + std::to_string(i), "user-" + std::to_string(i), "svc-" + std::to_string(i)));
   int max_active = 0;
   for (const auto& id : ids) {
     auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
@@ -89,8 +92,8 @@ TEST(Batch, OneBadMemberIsBisectedDownAndFailsAloneTheOthersMerge) {
   flow_env env(cfg);
   std::vector<std::string> ids;
   for (int i = 0; i < 6; ++i)
-    ids.push_back(submit_ok(env, (i == 4 ? "poison-change" : "good-change-" + std::to_string(i)), "user-" + std::to_string(i),
-                            "bis-" + std::to_string(i)));
+    ids.push_back(submit_ok(env, (i == 4 ? "poison-change" : "good-change-" + std::to_string(i)),
+                            "user-" + std::to_string(i), "bis-" + std::to_string(i)));
   for (const auto& id : ids) ASSERT_EQ(env.wait_for_step(id, "BATCH_WAITING")["step"]["name"], "BATCH_WAITING");
   // Every pipeline of an MR whose title carries the poisoned member's title fails.
   env.add_fault(json{{"kind", "pipeline_fail"}, {"match", "poison-change"}});
@@ -129,12 +132,18 @@ TEST(Batch, CrashedCoordinatorsRunningBatchIsSettledBySweep) {
   auto id = submit_ok(env, "hang-change", "carol", "hang-target");
   env.add_fault(json{{"kind", "pipeline_hang"}, {"match", "hang-change"}, {"count", 1}});
   ASSERT_EQ(env.wait_for_step(id, "BATCH_CLAIMED")["step"]["name"], "BATCH_CLAIMED");
-  ASSERT_TRUE(wait_until([&] { return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND mr_iid IS NOT NULL") == 1; },
-                         std::chrono::seconds(30)));
+  ASSERT_TRUE(wait_until(
+      [&] { return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND mr_iid IS NOT NULL") == 1; },
+      std::chrono::seconds(30)));
   env.kill_service();
   // Let the orphan age past the restarted service's running timeout (database clock).
-  ASSERT_TRUE(wait_until([&] { return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND created_at < NOW(3) - INTERVAL 2 SECOND") == 1; },
-                         std::chrono::seconds(30)));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return count(env,
+                     "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND created_at < NOW(3) - INTERVAL 2 SECOND") ==
+               1;
+      },
+      std::chrono::seconds(30)));
   // The restarted service has a 1 s running timeout: its sweep settles the orphan (requeue), the
   // member is claimed again into a fresh batch whose pipeline passes (the hang fired once).
   env.restart_service(json{{"batch", {{"running_timeout_seconds", 1}}}});
@@ -179,9 +188,10 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   cfg["rate_limit"] = {{"ops", 100000}};
   cfg["instance"] = {{"id", "coord-a"}};
   flow_env env(cfg);
-  ASSERT_EQ(env.sim_call("POST", "/_sim/permissions", json{{"subject", "alice"}, {"granted", {"changeflow.ops"}}}.dump())
-                .status,
-            200);
+  ASSERT_EQ(
+      env.sim_call("POST", "/_sim/permissions", json{{"subject", "alice"}, {"granted", {"changeflow.ops"}}}.dump())
+          .status,
+      200);
   json cfg_b = env.config();
   cfg_b["instance"]["id"] = "coord-b";
   cfg_b["http"]["port"] = free_port();
@@ -236,17 +246,18 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   // No two batches' lifetimes (claim .. settlement) overlap.
   auto conn = env.db().connect();
   std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::unique_ptr<sql::ResultSet> overlap(st->executeQuery(
-      "SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
-      "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at"));
+  std::unique_ptr<sql::ResultSet> overlap(
+      st->executeQuery("SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+                       "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at"));
   ASSERT_TRUE(overlap->next());
   EXPECT_EQ(overlap->getInt(1), 0) << "two batches were active at the same time";
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 3, 4)"), 0);
   EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"), 6) << "max 4 members per batch";
   // Every member was claimed exactly once, by one of the two coordinators.
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602"), 24);
-  EXPECT_EQ(count(env, "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND instance_id NOT IN "
-                       "('coord-a', 'coord-b')"),
+  EXPECT_EQ(count(env,
+                  "SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND instance_id NOT IN "
+                  "('coord-a', 'coord-b')"),
             0);
   // Both coordinators ran rounds that met an occupied slot or claimed: contention really happened.
   auto rounds = [&](unsigned short port, const std::string& outcome) {
@@ -300,8 +311,9 @@ TEST(Batch, MemberConflictingWithTheTargetFailsAfterMaxAttemptsTheOthersMerge) {
   EXPECT_NE(cause.find("rebase conflict with the target branch"), std::string::npos) << cause;
   EXPECT_NE(cause.find("no batch attempts left"), std::string::npos) << cause;
   const std::string op = "operation_id = '" + ids[1] + "'";
-  EXPECT_EQ(env.db().scalar("SELECT last_error LIKE '%rebase conflict with the target branch%' FROM operation WHERE " + op),
-            "1");
+  EXPECT_EQ(
+      env.db().scalar("SELECT last_error LIKE '%rebase conflict with the target branch%' FROM operation WHERE " + op),
+      "1");
   EXPECT_EQ(count(env, "SELECT batch_attempts FROM operation WHERE " + op), max_attempts);
   // What happened, not only where it ended: claimed exactly max_attempts times, it left the
   // waiting set, and nothing is left running or waiting.

@@ -6,8 +6,8 @@
 // with the simulator's own decision pushed out of the test's lifetime.
 
 #include "base/ids.hpp"
-#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
 #include <gtest/gtest.h>
 #include <jwt.h>
@@ -42,8 +42,9 @@ std::string submit_ok(flow_env& env, const std::string& title, const std::string
 
 /// POSTs exactly `body`, signed the way the approval system signs (HMAC-SHA256 of the raw body).
 http_result post_signed_approval(flow_env& env, const std::string& body, const std::string& secret = approval_secret) {
-  return http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", body,
-                   {{"Content-Type", "application/json"}, {"X-Signature", "sha256=" + ids::hmac_sha256_hex(secret, body)}});
+  return http_call(
+      "127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", body,
+      {{"Content-Type", "application/json"}, {"X-Signature", "sha256=" + ids::hmac_sha256_hex(secret, body)}});
 }
 
 std::string approval_body(const std::string& callback_id, const std::string& operation_id, const std::string& result,
@@ -63,7 +64,9 @@ http_result post_deploy(flow_env& env, const json& body, const std::string& toke
                    {{"Content-Type", "application/json"}, {"X-Gitlab-Token", token}});
 }
 
-std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 600); }
+std::string mint(const std::string& sub) {
+  return changeflow::testing::mint_hs256(jwt_secret, sub, 600);
+}
 
 /// POST /api/v1/ops/reconcile as an operator; the run's report.
 json reconcile_now(flow_env& env) {
@@ -110,8 +113,9 @@ void flip_flow(flow_env& env, const std::string& order) {
   auto cfg = env.config();
   cfg["flow"]["default"] = order;
   env.service().rewrite_config(cfg);
-  ASSERT_TRUE(wait_until([&] { return occurrences(env.service().process().log_contents(), "config.reloaded") > before; },
-                         std::chrono::seconds(20)))
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(env.service().process().log_contents(), "config.reloaded") > before; },
+                 std::chrono::seconds(20)))
       << "the service did not reload its config";
 }
 
@@ -128,8 +132,9 @@ TEST(Callbacks, UnauthenticatedCallbacksAre401AndLeaveNoTrace) {
   auto unsigned_call = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", body,
                                  {{"Content-Type", "application/json"}});
   EXPECT_EQ(unsigned_call.status, 401);
-  auto deploy = post_deploy(env, {{"deliveryId", "d-unauth-1"}, {"project", "config/changes"}, {"mrIid", 1}, {"status", "success"}},
-                            "wrong-token");
+  auto deploy = post_deploy(
+      env, {{"deliveryId", "d-unauth-1"}, {"project", "config/changes"}, {"mrIid", 1}, {"status", "success"}},
+      "wrong-token");
   EXPECT_EQ(deploy.status, 401);
 
   EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM callback_ledger"), "0");
@@ -204,7 +209,8 @@ TEST(Callbacks, ApprovalArrivingBeforeSentIsWrittenIsApplied) {
   flow_env env(base_config(), no_sim_decision);
   // The approval system takes its time to answer our submission: the operation stays in
   // APPROVAL_SENDING while the decision callback arrives.
-  env.add_fault({{"kind", "slow"}, {"endpoint", "approval_submit"}, {"match", "early-1"}, {"delay_ms", 2500}, {"count", 1}});
+  env.add_fault(
+      {{"kind", "slow"}, {"endpoint", "approval_submit"}, {"match", "early-1"}, {"delay_ms", 2500}, {"count", 1}});
   auto id = submit_ok(env, "early-1", "ea", "svc-ea");
   ASSERT_EQ(env.get_change(id)["step"]["name"], "APPROVAL_SENDING");
   auto r = post_signed_approval(env, approval_body("cb-early-1", id, "APPROVED"));
@@ -214,7 +220,8 @@ TEST(Callbacks, ApprovalArrivingBeforeSentIsWrittenIsApplied) {
   ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
   bool approved_from_sending = false;
   for (const auto& e : c["timeline"]) {
-    if (e["to"] == "APPROVAL_APPROVED") approved_from_sending = e["from"] == "APPROVAL_SENDING" && e["actor"] == "callback";
+    if (e["to"] == "APPROVAL_APPROVED")
+      approved_from_sending = e["from"] == "APPROVAL_SENDING" && e["actor"] == "callback";
   }
   EXPECT_TRUE(approved_from_sending) << c.dump(2);
 }
@@ -254,13 +261,17 @@ TEST(Callbacks, LostDeployCallbackConvergesOnlyPastTheWatermarkAndOutsideMinAge)
   // change is an explicit failure (DEPLOY_FAILED), no longer waiting for a confirmation.
   auto failed = submit_ok(env, "failed-1", "lo", "svc-failed");
   ASSERT_EQ(env.wait_for_phase(failed, "MERGED")["phase"], "MERGED");
-  ASSERT_TRUE(wait_until([&] {
-    return env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy' AND outcome = 'DEPLOY_FAILED'") == "1";
-  }, std::chrono::seconds(30)));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return env.db().scalar(
+                   "SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy' AND outcome = 'DEPLOY_FAILED'") == "1";
+      },
+      std::chrono::seconds(30)));
   EXPECT_EQ(env.get_change(failed)["step"]["name"], "DEPLOY_FAILED");
 
   // Redelivery of a deploy callback is a DUPLICATE.
-  json replay = {{"deliveryId", "manual-d-1"}, {"project", "config/changes"}, {"mrIid", later_mr}, {"status", "success"}};
+  json replay = {
+      {"deliveryId", "manual-d-1"}, {"project", "config/changes"}, {"mrIid", later_mr}, {"status", "success"}};
   EXPECT_EQ(outcome_of(post_deploy(env, replay)), "IGNORED_STALE");  // already validated
   EXPECT_EQ(outcome_of(post_deploy(env, replay)), "DUPLICATE");
 
@@ -307,7 +318,8 @@ TEST(Callbacks, FlippingTheStepOrderKeepsInFlightApprovalsOnTheirOrder) {
   EXPECT_EQ(env.get_change(c)["flow"], "approve_then_create");
 
   // ...and each in-flight one finishes in the order it started.
-  EXPECT_EQ(outcome_of(post_signed_approval(env, approval_body("cb-order-b", b, "APPROVED", {{"mrId", std::to_string(b_mr)}}))),
+  EXPECT_EQ(outcome_of(post_signed_approval(
+                env, approval_body("cb-order-b", b, "APPROVED", {{"mrId", std::to_string(b_mr)}}))),
             "APPLIED");
   EXPECT_EQ(outcome_of(post_signed_approval(env, approval_body("cb-order-a", a, "APPROVED"))), "APPLIED");
   auto a_done = env.wait_for_phase(a, "VALIDATED");
@@ -346,7 +358,8 @@ TEST(Callbacks, CallbackIsNotLostAcrossARestart) {
 
   // 2. The callback is accepted, then the process dies (SIGKILL) before the actor gets far: the
   //    decision is durable, and after the restart the operation continues.
-  env.add_fault({{"kind", "slow"}, {"endpoint", "create_mr"}, {"match", "restart-2"}, {"delay_ms", 1500}, {"count", 1}});
+  env.add_fault(
+      {{"kind", "slow"}, {"endpoint", "create_mr"}, {"match", "restart-2"}, {"delay_ms", 1500}, {"count", 1}});
   auto crashing = submit_ok(env, "restart-2", "re", "svc-r2");
   ASSERT_EQ(env.wait_for_step(crashing, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
   auto body = approval_body("cb-restart-2", crashing, "APPROVED");

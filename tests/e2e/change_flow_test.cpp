@@ -35,9 +35,10 @@ TEST(ChangeFlow, SeveralChangesReachValidatedConcurrently) {
     EXPECT_EQ(c["step"]["name"], "CALLED_BACK");
     EXPECT_TRUE(c["mrIid"].is_number());
     auto steps = timeline_steps(c);
-    EXPECT_TRUE(is_subsequence({"APPROVAL_SENDING", "APPROVAL_APPROVED", "CREATE_STARTED", "CREATE_MR_OPENED",
-                                "CREATE_SUCCEEDED", "HANDLE_STARTED", "HANDLE_APPROVED", "HANDLE_MERGED", "CALLED_BACK"},
-                               steps))
+    EXPECT_TRUE(
+        is_subsequence({"APPROVAL_SENDING", "APPROVAL_APPROVED", "CREATE_STARTED", "CREATE_MR_OPENED",
+                        "CREATE_SUCCEEDED", "HANDLE_STARTED", "HANDLE_APPROVED", "HANDLE_MERGED", "CALLED_BACK"},
+                       steps))
         << c.dump(2);
   }
   // Without faults the service asks for each side effect exactly once: one MR per change, one merge
@@ -145,7 +146,8 @@ TEST(ChangeFlow, MergeNeedsRebaseThenSucceeds) {
   auto id = submit_ok(env, "rebase-1", "svc-rb");
   auto c = env.wait_for_phase(id, "VALIDATED");
   ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
-  EXPECT_TRUE(is_subsequence({"HANDLE_APPROVED", "HANDLE_REBASING", "HANDLE_MERGING", "HANDLE_MERGED"}, timeline_steps(c)))
+  EXPECT_TRUE(
+      is_subsequence({"HANDLE_APPROVED", "HANDLE_REBASING", "HANDLE_MERGING", "HANDLE_MERGED"}, timeline_steps(c)))
       << c.dump(2);
 }
 
@@ -195,7 +197,8 @@ TEST(ChangeFlow, FullWorkerPoolBecomesAnExplicitCountedState) {
   flow_env env(json{{"external", {{"pool_size", 1}, {"queue_capacity", 1}}}});
   env.add_fault({{"kind", "slow"}, {"endpoint", "approval_submit"}, {"delay_ms", 1500}, {"match", "overload"}});
   std::vector<std::string> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(submit_ok(env, "overload " + std::to_string(i), "svc-o" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(submit_ok(env, "overload " + std::to_string(i), "svc-o" + std::to_string(i)));
   int overloaded = 0;
   for (const auto& id : ids) {
     nlohmann::json c;

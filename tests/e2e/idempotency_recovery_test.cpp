@@ -31,31 +31,28 @@ TEST(IdempotencyRecovery, SigkillBetweenBeginAndCompleteDoesNotBlockTheRetry) {
 
   http_result killed;
   std::thread first([&] {
-    killed = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump(), headers,
-                       std::chrono::seconds(60));
+    killed =
+        http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump(), headers, std::chrono::seconds(60));
   });
-  bool held = wait_until([&] { return env.db().scalar("SELECT state FROM " + row) == "IN_FLIGHT"; },
-                         std::chrono::seconds(20));
+  bool held =
+      wait_until([&] { return env.db().scalar("SELECT state FROM " + row) == "IN_FLIGHT"; }, std::chrono::seconds(20));
   if (!held) {
     env.kill_service();
     first.join();
     FAIL() << "the submit never took its key; it answered " << killed.status << " " << killed.body;
   }
-  ASSERT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + op + "'"),
-            "0")
+  ASSERT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + op + "'"), "0")
       << "the kill must land before the operation is created";
   env.kill_service();
   first.join();
   EXPECT_EQ(killed.status, 0) << "the first request died with the process: " << killed.body;
-  ASSERT_EQ(env.db().scalar("SELECT state FROM " + row), "IN_FLIGHT")
-      << "the dead request left its key behind";
+  ASSERT_EQ(env.db().scalar("SELECT state FROM " + row), "IN_FLIGHT") << "the dead request left its key behind";
 
   env.restart_service(json{{"faults", {{"hold_after_idempotency_begin_ms", 0}}}});
   auto retry = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump(), headers);
   ASSERT_EQ(retry.status, 202) << retry.body;
   auto answer = json::parse(retry.body);
-  EXPECT_EQ(answer["code"], "ACCEPTED")
-      << "nothing was created before the kill, so the retry creates it";
+  EXPECT_EQ(answer["code"], "ACCEPTED") << "nothing was created before the kill, so the retry creates it";
   EXPECT_EQ(answer["data"]["operationId"], op);
   EXPECT_EQ(env.db().scalar("SELECT takeovers FROM " + row), "1");
   EXPECT_EQ(env.db().scalar("SELECT state FROM " + row), "COMPLETED");
@@ -78,6 +75,5 @@ TEST(IdempotencyRecovery, SigkillBetweenBeginAndCompleteDoesNotBlockTheRetry) {
   auto stats = json::parse(env.sim_call("GET", "/_sim/stats").body);
   EXPECT_EQ(stats["requests"].value("approval_submit", 0), 1) << stats.dump();
   EXPECT_EQ(stats["merges"].size(), 1u) << stats.dump();
-  for (const auto& [mr, count] : stats["merges"].items())
-    EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
+  for (const auto& [mr, count] : stats["merges"].items()) EXPECT_EQ(count.get<int>(), 1) << "merges of " << mr;
 }

@@ -30,8 +30,7 @@ json identity_config(json extra = json::object()) {
   // Authentication on (flow_env's default is anonymous use); a short permission timeout so a slow
   // service is a quick deny; a breaker that never opens, so every check reaches the simulator and
   // its request log counts what the service attempted.
-  json c = {{"auth", {{"required", true}, {"permission_timeout_ms", 500}}},
-            {"external", {{"breaker_failures", 1000}}}};
+  json c = {{"auth", {{"required", true}, {"permission_timeout_ms", 500}}}, {"external", {{"breaker_failures", 1000}}}};
   merge_json(c, extra);
   return c;
 }
@@ -43,8 +42,8 @@ json change_body(const std::string& subject, const std::string& target) {
           {"files", {{{"path", "config/" + target + ".yaml"}, {"content", "v: 1\n"}}}}};
 }
 
-http_result call(flow_env& env, const std::string& method, const std::string& target,
-                 const headers& h, const std::string& body = {}) {
+http_result call(flow_env& env, const std::string& method, const std::string& target, const headers& h,
+                 const std::string& body = {}) {
   return http_call("127.0.0.1", env.port(), method, target, body, h);
 }
 
@@ -63,8 +62,7 @@ std::string submit_ok(flow_env& env, const std::string& account, const std::stri
 std::vector<std::string> listed_ids(const http_result& r) {
   std::vector<std::string> ids;
   const json body = body_of(r);
-  for (const auto& item : body["data"]["items"])
-    ids.push_back(item["operationId"].get<std::string>());
+  for (const auto& item : body["data"]["items"]) ids.push_back(item["operationId"].get<std::string>());
   return ids;
 }
 
@@ -73,8 +71,7 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 }
 
 void grant(flow_env& env, const std::string& account, json rules) {
-  auto r = env.sim_call("POST", "/_sim/permissions",
-                        json{{"subject", account}, {"granted", rules}}.dump());
+  auto r = env.sim_call("POST", "/_sim/permissions", json{{"subject", account}, {"granted", rules}}.dump());
   ASSERT_EQ(r.status, 200) << r.body;
 }
 
@@ -95,12 +92,8 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
 
   // No token: 401 on every user route; the reserved operator header does not stand in for one.
   const headers forged_header = {{"X-Changeflow-Authenticated-Operator", "alice"}};
-  EXPECT_EQ(call(env, "POST", "/api/v1/changes", {}, change_body("team-a", "anon").dump()).status,
-            401);
-  EXPECT_EQ(
-      call(env, "POST", "/api/v1/changes", forged_header, change_body("team-a", "anon").dump())
-          .status,
-      401);
+  EXPECT_EQ(call(env, "POST", "/api/v1/changes", {}, change_body("team-a", "anon").dump()).status, 401);
+  EXPECT_EQ(call(env, "POST", "/api/v1/changes", forged_header, change_body("team-a", "anon").dump()).status, 401);
   EXPECT_EQ(call(env, "GET", "/api/v1/changes", forged_header).status, 401);
 
   // Submit only for a permitted subject; the refused one leaves no row behind.
@@ -109,18 +102,13 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
   ASSERT_FALSE(mine.empty());
   ASSERT_FALSE(theirs.empty());
   int checks_before = permission_checks(env);
-  auto refused =
-      call(env, "POST", "/api/v1/changes", as("alice"), change_body("team-b", "svc-sneaky").dump());
+  auto refused = call(env, "POST", "/api/v1/changes", as("alice"), change_body("team-b", "svc-sneaky").dump());
   EXPECT_EQ(refused.status, 403) << refused.body;
   EXPECT_EQ(body_of(refused)["message"], "Access denied");
-  EXPECT_EQ(permission_checks(env), checks_before + 1)
-      << "the refusal came from the permission service";
-  auto nobody =
-      call(env, "POST", "/api/v1/changes", as("mallory"), change_body("team-a", "svc-m").dump());
+  EXPECT_EQ(permission_checks(env), checks_before + 1) << "the refusal came from the permission service";
+  auto nobody = call(env, "POST", "/api/v1/changes", as("mallory"), change_body("team-a", "svc-m").dump());
   EXPECT_EQ(nobody.status, 403) << nobody.body;
-  EXPECT_EQ(
-      env.db().scalar("SELECT COUNT(*) FROM operation WHERE target_key IN ('svc-sneaky', 'svc-m')"),
-      "0");
+  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE target_key IN ('svc-sneaky', 'svc-m')"), "0");
 
   // The requester cannot be forged: a body naming someone is refused, the reserved header is
   // replaced.
@@ -132,11 +120,9 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
   }
   headers alice_with_header = as("alice");
   alice_with_header.emplace_back("X-Changeflow-Authenticated-Operator", "olga");
-  auto via_header = call(env, "POST", "/api/v1/changes", alice_with_header,
-                         change_body("team-a", "svc-hdr").dump());
+  auto via_header = call(env, "POST", "/api/v1/changes", alice_with_header, change_body("team-a", "svc-hdr").dump());
   ASSERT_EQ(via_header.status, 202) << via_header.body;
-  EXPECT_EQ(env.db().scalar("SELECT requester FROM operation WHERE target_key = 'svc-hdr'"),
-            "alice");
+  EXPECT_EQ(env.db().scalar("SELECT requester FROM operation WHERE target_key = 'svc-hdr'"), "alice");
   EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE requester = 'olga'"), "0");
 
   // The requester reads its own change without a permission round trip; requester and the first
@@ -153,8 +139,7 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
 
   // Another team gets exactly the answer an unknown id gets; a teammate and an operator see it.
   auto hidden = call(env, "GET", "/api/v1/changes/" + mine, as("bob"));
-  auto unknown =
-      call(env, "GET", "/api/v1/changes/00000000-0000-4000-8000-00000000beef", as("bob"));
+  auto unknown = call(env, "GET", "/api/v1/changes/00000000-0000-4000-8000-00000000beef", as("bob"));
   EXPECT_EQ(hidden.status, 404) << hidden.body;
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(body_of(hidden), body_of(unknown)) << "a hidden change must look like a missing one";
@@ -171,25 +156,20 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
   EXPECT_FALSE(contains(alice_ids, theirs));
   const json alice_body = body_of(alice_list);
   for (const auto& item : alice_body["data"]["items"]) EXPECT_EQ(item["requester"], "alice");
-  EXPECT_TRUE(listed_ids(call(env, "GET", "/api/v1/changes", as("carol"))).empty())
-      << "carol submitted nothing";
+  EXPECT_TRUE(listed_ids(call(env, "GET", "/api/v1/changes", as("carol"))).empty()) << "carol submitted nothing";
   auto bob_on_a = call(env, "GET", "/api/v1/changes?subject=team-a", as("bob"));
   EXPECT_EQ(bob_on_a.status, 403) << bob_on_a.body;
   EXPECT_EQ(body_of(bob_on_a)["message"], "Access denied");
-  EXPECT_TRUE(
-      contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-a", as("carol"))), mine));
-  EXPECT_TRUE(
-      contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-a", as("olga"))), mine));
-  EXPECT_TRUE(
-      contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-b", as("olga"))), theirs));
+  EXPECT_TRUE(contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-a", as("carol"))), mine));
+  EXPECT_TRUE(contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-a", as("olga"))), mine));
+  EXPECT_TRUE(contains(listed_ids(call(env, "GET", "/api/v1/changes?subject=team-b", as("olga"))), theirs));
 
   // The approval system is told the requester as applicant.
   json approvals;
   EXPECT_TRUE(wait_until(
       [&] {
         approvals = body_of(env.sim_call("GET", "/_sim/approvals"))["approvals"];
-        return std::any_of(approvals.begin(), approvals.end(),
-                           [&](const json& a) { return a["requestId"] == mine; });
+        return std::any_of(approvals.begin(), approvals.end(), [&](const json& a) { return a["requestId"] == mine; });
       },
       20s));
   for (const auto& a : approvals) {
@@ -213,8 +193,7 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
       },
       10s))
       << anon.status << " " << anon.body;
-  auto anon_change =
-      call(env, "GET", "/api/v1/changes/" + body_of(anon)["data"].value("operationId", ""), {});
+  auto anon_change = call(env, "GET", "/api/v1/changes/" + body_of(anon)["data"].value("operationId", ""), {});
   ASSERT_EQ(anon_change.status, 200) << anon_change.body;
   EXPECT_EQ(body_of(anon_change)["data"]["requester"], "anonymous");
   EXPECT_EQ(body_of(anon_change)["data"]["timeline"][0]["actor"], "user:anonymous");
@@ -282,8 +261,7 @@ TEST(Identity, PermissionServiceFailureDenies) {
       env.add_fault(rule);
     }
     int checks_before = permission_checks(env);
-    auto submit = call(env, "POST", "/api/v1/changes", as("alice"),
-                       change_body("team-a", "svc-while-down").dump());
+    auto submit = call(env, "POST", "/api/v1/changes", as("alice"), change_body("team-a", "svc-while-down").dump());
     EXPECT_EQ(submit.status, 403) << submit.body;
     EXPECT_EQ(body_of(submit)["message"], "Access denied");
     EXPECT_EQ(call(env, "GET", "/api/v1/changes/" + mine, as("olga")).status, 404);
@@ -295,13 +273,11 @@ TEST(Identity, PermissionServiceFailureDenies) {
     EXPECT_EQ(call(env, "GET", "/api/v1/changes/" + mine, as("alice")).status, 200);
     EXPECT_TRUE(contains(listed_ids(call(env, "GET", "/api/v1/changes", as("alice"))), mine));
   }
-  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE target_key = 'svc-while-down'"),
-            "0");
+  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE target_key = 'svc-while-down'"), "0");
 
   // The service stopped altogether: refused connections deny as well.
   env.sim().process().stop(SIGTERM, 5s);
-  auto submit =
-      call(env, "POST", "/api/v1/changes", as("alice"), change_body("team-a", "svc-no-sim").dump());
+  auto submit = call(env, "POST", "/api/v1/changes", as("alice"), change_body("team-a", "svc-no-sim").dump());
   EXPECT_EQ(submit.status, 403) << submit.body;
   EXPECT_EQ(call(env, "GET", "/api/v1/changes/" + mine, as("olga")).status, 404);
   EXPECT_EQ(call(env, "GET", "/api/v1/changes/" + mine, as("alice")).status, 200);
@@ -326,12 +302,11 @@ TEST(Identity, StartupRefusesEachMissingSecret) {
   auto ok = start(complete, "complete", {"--check-config"});
   EXPECT_EQ(ok.wait_exit(20s), 0) << ok.log_contents();
 
-  const std::vector<std::pair<std::string, std::string>> required = {
-      {"auth", "jwt_secret"},
-      {"callbacks", "approval_secret"},
-      {"callbacks", "deploy_secret"},
-      {"gitlab", "author_token"},
-      {"gitlab", "approver_tokens"}};
+  const std::vector<std::pair<std::string, std::string>> required = {{"auth", "jwt_secret"},
+                                                                     {"callbacks", "approval_secret"},
+                                                                     {"callbacks", "deploy_secret"},
+                                                                     {"gitlab", "author_token"},
+                                                                     {"gitlab", "approver_tokens"}};
   int attempt = 0;
   for (const auto& [section, key] : required) {
     const std::string name = section + "." + key;
@@ -349,8 +324,7 @@ TEST(Identity, StartupRefusesEachMissingSecret) {
       ASSERT_TRUE(status) << name << " " << variant << ": changeflowd kept running without it";
       EXPECT_NE(*status, 0) << name << " " << variant;
       auto log = proc.log_contents();
-      EXPECT_NE(log.find("required key '" + name + "'"), std::string::npos)
-          << variant << ": " << log;
+      EXPECT_NE(log.find("required key '" + name + "'"), std::string::npos) << variant << ": " << log;
     }
   }
 }

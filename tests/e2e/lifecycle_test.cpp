@@ -31,7 +31,8 @@ headers operator_headers() {
   return {{"Authorization", "Bearer " + mint_hs256(jwt_secret, "oncall", 600)}, {"Content-Type", "application/json"}};
 }
 
-http_result ops_action(flow_env& env, const std::string& id, const std::string& action, const json& body = json::object()) {
+http_result ops_action(flow_env& env, const std::string& id, const std::string& action,
+                       const json& body = json::object()) {
   return http_call("127.0.0.1", env.port(), "POST", "/api/v1/ops/operations/" + id + "/" + action, body.dump(),
                    operator_headers());
 }
@@ -48,7 +49,9 @@ std::string accepted(const http_result& r) {
   return j["data"]["operationId"].get<std::string>();
 }
 
-json sim_stats(flow_env& env) { return body_of(env.sim_call("GET", "/_sim/stats")); }
+json sim_stats(flow_env& env) {
+  return body_of(env.sim_call("GET", "/_sim/stats"));
+}
 
 std::int64_t request_count(const json& stats, const std::string& endpoint) {
   if (!stats.contains("requests") || !stats["requests"].contains(endpoint)) return 0;
@@ -148,14 +151,14 @@ TEST(Lifecycle, CancelWhileApprovalIsPendingWithdrawsIt) {
   EXPECT_EQ(ev["actor"], "user:anonymous") << c.dump(2);
   EXPECT_NE(ev["cause"].get<std::string>().find("withdrawing the approval request"), std::string::npos) << ev.dump();
   // The WITHDRAWN callback the approval system sends is stale now: still CANCELLED, still one event.
-  ASSERT_TRUE(wait_until([&] { return env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE operation_id = '" +
-                                                      id + "'") != "0"; },
-                         std::chrono::seconds(20)));
+  ASSERT_TRUE(wait_until(
+      [&] { return env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE operation_id = '" + id + "'") != "0"; },
+      std::chrono::seconds(20)));
   c = env.get_change(id);
   EXPECT_EQ(c["step"]["name"], "CANCELLED");
-  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id +
-                            "' AND to_step = 10203"),
-            "1");
+  EXPECT_EQ(
+      env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "' AND to_step = 10203"),
+      "1");
   // The target is free.
   auto next = accepted(env.submit("after the cancel", "team-a", "a.yaml"));
   EXPECT_NE(next, id);
@@ -198,7 +201,8 @@ TEST(Lifecycle, CancelClosesTheOpenMrAndMergedWins) {
 // An operator closes a failed check pipeline: the MR is closed in GitLab and the target is free.
 TEST(Lifecycle, OperatorClosesAFailureAndItsMr) {
   flow_env env(lifecycle_config());
-  auto [failed, iid] = faulted_change(env, "pipeline_fail", "red pipeline", "team-c", "c.yaml", "CREATE_PIPELINE_FAILED");
+  auto [failed, iid] =
+      faulted_change(env, "pipeline_fail", "red pipeline", "team-c", "c.yaml", "CREATE_PIPELINE_FAILED");
   auto closed = ops_action(env, failed, "close", {{"reason", "bad config"}});
   ASSERT_EQ(closed.status, 200) << closed.body;
   EXPECT_EQ(env.get_change(failed)["phase"], "CLOSED");
@@ -269,18 +273,26 @@ TEST(Lifecycle, DeliveryRecordedBeforeACrashIsAppliedByItsRedelivery) {
   auto iid = c["mrIid"].get<std::int64_t>();
 
   env.restart_service({{"faults", {{"hold_after_deploy_record_ms", 60000}}}});
-  json delivery = {{"deliveryId", "crash-delivery-1"}, {"project", "config/changes"}, {"mrIid", iid},
-                   {"pipelineId", 4242}, {"status", "success"}, {"operationIds", json::array({id})}};
+  json delivery = {{"deliveryId", "crash-delivery-1"},
+                   {"project", "config/changes"},
+                   {"mrIid", iid},
+                   {"pipelineId", 4242},
+                   {"status", "success"},
+                   {"operationIds", json::array({id})}};
   auto cfg = env.config();
   auto secret = cfg.contains("callbacks") && cfg["callbacks"].contains("deploy_secret")
                     ? cfg["callbacks"]["deploy_secret"].get<std::string>()
                     : std::string("demo-deploy-secret");
-  headers h = {{"X-Gitlab-Token", secret},
-               {"Content-Type", "application/json"}};
-  std::thread first([&] { http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/deploy", delivery.dump(), h); });
-  ASSERT_TRUE(wait_until([&] { return env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE delivery_id = "
-                                                      "'deploy:crash-delivery-1' AND outcome = 'PENDING'") == "1"; },
-                         std::chrono::seconds(30)));
+  headers h = {{"X-Gitlab-Token", secret}, {"Content-Type", "application/json"}};
+  std::thread first(
+      [&] { http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/deploy", delivery.dump(), h); });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return env.db().scalar(
+                   "SELECT COUNT(*) FROM callback_ledger WHERE delivery_id = "
+                   "'deploy:crash-delivery-1' AND outcome = 'PENDING'") == "1";
+      },
+      std::chrono::seconds(30)));
   env.kill_service();
   first.join();
   EXPECT_EQ(env.db().scalar("SELECT phase FROM operation WHERE operation_id = '" + id + "'"), "MERGED");

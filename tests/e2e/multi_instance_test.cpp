@@ -28,8 +28,9 @@ std::string callback_url(unsigned short port) {
 TEST(MultiInstance, PeersTakeOverAKilledInstanceAndCallbacksReachTheOwner) {
   const unsigned short port_b = free_port();
   const unsigned short port_c = free_port();
-  const json common = {{"instance", {{"lease_seconds", 2}}},
-                       {"durability", {{"inbox_poll_ms", 150}, {"sweep_interval_ms", 500}, {"stuck_after_seconds", 2}}}};
+  const json common = {
+      {"instance", {{"lease_seconds", 2}}},
+      {"durability", {{"inbox_poll_ms", 150}, {"sweep_interval_ms", 500}, {"stuck_after_seconds", 2}}}};
   // A's approval callbacks go to C; B's and C's go to A: never to the owner, never to B (killed).
   json cfg_a = common;
   cfg_a["instance"]["id"] = "inst-a";
@@ -62,21 +63,30 @@ TEST(MultiInstance, PeersTakeOverAKilledInstanceAndCallbacksReachTheOwner) {
   }
   auto& db = env.db();
   // Kill B while it owns operations that are still in flight.
-  ASSERT_TRUE(wait_until([&] { return db.scalar("SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' "
-                                               "AND step = 10012") != "0"; },  // APPROVAL_SENT
-                         std::chrono::seconds(30)));
-  auto b_inflight = std::stoi(db.scalar("SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' AND phase NOT "
-                                        "IN ('VALIDATED','CREATE_FAILED','HANDLE_FAILED','REJECTED','CLOSED')"));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return db.scalar(
+                   "SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' "
+                   "AND step = 10012") != "0";
+      },  // APPROVAL_SENT
+      std::chrono::seconds(30)));
+  auto b_inflight =
+      std::stoi(db.scalar("SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' AND phase NOT "
+                          "IN ('VALIDATED','CREATE_FAILED','HANDLE_FAILED','REJECTED','CLOSED')"));
   auto killed_at = std::chrono::steady_clock::now();
   b->process().kill_now();
   b.reset();
   ASSERT_GT(b_inflight, 0);
 
   // The survivors take B's operations over once its lease (2 s) expires.
-  ASSERT_TRUE(wait_until([&] { return db.scalar("SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' AND "
-                                               "phase NOT IN ('VALIDATED','CREATE_FAILED','HANDLE_FAILED','REJECTED',"
-                                               "'CLOSED')") == "0"; },
-                         std::chrono::seconds(30)));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return db.scalar(
+                   "SELECT COUNT(*) FROM operation WHERE owner_instance = 'inst-b' AND "
+                   "phase NOT IN ('VALIDATED','CREATE_FAILED','HANDLE_FAILED','REJECTED',"
+                   "'CLOSED')") == "0";
+      },
+      std::chrono::seconds(30)));
   auto takeover_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed_at).count();
   std::cout << "B owned " << b_inflight << " in-flight operations; taken over after " << takeover_ms << " ms\n";
@@ -129,7 +139,8 @@ TEST(MultiInstance, PeersTakeOverAKilledInstanceAndCallbacksReachTheOwner) {
   }
   std::cout << moved << " operations continued by a new owner\n";
   EXPECT_GT(moved, 0) << "B's in-flight operations were continued by A or C";
-  auto takeovers = std::stoi(db.scalar("SELECT COUNT(*) FROM operation_event WHERE cause = 'owner lease expired: taken over'"));
+  auto takeovers =
+      std::stoi(db.scalar("SELECT COUNT(*) FROM operation_event WHERE cause = 'owner lease expired: taken over'"));
   EXPECT_GT(takeovers, 0);
   EXPECT_LE(takeovers, b_inflight) << "only B's operations were taken over";
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT operation_id FROM operation_event WHERE cause = 'owner lease "

@@ -2,8 +2,8 @@
 // (401/403 "Access denied"), actions along the operator edges, idempotency, refusals, and the audit
 // log carrying the server-written operator.
 
-#include "tests/support/jwt_token.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
 #include <gtest/gtest.h>
 #include <jwt.h>
@@ -18,7 +18,9 @@ namespace {
 
 constexpr const char* jwt_secret = "ops-test-secret";
 
-std::string mint(const std::string& sub) { return changeflow::testing::mint_hs256(jwt_secret, sub, 600); }
+std::string mint(const std::string& sub) {
+  return changeflow::testing::mint_hs256(jwt_secret, sub, 600);
+}
 
 using headers = std::vector<std::pair<std::string, std::string>>;
 
@@ -34,9 +36,8 @@ json body_of(const http_result& r) {
 }
 
 json ops_config() {
-  return json{{"auth", {{"jwt_secret", jwt_secret}}},
-              {"rate_limit", {{"ops", 100000}}},
-              {"poll", {{"timeout_ms", 800}}}};
+  return json{
+      {"auth", {{"jwt_secret", jwt_secret}}}, {"rate_limit", {{"ops", 100000}}}, {"poll", {{"timeout_ms", 800}}}};
 }
 
 std::string submit_hung(flow_env& env, const std::string& title, const std::string& target) {
@@ -57,11 +58,12 @@ http_result ops(flow_env& env, const std::string& method, const std::string& tar
 TEST(OpsApi, RefusedWithoutTheOpsPermission) {
   flow_env env(ops_config());
   // mallory holds no rule at the permission service; alice (unconfigured) holds every rule.
-  auto grant = env.sim_call("POST", "/_sim/permissions", json{{"subject", "mallory"}, {"granted", json::array()}}.dump());
+  auto grant =
+      env.sim_call("POST", "/_sim/permissions", json{{"subject", "mallory"}, {"granted", json::array()}}.dump());
   ASSERT_EQ(grant.status, 200) << grant.body;
-  for (std::string target : {"/api/v1/ops/operations", "/api/v1/ops/overview", "/api/v1/ops/audit",
-                             "/api/v1/ops/config", "/api/v1/ops/actors", "/api/v1/ops/instances",
-                             "/api/v1/ops/callbacks"}) {
+  for (std::string target :
+       {"/api/v1/ops/operations", "/api/v1/ops/overview", "/api/v1/ops/audit", "/api/v1/ops/config",
+        "/api/v1/ops/actors", "/api/v1/ops/instances", "/api/v1/ops/callbacks"}) {
     auto anonymous = ops(env, "GET", target, {});
     EXPECT_EQ(anonymous.status, 401) << target << " " << anonymous.body;
     auto denied = ops(env, "GET", target, as("mallory"));
@@ -70,8 +72,8 @@ TEST(OpsApi, RefusedWithoutTheOpsPermission) {
     auto allowed = ops(env, "GET", target, as("alice"));
     EXPECT_EQ(allowed.status, 200) << target << " " << allowed.body;
   }
-  auto action = ops(env, "POST", "/api/v1/ops/operations/4a1f0c1e-0000-4000-8000-000000000001/fail",
-                    as("mallory"), R"({"reason":"x"})");
+  auto action = ops(env, "POST", "/api/v1/ops/operations/4a1f0c1e-0000-4000-8000-000000000001/fail", as("mallory"),
+                    R"({"reason":"x"})");
   EXPECT_EQ(action.status, 403) << action.body;
   EXPECT_EQ(body_of(action)["message"], "Access denied");
 }
@@ -105,10 +107,11 @@ TEST(OpsApi, ActionsFollowOperatorEdgesAreIdempotentAndAudited) {
   EXPECT_NE(body_of(resend)["message"].get<std::string>().find("CREATE_PIPELINE_PENDING"), std::string::npos);
 
   // Re-trigger, trying to forge the operator: the server writes its own.
-  std::string body = json{{"reason", "pipeline runner restarted"},
-                          {"__authenticatedOperator", "mallory"},
-                          {"expectedVersion", d["version"]}}
-                         .dump();
+  std::string body = json{
+      {"reason", "pipeline runner restarted"},
+      {"__authenticatedOperator", "mallory"},
+      {"expectedVersion",
+       d["version"]}}.dump();
   auto first = ops(env, "POST", "/api/v1/ops/operations/" + id + "/retrigger", as("alice", "rt-1"), body);
   ASSERT_EQ(first.status, 200) << first.body;
   EXPECT_EQ(body_of(first)["data"]["to"], "CREATE_MR_OPENED");

@@ -38,10 +38,12 @@ TEST(ServiceLifecycle, HealthReadyMetricsAndCleanStop) {
 
   // Ready once the start-up rehydration load has run (a moment after the port opens).
   http_result ready;
-  EXPECT_TRUE(wait_until([&] {
-    ready = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
-    return ready.status == 200;
-  }, std::chrono::seconds(20)));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        ready = http_call("127.0.0.1", svc.port(), "GET", "/readyz");
+        return ready.status == 200;
+      },
+      std::chrono::seconds(20)));
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_EQ(json::parse(ready.body)["data"]["status"], "ready");
 
@@ -82,8 +84,9 @@ TEST(ServiceLifecycle, ReadyzTurns503WhenDatabaseStops) {
   } stop_db{stop_cmd};
 
   json cfg = test_secrets();
-  cfg["db"] = {{"host", "127.0.0.1"}, {"port", port}, {"user", "changeflow"}, {"password", "changeflow"},
-               {"name", "changeflow"}, {"connect_timeout_ms", 1000}, {"read_timeout_ms", 1000}};
+  cfg["db"] = {{"host", "127.0.0.1"},      {"port", port},         {"user", "changeflow"},
+               {"password", "changeflow"}, {"name", "changeflow"}, {"connect_timeout_ms", 1000},
+               {"read_timeout_ms", 1000}};
   service_process svc(cfg, dir);
   EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", svc.port(), "GET", "/readyz").status == 200; },
                          std::chrono::seconds(10)));

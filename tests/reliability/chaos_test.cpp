@@ -25,7 +25,6 @@
 #include "base/ids.hpp"
 #include "tests/support/flow_env.hpp"
 #include "tests/support/sim_attempts.hpp"
-#include "tests/support/sim_attempts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -160,20 +159,24 @@ std::vector<json> wave_faults() {
 }
 
 json base_config() {
-  return {{"external", {{"request_timeout_ms", 1000}, {"connect_timeout_ms", 500}, {"breaker_failures", 6},
-                        {"breaker_cooldown_ms", 500}}},
-          // A fresh instance id per start (not fixed) + a short lease: every restart takes over the
-          // killed instance's rows, so "one owner at a time" is really exercised.
-          {"instance", {{"lease_seconds", 3}}},
-          {"durability", {{"sweep_interval_ms", 500}, {"inbox_poll_ms", 200}, {"stuck_after_seconds", 3},
-                          {"approval_grace_seconds", 1}}},
-          // Dropped approval callbacks end in APPROVAL_TIMEOUT (CLOSED) instead of waiting a week.
-          {"timeouts", {{"approval_wait_seconds", 8}}},
-          {"reconcile", {{"interval_ms", 1000}, {"min_age_seconds", 1}, {"max_age_seconds", 86400}}},
-          {"batch", {{"round_interval_ms", 400}, {"max_members", 8}}},
-          {"rehydrate", {{"rate_per_second", 2000}}},
-          {"rate_limit", {{"submit", 100000}, {"callbacks", 100000}}},
-          {"merge", {{"max_attempts", 6}}}};
+  return {
+      {"external",
+       {{"request_timeout_ms", 1000},
+        {"connect_timeout_ms", 500},
+        {"breaker_failures", 6},
+        {"breaker_cooldown_ms", 500}}},
+      // A fresh instance id per start (not fixed) + a short lease: every restart takes over the
+      // killed instance's rows, so "one owner at a time" is really exercised.
+      {"instance", {{"lease_seconds", 3}}},
+      {"durability",
+       {{"sweep_interval_ms", 500}, {"inbox_poll_ms", 200}, {"stuck_after_seconds", 3}, {"approval_grace_seconds", 1}}},
+      // Dropped approval callbacks end in APPROVAL_TIMEOUT (CLOSED) instead of waiting a week.
+      {"timeouts", {{"approval_wait_seconds", 8}}},
+      {"reconcile", {{"interval_ms", 1000}, {"min_age_seconds", 1}, {"max_age_seconds", 86400}}},
+      {"batch", {{"round_interval_ms", 400}, {"max_members", 8}}},
+      {"rehydrate", {{"rate_per_second", 2000}}},
+      {"rate_limit", {{"submit", 100000}, {"callbacks", 100000}}},
+      {"merge", {{"max_attempts", 6}}}};
 }
 
 json toggles(int wave) {
@@ -241,8 +244,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   auto replay_some = [&] {
     // Approval: the raw body as recorded (the ledger keeps the delivered bytes) with the signature
     // the approval system computes over them -- a byte-exact replay of a real delivery.
-    for (const auto& row : query(db, "SELECT payload FROM callback_ledger WHERE kind = 'approval' AND payload IS NOT "
-                                     "NULL ORDER BY RAND() LIMIT 2")) {
+    for (const auto& row : query(db,
+                                 "SELECT payload FROM callback_ledger WHERE kind = 'approval' AND payload IS NOT "
+                                 "NULL ORDER BY RAND() LIMIT 2")) {
       auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", row[0],
                          {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(approval_secret, row[0])}}, 3s);
       ++n.approval_replays;
@@ -253,8 +257,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
       ++n.replay_outcomes["approval " + outcome];
       EXPECT_EQ(outcome, "DUPLICATE") << "a replayed approval delivery is recognised: " << row[0];
     }
-    for (const auto& row : query(db, "SELECT payload FROM callback_ledger WHERE kind = 'deploy' AND payload IS NOT NULL "
-                                     "ORDER BY RAND() LIMIT 1")) {
+    for (const auto& row : query(db,
+                                 "SELECT payload FROM callback_ledger WHERE kind = 'deploy' AND payload IS NOT NULL "
+                                 "ORDER BY RAND() LIMIT 1")) {
       auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/deploy", row[0],
                          {{"X-Gitlab-Token", deploy_secret}}, 3s);
       ++n.deploy_replays;
@@ -327,15 +332,16 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   ASSERT_EQ(env.sim_call("DELETE", "/_sim/faults").status, 200);
   std::vector<std::string> tail;
   for (int k = 0; k < 3; ++k) {
-    planned_change c{ids::new_uuid(), "chaos tail " + std::to_string(k), "chaos-tail", "chaos-tail-" + std::to_string(k)};
+    planned_change c{ids::new_uuid(), "chaos tail " + std::to_string(k), "chaos-tail",
+                     "chaos-tail-" + std::to_string(k)};
     ASSERT_TRUE(wait_until([&] { return submit(c); }, 20s));
     changes.push_back(c);
     tail.push_back(c.id);
   }
   const std::string in_motion_sql = std::string("SELECT COUNT(*) FROM operation WHERE phase NOT IN ") +
                                     terminal_phases + " AND step NOT IN " + parked_steps;
-  bool settled = wait_until([&] { return db.scalar(in_motion_sql) == "0"; },
-                            std::chrono::seconds(std::max(120, seconds / 2)));
+  bool settled =
+      wait_until([&] { return db.scalar(in_motion_sql) == "0"; }, std::chrono::seconds(std::max(120, seconds / 2)));
   auto in_motion = query(db, std::string("SELECT operation_id, title, step, phase, next_wake_at, owner_instance, "
                                          "last_error FROM operation WHERE phase NOT IN ") +
                                  terminal_phases + " AND step NOT IN " + parked_steps);
@@ -352,8 +358,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
       std::string end = got.value("phase", "?") + "/" + (got.contains("step") ? got["step"].value("name", "?") : "?");
       ++ends[end];
       if (!expected_ends(c.tag).count(end)) {
-        unexpected += c.id + " '" + c.title + "' ended " + end + "; last_error: " +
-                      (got.contains("lastError") ? got["lastError"].dump() : std::string("-")) + "\n";
+        unexpected += c.id + " '" + c.title + "' ended " + end +
+                      "; last_error: " + (got.contains("lastError") ? got["lastError"].dump() : std::string("-")) +
+                      "\n";
       }
     }
     std::cout << "[chaos] final phase/step -> count\n";
@@ -403,8 +410,8 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
       }
     }
     EXPECT_TRUE(bad.empty()) << "I2 double claim:\n" << bad;
-    std::cout << "[chaos] I2 no double claim (" << hist.size() << " history rows): " << (bad.empty() ? "ok" : "VIOLATED")
-              << "\n";
+    std::cout << "[chaos] I2 no double claim (" << hist.size()
+              << " history rows): " << (bad.empty() ? "ok" : "VIOLATED") << "\n";
   }
   expect_no_rows(db, "I2 claimed members belong to their batch",
                  "SELECT o.operation_id, o.batch_id, r.batch_id FROM operation o LEFT JOIN merge_batch_request r "
@@ -417,8 +424,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
                  "SELECT r.operation_id, o.step FROM merge_batch_request r JOIN operation o ON o.operation_id = "
                  "r.operation_id WHERE r.batch_id IS NULL AND o.step <> 10601");
   // I5: one binding per relationship; the bound operation's phase is the binding's phase.
-  expect_no_rows(db, "I5 one binding per relationship",
-                 "SELECT subject_id, target_key, COUNT(*) FROM binding GROUP BY subject_id, target_key HAVING COUNT(*) > 1");
+  expect_no_rows(
+      db, "I5 one binding per relationship",
+      "SELECT subject_id, target_key, COUNT(*) FROM binding GROUP BY subject_id, target_key HAVING COUNT(*) > 1");
   expect_no_rows(db, "I5 binding phase == operation phase",
                  "SELECT b.subject_id, b.target_key, b.phase, o.phase FROM binding b JOIN operation o ON "
                  "o.operation_id = b.operation_id WHERE b.phase <> o.phase");
@@ -428,9 +436,10 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // I6: every write is guarded by the version and leaves an event carrying the new version: the
   // row's version is the last event's version, and no version was written twice (a stale writer
   // that "won" would duplicate one).
-  expect_no_rows(db, "I6 operation.version == MAX(event.version)",
-                 "SELECT o.operation_id, o.version, MAX(e.version) FROM operation o JOIN operation_event e ON "
-                 "e.operation_id = o.operation_id GROUP BY o.operation_id, o.version HAVING o.version <> MAX(e.version)");
+  expect_no_rows(
+      db, "I6 operation.version == MAX(event.version)",
+      "SELECT o.operation_id, o.version, MAX(e.version) FROM operation o JOIN operation_event e ON "
+      "e.operation_id = o.operation_id GROUP BY o.operation_id, o.version HAVING o.version <> MAX(e.version)");
   expect_no_rows(db, "I6 no version written twice",
                  "SELECT operation_id, version, COUNT(*) FROM operation_event GROUP BY operation_id, version "
                  "HAVING COUNT(*) > 1");
@@ -452,8 +461,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // One owner at a time: per operation, the instance ids of its workflow events form runs; once a
   // run ends (ownership moved), that instance never writes the operation again.
   {
-    auto rows = query(db, "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
-                          "instance_id IS NOT NULL ORDER BY operation_id, id");
+    auto rows = query(db,
+                      "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
+                      "instance_id IS NOT NULL ORDER BY operation_id, id");
     std::map<std::string, std::vector<std::string>> writers;
     for (const auto& r : rows) {
       auto& w = writers[r[0]];
@@ -484,9 +494,10 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   {
     std::set<std::string> sim_merged;
     for (const auto& [key, count] : stats["merges"].items()) sim_merged.insert(key.substr(key.find('!') + 1));
-    auto rows = query(db, "SELECT o.operation_id, o.phase, COALESCE(CAST(o.mr_iid AS CHAR), ''), "
-                          "COALESCE(CAST(b.mr_iid AS CHAR), '') FROM operation o LEFT JOIN merge_batch b ON b.id = "
-                          "o.batch_id");
+    auto rows = query(db,
+                      "SELECT o.operation_id, o.phase, COALESCE(CAST(o.mr_iid AS CHAR), ''), "
+                      "COALESCE(CAST(b.mr_iid AS CHAR), '') FROM operation o LEFT JOIN merge_batch b ON b.id = "
+                      "o.batch_id");
     std::map<std::string, int> carried;  // merged iid -> operations carried by it
     std::string bad;
     for (const auto& r : rows) {

@@ -83,8 +83,7 @@ struct tally {
 TEST(DatabaseOutage, ServiceSurvivesRefusesCleanlyAndEveryChangeContinues) {
   private_db server;
   use_private_server(server);
-  flow_env env(json{{"db", {{"connect_timeout_ms", 500}, {"read_timeout_ms", 2000}}},
-                    {"rate_limit", {{"submit", 0}}}},
+  flow_env env(json{{"db", {{"connect_timeout_ms", 500}, {"read_timeout_ms", 2000}}}, {"rate_limit", {{"submit", 0}}}},
                {"--callback-attempts", "80", "--callback-delay-ms", "1500", "--pipeline-duration-ms", "1500"});
   const auto service_pid = env.service().process().pid();
   const auto port = env.port();
@@ -109,7 +108,8 @@ TEST(DatabaseOutage, ServiceSurvivesRefusesCleanlyAndEveryChangeContinues) {
         if (!id.empty()) t.accepted.insert(id);
         if (outage) {
           ++t.submit_status[r.status];
-          if (r.status == 503 && t.bad_body.empty() && r.body.find("\"UNAVAILABLE\"") == std::string::npos) t.bad_body = r.body;
+          if (r.status == 503 && t.bad_body.empty() && r.body.find("\"UNAVAILABLE\"") == std::string::npos)
+            t.bad_body = r.body;
         }
         if (!t.accepted.empty()) some_id = *t.accepted.begin();
       }
@@ -138,10 +138,12 @@ TEST(DatabaseOutage, ServiceSurvivesRefusesCleanlyAndEveryChangeContinues) {
   };
 
   // Some changes in flight before the outage.
-  bool warmed = wait_until([&] {
-    std::lock_guard lock(t.mutex);
-    return t.accepted.size() >= 10;
-  }, std::chrono::seconds(60));
+  bool warmed = wait_until(
+      [&] {
+        std::lock_guard lock(t.mutex);
+        return t.accepted.size() >= 10;
+      },
+      std::chrono::seconds(60));
   if (!warmed) stop_threads();
   ASSERT_TRUE(warmed);
   const auto before_outage = std::stoi(env.db().scalar("SELECT COUNT(*) FROM operation WHERE phase <> 'VALIDATED'"));

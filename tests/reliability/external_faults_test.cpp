@@ -23,8 +23,11 @@ namespace {
 
 /// Short client budgets so a slow system is "beyond the timeout" quickly.
 json fault_config(json extra = json::object()) {
-  json c = {{"external", {{"request_timeout_ms", 400}, {"connect_timeout_ms", 300}, {"breaker_failures", 3},
-                          {"breaker_cooldown_ms", 1500}}}};
+  json c = {{"external",
+             {{"request_timeout_ms", 400},
+              {"connect_timeout_ms", 300},
+              {"breaker_failures", 3},
+              {"breaker_cooldown_ms", 1500}}}};
   merge_json(c, extra);
   return c;
 }
@@ -94,8 +97,13 @@ bool wait_probing(flow_env& env, const std::string& id, responsiveness& resp, co
 /// POSTs an APPROVED decision signed like the approval system (default secret): the tests that
 /// keep the sim from deciding by itself decide when the fault has been observed.
 http_result approve(flow_env& env, const std::string& operation_id, const std::string& callback_id) {
-  auto body = json{{"callbackId", callback_id}, {"approvalId", "apr-test"}, {"operationId", operation_id},
-                   {"result", "APPROVED"}, {"approver", "tester"}}.dump();
+  auto body = json{
+      {"callbackId", callback_id},
+      {"approvalId", "apr-test"},
+      {"operationId", operation_id},
+      {"result", "APPROVED"},
+      {"approver",
+       "tester"}}.dump();
   return http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", body,
                    {{"X-Signature", "sha256=" + changeflow::ids::hmac_sha256_hex("demo-approval-secret", body)}});
 }
@@ -118,7 +126,8 @@ const std::vector<std::string> no_sim_decision = {"--callback-delay-ms", "600000
 
 /// The operation explains itself: a named step, a phase and a hint.
 void expect_explained(const json& change, const std::string& context) {
-  EXPECT_TRUE(change.contains("step") && change["step"]["name"].is_string() && !change["step"]["name"].get<std::string>().empty())
+  EXPECT_TRUE(change.contains("step") && change["step"]["name"].is_string() &&
+              !change["step"]["name"].get<std::string>().empty())
       << context << ": " << change.dump();
   EXPECT_TRUE(change.contains("hint") && change["hint"].is_string() && !change["hint"].get<std::string>().empty())
       << context << ": " << change.dump();
@@ -133,17 +142,19 @@ TEST(ExternalFaults, SlowApprovalSystemTimesOutOpensBreakerThenCompletes) {
   // The sim does not decide by itself: a slow submission still registers the approval, and its
   // decision would otherwise end the retries before the breaker could open.
   flow_env env(fault_config(), no_sim_decision);
-  env.add_fault({{"kind", "slow"}, {"endpoint", "approval_submit"}, {"delay_ms", 3000}, {"match", "slowpoke"},
-                 {"count", 4}});
+  env.add_fault(
+      {{"kind", "slow"}, {"endpoint", "approval_submit"}, {"delay_ms", 3000}, {"match", "slowpoke"}, {"count", 4}});
   auto id = submit_ok(env, "slowpoke", "svc-slow");
   ASSERT_FALSE(id.empty());
   responsiveness resp;
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return breaker(env, "approval") == 1; }, 30s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return breaker(env, "approval") == 1; }, 30s))
       << "the approval breaker opens after consecutive timeouts: " << sim_stats(env).dump();
   auto waiting = env.get_change(id);
   EXPECT_EQ(waiting["step"]["name"], "APPROVAL_SENDING") << waiting.dump();
   expect_explained(waiting, "while the approval system is slow");
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return env.get_change(id)["step"]["name"] == "APPROVAL_SENT"; }, 60s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return env.get_change(id)["step"]["name"] == "APPROVAL_SENT"; }, 60s))
       << env.get_change(id).dump();
   EXPECT_TRUE(wait_until([&] { return breaker(env, "approval") == 0; }, 10s)) << "the breaker closes again";
   ASSERT_EQ(approve(env, id, "cb-slow-1").status, 200);
@@ -174,10 +185,12 @@ TEST(ExternalFaults, GitlabBurstsAndLostResponsesAreRetriedToCompletion) {
   ASSERT_EQ(env.wait_for_step(id, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
   ASSERT_EQ(approve(env, id, "cb-bursty-1").status, 200);
   responsiveness resp;
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return breaker(env, "gitlab") == 1; }, 30s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return breaker(env, "gitlab") == 1; }, 30s))
       << "the gitlab breaker opens during the 5xx burst: " << sim_stats(env).dump();
   expect_explained(env.get_change(id), "during the burst");
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return env.get_change(id)["phase"] == "VALIDATED"; }, 60s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return env.get_change(id)["phase"] == "VALIDATED"; }, 60s))
       << env.get_change(id).dump();
   EXPECT_TRUE(wait_until([&] { return breaker(env, "gitlab") == 0; }, 10s));
   EXPECT_EQ(resp.failures, 0) << resp.last_failure;
@@ -200,14 +213,19 @@ TEST(ExternalFaults, GitlabBurstsAndLostResponsesAreRetriedToCompletion) {
 // cannot flake); the normal retry interval here is 40 ms, fifty times shorter than Retry-After.
 TEST(ExternalFaults, RetryAfterOf429IsHonoured) {
   flow_env env(fault_config({{"external", {{"breaker_failures", 100}}}}));
-  env.add_fault({{"kind", "status"}, {"endpoint", "approval_submit"}, {"status", 429}, {"retry_after", 2},
-                 {"match", "patient"}, {"count", 1}});
+  env.add_fault({{"kind", "status"},
+                 {"endpoint", "approval_submit"},
+                 {"status", 429},
+                 {"retry_after", 2},
+                 {"match", "patient"},
+                 {"count", 1}});
   auto id = submit_ok(env, "patient", "svc-patient");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(wait_until([&] { return sim_requests(env, "approval_submit") >= 1; }, 10s));
   auto first_seen = std::chrono::steady_clock::now();
   responsiveness resp;
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return sim_requests(env, "approval_submit") >= 2; }, 20s));
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return sim_requests(env, "approval_submit") >= 2; }, 20s));
   auto second_seen = std::chrono::steady_clock::now();
   EXPECT_GE(second_seen - first_seen, 1500ms) << "the retry came before Retry-After (2 s) had passed";
   EXPECT_EQ(sim_requests(env, "approval_submit"), 2) << "one refused call, one successful retry";
@@ -226,9 +244,10 @@ TEST(ExternalFaults, RefusedConnectionsFailExplicitlyAndRecoveryClosesTheBreaker
   auto id = submit_ok(env, "refused", "svc-refused");
   ASSERT_FALSE(id.empty());
   responsiveness resp;
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return breaker(env, "approval") == 1; }, 30s));
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return env.get_change(id)["step"]["name"] == "APPROVAL_SUBMIT_FAILED"; },
-                           30s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return breaker(env, "approval") == 1; }, 30s));
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return env.get_change(id)["step"]["name"] == "APPROVAL_SUBMIT_FAILED"; }, 30s))
       << env.get_change(id).dump();
   auto failed = env.get_change(id);
   expect_explained(failed, "explicit failure");
@@ -244,11 +263,13 @@ TEST(ExternalFaults, RefusedConnectionsFailExplicitlyAndRecoveryClosesTheBreaker
   // The simulator returns on the same port (a fresh one: no state from before).
   std::string base = "http://127.0.0.1:" + std::to_string(env.port());
   auto dir = make_temp_dir("cf-faults-sim2");
-  sim_process revived(dir, {"--port", std::to_string(sim_port), "--deploy-callback-url", base + "/api/v1/callbacks/deploy",
-                            "--callback-delay-ms", "30", "--pipeline-duration-ms", "60", "--rebase-duration-ms", "30"});
+  sim_process revived(dir,
+                      {"--port", std::to_string(sim_port), "--deploy-callback-url", base + "/api/v1/callbacks/deploy",
+                       "--callback-delay-ms", "30", "--pipeline-duration-ms", "60", "--rebase-duration-ms", "30"});
   ASSERT_EQ(revived.port(), sim_port);
   auto next = submit_ok(env, "after recovery", "svc-recovered");
-  ASSERT_TRUE(wait_probing(env, next, resp, [&] { return env.get_change(next)["phase"] == "VALIDATED"; }, 60s))
+  ASSERT_TRUE(wait_probing(
+      env, next, resp, [&] { return env.get_change(next)["phase"] == "VALIDATED"; }, 60s))
       << env.get_change(next).dump();
   EXPECT_TRUE(wait_until([&] { return breaker(env, "approval") == 0 && breaker(env, "gitlab") == 0; }, 10s));
   EXPECT_EQ(env.get_change(id)["step"]["name"], "APPROVAL_SUBMIT_FAILED") << "a failed operation stays failed";
@@ -263,7 +284,8 @@ TEST(ExternalFaults, GarbageAnswersEndInAnExplicitFailure) {
   auto id = submit_ok(env, "garbled", "svc-garbled");
   ASSERT_FALSE(id.empty());
   responsiveness resp;
-  ASSERT_TRUE(wait_probing(env, id, resp, [&] { return env.get_change(id)["phase"] == "CREATE_FAILED"; }, 60s))
+  ASSERT_TRUE(wait_probing(
+      env, id, resp, [&] { return env.get_change(id)["phase"] == "CREATE_FAILED"; }, 60s))
       << env.get_change(id).dump();
   auto failed = env.get_change(id);
   expect_explained(failed, "garbage");

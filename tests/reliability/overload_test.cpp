@@ -53,13 +53,14 @@ long rss_kib(pid_t pid) {
 }
 
 json overload_config() {
-  return {{"db", {{"pool_size", 2}, {"queue_capacity", 8}, {"callback_reserve", 4}}},
-          {"external", {{"pool_size", 2}, {"queue_capacity", 8}, {"request_timeout_ms", 2000}}},
-          {"rate_limit", {{"submit", submit_limit_per_second}, {"window_ms", 1000}}},
-          {"http", {{"threads", 2}}},
-          // Callbacks have their own share of the database queue (db.callback_reserve): a burst of
-          // submits cannot make them fail, so no recovery path is needed (asserted at the end).
-      };
+  return {
+      {"db", {{"pool_size", 2}, {"queue_capacity", 8}, {"callback_reserve", 4}}},
+      {"external", {{"pool_size", 2}, {"queue_capacity", 8}, {"request_timeout_ms", 2000}}},
+      {"rate_limit", {{"submit", submit_limit_per_second}, {"window_ms", 1000}}},
+      {"http", {{"threads", 2}}},
+      // Callbacks have their own share of the database queue (db.callback_reserve): a burst of
+      // submits cannot make them fail, so no recovery path is needed (asserted at the end).
+  };
 }
 
 struct tally {
@@ -123,7 +124,8 @@ TEST(Overload, TenTimesCapacityIsRefusedCleanlyAndStaysBounded) {
     if (r.status == 503) {
       auto j = json::parse(r.body, nullptr, false);
       std::string code = j.is_discarded() ? "" : j.value("code", "");
-      if (code == "OVERLOADED" && r.header("retry-after").empty()) t.violation(kind + " 503 OVERLOADED without Retry-After");
+      if (code == "OVERLOADED" && r.header("retry-after").empty())
+        t.violation(kind + " 503 OVERLOADED without Retry-After");
     }
   };
 
@@ -145,9 +147,12 @@ TEST(Overload, TenTimesCapacityIsRefusedCleanlyAndStaysBounded) {
           std::lock_guard l(t.m);
           ++t.submits;
           ++t.statuses["submit " + std::to_string(r.status)];
-          if (r.status == 202) t.accepted.push_back(id);
-          else if (r.status == 429 || r.status == 503) t.refused.push_back(id);
-          else t.violations.push_back("submit " + std::to_string(r.status) + " " + r.error + " " + r.body.substr(0, 200));
+          if (r.status == 202)
+            t.accepted.push_back(id);
+          else if (r.status == 429 || r.status == 503)
+            t.refused.push_back(id);
+          else
+            t.violations.push_back("submit " + std::to_string(r.status) + " " + r.error + " " + r.body.substr(0, 200));
         } else {
           std::string id;
           {
@@ -173,8 +178,9 @@ TEST(Overload, TenTimesCapacityIsRefusedCleanlyAndStaysBounded) {
 
   // ---- the numbers
   std::cout << "[overload] seconds=" << seconds << " submits=" << t.submits << " reads=" << t.reads
-            << " accepted=" << t.accepted.size() << " refused=" << t.refused.size() << " healthz polls=" << health.size()
-            << " rss warm=" << rss_warm << " KiB peak=" << rss_peak.load() << " KiB\n";
+            << " accepted=" << t.accepted.size() << " refused=" << t.refused.size()
+            << " healthz polls=" << health.size() << " rss warm=" << rss_warm << " KiB peak=" << rss_peak.load()
+            << " KiB\n";
   for (const auto& [k, v] : t.statuses) std::cout << "[overload] " << k << ": " << v << "\n";
 
   for (const auto& v : t.violations) ADD_FAILURE() << v;
@@ -215,10 +221,12 @@ TEST(Overload, TenTimesCapacityIsRefusedCleanlyAndStaysBounded) {
   EXPECT_EQ(env.wait_for_phase(tail_id, "VALIDATED", 60s)["phase"], "VALIDATED");
   bool settled = wait_until([&] { return db.scalar(in_motion) == "0"; }, 90s);
   EXPECT_TRUE(settled) << db.scalar(in_motion) << " operations still in motion; by step: "
-                       << db.scalar("SELECT GROUP_CONCAT(CONCAT(step, ':', n)) FROM (SELECT step, COUNT(*) n FROM "
-                                    "operation GROUP BY step) s");
-  auto by_phase = db.scalar("SELECT GROUP_CONCAT(CONCAT(phase, '/', step, ':', n)) FROM (SELECT phase, step, COUNT(*) n "
-                            "FROM operation GROUP BY phase, step) s");
+                       << db.scalar(
+                              "SELECT GROUP_CONCAT(CONCAT(step, ':', n)) FROM (SELECT step, COUNT(*) n FROM "
+                              "operation GROUP BY step) s");
+  auto by_phase = db.scalar(
+      "SELECT GROUP_CONCAT(CONCAT(phase, '/', step, ':', n)) FROM (SELECT phase, step, COUNT(*) n "
+      "FROM operation GROUP BY phase, step) s");
   std::cout << "[overload] final phase/step counts: " << by_phase << "\n";
   auto callbacks = json::parse(env.sim_call("GET", "/_sim/stats").body)["callbacks"];
   std::cout << "[overload] sim callbacks: " << callbacks.dump() << "\n";
@@ -229,7 +237,8 @@ TEST(Overload, TenTimesCapacityIsRefusedCleanlyAndStaysBounded) {
   // Refused ids: none has a row (checked in chunks of 200 ids).
   for (std::size_t i = 0; i < t.refused.size(); i += 200) {
     std::string in;
-    for (std::size_t k = i; k < t.refused.size() && k < i + 200; ++k) in += (in.empty() ? "'" : ",'") + t.refused[k] + "'";
+    for (std::size_t k = i; k < t.refused.size() && k < i + 200; ++k)
+      in += (in.empty() ? "'" : ",'") + t.refused[k] + "'";
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE operation_id IN (" + in + ")"), "0")
         << "a refused submit wrote an operation";
   }

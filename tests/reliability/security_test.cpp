@@ -55,7 +55,9 @@ std::string mint(const std::string& sub, long exp_offset = 600, jwt_alg_t alg = 
   return mint_jwt(sub, key, exp_offset, alg, aud);
 }
 
-headers bearer(const std::string& token) { return {{"Authorization", "Bearer " + token}}; }
+headers bearer(const std::string& token) {
+  return {{"Authorization", "Bearer " + token}};
+}
 
 std::string percent_encode(const std::string& s) {
   static const char* hex = "0123456789ABCDEF";
@@ -108,11 +110,11 @@ struct sec_case {
 
 /// Fragments that must never reach a client: driver / SQL / exception text, paths, the secrets.
 const std::vector<std::string>& forbidden_fragments() {
-  static const std::vector<std::string> f = {
-      "sql",       "SQL",      "mysql",     "MariaDB",          "exception",    "what()",
-      "Exception", "terminate", "/work/",   "/tmp/",            ".cpp",         ".hpp",
-      "std::",     "errno",     "Traceback", "syntax to use",   jwt_secret,     approval_secret,
-      deploy_secret, console_secret_text};
+  static const std::vector<std::string> f = {"sql",       "SQL",           "mysql",       "MariaDB",
+                                             "exception", "what()",        "Exception",   "terminate",
+                                             "/work/",    "/tmp/",         ".cpp",        ".hpp",
+                                             "std::",     "errno",         "Traceback",   "syntax to use",
+                                             jwt_secret,  approval_secret, deploy_secret, console_secret_text};
   return f;
 }
 
@@ -164,8 +166,9 @@ std::map<std::string, table_state> table_states(flow_env& env) {
   std::unique_ptr<sql::Statement> st(conn->createStatement());
   std::vector<std::string> tables;
   {
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"));
+    std::unique_ptr<sql::ResultSet> rs(
+        st->executeQuery("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                         "table_type = 'BASE TABLE'"));
     while (rs->next()) tables.push_back(rs->getString(1));
   }
   for (const auto& t : tables) {
@@ -187,8 +190,10 @@ std::string describe_diff(const std::map<std::string, table_state>& before,
   for (const auto& [t, now] : after) {
     auto it = before.find(t);
     table_state was = it == before.end() ? table_state{} : it->second;
-    if (was.rows != now.rows) d += t + ": " + std::to_string(was.rows) + " -> " + std::to_string(now.rows) + " rows; ";
-    else if (was.checksum != now.checksum) d += t + ": content changed (same row count); ";
+    if (was.rows != now.rows)
+      d += t + ": " + std::to_string(was.rows) + " -> " + std::to_string(now.rows) + " rows; ";
+    else if (was.checksum != now.checksum)
+      d += t + ": content changed (same row count); ";
   }
   if (before.size() != after.size()) d += "table set changed; ";
   return d;
@@ -263,18 +268,29 @@ std::vector<sec_case> build_corpus(const std::vector<std::pair<std::string, std:
     std::string body = method == "POST" ? "{}" : "";
     if (ops) {
       for (const auto& [what, h] : bad_identities) {
-        c.push_back({method + " " + pattern + " / " + what, method,
-                     target + "?__authenticatedOperator=" + ops_user, h, body, {401}});
+        c.push_back({method + " " + pattern + " / " + what,
+                     method,
+                     target + "?__authenticatedOperator=" + ops_user,
+                     h,
+                     body,
+                     {401}});
       }
     } else if (callback) {
-      c.push_back({method + " " + pattern + " / forged operator, no secret", method, target,
-                   {{"X-Changeflow-Authenticated-Operator", ops_user}, {"X-Forwarded-For", "10.0.0.1"}}, "{}", {401}});
+      c.push_back({method + " " + pattern + " / forged operator, no secret",
+                   method,
+                   target,
+                   {{"X-Changeflow-Authenticated-Operator", ops_user}, {"X-Forwarded-For", "10.0.0.1"}},
+                   "{}",
+                   {401}});
     } else if (method != "GET") {
       // A writing route outside the ops API and the callbacks (today: submit). A hostile, unparsable
       // body with forged identity headers is refused before anything runs.
-      c.push_back({method + " " + pattern + " / forged operator, unparsable body", method, target,
+      c.push_back({method + " " + pattern + " / forged operator, unparsable body",
+                   method,
+                   target,
                    {{"X-Changeflow-Authenticated-Operator", ops_user}, {"X-Forwarded-For", "1.2.3.4, 10.0.0.9"}},
-                   "{\"subject\": ' OR 1=1 --", {400}});
+                   "{\"subject\": ' OR 1=1 --",
+                   {400}});
     }
     // Every route: a method it does not serve is 405 (or 404 for a template that only exists for
     // another method); a hostile verb never reaches a handler.
@@ -282,51 +298,101 @@ std::vector<sec_case> build_corpus(const std::vector<std::pair<std::string, std:
   }
 
   // -- callbacks: missing / wrong secrets (nothing recorded).
-  std::string approval = json{{"callbackId", "cb-sec-1"}, {"approvalId", "apr-x"}, {"operationId", unknown_uuid},
-                              {"result", "APPROVED"}, {"approver", "mallory"}}.dump();
+  std::string approval = json{
+      {"callbackId", "cb-sec-1"},
+      {"approvalId", "apr-x"},
+      {"operationId", unknown_uuid},
+      {"result", "APPROVED"},
+      {"approver",
+       "mallory"}}.dump();
   auto sign = [](const std::string& secret, const std::string& body) {
     return "sha256=" + ids::hmac_sha256_hex(secret, body);
   };
   c.push_back({"approval: no signature", "POST", "/api/v1/callbacks/approval", {}, approval, {401}});
-  c.push_back({"approval: wrong secret", "POST", "/api/v1/callbacks/approval",
-               {{"X-Signature", sign("wrong-secret", approval)}}, approval, {401}});
-  c.push_back({"approval: signature of another body", "POST", "/api/v1/callbacks/approval",
-               {{"X-Signature", sign(approval_secret, approval + " ")}}, approval, {401}});
-  c.push_back({"approval: bare hex without prefix", "POST", "/api/v1/callbacks/approval",
-               {{"X-Signature", ids::hmac_sha256_hex(approval_secret, approval)}}, approval, {401}});
-  c.push_back({"approval: empty signature", "POST", "/api/v1/callbacks/approval", {{"X-Signature", "sha256="}},
-               approval, {401}});
-  c.push_back({"approval: secret sent in clear", "POST", "/api/v1/callbacks/approval",
-               {{"X-Signature", std::string("sha256=") + approval_secret}, {"X-Callback-Token", "wrong"}}, approval,
+  c.push_back({"approval: wrong secret",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", sign("wrong-secret", approval)}},
+               approval,
                {401}});
-  c.push_back({"approval: SQL in signature", "POST", "/api/v1/callbacks/approval",
-               {{"X-Signature", "sha256=' OR 1=1 --"}}, approval, {401}});
-  std::string deploy = json{{"deliveryId", "dl-sec-1"}, {"project", "config/changes"}, {"mrIid", 1},
-                            {"status", "success"}}.dump();
+  c.push_back({"approval: signature of another body",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", sign(approval_secret, approval + " ")}},
+               approval,
+               {401}});
+  c.push_back({"approval: bare hex without prefix",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", ids::hmac_sha256_hex(approval_secret, approval)}},
+               approval,
+               {401}});
+  c.push_back({"approval: empty signature",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", "sha256="}},
+               approval,
+               {401}});
+  c.push_back({"approval: secret sent in clear",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", std::string("sha256=") + approval_secret}, {"X-Callback-Token", "wrong"}},
+               approval,
+               {401}});
+  c.push_back({"approval: SQL in signature",
+               "POST",
+               "/api/v1/callbacks/approval",
+               {{"X-Signature", "sha256=' OR 1=1 --"}},
+               approval,
+               {401}});
+  std::string deploy =
+      json{{"deliveryId", "dl-sec-1"}, {"project", "config/changes"}, {"mrIid", 1}, {"status", "success"}}.dump();
   c.push_back({"deploy: no token", "POST", "/api/v1/callbacks/deploy", {}, deploy, {401}});
   c.push_back({"deploy: wrong token", "POST", "/api/v1/callbacks/deploy", {{"X-Gitlab-Token", "nope"}}, deploy, {401}});
-  c.push_back({"deploy: token prefix", "POST", "/api/v1/callbacks/deploy",
-               {{"X-Gitlab-Token", std::string(deploy_secret).substr(0, 10)}}, deploy, {401}});
-  c.push_back({"deploy: SQL token", "POST", "/api/v1/callbacks/deploy", {{"X-Gitlab-Token", "' OR 1=1 --"}}, deploy,
+  c.push_back({"deploy: token prefix",
+               "POST",
+               "/api/v1/callbacks/deploy",
+               {{"X-Gitlab-Token", std::string(deploy_secret).substr(0, 10)}},
+               deploy,
                {401}});
+  c.push_back(
+      {"deploy: SQL token", "POST", "/api/v1/callbacks/deploy", {{"X-Gitlab-Token", "' OR 1=1 --"}}, deploy, {401}});
   // Authenticated but malformed: 400, nothing recorded.
   for (const auto& v : hostile_values()) {
-    std::string bad_op = json{{"callbackId", v.text.substr(0, 100)}, {"operationId", v.text}, {"result", "APPROVED"}}
-                             .dump(-1, ' ', false, json::error_handler_t::replace);
-    c.push_back({std::string("approval: signed, operationId ") + v.name, "POST", "/api/v1/callbacks/approval",
-                 {{"X-Signature", sign(approval_secret, bad_op)}}, bad_op, {400}});
-    std::string bad_result = json{{"callbackId", "cb-ok"}, {"operationId", unknown_uuid}, {"result", v.text}}
-                                 .dump(-1, ' ', false, json::error_handler_t::replace);
-    c.push_back({std::string("approval: signed, result ") + v.name, "POST", "/api/v1/callbacks/approval",
-                 {{"X-Signature", sign(approval_secret, bad_result)}}, bad_result, {400}});
-    std::string bad_mr = json{{"deliveryId", v.text.substr(0, 100)}, {"mrIid", v.text}, {"status", "success"}}
-                             .dump(-1, ' ', false, json::error_handler_t::replace);
-    c.push_back({std::string("deploy: authenticated, mrIid ") + v.name, "POST", "/api/v1/callbacks/deploy",
-                 {{"X-Gitlab-Token", deploy_secret}}, bad_mr, {400}});
-    std::string bad_ids = json{{"deliveryId", "dl-x"}, {"mrIid", 3}, {"status", "success"}, {"operationIds", {v.text}}}
-                              .dump(-1, ' ', false, json::error_handler_t::replace);
-    c.push_back({std::string("deploy: authenticated, operationIds ") + v.name, "POST", "/api/v1/callbacks/deploy",
-                 {{"X-Gitlab-Token", deploy_secret}}, bad_ids, {400}});
+    std::string bad_op =
+        json{{"callbackId", v.text.substr(0, 100)}, {"operationId", v.text}, {"result", "APPROVED"}}.dump(
+            -1, ' ', false, json::error_handler_t::replace);
+    c.push_back({std::string("approval: signed, operationId ") + v.name,
+                 "POST",
+                 "/api/v1/callbacks/approval",
+                 {{"X-Signature", sign(approval_secret, bad_op)}},
+                 bad_op,
+                 {400}});
+    std::string bad_result = json{{"callbackId", "cb-ok"}, {"operationId", unknown_uuid}, {"result", v.text}}.dump(
+        -1, ' ', false, json::error_handler_t::replace);
+    c.push_back({std::string("approval: signed, result ") + v.name,
+                 "POST",
+                 "/api/v1/callbacks/approval",
+                 {{"X-Signature", sign(approval_secret, bad_result)}},
+                 bad_result,
+                 {400}});
+    std::string bad_mr = json{{"deliveryId", v.text.substr(0, 100)}, {"mrIid", v.text}, {"status", "success"}}.dump(
+        -1, ' ', false, json::error_handler_t::replace);
+    c.push_back({std::string("deploy: authenticated, mrIid ") + v.name,
+                 "POST",
+                 "/api/v1/callbacks/deploy",
+                 {{"X-Gitlab-Token", deploy_secret}},
+                 bad_mr,
+                 {400}});
+    std::string bad_ids =
+        json{{"deliveryId", "dl-x"}, {"mrIid", 3}, {"status", "success"}, {"operationIds", {v.text}}}.dump(
+            -1, ' ', false, json::error_handler_t::replace);
+    c.push_back({std::string("deploy: authenticated, operationIds ") + v.name,
+                 "POST",
+                 "/api/v1/callbacks/deploy",
+                 {{"X-Gitlab-Token", deploy_secret}},
+                 bad_ids,
+                 {400}});
   }
 
   // -- submit: hostile values in the fields that are NOT free text, and non-storable values in the
@@ -338,48 +404,76 @@ std::vector<sec_case> build_corpus(const std::vector<std::pair<std::string, std:
       b[field] = v.text;
       return b.dump(-1, ' ', false, json::error_handler_t::replace);
     };
-    c.push_back({std::string("submit: operationId ") + v.name, "POST", "/api/v1/changes", {}, with("operationId"), {400}});
+    c.push_back(
+        {std::string("submit: operationId ") + v.name, "POST", "/api/v1/changes", {}, with("operationId"), {400}});
     auto path_body = submit_body("t", "sec-subject", "sec-target", "../" + v.text);
-    c.push_back({std::string("submit: traversal file path ") + v.name, "POST", "/api/v1/changes", {},
-                 path_body.dump(-1, ' ', false, json::error_handler_t::replace), {400}});
+    c.push_back({std::string("submit: traversal file path ") + v.name,
+                 "POST",
+                 "/api/v1/changes",
+                 {},
+                 path_body.dump(-1, ' ', false, json::error_handler_t::replace),
+                 {400}});
     auto action_body = base;
     action_body["files"][0]["action"] = v.text;
-    c.push_back({std::string("submit: file action ") + v.name, "POST", "/api/v1/changes", {},
-                 action_body.dump(-1, ' ', false, json::error_handler_t::replace), {400}});
+    c.push_back({std::string("submit: file action ") + v.name,
+                 "POST",
+                 "/api/v1/changes",
+                 {},
+                 action_body.dump(-1, ' ', false, json::error_handler_t::replace),
+                 {400}});
     if (!v.storable) {
       for (const char* field : {"subject", "target", "title"}) {
-        c.push_back({std::string("submit: ") + field + " " + v.name, "POST", "/api/v1/changes", {}, with(field), {400}});
+        c.push_back(
+            {std::string("submit: ") + field + " " + v.name, "POST", "/api/v1/changes", {}, with(field), {400}});
       }
     }
-    c.push_back({std::string("submit: Idempotency-Key ") + v.name, "POST", "/api/v1/changes",
+    c.push_back({std::string("submit: Idempotency-Key ") + v.name,
+                 "POST",
+                 "/api/v1/changes",
                  {{"Idempotency-Key", v.text.find('\0') != std::string::npos || v.text.find('\n') != std::string::npos
                                           ? std::string(300, 'k')
                                           : v.text}},
                  // An invalid body too: if the key were accepted the body is still refused.
-                 "{\"subject\": 1}", {400}});
+                 "{\"subject\": 1}",
+                 {400}});
     // Query parameters and path ids. A value too long for the request line is refused with 431.
     auto enc = percent_encode(v.text);
     auto url = [&](std::set<int> s) {
       if (enc.size() > static_cast<std::size_t>(header_limit) / 2) s.insert(431);
       return s;
     };
-    c.push_back({std::string("list: limit ") + v.name, "GET", "/api/v1/changes?subject=sec-subject&limit=" + enc, {},
-                 {}, url({400})});
+    c.push_back({std::string("list: limit ") + v.name,
+                 "GET",
+                 "/api/v1/changes?subject=sec-subject&limit=" + enc,
+                 {},
+                 {},
+                 url({400})});
     c.push_back({std::string("get: id ") + v.name, "GET", "/api/v1/changes/" + enc, {}, {}, url({404})});
-    c.push_back({std::string("ops get: id ") + v.name, "GET", "/api/v1/ops/operations/" + enc,
-                 bearer(mint(ops_user)), {}, url({400, 404})});
+    c.push_back({std::string("ops get: id ") + v.name,
+                 "GET",
+                 "/api/v1/ops/operations/" + enc,
+                 bearer(mint(ops_user)),
+                 {},
+                 url({400, 404})});
     c.push_back({std::string("ops fail: id ") + v.name, "POST", "/api/v1/ops/operations/" + enc + "/fail",
                  bearer(mint(ops_user)), "{\"reason\":\"sec\"}", url({400, 404})});
-    c.push_back({std::string("ops bulk: action ") + v.name, "POST", "/api/v1/ops/bulk/" + enc,
-                 bearer(mint(ops_user)), "{\"operationIds\":[]}", url({400, 404})});
-    c.push_back({std::string("ops batch: id ") + v.name, "GET", "/api/v1/ops/batches/" + enc, bearer(mint(ops_user)),
-                 {}, url({400, 404})});
-    c.push_back({std::string("bearer: token ") + v.name, "GET", "/api/v1/ops/whoami",
-                 {{"Authorization", "Bearer " + (v.text.find('\0') != std::string::npos ||
-                                                         v.text.find('\n') != std::string::npos
-                                                     ? std::string("x")
-                                                     : v.text)}},
-                 {}, {401}});
+    c.push_back({std::string("ops bulk: action ") + v.name, "POST", "/api/v1/ops/bulk/" + enc, bearer(mint(ops_user)),
+                 "{\"operationIds\":[]}", url({400, 404})});
+    c.push_back({std::string("ops batch: id ") + v.name,
+                 "GET",
+                 "/api/v1/ops/batches/" + enc,
+                 bearer(mint(ops_user)),
+                 {},
+                 url({400, 404})});
+    c.push_back({std::string("bearer: token ") + v.name,
+                 "GET",
+                 "/api/v1/ops/whoami",
+                 {{"Authorization",
+                   "Bearer " + (v.text.find('\0') != std::string::npos || v.text.find('\n') != std::string::npos
+                                    ? std::string("x")
+                                    : v.text)}},
+                 {},
+                 {401}});
   }
   c.push_back({"list: limit overflow", "GET", "/api/v1/changes?subject=a&limit=99999999999999999999", {}, {}, {400}});
   // Without a subject the list is the caller's own changes (anonymous here: auth.required is off).
@@ -389,30 +483,48 @@ std::vector<sec_case> build_corpus(const std::vector<std::pair<std::string, std:
   // -- bodies: not JSON, wrong shapes, oversized.
   c.push_back({"submit: empty body", "POST", "/api/v1/changes", {}, {}, {400}});
   c.push_back({"submit: JSON array", "POST", "/api/v1/changes", {}, "[1,2,3]", {400}});
-  c.push_back({"submit: deeply nested", "POST", "/api/v1/changes", {}, std::string(5000, '[') + std::string(5000, ']'), {400}});
-  c.push_back({"submit: lone surrogate escape", "POST", "/api/v1/changes", {},
-               "{\"subject\":\"\\udc00\",\"target\":\"t\",\"title\":\"t\",\"files\":[]}", {400}});
-  c.push_back({"submit: files not an array", "POST", "/api/v1/changes", {},
-               json{{"subject", "s"}, {"target", "t"}, {"title", "t"}, {"files", "' OR 1=1"}}.dump(), {400}});
-  c.push_back({"submit: too many files", "POST", "/api/v1/changes", {},
+  c.push_back(
+      {"submit: deeply nested", "POST", "/api/v1/changes", {}, std::string(5000, '[') + std::string(5000, ']'), {400}});
+  c.push_back({"submit: lone surrogate escape",
+               "POST",
+               "/api/v1/changes",
+               {},
+               "{\"subject\":\"\\udc00\",\"target\":\"t\",\"title\":\"t\",\"files\":[]}",
+               {400}});
+  c.push_back({"submit: files not an array",
+               "POST",
+               "/api/v1/changes",
+               {},
+               json{{"subject", "s"}, {"target", "t"}, {"title", "t"}, {"files", "' OR 1=1"}}.dump(),
+               {400}});
+  c.push_back({"submit: too many files",
+               "POST",
+               "/api/v1/changes",
+               {},
                [] {
                  auto b = submit_body("t", "s", "t");
-                 for (int i = 0; i < 101; ++i) b["files"].push_back({{"path", "f" + std::to_string(i)}, {"content", ""}});
+                 for (int i = 0; i < 101; ++i)
+                   b["files"].push_back({{"path", "f" + std::to_string(i)}, {"content", ""}});
                  return b.dump();
                }(),
                {400}});
-  c.push_back({"submit: oversized body", "POST", "/api/v1/changes", {},
-               submit_body(std::string(body_limit + 10, 'x'), "s", "t").dump(), {413}});
-  c.push_back({"callback: oversized body", "POST", "/api/v1/callbacks/approval", {},
-               std::string(body_limit * 2, ' '), {413}});
-  c.push_back({"oversized header", "GET", "/healthz", {{"X-Padding", std::string(header_limit + 100, 'h')}}, {}, {431}});
+  c.push_back({"submit: oversized body",
+               "POST",
+               "/api/v1/changes",
+               {},
+               submit_body(std::string(body_limit + 10, 'x'), "s", "t").dump(),
+               {413}});
+  c.push_back(
+      {"callback: oversized body", "POST", "/api/v1/callbacks/approval", {}, std::string(body_limit * 2, ' '), {413}});
+  c.push_back(
+      {"oversized header", "GET", "/healthz", {{"X-Padding", std::string(header_limit + 100, 'h')}}, {}, {431}});
 
   // -- static files: traversal in every spelling.
-  for (const char* t : {"/console/../secret.txt", "/console/%2e%2e/secret.txt", "/console/..%2fsecret.txt",
-                        "/console/assets/%2e%2e/%2e%2e/secret.txt", "/console/..%5csecret.txt",
-                        "/console/assets/..\\..\\secret.txt", "/console/%00index.html",
-                        "/console/assets/../../secret.txt", "/console/./../secret.txt",
-                        "/console/%252e%252e/secret.txt", "/console/%c0%ae%c0%ae/secret.txt"}) {
+  for (const char* t :
+       {"/console/../secret.txt", "/console/%2e%2e/secret.txt", "/console/..%2fsecret.txt",
+        "/console/assets/%2e%2e/%2e%2e/secret.txt", "/console/..%5csecret.txt", "/console/assets/..\\..\\secret.txt",
+        "/console/%00index.html", "/console/assets/../../secret.txt", "/console/./../secret.txt",
+        "/console/%252e%252e/secret.txt", "/console/%c0%ae%c0%ae/secret.txt"}) {
     c.push_back({std::string("console traversal ") + t, "GET", t, {}, {}, {400, 404}});
   }
   return c;
@@ -486,9 +598,8 @@ class Security : public ::testing::Test {
   static void SetUpTestSuite() {
     console_dir_ = new std::string(make_console_dir());
     // The sim never decides approvals by itself here: the test posts the decisions.
-    env_ = new flow_env(service_config(*console_dir_), {"--callback-delay-ms", "600000",
-                                                         "--approval-secret", approval_secret,
-                                                         "--deploy-secret", deploy_secret});
+    env_ = new flow_env(service_config(*console_dir_), {"--callback-delay-ms", "600000", "--approval-secret",
+                                                        approval_secret, "--deploy-secret", deploy_secret});
   }
   static void TearDownTestSuite() {
     delete env_;
@@ -550,7 +661,8 @@ TEST_F(Security, RawSocketCases) {
     body.insert(pos, "\xff\xfe\xc3(");
     auto res = raw_request(port,
                            "POST /api/v1/changes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                           "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                           "Connection: close\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body,
                            std::chrono::seconds(10));
     EXPECT_EQ(raw_status(res.received), 400) << field << ": " << res.received;
     auto v = envelope_violation(raw_status(res.received), raw_body(res.received));
@@ -559,17 +671,18 @@ TEST_F(Security, RawSocketCases) {
   }
   // Invalid UTF-8 bytes in the path, raw and percent-encoded, and in a query parameter that goes to
   // the database.
-  for (const std::string& target : {std::string("/api/v1/changes/\xff\xfe"), std::string("/api/v1/changes/%FF%FE%C3%28"),
-                                   std::string("/console/\xff\xfe.js"), std::string("/api/v1/changes?subject=%FF%FE"),
-                                   std::string("/api/v1/changes?subject=\xff\xfe"),
-                                   std::string("/api/v1/changes?subject=%00%27%20OR%201%3D1"),
-                                   std::string("/api/v1/ops/operations/%FF%FE"), std::string("/api/v1/ops/bulk/%FF%FE")}) {
+  for (const std::string& target :
+       {std::string("/api/v1/changes/\xff\xfe"), std::string("/api/v1/changes/%FF%FE%C3%28"),
+        std::string("/console/\xff\xfe.js"), std::string("/api/v1/changes?subject=%FF%FE"),
+        std::string("/api/v1/changes?subject=\xff\xfe"), std::string("/api/v1/changes?subject=%00%27%20OR%201%3D1"),
+        std::string("/api/v1/ops/operations/%FF%FE"), std::string("/api/v1/ops/bulk/%FF%FE")}) {
     auto res = raw_request(port,
                            "GET " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + mint("sec-operator") +
                                "\r\nConnection: close\r\n\r\n",
                            std::chrono::seconds(10));
     int status = raw_status(res.received);
-    EXPECT_TRUE(status == 400 || status == 404 || status == 405 || status == 200) << target << ": " << res.received.substr(0, 300);
+    EXPECT_TRUE(status == 400 || status == 404 || status == 405 || status == 200)
+        << target << ": " << res.received.substr(0, 300);
     auto v = envelope_violation(status, raw_body(res.received));
     EXPECT_TRUE(v.empty()) << target << ": " << v;
     auto j = json::parse(raw_body(res.received), nullptr, false);
@@ -579,10 +692,10 @@ TEST_F(Security, RawSocketCases) {
     }
   }
   // A hostile method token and a malformed request line: 400 or a closed connection, never a 5xx.
-  for (const std::string& bytes : {std::string("G\xffT / HTTP/1.1\r\nHost: x\r\n\r\n"),
-                                  std::string("GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"),
-                                  std::string("POST /api/v1/changes HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
-                                  std::string("POST /api/v1/changes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n")}) {
+  for (const std::string& bytes :
+       {std::string("G\xffT / HTTP/1.1\r\nHost: x\r\n\r\n"), std::string("GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n"),
+        std::string("POST /api/v1/changes HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
+        std::string("POST /api/v1/changes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\n")}) {
     auto res = raw_request(port, bytes, std::chrono::seconds(10));
     int status = raw_status(res.received);
     EXPECT_TRUE(status == 0 || (status >= 400 && status < 500)) << res.received.substr(0, 200);
@@ -656,8 +769,13 @@ TEST_F(Security, ReplayedCallbacksWriteNothingNew) {
   env().wait_for_step(id, "APPROVAL_SENT");
   ASSERT_EQ(env().wait_for_step(other_id, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
 
-  std::string body = json{{"callbackId", "cb-replay-1"}, {"approvalId", "apr-1"}, {"operationId", id},
-                          {"result", "APPROVED"}, {"approver", "approver"}}.dump();
+  std::string body = json{
+      {"callbackId", "cb-replay-1"},
+      {"approvalId", "apr-1"},
+      {"operationId", id},
+      {"result", "APPROVED"},
+      {"approver",
+       "approver"}}.dump();
   auto post = [&](const std::string& b, const std::string& sig) {
     return http_call("127.0.0.1", env().port(), "POST", "/api/v1/callbacks/approval", b, {{"X-Signature", sig}});
   };
@@ -688,8 +806,9 @@ TEST_F(Security, ReplayedCallbacksWriteNothingNew) {
   EXPECT_EQ(env().get_change(other_id)["step"]["name"], "APPROVAL_SENT") << "the other operation did not move";
 
   // Deploy callback replayed: same deliveryId -> DUPLICATE, nothing written.
-  std::string deploy = json{{"deliveryId", "dl-replay-1"}, {"project", "config/changes"}, {"mrIid", 999999},
-                            {"status", "success"}}.dump();
+  std::string deploy =
+      json{{"deliveryId", "dl-replay-1"}, {"project", "config/changes"}, {"mrIid", 999999}, {"status", "success"}}
+          .dump();
   auto d1 = http_call("127.0.0.1", env().port(), "POST", "/api/v1/callbacks/deploy", deploy,
                       {{"X-Gitlab-Token", deploy_secret}});
   ASSERT_EQ(d1.status, 200) << d1.body;

@@ -5,15 +5,14 @@
 
 namespace changeflow::testing {
 
-
 flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_args) : db_(false) {
   dir_ = make_temp_dir("cf-flow");
   port_ = free_port();
   std::string base = "http://127.0.0.1:" + std::to_string(port_);
-  std::vector<std::string> args = {"--deploy-callback-url", base + "/api/v1/callbacks/deploy",
-                                   "--callback-delay-ms",   "30",
+  std::vector<std::string> args = {"--deploy-callback-url",  base + "/api/v1/callbacks/deploy",
+                                   "--callback-delay-ms",    "30",
                                    "--pipeline-duration-ms", "60",
-                                   "--rebase-duration-ms",  "30"};
+                                   "--rebase-duration-ms",   "30"};
   args.insert(args.end(), sim_args.begin(), sim_args.end());
   sim_ = std::make_unique<sim_process>(dir_, args);
   const auto& s = db_.settings();
@@ -22,19 +21,25 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
   // about identity and access (identity_test, http_policy_test) set these back explicitly.
   config_ = test_secrets();
   merge_json(config_, {
-      {"auth", {{"required", false}}},
-      {"access", {{"mode", "OPEN"}}},
-  });
-  merge_json(config_, {
-      {"http", {{"port", port_}}},
-      {"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}},
-      {"gitlab", {{"base_url", sim_->base_url() + "/api/v4"}}},
-      {"approval", {{"base_url", sim_->base_url()}, {"callback_url", base + "/api/v1/callbacks/approval"},
-                    {"backoff_base_ms", 10}}},
-      {"permission", {{"base_url", sim_->base_url()}}},
-      {"poll", {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
-      {"external", {{"request_timeout_ms", 3000}}},
-  });
+                          {"auth", {{"required", false}}},
+                          {"access", {{"mode", "OPEN"}}},
+                      });
+  merge_json(
+      config_,
+      {
+          {"http", {{"port", port_}}},
+          {"db",
+           {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}},
+          {"gitlab", {{"base_url", sim_->base_url() + "/api/v4"}}},
+          {"approval",
+           {{"base_url", sim_->base_url()},
+            {"callback_url", base + "/api/v1/callbacks/approval"},
+            {"backoff_base_ms", 10}}},
+          {"permission", {{"base_url", sim_->base_url()}}},
+          {"poll",
+           {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
+          {"external", {{"request_timeout_ms", 3000}}},
+      });
   merge_json(config_, config);
   service_ = std::make_unique<service_process>(config_, dir_);
 }
@@ -45,7 +50,9 @@ void flow_env::restart_service(const nlohmann::json& extra_config) {
   service_ = std::make_unique<service_process>(config_, dir_);
 }
 
-void flow_env::kill_service() { service_->process().kill_now(); }
+void flow_env::kill_service() {
+  service_->process().kill_now();
+}
 
 http_result flow_env::submit(const std::string& title, const std::string& subject, const std::string& target,
                              const std::string& operation_id) {

@@ -17,8 +17,7 @@ class flow_env {
  public:
   /// `config` is merged over the test defaults: fast polls, sim URLs, test_secrets(), user writes
   /// open (access.mode OPEN) and anonymous use allowed (auth.required false).
-  explicit flow_env(const nlohmann::json& config = nlohmann::json::object(),
-                    std::vector<std::string> sim_args = {});
+  explicit flow_env(const nlohmann::json& config = nlohmann::json::object(), std::vector<std::string> sim_args = {});
 
   test_database& db() { return db_; }
   sim_process& sim() { return *sim_; }

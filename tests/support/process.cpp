@@ -5,9 +5,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,9 +111,10 @@ std::optional<int> child_process::wait_exit(std::chrono::milliseconds timeout) {
 }
 
 nlohmann::json test_secrets() {
-  return {{"auth", {{"jwt_secret", test_jwt_secret}}},
-          {"callbacks", {{"approval_secret", sim_approval_secret}, {"deploy_secret", sim_deploy_secret}}},
-          {"gitlab", {{"author_token", "author-token"}, {"approver_tokens", {"approver-1-token", "approver-2-token"}}}}};
+  return {
+      {"auth", {{"jwt_secret", test_jwt_secret}}},
+      {"callbacks", {{"approval_secret", sim_approval_secret}, {"deploy_secret", sim_deploy_secret}}},
+      {"gitlab", {{"author_token", "author-token"}, {"approver_tokens", {"approver-1-token", "approver-2-token"}}}}};
 }
 
 void child_process::kill_now() {

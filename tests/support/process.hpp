@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/types.h>
 #include <chrono>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace changeflow::testing {

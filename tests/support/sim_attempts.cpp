@@ -32,7 +32,8 @@ json sim_stats(flow_env& env) {
 
 std::string repeated_side_effects(const json& stats) {
   std::string out;
-  if (!stats.is_object() || !stats.contains("attempts")) return "the sim reported no attempts (is it the current build?)\n";
+  if (!stats.is_object() || !stats.contains("attempts"))
+    return "the sim reported no attempts (is it the current build?)\n";
   for (const auto& [mr, n] : section(stats, "merge_after_merged").items()) {
     out += "merge requested " + std::to_string(sum(n)) + " time(s) after " + mr + " was merged\n";
   }
@@ -52,6 +53,8 @@ std::uint64_t attempts(const json& stats, const std::string& kind, const std::st
   return s.contains(key) ? sum(s[key]) : 0;
 }
 
-std::uint64_t total_attempts(const json& stats, const std::string& kind) { return sum(section(stats, kind)); }
+std::uint64_t total_attempts(const json& stats, const std::string& kind) {
+  return sum(section(stats, kind));
+}
 
 }  // namespace changeflow::testing

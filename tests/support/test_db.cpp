@@ -61,7 +61,9 @@ test_database::~test_database() {
   }
 }
 
-std::unique_ptr<sql::Connection> test_database::connect() const { return persistence::open_connection(settings_); }
+std::unique_ptr<sql::Connection> test_database::connect() const {
+  return persistence::open_connection(settings_);
+}
 
 std::string test_database::scalar(const std::string& sql) const {
   auto conn = connect();
