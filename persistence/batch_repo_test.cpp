@@ -1,6 +1,7 @@
 #include "persistence/batch_repo.hpp"
 
 #include "base/ids.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
 #include <cppconn/statement.h>
@@ -15,6 +16,8 @@
 using namespace changeflow;
 using namespace changeflow::persistence;
 using changeflow::testing::test_database;
+using changeflow::testing::wait_until;
+using namespace std::chrono_literals;
 
 namespace {
 /// Rows are claimable once admitted before the current millisecond: age them explicitly.
@@ -34,13 +37,16 @@ std::vector<std::string> admit_many(sql::Connection& c, int n) {
 }  // namespace
 
 // I1 + I2: many claimers race while admissions keep arriving. Each claimer, while it holds a batch,
-// sees exactly one active batch; every request ends up claimed exactly once.
+// sees exactly one active batch; every request ends up claimed exactly once. The claimers must
+// really overlap, however fast or slow the machine: the first claim to reach its members keeps its
+// transaction open until another claimer's slot INSERT waits on it, so that claimer is told
+// slot_occupied on every run; the other rounds race freely.
 TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
   test_database db;
   constexpr int total = 300;
   constexpr int claimers = 4;
   std::atomic<int> admitted{0}, claimed_total{0}, occupied_seen{0}, batches{0};
-  std::atomic<bool> failure{false};
+  std::atomic<bool> failure{false}, overlap_forced{false}, rival_waited{false};
   std::mutex mu;
   std::string why;  // first failure, under mu
   auto fail = [&](std::string reason) {
@@ -48,6 +54,15 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
     if (!failure.exchange(true)) why = std::move(reason);
   };
   std::map<std::string, int> claims_per_op;
+  // The slot row is inserted but not committed yet, so a rival's INSERT of the slot must wait on
+  // its unique key; once this claim commits, that rival gets a duplicate key (slot_occupied).
+  const std::string rival_waits_on_slot =
+      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '" + db.name() +
+      "' AND INFO LIKE 'INSERT INTO merge_batch (%'";
+  const claim_hook hold_until_a_rival_waits = [&](claim_stage stage) {
+    if (stage != claim_stage::members_claimed || overlap_forced.exchange(true)) return;
+    rival_waited = wait_until([&] { return db.scalar(rival_waits_on_slot) != "0"; }, 60s);
+  };
 
   std::thread admitter([&] {
     auto c = db.connect();
@@ -63,7 +78,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
       auto c = db.connect();
       // Bounded loop: a broken claim must end the test, not hang it.
       for (int round = 0; round < 200000 && claimed_total < total && !failure; ++round) {
-        auto r = claim(*c, 7);
+        auto r = claim(*c, 7, hold_until_a_rival_waits);
         if (!r.ok()) {
           if (r.outcome != db_outcome::retryable) fail("claim: " + r.error.message);
           continue;
@@ -89,6 +104,11 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
   admitter.join();
   for (auto& t : threads) t.join();
   ASSERT_FALSE(failure.load()) << why;
+  ASSERT_TRUE(rival_waited.load())
+      << "no other claimer tried to take the slot while a claim transaction was open (waited "
+         "60 s): the claimers never overlapped, so the test proved nothing";
+  EXPECT_GE(occupied_seen.load(), 1)
+      << "a claimer waited on an open claim's slot, yet no claim was told slot_occupied";
   EXPECT_EQ(claimed_total.load(), total);
   EXPECT_EQ(claims_per_op.size(), static_cast<std::size_t>(total));
   for (auto& [op, n] : claims_per_op) ASSERT_EQ(n, 1) << op;

@@ -267,13 +267,21 @@ TEST(OperationRepo, EndedChangesFreeTheTargetFailuresHoldIt) {
   EXPECT_EQ(find_binding(*c, "gina", "t").value.phase, phase::APPROVAL_SENDING);
 }
 
-// I5: racing re-applies of one REJECTED relationship -> exactly one winner, one row.
+// I5: racing re-applies of one freed relationship -> exactly one winner, one row. The racers must
+// really overlap, however fast or slow the machine: in the first round a test transaction locks
+// the binding row, so every racer reads it as re-appliable and then waits in its pinned UPDATE;
+// once the lock is released one UPDATE matches and every other racer must be told preempted. The
+// other rounds race freely.
 TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
   test_database db;
   constexpr int rounds = 30;
   constexpr int racers = 4;
   std::vector<std::unique_ptr<sql::Connection>> conns;
-  for (int i = 0; i < racers; ++i) conns.push_back(db.connect());
+  std::string racer_connections;
+  for (int i = 0; i < racers; ++i) {
+    conns.push_back(db.connect());
+    racer_connections += (i ? ", " : "") + std::to_string(connection_id(*conns.back()));
+  }
   int preempted_seen = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::string target = "t" + std::to_string(round);
@@ -285,6 +293,16 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
       default:
         walk(*conns[0], old, test::to_merged, round);
         walk(*conns[0], old, {S::CALLED_BACK});
+    }
+    const bool gated = round == 0;
+    std::unique_ptr<sql::Connection> gate;
+    if (gated) {
+      gate = db.connect();
+      gate->setAutoCommit(false);
+      std::unique_ptr<sql::Statement> st(gate->createStatement());
+      std::unique_ptr<sql::ResultSet>(
+          st->executeQuery("SELECT id FROM binding WHERE subject_id = 'dave' AND target_key = '" +
+                           target + "' FOR UPDATE"));
     }
     std::barrier sync(racers);
     std::vector<create_outcome> outcomes(racers);
@@ -302,8 +320,22 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
         outcomes[i] = r.value;
       });
     }
+    bool all_waited = true;
+    if (gated) {
+      all_waited = changeflow::testing::wait_until(
+          [&] {
+            return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" +
+                             racer_connections + ") AND INFO LIKE 'UPDATE binding %'") ==
+                   std::to_string(racers);
+          },
+          60s);
+      gate->rollback();
+    }
     for (auto& t : threads) t.join();
-    int winners = 0;
+    ASSERT_TRUE(all_waited)
+        << "the racers never all reached the binding UPDATE behind the locked row (waited 60 s): "
+           "they did not overlap, so the round proved nothing";
+    int winners = 0, preempted = 0;
     std::string winner;
     for (int i = 0; i < racers; ++i) {
       if (outcomes[i] == create_outcome::created) {
@@ -312,15 +344,24 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
       } else {
         EXPECT_TRUE(outcomes[i] == create_outcome::preempted ||
                     outcomes[i] == create_outcome::in_progress);
-        preempted_seen += outcomes[i] == create_outcome::preempted;
+        preempted += outcomes[i] == create_outcome::preempted;
       }
     }
     ASSERT_EQ(winners, 1) << "round " << round;
+    if (gated) {
+      EXPECT_EQ(preempted, racers - 1)
+          << "every racer read the freed row before the winner wrote it, so every loser's pinned "
+             "UPDATE must miss";
+    }
+    preempted_seen += preempted;
     EXPECT_EQ(find_binding(*conns[0], "dave", target).value.operation_id, winner);
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE target_key = '" + target + "'"), "1");
     // Losers' operation rows were rolled back with their transaction.
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE target_key = '" + target + "'"), "2");
   }
+  EXPECT_GE(preempted_seen, 1)
+      << "no racer was ever preempted: the re-applies never overlapped, so the test proved "
+         "nothing";
   RecordProperty("preempted_seen", preempted_seen);
 }
 

@@ -2,7 +2,10 @@
 // threads (a sender whose retries overlap, or several sender replicas), while the operation waits
 // for exactly that callback. Whatever the interleaving, the delivery takes effect once: one APPLIED
 // and N-1 DUPLICATE answers, one transition into the target step in the timeline, and the
-// validation counter raised once.
+// validation counter raised once. Seen to catch an apply_approval_callback that ignores the
+// duplicate key of its ledger insert (copies answered OUT_OF_ORDER or 503) and a deploy handler
+// that skips both the in-process delivery claim and the recorded-duplicate answer (copies answered
+// IGNORED_STALE).
 
 #include "base/ids.hpp"
 #include "tests/support/flow_env.hpp"

@@ -185,6 +185,8 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
 
 // Rehydration after a crash: rows waiting for a callback start at once, rows due for an external
 // call keep the pace (rehydrate.rate_per_second, here 1/s so the difference is unmistakable).
+// Seen to catch a rehydrator whose pacer never spawns the actors it dequeues (the waiting rows
+// never came back live).
 TEST(Crash, RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced) {
   flow_env env(json{{"instance", {{"id", "rehydrate-inst"}}}});
   auto& db = env.db();

@@ -3,7 +3,6 @@
 // the permission service failing in each way, identity (JWT alg=none / bad signature / expired,
 // aliases), the rate-limit subject, idempotent replay, metric faults, and hot reload.
 
-#include "http/middleware/idempotency.hpp"
 #include "tests/support/flow_env.hpp"
 #include "tests/support/jwt_token.hpp"
 
@@ -14,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <thread>
 
 using namespace changeflow::testing;
 using nlohmann::json;
@@ -335,24 +335,45 @@ TEST(HttpPolicy, IdempotencyReplayConflictInFlightAndCleanup) {
   EXPECT_EQ(dup.status, 202) << dup.body;
   EXPECT_EQ(code_of(dup), "DUPLICATE_SUBMIT");
 
-  // In flight: the first request with key K holds the record (inserted as the running request would;
-  // keys are scoped by requester, here the anonymous caller).
-  auto k_body = submit_body("inflight", "frank", "svc-k", "").dump();
-  auto fp = changeflow::http::middleware::request_fingerprint("POST", "/api/v1/changes", k_body);
-  env.db().exec("INSERT INTO idempotency_record (idem_key, fingerprint, state, expires_at) VALUES ('submit:anonymous:K-1', '" +
-                fp + "', 'IN_FLIGHT', NOW(3) + INTERVAL 1 HOUR)");
-  auto in_flight = call(env, "POST", "/api/v1/changes", k_body, {{"Idempotency-Key", "K-1"}});
-  EXPECT_EQ(in_flight.status, 409) << in_flight.body;
-  EXPECT_EQ(code_of(in_flight), "REQUEST_IN_FLIGHT");
-  EXPECT_FALSE(in_flight.header("retry-after").empty());
-  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation WHERE subject_id = 'frank'"), "0")
-      << "nothing ran for the in-flight duplicate";
-  // The first one completes: the retry now gets exactly what it stored.
-  env.db().exec("UPDATE idempotency_record SET state = 'COMPLETED', status_code = 202, "
-                "response_body = '{\"stored\":true}' WHERE idem_key = 'submit:anonymous:K-1'");
-  auto after = call(env, "POST", "/api/v1/changes", k_body, {{"Idempotency-Key", "K-1"}});
-  EXPECT_EQ(after.status, 202);
-  EXPECT_EQ(after.body, "{\"stored\":true}");
+  // In flight: a real first request with key K is held right after it began its idempotency record
+  // (faults.hold_after_idempotency_begin_ms), on a service of its own so no other submit here
+  // waits. The test waits for the record, not for time; the hold only bounds how long the duplicate
+  // may take, and stays below the server's 30 s reply deadline so the first still gets its answer.
+  {
+    constexpr int hold_ms = 20000;
+    flow_env held(base_config(json{{"faults", {{"hold_after_idempotency_begin_ms", hold_ms}}},
+                                   {"idempotency", {{"in_flight_timeout_ms", 600000}}}}));
+    const auto k_body = submit_body("inflight", "frank", "svc-k", "").dump();
+    const headers k_key = {{"Idempotency-Key", "K-1"}};
+    // Keys are scoped by requester, here the anonymous caller.
+    const std::string record = "idempotency_record WHERE idem_key = 'submit:anonymous:K-1'";
+    const std::string frank_ops = "SELECT COUNT(*) FROM operation WHERE subject_id = 'frank'";
+    http_result first;
+    std::jthread first_call([&] {
+      first = http_call("127.0.0.1", held.port(), "POST", "/api/v1/changes", k_body, k_key,
+                        std::chrono::milliseconds(hold_ms) + std::chrono::seconds(60));
+    });
+    ASSERT_TRUE(
+        wait_until([&] { return held.db().scalar("SELECT state FROM " + record) == "IN_FLIGHT"; },
+                   std::chrono::seconds(30)))
+        << "the first request never began its idempotency record";
+    auto in_flight = call(held, "POST", "/api/v1/changes", k_body, k_key);
+    EXPECT_EQ(in_flight.status, 409)
+        << in_flight.body << " (the first must still be held, " << hold_ms << " ms)";
+    EXPECT_EQ(code_of(in_flight), "REQUEST_IN_FLIGHT");
+    EXPECT_FALSE(in_flight.header("retry-after").empty());
+    EXPECT_EQ(held.db().scalar(frank_ops), "0") << "nothing ran for the in-flight duplicate";
+    // The first one completes: the retry now gets exactly what it answered.
+    first_call.join();
+    ASSERT_EQ(first.status, 202) << first.body << first.error;
+    EXPECT_EQ(code_of(first), "ACCEPTED");
+    auto after = call(held, "POST", "/api/v1/changes", k_body, k_key);
+    EXPECT_EQ(after.status, 202);
+    EXPECT_EQ(after.body, first.body) << "the replay is the first's response, byte for byte";
+    EXPECT_EQ(after.header("idempotent-replayed"), "true");
+    EXPECT_EQ(held.db().scalar("SELECT state FROM " + record), "COMPLETED");
+    EXPECT_EQ(held.db().scalar(frank_ops), "1") << "three requests with one key, one operation";
+  }
 
   // Expiry: records past expires_at are deleted by the periodic cleanup.
   env.db().exec("UPDATE idempotency_record SET expires_at = NOW(3) - INTERVAL 1 SECOND");
