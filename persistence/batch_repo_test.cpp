@@ -56,9 +56,8 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
   std::map<std::string, int> claims_per_op;
   // The slot row is inserted but not committed yet, so a rival's INSERT of the slot must wait on
   // its unique key; once this claim commits, that rival gets a duplicate key (slot_occupied).
-  const std::string rival_waits_on_slot =
-      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '" + db.name() +
-      "' AND INFO LIKE 'INSERT INTO merge_batch (%'";
+  const std::string rival_waits_on_slot = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '" +
+                                          db.name() + "' AND INFO LIKE 'INSERT INTO merge_batch (%'";
   const claim_hook hold_until_a_rival_waits = [&](claim_stage stage) {
     if (stage != claim_stage::members_claimed || overlap_forced.exchange(true)) return;
     rival_waited = wait_until([&] { return db.scalar(rival_waits_on_slot) != "0"; }, 60s);
@@ -87,8 +86,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
         if (r.value.kind != claim_kind::claimed) continue;
         ++batches;
         std::unique_ptr<sql::Statement> st(c->createStatement());
-        std::unique_ptr<sql::ResultSet> rs(
-            st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"));
+        std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"));
         rs->next();
         if (rs->getInt(1) != 1) fail("active batches: " + std::to_string(rs->getInt(1)));
         {
@@ -107,8 +105,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
   ASSERT_TRUE(rival_waited.load())
       << "no other claimer tried to take the slot while a claim transaction was open (waited "
          "60 s): the claimers never overlapped, so the test proved nothing";
-  EXPECT_GE(occupied_seen.load(), 1)
-      << "a claimer waited on an open claim's slot, yet no claim was told slot_occupied";
+  EXPECT_GE(occupied_seen.load(), 1) << "a claimer waited on an open claim's slot, yet no claim was told slot_occupied";
   EXPECT_EQ(claimed_total.load(), total);
   EXPECT_EQ(claims_per_op.size(), static_cast<std::size_t>(total));
   for (auto& [op, n] : claims_per_op) ASSERT_EQ(n, 1) << op;
@@ -154,8 +151,7 @@ TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
     }
     ASSERT_EQ(claimed, 1) << "round " << round;
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), "1");
-    ASSERT_TRUE(
-        finish_batch(*conns[0], winner, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
+    ASSERT_TRUE(finish_batch(*conns[0], winner, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
   }
 }
 
@@ -172,8 +168,7 @@ TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
   admit_many(*claimer, 3);
   age_waiting(db);
   std::map<claim_stage, db_result<bool>> during;
-  auto r = claim(*claimer, 10,
-                 [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
+  auto r = claim(*claimer, 10, [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
   ASSERT_TRUE(r.ok()) << r.error.message;
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   // The row admitted right after the slot was taken may be old enough for this claim's read.
@@ -186,8 +181,7 @@ TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
   }
   // Every admission landed; those the claim did not take wait for the next round.
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "6");
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"),
-            std::to_string(6 - claimed));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), std::to_string(6 - claimed));
 }
 
 // I4: concurrent duplicate admissions -> one row.
@@ -211,9 +205,7 @@ TEST(BatchRepo, ConcurrentDuplicateAdmissionsAdmitOnce) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(admitted.load(), 1);
     EXPECT_EQ(already.load(), racers - 1);
-    EXPECT_EQ(
-        db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + op + "'"),
-        "1");
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + op + "'"), "1");
   }
 }
 
@@ -241,11 +233,9 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
   EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);
 
   const auto id = first.value.batch_id;
-  ASSERT_TRUE(
-      finish_batch(*c, id, batch_status::RUNNING, batch_status::BLOCKED, "pipeline unknown").ok());
+  ASSERT_TRUE(finish_batch(*c, id, batch_status::RUNNING, batch_status::BLOCKED, "pipeline unknown").ok());
   EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
-  EXPECT_EQ(finish_batch(*c, id, batch_status::RUNNING, batch_status::FAILED).outcome,
-            db_outcome::preempted);
+  EXPECT_EQ(finish_batch(*c, id, batch_status::RUNNING, batch_status::FAILED).outcome, db_outcome::preempted);
   ASSERT_TRUE(finish_batch(*c, id, batch_status::BLOCKED, batch_status::SUCCEEDED).ok());
   auto b = load_batch(*c, id);
   EXPECT_EQ(b.value.status, batch_status::SUCCEEDED);
@@ -254,9 +244,7 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
 
   auto second = claim(*c, 1);
   ASSERT_EQ(second.value.kind, claim_kind::claimed);
-  ASSERT_TRUE(
-      finish_batch(*c, second.value.batch_id, batch_status::RUNNING, batch_status::FAILED, "x")
-          .ok());
+  ASSERT_TRUE(finish_batch(*c, second.value.batch_id, batch_status::RUNNING, batch_status::FAILED, "x").ok());
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
   EXPECT_EQ(list_batches(*c, 0, 10).value.size(), 2u);
 }
@@ -268,13 +256,11 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   age_waiting(db);
   auto r = claim(*c, 10);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
-  auto settled = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING,
-                                     member_reset::requeue, "MR closed");
+  auto settled = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING, member_reset::requeue, "MR closed");
   ASSERT_TRUE(settled.ok()) << settled.error.message;
   EXPECT_EQ(settled.value, 3);
   // A second settler (timeout sweep racing the task) is preempted and changes nothing.
-  auto again = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING,
-                                   member_reset::remove, "sweep");
+  auto again = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING, member_reset::remove, "sweep");
   EXPECT_EQ(again.outcome, db_outcome::preempted);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), "3");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REQUEUED'"), "3");
@@ -285,9 +271,7 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   ASSERT_EQ(next.value.kind, claim_kind::claimed);
   ASSERT_EQ(next.value.members.size(), 3u);
   EXPECT_EQ(next.value.members[0].operation_id, ops[0]);
-  ASSERT_TRUE(settle_failed_batch(*c, next.value.batch_id, batch_status::RUNNING,
-                                  member_reset::remove, "gone")
-                  .ok());
+  ASSERT_TRUE(settle_failed_batch(*c, next.value.batch_id, batch_status::RUNNING, member_reset::remove, "gone").ok());
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "0");
 }
 
@@ -298,21 +282,17 @@ TEST(BatchRepo, BisectionClaimsOneSplitGroupAtATime) {
   age_waiting(db);
   auto r = claim(*c, 10);
   ASSERT_EQ(r.value.members.size(), 4u);
-  auto q = requeue_members(*c, r.value.batch_id, {{ops[0], ops[1]}, {ops[2]}},
-                           "pipeline failed: bisect");
+  auto q = requeue_members(*c, r.value.batch_id, {{ops[0], ops[1]}, {ops[2]}}, "pipeline failed: bisect");
   ASSERT_TRUE(q.ok()) << q.error.message;
   EXPECT_EQ(q.value, 3);
-  EXPECT_EQ(
-      db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ops[3] + "'"),
-      "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ops[3] + "'"), "0");
 
   auto half = claim(*c, 10);
   ASSERT_EQ(half.value.kind, claim_kind::claimed);
   ASSERT_EQ(half.value.members.size(), 2u);
   EXPECT_EQ(half.value.members[0].operation_id, ops[0]);
   EXPECT_EQ(half.value.members[1].operation_id, ops[1]);
-  ASSERT_TRUE(
-      finish_batch(*c, half.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
+  ASSERT_TRUE(finish_batch(*c, half.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
   auto other = claim(*c, 10);
   ASSERT_EQ(other.value.members.size(), 1u);
   EXPECT_EQ(other.value.members[0].operation_id, ops[2]);

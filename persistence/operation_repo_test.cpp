@@ -76,8 +76,7 @@ TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
   EXPECT_EQ(row.value.last_error->size(), 1024u);
   ASSERT_TRUE(row.value.next_wake_at_ms);
   // Wake time comes from the DB clock: about a minute after the row's own update time.
-  EXPECT_NEAR(static_cast<double>(*row.value.next_wake_at_ms - row.value.updated_at_ms), 60'000.0,
-              1'000.0);
+  EXPECT_NEAR(static_cast<double>(*row.value.next_wake_at_ms - row.value.updated_at_ms), 60'000.0, 1'000.0);
 
   auto b = find_binding(*c, "alice", "repo/app.yaml");
   ASSERT_TRUE(b.ok());
@@ -128,7 +127,8 @@ TEST(OperationRepo, TransitionIsOneStatementWhoseTextSurvivesHostileBytes) {
   auto c = db.connect();
   auto id = new_op(*c, "mallory", "repo/evil.yaml");
   // Quotes, backslashes, a NUL, SQL comment and statement separators, multi-byte UTF-8.
-  const std::string hostile = std::string("it's \\' \" ; DROP TABLE operation; -- ") + '\0' + " \xc3\xa9\xe2\x82\xac %_";
+  const std::string hostile =
+      std::string("it's \\' \" ; DROP TABLE operation; -- ") + '\0' + " \xc3\xa9\xe2\x82\xac %_";
   transition_request t;
   t.operation_id = id;
   t.expected_version = 1;
@@ -290,9 +290,7 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
     switch (round % 3) {
       case 0: walk(*conns[0], old, {S::APPROVAL_REJECTED}); break;
       case 1: walk(*conns[0], old, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester); break;
-      default:
-        walk(*conns[0], old, test::to_merged, round);
-        walk(*conns[0], old, {S::CALLED_BACK});
+      default: walk(*conns[0], old, test::to_merged, round); walk(*conns[0], old, {S::CALLED_BACK});
     }
     const bool gated = round == 0;
     std::unique_ptr<sql::Connection> gate;
@@ -300,9 +298,8 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
       gate = db.connect();
       gate->setAutoCommit(false);
       std::unique_ptr<sql::Statement> st(gate->createStatement());
-      std::unique_ptr<sql::ResultSet>(
-          st->executeQuery("SELECT id FROM binding WHERE subject_id = 'dave' AND target_key = '" +
-                           target + "' FOR UPDATE"));
+      std::unique_ptr<sql::ResultSet>(st->executeQuery(
+          "SELECT id FROM binding WHERE subject_id = 'dave' AND target_key = '" + target + "' FOR UPDATE"));
     }
     std::barrier sync(racers);
     std::vector<create_outcome> outcomes(racers);
@@ -324,17 +321,15 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
     if (gated) {
       all_waited = changeflow::testing::wait_until(
           [&] {
-            return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" +
-                             racer_connections + ") AND INFO LIKE 'UPDATE binding %'") ==
-                   std::to_string(racers);
+            return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + racer_connections +
+                             ") AND INFO LIKE 'UPDATE binding %'") == std::to_string(racers);
           },
           60s);
       gate->rollback();
     }
     for (auto& t : threads) t.join();
-    ASSERT_TRUE(all_waited)
-        << "the racers never all reached the binding UPDATE behind the locked row (waited 60 s): "
-           "they did not overlap, so the round proved nothing";
+    ASSERT_TRUE(all_waited) << "the racers never all reached the binding UPDATE behind the locked row (waited 60 s): "
+                               "they did not overlap, so the round proved nothing";
     int winners = 0, preempted = 0;
     std::string winner;
     for (int i = 0; i < racers; ++i) {
@@ -342,8 +337,7 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
         ++winners;
         winner = ids[i];
       } else {
-        EXPECT_TRUE(outcomes[i] == create_outcome::preempted ||
-                    outcomes[i] == create_outcome::in_progress);
+        EXPECT_TRUE(outcomes[i] == create_outcome::preempted || outcomes[i] == create_outcome::in_progress);
         preempted += outcomes[i] == create_outcome::preempted;
       }
     }
@@ -359,9 +353,8 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
     // Losers' operation rows were rolled back with their transaction.
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE target_key = '" + target + "'"), "2");
   }
-  EXPECT_GE(preempted_seen, 1)
-      << "no racer was ever preempted: the re-applies never overlapped, so the test proved "
-         "nothing";
+  EXPECT_GE(preempted_seen, 1) << "no racer was ever preempted: the re-applies never overlapped, so the test proved "
+                                  "nothing";
   RecordProperty("preempted_seen", preempted_seen);
 }
 
@@ -370,9 +363,8 @@ TEST(OperationRepo, StaleVersionFailsEvenAfterStepRoundTrip) {
   test_database db;
   auto c = db.connect();
   auto id = new_op(*c, "erin", "t");
-  auto v = walk(*c, id,
-                {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED,
-                 S::HANDLE_MERGING});
+  auto v =
+      walk(*c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING});
   walk(*c, id, {S::HANDLE_REBASING, S::HANDLE_MERGING});
   ASSERT_EQ(load_operation(*c, id).value.step, S::HANDLE_MERGING);
 
@@ -458,8 +450,8 @@ TEST(OperationRepo, KilledConnectionIsRetryable) {
   });
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
-        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
-                         std::to_string(victim_id) + " AND INFO LIKE 'UPDATE operation%'") == "1";
+        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(victim_id) +
+                         " AND INFO LIKE 'UPDATE operation%'") == "1";
       },
       10s));
   db.exec("KILL " + std::to_string(victim_id));
@@ -521,8 +513,7 @@ TEST(OperationRepo, MarkValidatedFlipsExactlyOnceUnderRace) {
   EXPECT_EQ(errors.load(), 0);
   for (int i = 0; i < n; ++i) ASSERT_EQ(flips[i].load(), 1) << "operation " << i;
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE phase = 'VALIDATED'"), std::to_string(n));
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10301 AND phase = 'VALIDATED'"),
-            std::to_string(n));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10301 AND phase = 'VALIDATED'"), std::to_string(n));
   // A later call is an idempotent no-op.
   EXPECT_FALSE(mark_validated(*c, ids[0], "callback").value);
 }
@@ -544,8 +535,7 @@ TEST(OperationRepo, ReconciliationWindowUsesDbClock) {
   walk(*c, old_op, test::to_merged, 7);
   auto fresh = new_op(*c, "kim", "b");
   walk(*c, fresh, test::to_merged, 8);
-  db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 120 SECOND WHERE operation_id = '" +
-          old_op + "'");
+  db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 120 SECOND WHERE operation_id = '" + old_op + "'");
   auto w = merged_in_window(*c, 60, 3600, 100);
   ASSERT_TRUE(w.ok());
   ASSERT_EQ(w.value.size(), 1u);
@@ -571,8 +561,7 @@ TEST(ApprovalCallback, GuardOutcomes) {
   EXPECT_EQ(apply_approval_callback(*c, "d2", id, approval_result::WITHDRAWN, "").value.outcome,
             callback_outcome::OUT_OF_ORDER);
   EXPECT_EQ(load_operation(*c, id).value.step, S::APPROVAL_APPROVED);
-  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd2'"),
-            "OUT_OF_ORDER");
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd2'"), "OUT_OF_ORDER");
 
   // A callback for an operation replaced by a re-apply is stale.
   auto old = new_op(*c, "lee", "u");
@@ -580,11 +569,9 @@ TEST(ApprovalCallback, GuardOutcomes) {
   new_op(*c, "lee", "u");
   EXPECT_EQ(apply_approval_callback(*c, "d3", old, approval_result::APPROVED, "").value.outcome,
             callback_outcome::IGNORED_STALE);
-  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd3'"),
-            "IGNORED_STALE");
-  EXPECT_EQ(
-      apply_approval_callback(*c, "d4", "unknown-op", approval_result::APPROVED, "").value.outcome,
-      callback_outcome::IGNORED_STALE);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd3'"), "IGNORED_STALE");
+  EXPECT_EQ(apply_approval_callback(*c, "d4", "unknown-op", approval_result::APPROVED, "").value.outcome,
+            callback_outcome::IGNORED_STALE);
 }
 
 TEST(ApprovalCallback, ConcurrentDeliveriesApplyOnce) {
@@ -601,9 +588,8 @@ TEST(ApprovalCallback, ConcurrentDeliveriesApplyOnce) {
       auto conn = db.connect();
       sync.arrive_and_wait();
       // Two deliveries of one decision and two of another decision: one decision wins.
-      auto r = apply_approval_callback(
-          *conn, "dup-" + std::to_string(i % 2), id,
-          i % 2 ? approval_result::REJECTED : approval_result::APPROVED, "");
+      auto r = apply_approval_callback(*conn, "dup-" + std::to_string(i % 2), id,
+                                       i % 2 ? approval_result::REJECTED : approval_result::APPROVED, "");
       ASSERT_TRUE(r.ok()) << r.error.message;
       if (r.value.outcome == callback_outcome::APPLIED) ++applied;
       if (r.value.outcome == callback_outcome::DUPLICATE) ++duplicate;

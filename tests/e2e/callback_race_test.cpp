@@ -52,8 +52,8 @@ std::map<std::string, int> race(flow_env& env, const std::string& target, const 
 }
 
 int events_into(flow_env& env, const std::string& id, const std::string& condition) {
-  return std::stoi(env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "' AND " +
-                                   condition));
+  return std::stoi(
+      env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "' AND " + condition));
 }
 
 std::string submit_ok(flow_env& env, const std::string& title, const std::string& target) {
@@ -79,9 +79,13 @@ TEST(CallbackRace, IdenticalApprovalCallbacksAtOnceApplyOnce) {
   ASSERT_GE(validated_before, 0);
 
   auto approval_id = env.db().scalar("SELECT approval_id FROM operation WHERE operation_id = '" + id + "'");
-  std::string body = json{{"callbackId", ids::new_uuid()}, {"approvalId", approval_id}, {"operationId", id},
-                          {"result", "APPROVED"}, {"approver", "race-approver"}}
-                         .dump();
+  std::string body = json{
+      {"callbackId", ids::new_uuid()},
+      {"approvalId", approval_id},
+      {"operationId", id},
+      {"result", "APPROVED"},
+      {"approver",
+       "race-approver"}}.dump();
   auto outcomes = race(env, "/api/v1/callbacks/approval", body,
                        {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(approval_secret, body)}});
   EXPECT_EQ(outcomes, (std::map<std::string, int>{{"APPLIED", 1}, {"DUPLICATE", copies - 1}}));
@@ -90,9 +94,9 @@ TEST(CallbackRace, IdenticalApprovalCallbacksAtOnceApplyOnce) {
   ASSERT_EQ(done["phase"], "VALIDATED") << done.dump(2);
   EXPECT_EQ(events_into(env, id, "to_step = 10017"), 1) << "one transition into APPROVAL_APPROVED";
   EXPECT_EQ(events_into(env, id, "to_phase = 'VALIDATED' AND from_phase <> 'VALIDATED'"), 1);
-  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'approval' AND operation_id = '" + id +
-                            "'"),
-            "1");
+  EXPECT_EQ(
+      env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'approval' AND operation_id = '" + id + "'"),
+      "1");
   EXPECT_TRUE(wait_until([&] { return env.metric_sum("changeflow_validated_total") == validated_before + 1; },
                          std::chrono::seconds(10)));
   EXPECT_EQ(env.metric_sum("changeflow_validated_total"), validated_before + 1);

@@ -1,8 +1,12 @@
 // Durability: changeflowd is SIGKILLed at random points while many changes are in flight and
 // restarted each time. Kills are the only fault, so every change must end VALIDATED, resumed by
-// rehydration alone (the sweeper's stuck scan keeps its default of a minute, longer than the wait),
-// with no side effect repeated in GitLab (judged on the requests the sim received), no table
-// invariant broken, and exactly one MERGED -> VALIDATED flip per operation.
+// the restarted process itself: rehydration, and the approval system's callback retries, which wake
+// or spawn the actor of a row waiting in APPROVAL_SENT (the sweeper's stuck scan keeps its default
+// of a minute), with no side effect repeated in GitLab (judged on the requests the sim received), no
+// table invariant broken, and exactly one MERGED -> VALIDATED flip per operation. Because callback
+// retries also resume rows, this test alone does not prove rehydration works: with a rehydrator
+// that never spawned, it still ended 40/40 (the last kill had left only APPROVAL_SENT and MERGED
+// rows). RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced is the test that catches that break.
 //
 // The kill points come from a seed printed at the start; CHANGEFLOW_CRASH_SEED=<seed> replays them.
 
@@ -37,8 +41,8 @@ bool rehydrated_rows(const std::string& log_tail) {
     auto begin = log_tail.rfind('\n', at);
     begin = begin == std::string::npos ? 0 : begin + 1;
     auto end = log_tail.find('\n', at);
-    auto line = json::parse(log_tail.substr(begin, end == std::string::npos ? std::string::npos : end - begin), nullptr,
-                            false);
+    auto line =
+        json::parse(log_tail.substr(begin, end == std::string::npos ? std::string::npos : end - begin), nullptr, false);
     if (!line.is_discarded() && line.value("owned", 0) + line.value("taken_over", 0) > 0) return true;
     at = end == std::string::npos ? log_tail.size() : end;
   }
@@ -103,8 +107,9 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   int in_flight_at_last_kill = 0;
   std::size_t last_start_offset = 0;  // the log is appended to by every start: judge only the last one
   auto in_flight = [&] {
-    return std::stoi(env.db().scalar("SELECT COUNT(*) FROM operation WHERE phase NOT IN ('VALIDATED', "
-                                     "'CREATE_FAILED', 'HANDLE_FAILED', 'REJECTED', 'CLOSED')"));
+    return std::stoi(
+        env.db().scalar("SELECT COUNT(*) FROM operation WHERE phase NOT IN ('VALIDATED', "
+                        "'CREATE_FAILED', 'HANDLE_FAILED', 'REJECTED', 'CLOSED')"));
   };
   auto kill_and_restart = [&] {
     in_flight_at_last_kill = in_flight();
@@ -135,9 +140,9 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
   ASSERT_EQ(ids.size(), static_cast<size_t>(total));
 
   // The restarted process itself resumed rows: its own part of the appended log, not an earlier start's.
-  EXPECT_TRUE(wait_until(
-      [&] { return rehydrated_rows(env.service().process().log_contents().substr(last_start_offset)); },
-      std::chrono::seconds(30)))
+  EXPECT_TRUE(
+      wait_until([&] { return rehydrated_rows(env.service().process().log_contents().substr(last_start_offset)); },
+                 std::chrono::seconds(30)))
       << "the last restart logged no rehydrate.loaded with resumed rows:\n"
       << env.service().process().log_contents().substr(last_start_offset, 4000);
 
@@ -175,10 +180,12 @@ TEST(Crash, SigkillAtRandomPointsLosesNothingAndDoublesNothing) {
 
   check_invariants(env);
   // The validated count equals the flips recorded in the timeline, one per operation.
-  auto flips = env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE from_phase = 'MERGED' AND to_phase = "
-                               "'VALIDATED'");
-  auto flipped_ops = env.db().scalar("SELECT COUNT(DISTINCT operation_id) FROM operation_event WHERE from_phase = "
-                                     "'MERGED' AND to_phase = 'VALIDATED'");
+  auto flips = env.db().scalar(
+      "SELECT COUNT(*) FROM operation_event WHERE from_phase = 'MERGED' AND to_phase = "
+      "'VALIDATED'");
+  auto flipped_ops = env.db().scalar(
+      "SELECT COUNT(DISTINCT operation_id) FROM operation_event WHERE from_phase = "
+      "'MERGED' AND to_phase = 'VALIDATED'");
   EXPECT_EQ(flips, std::to_string(total));
   EXPECT_EQ(flips, flipped_ops) << "an operation was validated twice";
 }
@@ -197,7 +204,9 @@ TEST(Crash, RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced) {
     ASSERT_EQ(env.submit("wait-approval " + std::to_string(i), "rh-user", "rh-wait-" + std::to_string(i)).status, 202);
   for (int i = 0; i < due; ++i)
     ASSERT_EQ(env.submit("hung-pipeline " + std::to_string(i), "rh-user", "rh-due-" + std::to_string(i)).status, 202);
-  auto count = [&](const std::string& where) { return std::stoi(db.scalar("SELECT COUNT(*) FROM operation WHERE " + where)); };
+  auto count = [&](const std::string& where) {
+    return std::stoi(db.scalar("SELECT COUNT(*) FROM operation WHERE " + where));
+  };
   ASSERT_TRUE(wait_until([&] { return count("step = 10012") == waiting && count("step = 10003") == due; },
                          std::chrono::seconds(60)))
       << db.scalar("SELECT GROUP_CONCAT(DISTINCT step) FROM operation");  // APPROVAL_SENT, CREATE_PIPELINE_PENDING
@@ -215,10 +224,12 @@ TEST(Crash, RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced) {
   };
   // All waiting rows live while most due rows are still queued behind the 1/s pace.
   double queued = 0;
-  ASSERT_TRUE(wait_until([&] {
-    queued = metric("changeflow_rehydrate_queue");
-    return metric("changeflow_live_actors{phase=\"APPROVAL_SENT\"}") >= waiting;
-  }, std::chrono::seconds(30)));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        queued = metric("changeflow_rehydrate_queue");
+        return metric("changeflow_live_actors{phase=\"APPROVAL_SENT\"}") >= waiting;
+      },
+      std::chrono::seconds(30)));
   EXPECT_GE(queued, 1) << "the due rows are paced, not started in one burst";
   // The paced rows are resumed too, one a second.
   EXPECT_TRUE(wait_until([&] { return metric("changeflow_rehydrate_queue") == 0; }, std::chrono::seconds(60)));

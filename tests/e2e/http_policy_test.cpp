@@ -42,7 +42,9 @@ std::string mint(const std::string& sub, long exp_offset = 600, jwt_alg_t alg = 
 
 using headers = std::vector<std::pair<std::string, std::string>>;
 
-headers bearer(const std::string& token) { return {{"Authorization", "Bearer " + token}}; }
+headers bearer(const std::string& token) {
+  return {{"Authorization", "Bearer " + token}};
+}
 
 http_result call(flow_env& env, const std::string& method, const std::string& target, const std::string& body = {},
                  const headers& h = {}) {
@@ -80,7 +82,8 @@ void rewrite(flow_env& env, const json& overrides) {
   json c = env.config();
   for (auto it = overrides.begin(); it != overrides.end(); ++it) {
     if (it.value().is_object() && c.contains(it.key()) && c[it.key()].is_object()) {
-      for (auto inner = it.value().begin(); inner != it.value().end(); ++inner) c[it.key()][inner.key()] = inner.value();
+      for (auto inner = it.value().begin(); inner != it.value().end(); ++inner)
+        c[it.key()][inner.key()] = inner.value();
     } else {
       c[it.key()] = it.value();
     }
@@ -89,7 +92,9 @@ void rewrite(flow_env& env, const json& overrides) {
 }
 
 int unique_counter = 0;
-std::string fresh_subject(const std::string& prefix) { return prefix + "-" + std::to_string(++unique_counter); }
+std::string fresh_subject(const std::string& prefix) {
+  return prefix + "-" + std::to_string(++unique_counter);
+}
 
 /// Number of consecutive admitted probes (400) a fresh identity gets before a 429, up to `cap`.
 int admitted_before_limit(flow_env& env, int cap) {
@@ -212,9 +217,17 @@ TEST(HttpPolicy, AccessModeFallbacks) {
 TEST(HttpPolicy, AuthorizationIdentityAndPermissionServiceFailures) {
   flow_env env(base_config(json{{"auth", {{"jwt_secret", jwt_secret}, {"permission_timeout_ms", 400}}},
                                 {"external", {{"request_timeout_ms", 3000}, {"breaker_failures", 100}}}}));
-  ASSERT_EQ(env.sim_call("POST", "/_sim/permissions", json{{"subject", "alice"}, {"granted", {"changeflow.ops"}}}.dump()).status, 200);
-  ASSERT_EQ(env.sim_call("POST", "/_sim/permissions", json{{"subject", "mallory"}, {"granted", json::array()}}.dump()).status, 200);
-  ASSERT_EQ(env.sim_call("POST", "/_sim/permissions", json{{"subject", "adminbob"}, {"granted", {"changeflow.admin"}}}.dump()).status, 200);
+  ASSERT_EQ(
+      env.sim_call("POST", "/_sim/permissions", json{{"subject", "alice"}, {"granted", {"changeflow.ops"}}}.dump())
+          .status,
+      200);
+  ASSERT_EQ(
+      env.sim_call("POST", "/_sim/permissions", json{{"subject", "mallory"}, {"granted", json::array()}}.dump()).status,
+      200);
+  ASSERT_EQ(
+      env.sim_call("POST", "/_sim/permissions", json{{"subject", "adminbob"}, {"granted", {"changeflow.admin"}}}.dump())
+          .status,
+      200);
 
   struct auth_case {
     const char* name;
@@ -244,8 +257,9 @@ TEST(HttpPolicy, AuthorizationIdentityAndPermissionServiceFailures) {
   }
 
   // Forged operator: neither the reserved parameter nor the reserved header survives.
-  auto forged = call(env, "GET", "/api/v1/ops/whoami?__authenticatedOperator=mallory&note=hi", {},
-                     {{"Authorization", "Bearer " + mint("alice")}, {"X-Changeflow-Authenticated-Operator", "mallory"}});
+  auto forged =
+      call(env, "GET", "/api/v1/ops/whoami?__authenticatedOperator=mallory&note=hi", {},
+           {{"Authorization", "Bearer " + mint("alice")}, {"X-Changeflow-Authenticated-Operator", "mallory"}});
   ASSERT_EQ(forged.status, 200) << forged.body;
   auto data = json::parse(forged.body)["data"];
   EXPECT_EQ(data["operator"], "alice");
@@ -271,24 +285,27 @@ TEST(HttpPolicy, AuthorizationIdentityAndPermissionServiceFailures) {
   }
   // A cleared rule list grants nobody (hot): alice is now denied without restart.
   rewrite(env, {{"auth", {{"jwt_secret", jwt_secret}, {"permission_timeout_ms", 400}, {"ops_rules", json::array()}}}});
-  EXPECT_TRUE(wait_until([&] { return call(env, "GET", "/api/v1/ops/whoami", {}, bearer(mint("alice"))).status == 403; },
-                         std::chrono::seconds(10)));
+  EXPECT_TRUE(
+      wait_until([&] { return call(env, "GET", "/api/v1/ops/whoami", {}, bearer(mint("alice"))).status == 403; },
+                 std::chrono::seconds(10)));
 
   // Permission service down (nothing listens at its address; base_url is a restart key).
   env.restart_service(json{{"permission", {{"base_url", "http://127.0.0.1:1"}}}});
   auto down = call(env, "GET", "/api/v1/ops/whoami", {}, bearer(mint("alice")));
   EXPECT_EQ(down.status, 403) << down.body;
   EXPECT_EQ(message_of(down), "Access denied");
-  EXPECT_EQ(call(env, "GET", "/api/v1/ops/whoami").status, 401) << "no identity stays 401 even when the service is down";
+  EXPECT_EQ(call(env, "GET", "/api/v1/ops/whoami").status, 401)
+      << "no identity stays 401 even when the service is down";
 }
 
 // The rate-limit subject: the hop appended by the trusted proxy, never a client-supplied first hop;
 // an email account and its employee id share one quota.
 TEST(HttpPolicy, RateLimitSubjectForwardedForAndAliases) {
   flow_env env(base_config(json{{"rate_limit", {{"submit", 2}, {"window_ms", 600000}}},
-                                {"auth", {{"jwt_secret", jwt_secret},
-                                          {"trusted_proxies", {"127.0.0.1"}},
-                                          {"aliases", {{"E12345", "carol@corp.example"}}}}}}));
+                                {"auth",
+                                 {{"jwt_secret", jwt_secret},
+                                  {"trusted_proxies", {"127.0.0.1"}},
+                                  {"aliases", {{"E12345", "carol@corp.example"}}}}}}));
   // Three requests from client 10.0.0.5 behind our proxy, each spoofing a different first hop.
   for (int i = 0; i < 2; ++i) {
     auto r = probe_submit(env, {{"X-Forwarded-For", "9.9.9." + std::to_string(i) + ", 10.0.0.5"}});
@@ -311,8 +328,7 @@ TEST(HttpPolicy, RateLimitSubjectForwardedForAndAliases) {
 // Idempotency: byte-identical replay, 422 on a changed body, 409 while the first is in flight, the
 // stored response replayed once the first completes, and the cleanup of expired records.
 TEST(HttpPolicy, IdempotencyReplayConflictInFlightAndCleanup) {
-  flow_env env(base_config(json{{"idempotency", {{"cleanup_interval_ms", 100}}}}),
-               {"--callback-delay-ms", "3000"});
+  flow_env env(base_config(json{{"idempotency", {{"cleanup_interval_ms", 100}}}}), {"--callback-delay-ms", "3000"});
   const std::string op = "7a1c2a9e-1111-4222-8333-444455556666";
   auto body = submit_body("idem", "erin", "svc-idem", op).dump();
   auto first = call(env, "POST", "/api/v1/changes", body);
@@ -353,13 +369,11 @@ TEST(HttpPolicy, IdempotencyReplayConflictInFlightAndCleanup) {
       first = http_call("127.0.0.1", held.port(), "POST", "/api/v1/changes", k_body, k_key,
                         std::chrono::milliseconds(hold_ms) + std::chrono::seconds(60));
     });
-    ASSERT_TRUE(
-        wait_until([&] { return held.db().scalar("SELECT state FROM " + record) == "IN_FLIGHT"; },
-                   std::chrono::seconds(30)))
+    ASSERT_TRUE(wait_until([&] { return held.db().scalar("SELECT state FROM " + record) == "IN_FLIGHT"; },
+                           std::chrono::seconds(30)))
         << "the first request never began its idempotency record";
     auto in_flight = call(held, "POST", "/api/v1/changes", k_body, k_key);
-    EXPECT_EQ(in_flight.status, 409)
-        << in_flight.body << " (the first must still be held, " << hold_ms << " ms)";
+    EXPECT_EQ(in_flight.status, 409) << in_flight.body << " (the first must still be held, " << hold_ms << " ms)";
     EXPECT_EQ(code_of(in_flight), "REQUEST_IN_FLIGHT");
     EXPECT_FALSE(in_flight.header("retry-after").empty());
     EXPECT_EQ(held.db().scalar(frank_ops), "0") << "nothing ran for the in-flight duplicate";
@@ -400,7 +414,8 @@ TEST(HttpPolicy, MetricFaultsDoNotChangeResponsesAndOpenApiIsServed) {
     }
     auto bad = probe_submit(env, bearer(token));
     out.emplace_back(bad.status, code_of(bad));
-    auto ok = call(env, "POST", "/api/v1/changes", submit_body("m", "gina", "svc-m-" + suffix, "").dump(), bearer(token));
+    auto ok =
+        call(env, "POST", "/api/v1/changes", submit_body("m", "gina", "svc-m-" + suffix, "").dump(), bearer(token));
     out.emplace_back(ok.status, code_of(ok));
     return out;
   };
