@@ -6,8 +6,7 @@
 // Invariants: never throws; the router's answer agrees with the pattern it names; query/header
 // accessors never throw; the console never serves a file outside its directory.
 //
-// The route list mirrors route_policies() in http/api.cpp (building the real table needs the
-// CAF/database service context); keep it in sync when routes are added.
+// The routes are those of http/route_table.hpp, with handlers that do nothing.
 
 #include "base/log.hpp"
 #include "fuzz/fuzz_support.hpp"
@@ -31,47 +30,6 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-const char* const routes_table[][2] = {
-    {"GET", "/healthz"},
-    {"GET", "/readyz"},
-    {"GET", "/metrics"},
-    {"GET", "/api/openapi.json"},
-    {"GET", "/api/v1/changes"},
-    {"POST", "/api/v1/changes"},
-    {"GET", "/api/v1/changes/{id}"},
-    {"POST", "/api/v1/changes/{id}/cancel"},
-    {"POST", "/api/v1/callbacks/approval"},
-    {"POST", "/api/v1/callbacks/deploy"},
-    {"GET", "/api/v1/ops/actors"},
-    {"GET", "/api/v1/ops/audit"},
-    {"GET", "/api/v1/ops/batches"},
-    {"GET", "/api/v1/ops/batches/{id}"},
-    {"POST", "/api/v1/ops/batches/{id}/settle"},
-    {"POST", "/api/v1/ops/batches/{id}/unblock"},
-    {"POST", "/api/v1/ops/batch/round"},
-    {"POST", "/api/v1/ops/bulk/{action}"},
-    {"GET", "/api/v1/ops/callbacks"},
-    {"GET", "/api/v1/ops/config"},
-    {"GET", "/api/v1/ops/instances"},
-    {"GET", "/api/v1/ops/operations"},
-    {"GET", "/api/v1/ops/operations/{id}"},
-    {"POST", "/api/v1/ops/operations/{id}/close"},
-    {"POST", "/api/v1/ops/operations/{id}/confirm"},
-    {"POST", "/api/v1/ops/operations/{id}/fail"},
-    {"POST", "/api/v1/ops/operations/{id}/resend-approval"},
-    {"POST", "/api/v1/ops/operations/{id}/retrigger"},
-    {"GET", "/api/v1/ops/overview"},
-    {"POST", "/api/v1/ops/reconcile"},
-    {"GET", "/api/v1/ops/whoami"},
-    {"GET", "/console"},
-    {"GET", "/console/{s1}"},
-    {"GET", "/console/{s1}/{s2}"},
-    {"GET", "/console/{s1}/{s2}/{s3}"},
-    {"GET", "/console/{s1}/{s2}/{s3}/{s4}"},
-    {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}"},
-    {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}"},
-};
-
 const std::string secret_text = "FUZZ-SECRET-OUTSIDE-CONSOLE";
 
 struct fixture {
@@ -79,12 +37,9 @@ struct fixture {
   std::string console_dir;
   fixture() {
     log::set_min_level(log::level::error);
-    for (const auto& r : routes_table) {
-      http::route rt;
-      rt.method = r[0];
-      rt.pattern = r[1];
-      rt.handler = [](http_server::request&, const http::path_params&, http_server::responder) {};
-      routes.add(std::move(rt));
+    // The service's own route table (http/route_table.hpp): the real handlers need the service.
+    for (const http::route_spec* spec : http::all_routes) {
+      routes.add({*spec, [](http_server::request&, const http::path_params&, http_server::responder) {}});
     }
     // <tmp>/cf-fuzz-console-<pid>/{secret.txt, dist/{index.html, favicon.ico, assets/app-AbCd1234.js}}
     auto base = std::filesystem::temp_directory_path() / ("cf-fuzz-console-" + std::to_string(::getpid()));

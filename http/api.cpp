@@ -20,6 +20,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <stdexcept>
 
 namespace changeflow::http {
 
@@ -80,6 +82,7 @@ route_policy ops_route() {
   p.bucket = "ops";
   p.limit_key = "rate_limit.ops";
   p.requires_identity = true;
+  p.required_rules = {"changeflow.ops", "changeflow.admin"};  // replaced at run time by auth.ops_rules
   p.required_rules_key = "auth.ops_rules";
   return p;
 }
@@ -165,56 +168,28 @@ std::optional<std::string> authenticated_operator(const http_server::request& re
   return h->second;
 }
 
-// THE policy table. Every route the service serves appears here once; openapi.cpp documents the
-// same set and http_policy_test checks both against build_routes().
+middleware::route_policy policy_for(route_access access) {
+  switch (access) {
+    case route_access::open: return open_route();
+    case route_access::user_read: return user_read();
+    // Trade-off: rate limiting runs BEFORE the idempotency check, so a retry over quota gets 429
+    // RATE_LIMITED instead of its replayed response; it gets the replay once Retry-After has passed.
+    case route_access::user_submit: return user_write("submit", "rate_limit.submit", "submit");
+    case route_access::user_cancel: return user_cancel();
+    case route_access::callback: return callback_route();
+    case route_access::ops: return ops_route();
+  }
+  return open_route();
+}
+
 const std::vector<route_policy_entry>& route_policies() {
-  static const std::vector<route_policy_entry> table = {
-      // User API. Trade-off: rate limiting runs BEFORE the idempotency check, so a
-      // retry over quota gets 429 RATE_LIMITED instead of its replayed response; it gets the
-      // replay once Retry-After has passed.
-      {"POST", "/api/v1/changes", user_write("submit", "rate_limit.submit", "submit")},
-      {"GET", "/api/v1/changes/{id}", user_read()},
-      {"POST", "/api/v1/changes/{id}/cancel", user_cancel()},
-      {"GET", "/api/v1/changes", user_read()},
-      // Callbacks from the approval system and the deploy pipeline.
-      {"POST", "/api/v1/callbacks/approval", callback_route()},
-      {"POST", "/api/v1/callbacks/deploy", callback_route()},
-      // Ops API (authorized with the ops rule codes, audited by each action).
-      {"GET", "/api/v1/ops/whoami", ops_route()},
-      {"GET", "/api/v1/ops/overview", ops_route()},
-      {"GET", "/api/v1/ops/actors", ops_route()},
-      {"GET", "/api/v1/ops/operations", ops_route()},
-      {"GET", "/api/v1/ops/operations/{id}", ops_route()},
-      {"POST", "/api/v1/ops/operations/{id}/retrigger", ops_route()},
-      {"POST", "/api/v1/ops/operations/{id}/fail", ops_route()},
-      {"POST", "/api/v1/ops/operations/{id}/close", ops_route()},
-      {"POST", "/api/v1/ops/operations/{id}/resend-approval", ops_route()},
-      {"POST", "/api/v1/ops/operations/{id}/confirm", ops_route()},
-      {"POST", "/api/v1/ops/bulk/{action}", ops_route()},
-      {"GET", "/api/v1/ops/audit", ops_route()},
-      {"GET", "/api/v1/ops/config", ops_route()},
-      {"GET", "/api/v1/ops/instances", ops_route()},
-      {"GET", "/api/v1/ops/callbacks", ops_route()},
-      {"POST", "/api/v1/ops/reconcile", ops_route()},
-      {"GET", "/api/v1/ops/batches", ops_route()},
-      {"GET", "/api/v1/ops/batches/{id}", ops_route()},
-      {"POST", "/api/v1/ops/batches/{id}/settle", ops_route()},
-      {"POST", "/api/v1/ops/batches/{id}/unblock", ops_route()},
-      {"POST", "/api/v1/ops/batch/round", ops_route()},
-      // The console (static files; the API calls it makes carry their own authorization).
-      {"GET", "/console", open_route()},
-      {"GET", "/console/{s1}", open_route()},
-      {"GET", "/console/{s1}/{s2}", open_route()},
-      {"GET", "/console/{s1}/{s2}/{s3}", open_route()},
-      {"GET", "/console/{s1}/{s2}/{s3}/{s4}", open_route()},
-      {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}", open_route()},
-      {"GET", "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}", open_route()},
-      // Infrastructure: open, never limited (probes and scrapers must always get through).
-      {"GET", "/healthz", open_route()},
-      {"GET", "/readyz", open_route()},
-      {"GET", "/metrics", open_route()},
-      {"GET", "/api/openapi.json", open_route()},
-  };
+  static const std::vector<route_policy_entry> table = [] {
+    std::vector<route_policy_entry> out;
+    for (const route_spec* spec : all_routes) {
+      out.push_back({std::string(spec->method), std::string(spec->pattern), policy_for(spec->access)});
+    }
+    return out;
+  }();
   return table;
 }
 
@@ -229,16 +204,24 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
   add_batch_routes(plain, ctx, std::move(batch));
   add_console_routes(plain, [&ctx] { return ctx.config.current()->string_or("console.dir", ""); });
   add_openapi_route(plain);
-  // Overlay the declared policies; a route added elsewhere with its own policy keeps it only if the
-  // table does not mention it (the table is the single source of truth).
+  // Every handler serves a route of the table, and every route of the table has exactly one
+  // handler: anything else is a programming error, refused before the service listens.
   auto routes = std::make_shared<router>();
+  std::set<std::pair<std::string, std::string>> bound;
   for (auto r : plain.routes()) {
-    if (const auto* p = find_policy(r.method, r.pattern)) {
-      r.policy = *p;
-    } else {
-      log::warn("http.route_without_policy", {{"method", r.method}, {"pattern", r.pattern}});
+    const auto* p = find_policy(r.method, r.pattern);
+    if (!p) throw std::logic_error("route " + r.method + " " + r.pattern + " is not in http/route_table.hpp");
+    if (!bound.emplace(r.method, r.pattern).second) {
+      throw std::logic_error("route " + r.method + " " + r.pattern + " has two handlers");
     }
+    r.policy = *p;
     routes->add(std::move(r));
+  }
+  for (const route_spec* spec : all_routes) {
+    if (!bound.count({std::string(spec->method), std::string(spec->pattern)})) {
+      throw std::logic_error("route " + std::string(spec->method) + " " + std::string(spec->pattern) +
+                             " of http/route_table.hpp has no handler");
+    }
   }
   return routes;
 }

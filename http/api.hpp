@@ -1,6 +1,6 @@
 #pragma once
-// Assembles the HTTP API: the route table with every route's policy (declared in ONE table in
-// api.cpp, next to the routes), and the request pipeline every request goes through:
+// Assembles the HTTP API: the routes of http/route_table.hpp bound to their handlers, each with the
+// policy of its kind of access, and the request pipeline every request goes through:
 //
 //   route match (404/405) -> middleware::run_chain BEFORE the body is parsed
 //        (rate limit -> authorization [permission check on the external pool, bounded by
@@ -64,12 +64,16 @@ struct route_policy_entry {
   middleware::route_policy policy;
 };
 
-/// Every route's policy, declared as data. A route missing from this table is served with an open
-/// policy and logged at start-up (http_policy_test asserts none is missing).
+/// The middleware policy of each kind of route (http/route_table.hpp says which kind each route is).
+middleware::route_policy policy_for(route_access access);
+
+/// Every route of http/route_table.hpp with its policy.
 const std::vector<route_policy_entry>& route_policies();
 
 /// The complete route table exactly as the service serves it (health, changes, callbacks, ops,
 /// openapi), each route carrying its policy from route_policies(). main and the tests share it.
+/// Throws std::logic_error when a handler serves a route outside http/route_table.hpp, or a route
+/// of the table has no handler or two.
 std::shared_ptr<const router> build_routes(service_context& ctx,
                                            std::optional<actors::batch_coordinator> batch = std::nullopt);
 

@@ -1,6 +1,7 @@
 #include "http/openapi.hpp"
 
 #include "base/log.hpp"
+#include "http/route_table.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -61,7 +62,6 @@ constexpr const char* document_text = R"json({
   "paths": {
     "/api/v1/changes": {
       "post": {
-        "summary": "Submit a change request",
         "description": "Rate limited (rate_limit.submit per identity, else per client address); identity required unless auth.required is false; the requester is the verified identity (a body field requester/actor/applicant is a 400); the subject needs its rule code (auth.subject_rule) or an operator code (auth.ops_rules) at the permission service, else 403 FORBIDDEN; refused with 403 ACCESS_CLOSED when access.mode/access.window closes user writes. Rate limiting runs before the idempotency check.",
         "security": [{}, {"bearer": []}],
         "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
@@ -79,7 +79,6 @@ constexpr const char* document_text = R"json({
         }
       },
       "get": {
-        "summary": "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)",
         "parameters": [
           {"name": "subject", "in": "query", "required": false, "schema": {"type": "string"}},
           {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}
@@ -89,190 +88,165 @@ constexpr const char* document_text = R"json({
     },
     "/api/v1/changes/{id}": {
       "get": {
-        "summary": "Status of one operation with its requester, timeline and hint (KEEP_WAITING, CONTACT_MAINTAINERS, ...)",
         "parameters": [{"$ref": "#/components/parameters/OperationId"}],
         "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such operation, or one the caller may not see (its requester, callers holding its subject's code and operators may)"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/changes/{id}/cancel": {
       "post": {
-        "summary": "Cancel a change that has not merged: withdraws the pending approval, closes the open MR, ends in CANCELLED (repeat: 200 alreadyCancelled)",
         "parameters": [{"$ref": "#/components/parameters/OperationId"}],
         "responses": {"200": {"description": "OK; data {phase: CANCELLED, withdrawn: [...]} or {alreadyCancelled: true}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "409": {"description": "ALREADY_MERGED (merged wins) or CONFLICT (cannot be cancelled at this step)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/callbacks/approval": {
       "post": {
-        "summary": "Approval system callback {callbackId, operationId, result: APPROVED|REJECTED|WITHDRAWN}",
         "security": [{"approvalSignature": []}],
         "responses": {"200": {"description": "OK (applied, or ignored as stale/duplicate)"}, "400": {"description": "BAD_REQUEST"}, "401": {"description": "UNAUTHENTICATED: signature missing or invalid"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/callbacks/deploy": {
       "post": {
-        "summary": "Deploy pipeline callback {deliveryId, mrIid, project?, pipelineId?, status, operationIds?}",
         "security": [{"deployToken": []}],
         "responses": {"200": {"description": "OK"}, "400": {"description": "BAD_REQUEST"}, "401": {"description": "UNAUTHENTICATED: token missing or invalid"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/ops/whoami": {
       "get": {
-        "summary": "The operator as resolved by the server (a client-sent __authenticatedOperator is overwritten)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK; data {operator, params}"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/overview": {
       "get": {
-        "summary": "Counts by phase, stuck-looking operations first, callback outcomes, batch status",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/actors": {
       "get": {
-        "summary": "Live request actors on this instance with their summaries",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations": {
       "get": {
-        "summary": "Operations across all instances; filters phase, step, flow, owner, subject, target, older_than_s; paged by limit/after",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}": {
       "get": {
-        "summary": "One operation in depth: timeline, callback ledger, owner, next wake, last error, allowed actions",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}/retrigger": {
       "post": {
-        "summary": "Re-trigger the current step (operator edge of the transition table)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}/fail": {
       "post": {
-        "summary": "Force a terminal failure with a reason",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}/close": {
       "post": {
-        "summary": "Close the change (any failure included): withdraws the pending approval, closes the MR if open (a merged MR is recorded as merged); a failed or unconfirmed deploy is closed without touching the merged MR",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}/confirm": {
       "post": {
-        "summary": "Confirm a merged change whose deploy failed or was never confirmed (-> CALLED_BACK, VALIDATED)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/operations/{id}/resend-approval": {
       "post": {
-        "summary": "Submit the approval request again",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/bulk/{action}": {
       "post": {
-        "summary": "Bulk retrigger or fail for a filtered set; dryRun returns the count",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/audit": {
       "get": {
-        "summary": "Audit log of operator actions (masked, truncated parameters)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/config": {
       "get": {
-        "summary": "Effective configuration with the source of each value",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/instances": {
       "get": {
-        "summary": "Instances, their leases and the operations each owns",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/callbacks": {
       "get": {
-        "summary": "Callback outcome counts and recent stale/duplicate/out-of-order deliveries",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/reconcile": {
       "post": {
-        "summary": "Run reconciliation of lost deploy callbacks now",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/batches": {
       "get": {
-        "summary": "Batches, newest first",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/batches/{id}": {
       "get": {
-        "summary": "One batch with its members and the waiting set",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/batches/{id}/settle": {
       "post": {
-        "summary": "Settle a batch (close, re-read, merged wins)",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/batches/{id}/unblock": {
       "post": {
-        "summary": "Release a BLOCKED batch's slot",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
     "/api/v1/ops/batch/round": {
       "post": {
-        "summary": "Run a batch admission round now",
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
-    "/console": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}/{s2}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}/{s2}/{s3}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}/{s2}/{s3}/{s4}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}/{s2}/{s3}/{s4}/{s5}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}": {"get": {"summary": "Ops console (single-page app and its hashed assets)", "responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
-    "/healthz": {"get": {"summary": "Process alive", "responses": {"200": {"description": "OK"}}}},
-    "/readyz": {"get": {"summary": "Ready: database reachable, schema current, service ready", "responses": {"200": {"description": "OK"}, "503": {"description": "NOT_READY with data.reason"}}}},
-    "/metrics": {"get": {"summary": "Prometheus text exposition", "responses": {"200": {"description": "text/plain; version=0.0.4"}}}},
-    "/api/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3 document (not enveloped)"}}}}
+    "/console": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}/{s5}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/console/{s1}/{s2}/{s3}/{s4}/{s5}/{s6}": {"get": {"responses": {"200": {"description": "HTML or asset"}, "404": {"description": "Missing asset (JSON, no-store)"}}}},
+    "/healthz": {"get": {"responses": {"200": {"description": "OK"}}}},
+    "/readyz": {"get": {"responses": {"200": {"description": "OK"}, "503": {"description": "NOT_READY with data.reason"}}}},
+    "/metrics": {"get": {"responses": {"200": {"description": "text/plain; version=0.0.4"}}}},
+    "/api/openapi.json": {"get": {"responses": {"200": {"description": "OpenAPI 3 document (not enveloped)"}}}}
   }
 })json";
 
@@ -284,6 +258,18 @@ const nlohmann::json& openapi_document() {
     if (parsed.is_discarded()) {
       log::error("openapi.invalid_document", {});
       return nlohmann::json::object();
+    }
+    // Paths and summaries come from the route table; the text above adds parameters, bodies and
+    // answers. A route the text does not describe still appears, with its summary.
+    for (const route_spec* spec : all_routes) {
+      std::string method(spec->method);
+      std::transform(method.begin(), method.end(), method.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      auto& op = parsed["paths"][std::string(spec->pattern)][method];
+      if (!op.contains("responses")) {
+        log::error("openapi.route_without_answers", {{"method", spec->method}, {"pattern", spec->pattern}});
+      }
+      op["summary"] = spec->summary;
     }
     return parsed;
   }();
@@ -308,7 +294,7 @@ std::set<std::pair<std::string, std::string>> documented_operations(const nlohma
 }
 
 void add_openapi_route(router& r) {
-  r.add({"GET", "/api/openapi.json", [](http_server::request&, const path_params&, http_server::responder reply) {
+  r.add({routes::openapi, [](http_server::request&, const path_params&, http_server::responder reply) {
            http_server::response res;
            res.body = log::safe_dump(openapi_document());
            reply(std::move(res));

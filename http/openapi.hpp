@@ -1,7 +1,8 @@
 #pragma once
-// The OpenAPI 3 description of the API, served at GET /api/openapi.json. Kept in one literal in
-// openapi.cpp; http_policy_test/openapi_test check that its (path, method) set equals the real route
-// table built by build_routes(), so a route added without documentation fails the build's tests.
+// The OpenAPI 3 description of the API, served at GET /api/openapi.json: paths and summaries from
+// http/route_table.hpp, parameters, bodies and answers from the literal in openapi.cpp.
+// openapi_test checks that the literal describes the answers of every route of the table and
+// nothing else, so a route added without documentation fails the tests.
 
 #include "http/router.hpp"
 

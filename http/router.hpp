@@ -3,6 +3,7 @@
 // the template, never the raw path, so label cardinality stays bounded.
 
 #include "http/middleware/route_policy.hpp"
+#include "http/route_table.hpp"
 #include "http/server/message.hpp"
 
 #include <functional>
@@ -27,6 +28,13 @@ struct route {
 class router {
  public:
   void add(route r);
+  /// A route_table entry and its handler: `r.add({routes::healthz, handler})`. Its policy is set
+  /// from the table by build_routes.
+  struct bound_route {
+    const route_spec& spec;
+    route_handler handler;
+  };
+  void add(bound_route b) { add(route{std::string(b.spec.method), std::string(b.spec.pattern), std::move(b.handler)}); }
 
   enum class match_kind { found, not_found, method_not_allowed };
   struct match_result {

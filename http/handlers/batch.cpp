@@ -18,15 +18,6 @@ http_server::response db_failure(const persistence::db_error& e) {
   return internal_error("database: " + e.message);
 }
 
-middleware::route_policy ops_policy() {
-  middleware::route_policy p;
-  p.bucket = "ops";
-  p.required_rules = {"changeflow.ops", "changeflow.admin"};
-  p.required_rules_key = "auth.ops_rules";
-  p.requires_identity = true;
-  return p;
-}
-
 nlohmann::json batch_json(const persistence::batch_row& b) {
   nlohmann::json j = {
       {"id", b.id},
@@ -85,8 +76,7 @@ void ask(service_context& ctx, const std::optional<actors::batch_coordinator>& c
 }  // namespace
 
 void add_batch_routes(router& r, service_context& ctx, std::optional<actors::batch_coordinator> coordinator) {
-  r.add({"GET", "/api/v1/ops/batches",
-         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+  r.add({routes::ops_batches, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            std::int64_t before = 0;
            int limit = 50;
            if (auto b = req.query_param("before")) before = parse_id(*b).value_or(0);
@@ -99,11 +89,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
              for (const auto& b : rows.value) items.push_back(batch_json(b));
              reply(ok({{"items", items}}));
            });
-         },
-         ops_policy()});
+         }});
 
-  r.add({"GET", "/api/v1/ops/batches/{id}",
-         [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
+  r.add({routes::ops_batch, [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
            with_db(ctx, reply, [id = *id](sql::Connection& conn, http_server::responder& reply) {
@@ -133,10 +121,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
              j["waiting"] = w;
              reply(ok(j));
            });
-         },
-         ops_policy()});
+         }});
 
-  r.add({"POST", "/api/v1/ops/batches/{id}/settle",
+  r.add({routes::ops_batch_settle,
          [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
@@ -148,10 +135,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
                  return ok({{"result", s}}, 202, "ACCEPTED");
                },
                actors::batch_settle_atom::value, *id);
-         },
-         ops_policy()});
+         }});
 
-  r.add({"POST", "/api/v1/ops/batches/{id}/unblock",
+  r.add({routes::ops_batch_unblock,
          [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
@@ -166,10 +152,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
              if (coordinator && system) caf::anon_send(*coordinator, actors::batch_adopt_atom::value, id);
              reply(ok({{"id", id}, {"status", "RUNNING"}}));
            });
-         },
-         ops_policy()});
+         }});
 
-  r.add({"POST", "/api/v1/ops/batch/round",
+  r.add({routes::ops_batch_round,
          [&ctx, coordinator](http_server::request&, const path_params&, http_server::responder reply) {
            ask(
                ctx, coordinator, reply,
@@ -177,8 +162,7 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
                  return ok({{"result", s}}, 202, "ACCEPTED");
                },
                actors::batch_round_atom::value);
-         },
-         ops_policy()});
+         }});
 }
 
 }  // namespace changeflow::http

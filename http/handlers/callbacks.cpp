@@ -295,28 +295,20 @@ bool approval_signature_valid(const http_server::request& req, const std::option
 }
 
 void add_callback_routes(router& r, service_context& ctx) {
-  r.add({"POST", "/api/v1/callbacks/approval",
-         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           approval_callback(ctx, req, std::move(reply));
-         }});
-  r.add({"POST", "/api/v1/callbacks/deploy",
-         [&ctx, claims = std::make_shared<delivery_claims>()](http_server::request& req, const path_params&,
-                                                              http_server::responder reply) {
+  r.add(
+      {routes::approval_callback, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+         approval_callback(ctx, req, std::move(reply));
+       }});
+  r.add({routes::deploy_callback, [&ctx, claims = std::make_shared<delivery_claims>()](
+                                      http_server::request& req, const path_params&, http_server::responder reply) {
            deploy_callback(ctx, claims, req, std::move(reply));
          }});
 }
 
 void add_reconcile_route(router& r, service_context& ctx) {
-  route rt{"POST", "/api/v1/ops/reconcile",
-           [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
-             manual_reconcile(ctx, std::move(reply));
-           }};
-  // Ops API: authenticated operators only, once the middleware chain enforces policies.
-  rt.policy.bucket = "ops";
-  rt.policy.limit_key = "rate_limit.ops";
-  rt.policy.requires_identity = true;
-  rt.policy.required_rules_key = "auth.ops_rules";
-  r.add(std::move(rt));
+  r.add({routes::ops_reconcile, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+           manual_reconcile(ctx, std::move(reply));
+         }});
 }
 
 }  // namespace changeflow::http

@@ -487,19 +487,16 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
 }  // namespace
 
 void add_change_routes(router& r, service_context& ctx) {
-  r.add(
-      {"POST", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-         submit(ctx, req, std::move(reply));
-       }});
-  r.add({"GET", "/api/v1/changes/{id}",
-         [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
+  r.add({routes::submit_change, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+           submit(ctx, req, std::move(reply));
+         }});
+  r.add({routes::get_change, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            get_one(ctx, req, p.at("id"), std::move(reply));
          }});
-  r.add({"POST", "/api/v1/changes/{id}/cancel",
-         [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
+  r.add({routes::cancel_change, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            cancel(ctx, req, p.at("id"), std::move(reply));
          }});
-  r.add({"GET", "/api/v1/changes", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+  r.add({routes::list_changes, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            list_changes(ctx, req, std::move(reply));
          }});
 }

@@ -9,11 +9,11 @@
 namespace changeflow::http {
 
 void add_health_routes(router& r, service_context& ctx) {
-  r.add({"GET", "/healthz", [](http_server::request&, const path_params&, http_server::responder reply) {
+  r.add({routes::healthz, [](http_server::request&, const path_params&, http_server::responder reply) {
            reply(ok({{"status", "alive"}}));
          }});
 
-  r.add({"GET", "/readyz", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+  r.add({routes::readyz, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
            if (ctx.not_ready_reason) {
              if (auto reason = ctx.not_ready_reason()) {
                return reply(envelope(503, "NOT_READY", *reason, {{"reason", *reason}}));
@@ -39,7 +39,7 @@ void add_health_routes(router& r, service_context& ctx) {
            if (!queued) reply(envelope(503, "NOT_READY", "database queue full", {{"reason", "database queue full"}}));
          }});
 
-  r.add({"GET", "/metrics", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+  r.add({routes::metrics, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
            http_server::response res;
            res.content_type = "text/plain; version=0.0.4";
            res.body = ctx.metrics.serialize();

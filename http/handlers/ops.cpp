@@ -771,70 +771,64 @@ json allowed_actions_json(step current) {
   return out;
 }
 
-middleware::route_policy ops_route_policy() {
-  middleware::route_policy p;
-  p.bucket = "ops";
-  p.limit_key = "rate_limit.ops";
-  p.required_rules = {"changeflow.ops", "changeflow.admin"};
-  p.required_rules_key = "auth.ops_rules";
-  p.requires_identity = true;
-  return p;
+namespace {
+const route_spec& route_of(ops_action a) {
+  switch (a) {
+    case ops_action::retrigger: return routes::ops_retrigger;
+    case ops_action::fail: return routes::ops_fail;
+    case ops_action::close: return routes::ops_close;
+    case ops_action::resend_approval: return routes::ops_resend_approval;
+    case ops_action::confirm: return routes::ops_confirm;
+  }
+  return routes::ops_retrigger;
 }
+}  // namespace
 
 void add_ops_routes(router& r, service_context& ctx, operator_source who) {
   if (!who) who = [](const http_server::request& req) { return authenticated_operator(req); };
-  auto add = [&](std::string method, std::string pattern, route_handler h) {
-    route rt{std::move(method), std::move(pattern), std::move(h)};
-    rt.policy = ops_route_policy();
-    r.add(std::move(rt));
-  };
-  add("GET", "/api/v1/ops/overview",
-      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-        overview(ctx, req, std::move(reply));
-      });
-  add("GET", "/api/v1/ops/actors", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+  auto add = [&](const route_spec& spec, route_handler h) { r.add({spec, std::move(h)}); };
+  add(routes::ops_overview, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    overview(ctx, req, std::move(reply));
+  });
+  add(routes::ops_actors, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     list_actors(ctx, req, std::move(reply));
   });
-  add("GET", "/api/v1/ops/operations",
-      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-        list_operations(ctx, req, std::move(reply));
-      });
-  add("GET", "/api/v1/ops/operations/{id}",
-      [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
-        get_operation(ctx, p.at("id"), std::move(reply));
-      });
+  add(routes::ops_operations, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_operations(ctx, req, std::move(reply));
+  });
+  add(routes::ops_operation, [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
+    get_operation(ctx, p.at("id"), std::move(reply));
+  });
   for (auto a : all_ops_actions) {
-    std::string pattern = "/api/v1/ops/operations/{id}/" + std::string(to_string(a));
-    add("POST", pattern,
-        [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
-          const auto& id = p.at("id");
-          if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
-          auto parsed = parse_action(ctx, who, req, a, id, pattern);
-          if (parsed.error) return reply(std::move(*parsed.error));
-          auto* svc = ctx.services;
-          auto* pool = &ctx.db;
-          submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
-            run_action(db, svc, pool, a, reply);
-          });
-        });
-  }
-  add("POST", "/api/v1/ops/bulk/{action}",
-      [&ctx, who](http_server::request& req, const path_params& p, http_server::responder reply) {
-        bulk(ctx, who, req, p.at("action"), std::move(reply));
+    const route_spec& spec = route_of(a);
+    std::string pattern(spec.pattern);
+    add(spec, [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
+      const auto& id = p.at("id");
+      if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
+      auto parsed = parse_action(ctx, who, req, a, id, pattern);
+      if (parsed.error) return reply(std::move(*parsed.error));
+      auto* svc = ctx.services;
+      auto* pool = &ctx.db;
+      submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
+        run_action(db, svc, pool, a, reply);
       });
-  add("GET", "/api/v1/ops/audit", [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    });
+  }
+  add(routes::ops_bulk, [&ctx, who](http_server::request& req, const path_params& p, http_server::responder reply) {
+    bulk(ctx, who, req, p.at("action"), std::move(reply));
+  });
+  add(routes::ops_audit, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     list_audit(ctx, req, std::move(reply));
   });
-  add("GET", "/api/v1/ops/config", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+  add(routes::ops_config, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
     reply(outcome_response(api_outcome::ok, {}, ctx.config.current()->describe()));
   });
-  add("GET", "/api/v1/ops/instances", [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+  add(routes::ops_instances, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
     list_instances(ctx, std::move(reply));
   });
-  add("GET", "/api/v1/ops/callbacks",
-      [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-        list_callbacks(ctx, req, std::move(reply));
-      });
+  add(routes::ops_callbacks, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+    list_callbacks(ctx, req, std::move(reply));
+  });
 }
 
 }  // namespace changeflow::http

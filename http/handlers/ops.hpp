@@ -36,10 +36,6 @@ namespace changeflow::http {
 /// (http::authenticated_operator); a function so tests and alternative front doors can swap it.
 using operator_source = std::function<std::optional<std::string>(const http_server::request&)>;
 
-/// The policy every ops route carries: identity required, any of changeflow.ops / changeflow.admin
-/// (replaced at run time by auth.ops_rules), rate limited in the "ops" bucket by rate_limit.ops.
-middleware::route_policy ops_route_policy();
-
 /// Registers every /api/v1/ops/... route of this file (see docs/console.md for the list).
 void add_ops_routes(router& r, service_context& ctx, operator_source who = nullptr);
 

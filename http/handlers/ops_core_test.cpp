@@ -57,7 +57,7 @@ TEST(OpsCore, AllowedActionsListsButtonsForTheConsole) {
 }
 
 TEST(OpsCore, OpsPolicyDemandsOpsRules) {
-  auto p = http::ops_route_policy();
+  auto p = http::policy_for(http::route_access::ops);
   EXPECT_EQ(p.bucket, "ops");
   EXPECT_EQ(p.limit_key, "rate_limit.ops");
   EXPECT_EQ(p.required_rules, (std::vector<std::string>{"changeflow.ops", "changeflow.admin"}));

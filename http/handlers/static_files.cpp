@@ -166,13 +166,7 @@ void add_console_routes(router& r, std::function<std::string()> console_dir) {
   auto handler = [console_dir](http_server::request& req, const path_params&, http_server::responder reply) {
     reply(serve_console(req, console_dir ? console_dir() : std::string()));
   };
-  // The router matches whole segments; one pattern per depth covers the SPA's routes and assets.
-  std::string pattern(prefix);
-  r.add({"GET", pattern, handler});
-  for (int depth = 1; depth <= 6; ++depth) {
-    pattern += "/{s" + std::to_string(depth) + "}";
-    r.add({"GET", pattern, handler});
-  }
+  for (const route_spec* spec : routes::console) r.add({*spec, handler});
 }
 
 }  // namespace changeflow::http

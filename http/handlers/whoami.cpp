@@ -22,7 +22,7 @@ nlohmann::json query_params_json(std::string_view query) {
 }
 
 void add_whoami_route(router& r, service_context&) {
-  r.add({"GET", "/api/v1/ops/whoami", [](http_server::request& req, const path_params&, http_server::responder reply) {
+  r.add({routes::ops_whoami, [](http_server::request& req, const path_params&, http_server::responder reply) {
            auto op = authenticated_operator(req);
            // The policy demands an identity, so this is a wiring error, not a client error.
            if (!op) return reply(internal_error("whoami reached without a resolved operator"));
