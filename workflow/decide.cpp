@@ -1,5 +1,7 @@
 #include "workflow/decide.hpp"
 
+#include "workflow/pipeline_rule.hpp"
+
 namespace changeflow::messages {
 
 std::string_view to_string(call_kind k) {
@@ -204,7 +206,7 @@ decision on_read_pipeline(const operation_state& s, const call_reply& r, const s
   switch (r.outcome) {
     case status::ok: {
       if (r.mr_state == "closed") return go_failed(step::CREATE_ERROR, "MR closed outside changeflow", "MR closed");
-      bool on_head = r.pipeline_sha.empty() || r.sha.empty() || r.pipeline_sha == r.sha;
+      bool on_head = pipeline_ran_on_head(r.sha, r.pipeline_sha);
       if (r.mr_state == "merged" || (r.pipeline_status == "success" && on_head)) {
         decision d = go(step::CREATE_SUCCEEDED, "check pipeline passed");
         d.next->clear_wake = true;
