@@ -99,23 +99,6 @@ std::string batch_description(std::int64_t batch_id, const std::vector<batch_mem
   return d;
 }
 
-batch_verdict classify(const batch_mr_view& mr) {
-  if (mr.state == "merged") return batch_verdict::merged;
-  if (mr.state == "closed" || mr.state.empty()) return batch_verdict::closed;
-  if (mr.rebase_in_progress) return batch_verdict::running;
-  // GitLab keeps the conflict after a failed rebase and says so in merge_error; rebasing again
-  // cannot help, so this ends the batch instead of polling until poll.timeout_ms.
-  if ((mr.has_conflicts || mr.detailed_merge_status == "conflict") && !mr.merge_error.empty())
-    return batch_verdict::conflict;
-  if (mr.detailed_merge_status == "need_rebase" || mr.detailed_merge_status == "conflict" || mr.has_conflicts)
-    return batch_verdict::needs_rebase;
-  // Only a pipeline that ran on the MR's current sha decides anything.
-  if (mr.pipeline_status.empty() || mr.pipeline_sha != mr.sha) return batch_verdict::running;
-  if (mr.pipeline_status == "failed" || mr.pipeline_status == "canceled") return batch_verdict::pipeline_failed;
-  if (mr.pipeline_status == "success") return batch_verdict::ready;
-  return batch_verdict::running;
-}
-
 batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
                             const batch_plan& plan) {
   ctx.refresh(snap);

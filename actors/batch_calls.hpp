@@ -5,6 +5,7 @@
 
 #include "clients/external_context.hpp"
 #include "config/snapshot.hpp"
+#include "workflow/batch_decide.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -43,33 +44,10 @@ std::string batch_title(std::int64_t batch_id, const std::vector<batch_member_ch
 /// the member titles and subjects.
 std::string batch_description(std::int64_t batch_id, const std::vector<batch_member_change>& members);
 
-/// What the coordinator needs to know about the batch MR after a call.
-struct batch_mr_view {
-  enum class call { ok, retryable, refused } outcome = call::ok;
-  std::string error;
-  std::int64_t iid = 0;
-  std::string web_url;
-  std::string state;  // opened | closed | merged | locked | "" (no MR)
-  std::string sha;
-  std::string pipeline_status;  // of the head pipeline, "" when none
-  std::string pipeline_sha;
-  std::string detailed_merge_status;
-  bool has_conflicts = false;
-  bool rebase_in_progress = false;
-  std::string merge_error;  // GitLab's word on the last failed rebase or merge; "" when none
-};
-
-/// How a read MR stands, decided from the view alone (pure).
-enum class batch_verdict {
-  merged,           // merged (by us earlier, or by anyone)
-  closed,           // closed outside the coordinator
-  pipeline_failed,  // head pipeline on the current sha failed/canceled: deterministic
-  ready,            // pipeline passed on the current sha: approve and merge
-  needs_rebase,     // behind the target or conflicting
-  conflict,         // a rebase was tried and failed: the branch conflicts with the target branch
-  running,          // keep polling
-};
-batch_verdict classify(const batch_mr_view& mr);
+/// The batch MR as a call saw it, and its verdict: the pure core's types (workflow/batch_decide.hpp).
+using batch_mr_view = workflow::batch::mr_view;
+using batch_verdict = workflow::batch::verdict;
+using workflow::batch::classify;
 
 /// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
 /// batch marker) + MR (409 -> the open MR of the branch).
@@ -80,7 +58,7 @@ batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
 /// state "" when there is none.
 batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
 
-enum class merge_answer { merged, not_yet, needs_rebase, closed, approval_refused, refused, retryable };
+using merge_answer = workflow::batch::merge_answer;
 struct merge_attempt {
   merge_answer answer = merge_answer::retryable;
   batch_mr_view mr;

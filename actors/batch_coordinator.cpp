@@ -3,6 +3,7 @@
 #include "base/answer_guard.hpp"
 #include "base/log.hpp"
 #include "persistence/operation_repo.hpp"
+#include "workflow/batch_decide.hpp"
 #include "workflow/poll_schedule.hpp"
 
 #include <cppconn/exception.h>
@@ -14,73 +15,35 @@
 
 namespace changeflow::actors {
 
-std::string_view describe(failure_cause c) {
-  switch (c) {
-    case failure_cause::pipeline_failed: return "pipeline failed";
-    case failure_cause::rebase_conflict: return "rebase conflict with the target branch";
-    case failure_cause::commit_refused: return "GitLab refused the batch commit";
-    case failure_cause::approval_refused: return "approval refused";
-    case failure_cause::merge_refused: return "merge refused";
-    case failure_cause::mr_closed: return "MR closed";
-    case failure_cause::gitlab_failing: return "GitLab kept failing";
-    case failure_cause::pipeline_timeout: return "pipeline did not finish within poll.timeout_ms";
-    case failure_cause::swept: return "running timeout (sweep)";
-    case failure_cause::operator_settled: return "settled by an operator";
-    case failure_cause::no_members: return "no member could be loaded";
+std::string_view to_string(round_outcome o) {
+  switch (o) {
+    case round_outcome::claimed: return "claimed";
+    case round_outcome::empty: return "empty";
+    case round_outcome::slot_occupied: return "slot_occupied";
+    case round_outcome::preempted: return "preempted";
+    case round_outcome::sweep: return "sweep";
+    case round_outcome::resume: return "resume";
+    case round_outcome::operator_settle: return "operator_settle";
+    case round_outcome::error: return "error";
   }
-  return "batch failed";
-}
-
-failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, int max_splits) {
-  switch (cause) {
-    case failure_cause::pipeline_failed:
-      if (members <= 1) return failure_plan::fail_alone;
-      if (depth < max_splits) return failure_plan::bisect;
-      return failure_plan::fail_all;
-    case failure_cause::rebase_conflict:
-    case failure_cause::commit_refused:
-      if (members > 1 && depth < max_splits) return failure_plan::bisect;
-      return failure_plan::requeue_bounded;
-    default: return failure_plan::requeue_bounded;
-  }
-}
-
-requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts) {
-  requeue_split out;
-  for (const auto& m : members) (m.batch_attempts >= max_attempts ? out.leave : out.requeue).push_back(m.operation_id);
-  return out;
-}
-
-std::vector<std::vector<std::string>> halves(const std::vector<batch_member_change>& members) {
-  std::vector<std::vector<std::string>> out(2);
-  const std::size_t mid = (members.size() + 1) / 2;
-  for (std::size_t i = 0; i < members.size(); ++i) out[i < mid ? 0 : 1].push_back(members[i].operation_id);
-  if (out[1].empty()) out.pop_back();
-  return out;
+  return "error";
 }
 
 namespace {
 
 using persistence::batch_status;
 using kind = batch_job_result::kind;
+namespace core = workflow::batch;
+using act = core::action::kind;
 
-/// The batch this coordinator drives right now.
+/// The batch this coordinator drives: the core's state plus what only the shell needs.
 struct drive {
-  std::uint64_t id = 0;
-  std::int64_t batch_id = 0;
-  int depth = 0;
+  std::uint64_t id = 0;  // tells this drive's job results from a previous drive's
   batch_status expected = batch_status::RUNNING;
-  std::vector<batch_member_change> members;
-  std::int64_t mr_iid = 0;
+  std::vector<batch_member_change> members;  // with their files (the MR carries them)
   std::string mr_url;
-  int polls = 0;
-  std::int64_t wait_started_ms = 0;
   std::int64_t started_ms = 0;
-  int call_failures = 0;
-  bool settle_requested = false;
-  // Set once the failure path started: the typed cause and GitLab's detail.
-  std::optional<std::string> failure;
-  failure_cause cause = failure_cause::gitlab_failing;
+  core::drive state;
 };
 
 struct coordinator_state {
@@ -100,8 +63,9 @@ std::int64_t now_ms(self_ptr self) {
   return self->state.svc->now_ms();
 }
 
-void count_round(self_ptr self, const std::string& outcome) {
-  self->state.svc->metrics->inc("changeflow_batch_rounds_total", "Batch rounds by outcome", {{"outcome", outcome}});
+void count_round(self_ptr self, round_outcome outcome) {
+  self->state.svc->metrics->inc("changeflow_batch_rounds_total", "Batch rounds by outcome",
+                                {{"outcome", std::string(to_string(outcome))}});
 }
 
 /// A guarded write's result as the coordinator reads it: applied, preempted by another settler, or failed.
@@ -120,7 +84,7 @@ batch_job_result lost_result(kind what, std::uint64_t drive_id) {
   out.what = what;
   out.drive = drive_id;
   out.ok = false;
-  out.round_outcome = "error";
+  out.round = round_outcome::error;
   out.mr.outcome = batch_mr_view::call::retryable;
   out.error = out.mr.error = "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
   return out;
@@ -141,11 +105,11 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
     } catch (const sql::SQLException& e) {
       db.reset();
       out.ok = false;
-      out.round_outcome = "error";
+      out.round = round_outcome::error;
       out.error = std::string("database: ") + e.what();
     } catch (const std::exception& e) {
       out.ok = false;
-      out.round_outcome = "error";
+      out.round = round_outcome::error;
       out.error = e.what();
     }
     guard->answered();
@@ -157,7 +121,7 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
     out.what = what;
     out.drive = drive_id;
     out.ok = false;
-    out.round_outcome = "error";
+    out.round = round_outcome::error;
     out.error = "database queue full";
     self->send(self, std::move(out));
   }
@@ -197,34 +161,46 @@ void on_external(self_ptr self, kind what,
   }
 }
 
+/// A repository call inside a job: false (with the error recorded) when it failed.
 template <class T>
-T value_or_throw(persistence::db_result<T> r) {
-  if (!r.ok()) throw std::runtime_error(std::string(persistence::to_string(r.outcome)) + ": " + r.error.message);
-  return std::move(r.value);
+bool took(const persistence::db_result<T>& r, batch_job_result& out) {
+  if (r.ok()) return true;
+  out.round = round_outcome::error;
+  out.ok = false;
+  out.error = std::string(persistence::to_string(r.outcome)) + ": " + r.error.message;
+  return false;
 }
 
-/// `claimed_by` set: only operations BATCH_CLAIMED by that batch.
-std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids,
-                                              std::optional<std::int64_t> claimed_by = std::nullopt) {
-  auto rows = value_or_throw(persistence::load_operations(conn, ids));
-  std::vector<batch_member_change> out;
-  // Keep the order of `ids` (claim order = admission order).
+/// The members' rows, in the order of `ids` (claim order = admission order); `claimed_by` set: only
+/// operations BATCH_CLAIMED by that batch. False (the error recorded in `out`) when the rows cannot
+/// be read: a database failure ends the job, it never passes for a batch without members.
+bool load_members(sql::Connection& conn, const std::vector<std::string>& ids, batch_job_result& out,
+                  std::vector<batch_member_change>& into, std::optional<std::int64_t> claimed_by = std::nullopt) {
+  auto loaded = persistence::load_operations(conn, ids);
+  if (!took(loaded, out)) return false;
+  const auto& rows = loaded.value;
+  into.clear();
   for (const auto& id : ids) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
     if (it == rows.end()) continue;
     if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by)) continue;
-    out.push_back(
+    into.push_back(
         {it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms, it->batch_attempts});
   }
-  return out;
+  return true;
 }
 
-workflow::poll_schedule schedule_from(const config::snapshot& snap) {
-  workflow::poll_schedule s;
-  s.short_interval_ms = snap.int_or("poll.short_interval_ms", s.short_interval_ms);
-  s.short_attempts = static_cast<int>(snap.int_or("poll.short_attempts", s.short_attempts));
-  s.long_interval_ms = snap.int_or("poll.long_interval_ms", s.long_interval_ms);
-  s.timeout_ms = snap.int_or("poll.timeout_ms", s.timeout_ms);
+/// The core's numbers from the configuration snapshot (read per decision: hot reload applies).
+core::settings settings_of(self_ptr self) {
+  auto snap = self->state.svc->config->current();
+  core::settings s;
+  s.max_splits = static_cast<int>(snap->int_or("batch.max_splits", s.max_splits));
+  const auto attempts = snap->int_or("batch.max_attempts", s.max_attempts);
+  s.max_attempts = attempts > 0 ? static_cast<int>(attempts) : 3;
+  s.polls.short_interval_ms = snap->int_or("poll.short_interval_ms", s.polls.short_interval_ms);
+  s.polls.short_attempts = static_cast<int>(snap->int_or("poll.short_attempts", s.polls.short_attempts));
+  s.polls.long_interval_ms = snap->int_or("poll.long_interval_ms", s.polls.long_interval_ms);
+  s.polls.timeout_ms = snap->int_or("poll.timeout_ms", s.polls.timeout_ms);
   return s;
 }
 
@@ -238,11 +214,6 @@ void arm_poll(self_ptr self, std::int64_t delay_ms) {
   self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, true});
 }
 
-void start_round(self_ptr self);
-void open_mr(self_ptr self);
-void poll_now(self_ptr self);
-void start_failure(self_ptr self, failure_cause cause, std::string detail = {});
-
 /// The driven batch is settled (or abandoned to another settler): free the actor and run the next
 /// round right away (bisection halves and deferred members are waiting).
 void end_drive(self_ptr self, const std::string& outcome) {
@@ -251,23 +222,147 @@ void end_drive(self_ptr self, const std::string& outcome) {
     double seconds = static_cast<double>(now_ms(self) - st.d->started_ms) / 1000.0;
     st.svc->metrics->observe("changeflow_batch_duration_seconds", "Batch duration from claim to settlement",
                              {{"outcome", outcome}}, seconds);
-    log::info("batch.settled", {{"batch_id", st.d->batch_id}, {"outcome", outcome}});
+    log::info("batch.settled", {{"batch_id", st.d->state.batch_id}, {"outcome", outcome}});
   }
   st.d.reset();
   arm_round_timer(self, 0);
+}
+
+// -- running what the core decided
+
+void settle_failed(self_ptr self, const core::action& a) {
+  auto& d = *self->state.d;
+  const auto batch_id = d.state.batch_id;
+  const auto expected = d.expected;
+  if (a.plan == core::failure_plan::bisect) {
+    self->state.svc->metrics->inc("changeflow_batch_splits_total", "Failing batches split in two halves");
+  }
+  on_db(self, kind::settled, [batch_id, expected, a](sql::Connection& conn, batch_job_result& out) {
+    persistence::db_result<int> w;
+    switch (a.plan) {
+      case core::failure_plan::bisect:
+        w = persistence::requeue_members(conn, batch_id, a.groups, a.text);
+        out.settled_as = "split";
+        break;
+      case core::failure_plan::fail_alone:
+        w = persistence::requeue_members(conn, batch_id, {}, a.text);
+        out.settled_as = "failed_alone";
+        break;
+      case core::failure_plan::fail_all:
+        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove, a.text);
+        out.settled_as = "failed";
+        break;
+      case core::failure_plan::requeue_bounded:
+        w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, a.text,
+                                             a.bounded.leave, a.leaving_cause);
+        out.settled_as = a.bounded.leave.empty() ? "requeued" : "attempts_exhausted";
+        break;
+    }
+    take_write(out, w);
+  });
+}
+
+void run(self_ptr self, const core::action& a) {
+  auto& d = *self->state.d;
+  const auto batch_id = d.state.batch_id;
+  const auto iid = d.state.mr_iid;
+  switch (a.what) {
+    case act::open_mr: {
+      batch_plan plan = plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
+      on_external(self, kind::mr_opened,
+                  [batch_id, plan](clients::external_context& ext, const config::snapshot& snap,
+                                   batch_job_result& out) { out.mr = open_batch_mr(ext, snap, batch_id, plan); });
+      return;
+    }
+    case act::record_mr: {
+      const auto branch = batch_branch(batch_id);
+      const auto url = d.mr_url;
+      on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](sql::Connection& conn, batch_job_result& out) {
+        take_write(out, persistence::record_batch_mr(conn, batch_id, iid, branch, url));
+      });
+      return;
+    }
+    case act::read_mr:
+      on_external(self, kind::mr_read,
+                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = read_batch_mr(ext, iid);
+                  });
+      return;
+    case act::rebase_mr:
+      on_external(self, kind::rebased,
+                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = rebase_batch_mr(ext, iid);
+                  });
+      return;
+    case act::approve_and_merge:
+      on_external(self, kind::merged,
+                  [iid](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
+                    auto m = approve_and_merge(ext, snap, iid);
+                    out.merge = m.answer;
+                    out.mr = m.mr;
+                  });
+      return;
+    case act::close_and_reread:
+      on_external(self, kind::reread,
+                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = close_and_reread(ext, iid);
+                  });
+      return;
+    case act::find_and_close:
+      on_external(self, kind::reread,
+                  [batch_id](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = find_batch_mr(ext, batch_id);
+                    if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid)
+                      out.mr = close_and_reread(ext, out.mr.iid);
+                  });
+      return;
+    case act::settle_merged: {
+      const auto expected = d.expected;
+      const auto instance = self->state.svc->instance_id;
+      const auto cause = a.text;
+      on_db(self, kind::settled,
+            [batch_id, expected, iid, cause, instance](sql::Connection& conn, batch_job_result& out) {
+              take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
+              out.settled_as = "succeeded";
+            });
+      return;
+    }
+    case act::settle_failed: settle_failed(self, a); return;
+    case act::block: {
+      const auto expected = d.expected;
+      const auto why = a.text;
+      on_db(self, kind::settled, [batch_id, expected, why](sql::Connection& conn, batch_job_result& out) {
+        take_write(out, persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why));
+        out.settled_as = "blocked";
+      });
+      return;
+    }
+    case act::poll_later: arm_poll(self, a.delay_ms); return;
+    case act::end: end_drive(self, a.text); return;
+  }
+}
+
+/// Takes the core's decision: the drive becomes what it says, then its action runs.
+void apply(self_ptr self, core::decision decision) {
+  auto& d = *self->state.d;
+  d.state = std::move(decision.next);
+  if (decision.act.what == act::settle_failed || decision.act.what == act::block) {
+    log::warn("batch.failed", {{"batch_id", d.state.batch_id}, {"reason", d.state.failure}});
+  }
+  run(self, decision.act);
 }
 
 void begin_drive(self_ptr self, const batch_job_result& r) {
   auto& st = self->state;
   drive d;
   d.id = ++st.next_drive_id;
-  d.batch_id = r.batch_id;
-  d.depth = r.depth;
   d.expected = r.status;
   d.members = r.members;
-  d.mr_iid = r.mr_iid.value_or(0);
   d.started_ms = now_ms(self);
-  d.wait_started_ms = d.started_ms;
+  d.state.batch_id = r.batch_id;
+  d.state.depth = r.depth;
+  d.state.mr_iid = r.mr_iid.value_or(0);
+  for (const auto& m : r.members) d.state.members.push_back({m.operation_id, m.batch_attempts});
   st.d = std::move(d);
 }
 
@@ -283,372 +378,122 @@ void start_round(self_ptr self) {
   const std::string instance = st.svc->instance_id;
   on_db(self, kind::round_prepared, [max_members, timeout_s, instance](sql::Connection& conn, batch_job_result& out) {
     // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
-    auto stale = value_or_throw(persistence::sweep_running_older_than(conn, timeout_s));
-    if (!stale.empty()) {
-      auto b = value_or_throw(persistence::load_batch(conn, stale.front()));
-      out.round_outcome = "sweep";
-      out.batch_id = b.id;
-      out.depth = b.split_depth;
-      out.mr_iid = b.mr_iid;
-      out.members = load_members(conn, b.members);
+    auto stale = persistence::sweep_running_older_than(conn, timeout_s);
+    if (!took(stale, out)) return;
+    if (!stale.value.empty()) {
+      auto b = persistence::load_batch(conn, stale.value.front());
+      if (!took(b, out)) return;
+      out.round = round_outcome::sweep;
+      out.batch_id = b.value.id;
+      out.depth = b.value.split_depth;
+      out.mr_iid = b.value.mr_iid;
+      load_members(conn, b.value.members, out, out.members);
       return;
     }
     // 2. Lock-free pre-check: no "take the slot, then roll back" churn when nothing waits.
-    if (!value_or_throw(persistence::has_waiting(conn))) {
-      out.round_outcome = "empty";
+    auto waiting = persistence::has_waiting(conn);
+    if (!took(waiting, out)) return;
+    if (!waiting.value) {
+      out.round = round_outcome::empty;
       return;
     }
     // 3. The claim transaction.
-    auto c = value_or_throw(persistence::claim(conn, max_members));
-    out.round_outcome = std::string(persistence::to_string(c.kind));
-    if (c.kind != persistence::claim_kind::claimed) return;
-    out.batch_id = c.batch_id;
-    out.depth = value_or_throw(persistence::record_lineage(conn, c.batch_id));
+    auto c = persistence::claim(conn, max_members);
+    if (!took(c, out)) return;
+    switch (c.value.kind) {
+      case persistence::claim_kind::claimed: out.round = round_outcome::claimed; break;
+      case persistence::claim_kind::slot_occupied: out.round = round_outcome::slot_occupied; return;
+      default: out.round = round_outcome::preempted; return;
+    }
+    out.batch_id = c.value.batch_id;
+    auto depth = persistence::record_lineage(conn, c.value.batch_id);
+    if (!took(depth, out)) return;
+    out.depth = depth.value;
     std::vector<std::string> ids;
-    for (const auto& m : c.members) ids.push_back(m.operation_id);
-    auto plan = plan_batch(load_members(conn, ids));
+    for (const auto& m : c.value.members) ids.push_back(m.operation_id);
+    std::vector<batch_member_change> claimed;
+    if (!load_members(conn, ids, out, claimed)) return;
+    auto plan = plan_batch(std::move(claimed));
     // Members that touch a file an older member touches wait for the next round.
-    value_or_throw(persistence::defer_members(conn, c.batch_id, plan.deferred));
+    if (!took(persistence::defer_members(conn, c.value.batch_id, plan.deferred), out)) return;
     out.deferred = plan.deferred.size();
-    value_or_throw(persistence::mark_members_claimed(conn, c.batch_id, instance));
+    if (!took(persistence::mark_members_claimed(conn, c.value.batch_id, instance), out)) return;
     // Re-read after the claim: the attempt counts include this batch, and a member closed since
     // the claim read (not moved to BATCH_CLAIMED) is not carried by the MR.
     std::vector<std::string> included;
     for (const auto& m : plan.included) included.push_back(m.operation_id);
-    out.members = load_members(conn, included, c.batch_id);
+    load_members(conn, included, out, out.members, c.value.batch_id);
   });
 }
 
-void on_round_prepared(self_ptr self, batch_job_result& r) {
+void on_round_prepared(self_ptr self, const batch_job_result& r) {
   auto& st = self->state;
   st.round_in_flight = false;
-  if (r.round_outcome == "error") {
-    log::warn("batch.round_failed", {{"error", r.error}});
-    count_round(self, "error");
-    return;
-  }
-  if (r.round_outcome == "sweep") {
-    count_round(self, "sweep");
-    log::warn("batch.sweep", {{"batch_id", r.batch_id}});
-    begin_drive(self, r);
-    start_failure(self, failure_cause::swept);
-    return;
-  }
-  if (r.round_outcome == "resume") {
-    log::info("batch.resume", {{"batch_id", r.batch_id}, {"mr_iid", r.mr_iid.value_or(0)}});
-    begin_drive(self, r);
-    if (st.d->expected == batch_status::BLOCKED) {
-      st.d.reset();  // BLOCKED keeps the slot until an operator settles or unblocks it
+  switch (r.round) {
+    case round_outcome::error:
+      log::warn("batch.round_failed", {{"error", r.error}});
+      count_round(self, r.round);
       return;
-    }
-    if (st.d->mr_iid)
-      poll_now(self);
-    else
-      open_mr(self);
-    return;
-  }
-  count_round(self, r.round_outcome);
-  if (r.round_outcome != "claimed") return;
-  st.svc->metrics->observe("changeflow_batch_size", "Members per claimed batch", {},
-                           static_cast<double>(r.members.size()));
-  log::info("batch.claimed",
-            {{"batch_id", r.batch_id}, {"members", r.members.size()}, {"deferred", r.deferred}, {"depth", r.depth}});
-  begin_drive(self, r);
-  if (st.d->members.empty()) {
-    start_failure(self, failure_cause::no_members);
-    return;
-  }
-  open_mr(self);
-}
-
-// -- the MR
-
-void open_mr(self_ptr self) {
-  auto& d = *self->state.d;
-  batch_plan plan = plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
-  const auto batch_id = d.batch_id;
-  on_external(self, kind::mr_opened,
-              [batch_id, plan](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
-                out.mr = open_batch_mr(ext, snap, batch_id, plan);
-              });
-}
-
-/// A failed call: a refusal (4xx, counted as `refused_cause`) or too many retryable failures end in
-/// the failure path; otherwise the next poll tick re-runs the step the batch is at (open the MR,
-/// read it).
-void retry_or_fail(self_ptr self, const batch_mr_view& mr, failure_cause refused_cause) {
-  auto& d = *self->state.d;
-  if (mr.outcome == batch_mr_view::call::refused) {
-    start_failure(self, refused_cause, mr.error);
-    return;
-  }
-  if (++d.call_failures > 8) {
-    start_failure(self, failure_cause::gitlab_failing, mr.error);
-    return;
-  }
-  arm_poll(self, std::min<std::int64_t>(5000, 100LL << std::min(d.call_failures, 6)));
-}
-
-void on_mr_opened(self_ptr self, batch_job_result& r) {
-  auto& d = *self->state.d;
-  if (r.mr.outcome != batch_mr_view::call::ok) {
-    retry_or_fail(self, r.mr, failure_cause::commit_refused);
-    return;
-  }
-  d.call_failures = 0;
-  d.mr_iid = r.mr.iid;
-  d.mr_url = r.mr.web_url;
-  d.wait_started_ms = now_ms(self);
-  d.polls = 0;
-  const auto batch_id = d.batch_id;
-  const auto iid = r.mr.iid;
-  const auto branch = batch_branch(batch_id);
-  const auto url = r.mr.web_url;
-  on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](sql::Connection& conn, batch_job_result& out) {
-    auto w = persistence::record_batch_mr(conn, batch_id, iid, branch, url);
-    take_write(out, w);
-  });
-}
-
-void on_mr_recorded(self_ptr self, batch_job_result& r) {
-  if (!r.ok) {
-    // Preempted: the batch was settled elsewhere (sweep, operator, another instance). Stop driving.
-    log::warn("batch.record_mr_refused", {{"batch_id", self->state.d->batch_id}, {"error", r.error}});
-    if (r.preempted) {
-      end_drive(self, "preempted");
+    case round_outcome::sweep:
+      count_round(self, r.round);
+      log::warn("batch.sweep", {{"batch_id", r.batch_id}});
+      begin_drive(self, r);
+      apply(self, core::start_failure(st.d->state, core::failure_cause::swept, {}));
       return;
-    }
-  }
-  poll_now(self);
-}
-
-void poll_now(self_ptr self) {
-  const auto iid = self->state.d->mr_iid;
-  on_external(self, kind::mr_read,
-              [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                out.mr = read_batch_mr(ext, iid);
-              });
-}
-
-void schedule_next_poll(self_ptr self) {
-  auto& d = *self->state.d;
-  auto schedule = schedule_from(*self->state.svc->config->current());
-  auto delay = schedule.next_delay(d.polls++, now_ms(self) - d.wait_started_ms);
-  if (!delay) {
-    start_failure(self, failure_cause::pipeline_timeout);
-    return;
-  }
-  arm_poll(self, *delay);
-}
-
-void settle_success(self_ptr self, const std::string& cause) {
-  auto& d = *self->state.d;
-  const auto batch_id = d.batch_id;
-  const auto expected = d.expected;
-  const auto iid = d.mr_iid;
-  const auto instance = self->state.svc->instance_id;
-  on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](sql::Connection& conn, batch_job_result& out) {
-    auto w = persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance);
-    take_write(out, w);
-    out.round_outcome = "succeeded";
-  });
-}
-
-void on_mr_read(self_ptr self, batch_job_result& r) {
-  auto& d = *self->state.d;
-  if (r.mr.outcome != batch_mr_view::call::ok) {
-    // A 4xx reading (or rebasing) the batch's own MR: nothing a member carries explains it.
-    retry_or_fail(self, r.mr, failure_cause::gitlab_failing);
-    return;
-  }
-  d.call_failures = 0;
-  if (d.settle_requested) {
-    start_failure(self, failure_cause::operator_settled);
-    return;
-  }
-  switch (classify(r.mr)) {
-    case batch_verdict::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case batch_verdict::closed: start_failure(self, failure_cause::mr_closed, "closed outside changeflow"); return;
-    case batch_verdict::pipeline_failed:
-      start_failure(self, failure_cause::pipeline_failed, r.mr.pipeline_status + " on " + r.mr.sha);
+    case round_outcome::operator_settle:
+      begin_drive(self, r);
+      apply(self, core::start_failure(st.d->state, core::failure_cause::operator_settled, {}));
       return;
-    case batch_verdict::conflict: start_failure(self, failure_cause::rebase_conflict, r.mr.merge_error); return;
-    case batch_verdict::needs_rebase: {
-      const auto iid = d.mr_iid;
-      on_external(self, kind::mr_read,
-                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = rebase_batch_mr(ext, iid);
-                    // The rebase runs asynchronously: report "running" so the poll continues.
-                    if (out.mr.outcome == batch_mr_view::call::ok && out.mr.state == "opened") {
-                      out.mr.pipeline_status.clear();
-                      out.mr.detailed_merge_status = "checking";
-                      out.mr.has_conflicts = false;
-                    }
-                  });
+    case round_outcome::resume:
+      log::info("batch.resume", {{"batch_id", r.batch_id}, {"mr_iid", r.mr_iid.value_or(0)}});
+      if (r.status == batch_status::BLOCKED) return;  // BLOCKED keeps the slot until an operator acts
+      begin_drive(self, r);
+      apply(self, core::begin(st.d->state, now_ms(self)));
       return;
-    }
-    case batch_verdict::ready: {
-      const auto iid = d.mr_iid;
-      on_external(self, kind::merged,
-                  [iid](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
-                    auto m = approve_and_merge(ext, snap, iid);
-                    out.merge = m.answer;
-                    out.mr = m.mr;
-                  });
+    case round_outcome::claimed:
+      count_round(self, r.round);
+      st.svc->metrics->observe("changeflow_batch_size", "Members per claimed batch", {},
+                               static_cast<double>(r.members.size()));
+      log::info(
+          "batch.claimed",
+          {{"batch_id", r.batch_id}, {"members", r.members.size()}, {"deferred", r.deferred}, {"depth", r.depth}});
+      begin_drive(self, r);
+      apply(self, core::begin(st.d->state, now_ms(self)));
       return;
-    }
-    case batch_verdict::running: schedule_next_poll(self); return;
+    case round_outcome::empty:
+    case round_outcome::slot_occupied:
+    case round_outcome::preempted: count_round(self, r.round); return;
   }
 }
 
-void on_merged(self_ptr self, batch_job_result& r) {
+/// A job's result for the driven batch, handed to the core.
+void on_result(self_ptr self, batch_job_result& r) {
   auto& d = *self->state.d;
-  switch (r.merge) {
-    case merge_answer::merged: settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged"); return;
-    case merge_answer::closed: start_failure(self, failure_cause::mr_closed, "closed before the merge"); return;
-    case merge_answer::approval_refused: start_failure(self, failure_cause::approval_refused, r.mr.error); return;
-    case merge_answer::refused: start_failure(self, failure_cause::merge_refused, r.mr.error); return;
-    case merge_answer::retryable:
-      if (++d.call_failures > 8) {
-        start_failure(self, failure_cause::gitlab_failing, "merge: " + r.mr.error);
-        return;
-      }
-      [[fallthrough]];
-    case merge_answer::not_yet:
-    case merge_answer::needs_rebase: schedule_next_poll(self); return;
-  }
-}
-
-// -- settlement of a failure
-
-void start_failure(self_ptr self, failure_cause cause, std::string detail) {
-  auto& d = *self->state.d;
-  if (!d.failure) {
-    d.failure = std::string(describe(cause)) + (detail.empty() ? "" : ": " + detail);
-    d.cause = cause;
-    d.call_failures = 0;  // a retry of the failure path keeps counting
-  }
-  if (!d.mr_iid) {
-    // No MR was ever recorded: look for one on the batch branch before deciding (a crash may have
-    // come between the MR creation and its recording).
-    const auto batch_id = d.batch_id;
-    on_external(self, kind::reread,
-                [batch_id](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                  out.mr = find_batch_mr(ext, batch_id);
-                  if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid)
-                    out.mr = close_and_reread(ext, out.mr.iid);
-                });
-    return;
-  }
-  const auto iid = d.mr_iid;
-  on_external(self, kind::reread,
-              [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                out.mr = close_and_reread(ext, iid);
-              });
-}
-
-void on_reread(self_ptr self, batch_job_result& r) {
-  auto& d = *self->state.d;
-  if (r.mr.outcome != batch_mr_view::call::ok) {
-    if (++d.call_failures <= 8) {
-      // The next poll tick re-runs the close + re-read (d.failure is set).
-      arm_poll(self, std::min<std::int64_t>(5000, 100LL << std::min(d.call_failures, 6)));
+  const auto s = settings_of(self);
+  const auto now = now_ms(self);
+  switch (r.what) {
+    case kind::mr_opened:
+      if (r.mr.outcome == batch_mr_view::call::ok) d.mr_url = r.mr.web_url;
+      apply(self, core::on_mr_opened(d.state, r.mr, s, now));
       return;
-    }
-    // The MR's final state cannot be read: a human decides. BLOCKED keeps the slot.
-    const auto batch_id = d.batch_id;
-    const auto expected = d.expected;
-    auto why = "blocked: MR state unknown after failure (" + *d.failure + "): " + r.mr.error;
-    on_db(self, kind::settled, [batch_id, expected, why](sql::Connection& conn, batch_job_result& out) {
-      auto w = persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why);
-      take_write(out, w);
-      out.round_outcome = "blocked";
-    });
-    return;
-  }
-  if (r.mr.iid) d.mr_iid = r.mr.iid;
-  if (r.mr.state == "merged") {
-    // Merged wins: the merge landed before (or despite) the close.
-    settle_success(self, "batch MR !" + std::to_string(d.mr_iid) + " merged (merged wins over the failure)");
-    return;
-  }
-  auto snap = self->state.svc->config->current();
-  const int max_splits = static_cast<int>(snap->int_or("batch.max_splits", 6));
-  const auto configured_attempts = snap->int_or("batch.max_attempts", 3);
-  const int max_attempts = configured_attempts > 0 ? static_cast<int>(configured_attempts) : 3;
-  const auto plan = plan_failure(d.cause, d.members.size(), d.depth, max_splits);
-  const auto batch_id = d.batch_id;
-  const auto expected = d.expected;
-  const auto reason = *d.failure;
-  std::vector<std::vector<std::string>> groups;
-  if (plan == failure_plan::bisect) {
-    groups = halves(d.members);
-    self->state.svc->metrics->inc("changeflow_batch_splits_total", "Failing batches split in two halves");
-  }
-  requeue_split bounded;
-  if (plan == failure_plan::requeue_bounded) bounded = split_by_attempts(d.members, max_attempts);
-  const auto leaving_cause =
-      reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) + ")";
-  on_db(
-      self, kind::settled,
-      [batch_id, expected, reason, plan, groups, bounded, leaving_cause](sql::Connection& conn, batch_job_result& out) {
-        persistence::db_result<int> w;
-        switch (plan) {
-          case failure_plan::bisect:
-            w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
-            out.round_outcome = "split";
-            break;
-          case failure_plan::fail_alone:
-            w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
-            out.round_outcome = "failed_alone";
-            break;
-          case failure_plan::fail_all:
-            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove,
-                                                 "split bound reached: " + reason);
-            out.round_outcome = "failed";
-            break;
-          case failure_plan::requeue_bounded:
-            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
-                                                 bounded.leave, leaving_cause);
-            out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
-            break;
-        }
-        take_write(out, w);
-      });
-}
-
-void on_settled(self_ptr self, batch_job_result& r) {
-  if (!r.ok) {
-    // Preempted: another settler won (sweep, operator, another instance): nothing else to do.
-    // Anything else (database down): try the settlement again on the next tick via the failure path.
-    log::warn("batch.settle_not_applied", {{"batch_id", self->state.d->batch_id}, {"error", r.error}});
-    if (!r.preempted && ++self->state.d->call_failures <= 8) {
-      arm_poll(self, 500);
+    case kind::mr_recorded:
+      if (!r.ok) log::warn("batch.record_mr_refused", {{"batch_id", d.state.batch_id}, {"error", r.error}});
+      apply(self, core::on_mr_recorded(d.state, r.ok, r.preempted));
       return;
-    }
-    end_drive(self, "preempted");
-    return;
+    case kind::mr_read: apply(self, core::on_mr_read(d.state, r.mr, s, now)); return;
+    case kind::rebased: apply(self, core::on_rebase_requested(d.state, r.mr, s, now)); return;
+    case kind::merged: apply(self, core::on_merge(d.state, r.merge, r.mr, s, now)); return;
+    case kind::reread: apply(self, core::on_reread(d.state, r.mr, s)); return;
+    case kind::settled:
+      if (!r.ok) log::warn("batch.settle_not_applied", {{"batch_id", d.state.batch_id}, {"error", r.error}});
+      apply(self, core::on_settled(d.state, r.ok, r.preempted, r.settled_as, s));
+      return;
+    case kind::round_prepared: return;
   }
-  end_drive(self, r.round_outcome);
-}
-
-/// A poll tick: continue wherever the driven batch is.
-void on_poll_tick(self_ptr self) {
-  auto& d = *self->state.d;
-  if (d.failure) {
-    // Retrying the failure path (close + re-read, or the settlement write).
-    start_failure(self, d.cause);  // d.failure is kept
-    return;
-  }
-  if (!d.mr_iid) {
-    open_mr(self);
-    return;
-  }
-  poll_now(self);
 }
 
 /// Loads a batch to drive it (resume at start, adopt after unblock, operator settle).
-void adopt(self_ptr self, std::optional<std::int64_t> batch_id, std::string outcome) {
+void adopt(self_ptr self, std::optional<std::int64_t> batch_id, round_outcome outcome) {
   auto& st = self->state;
   st.round_in_flight = true;
   const int timeout_s = static_cast<int>(st.svc->config->current()->int_or("batch.running_timeout_seconds", 3600));
@@ -658,24 +503,27 @@ void adopt(self_ptr self, std::optional<std::int64_t> batch_id, std::string outc
       auto r = persistence::load_batch(conn, *batch_id);
       if (r.ok()) b = std::move(r.value);
     } else {
-      b = value_or_throw(persistence::find_active_batch(conn));
+      auto r = persistence::find_active_batch(conn);
+      if (!took(r, out)) return;
+      b = std::move(r.value);
     }
     if (!b || (b->status != batch_status::RUNNING && b->status != batch_status::BLOCKED)) {
-      out.round_outcome = "empty";
+      out.round = round_outcome::empty;
       return;
     }
-    out.round_outcome = outcome;
-    if (outcome == "resume" && b->status == batch_status::RUNNING) {
+    out.round = outcome;
+    if (outcome == round_outcome::resume && b->status == batch_status::RUNNING) {
       // Found at start but already past the running timeout: the sweep settles it instead.
-      auto snapshot_timeout = timeout_s;
-      auto stale = value_or_throw(persistence::sweep_running_older_than(conn, snapshot_timeout));
-      if (std::find(stale.begin(), stale.end(), b->id) != stale.end()) out.round_outcome = "sweep";
+      auto stale = persistence::sweep_running_older_than(conn, timeout_s);
+      if (!took(stale, out)) return;
+      if (std::find(stale.value.begin(), stale.value.end(), b->id) != stale.value.end())
+        out.round = round_outcome::sweep;
     }
     out.batch_id = b->id;
     out.depth = b->split_depth;
     out.status = b->status;
     out.mr_iid = b->mr_iid;
-    out.members = load_members(conn, b->members);
+    load_members(conn, b->members, out, out.members);
   });
 }
 
@@ -689,7 +537,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
         auto& svc = *svc_ptr;
         self->state.svc = &svc;
         self->state.options = options;
-        if (options.resume_on_start) adopt(self, std::nullopt, "resume");
+        if (options.resume_on_start) adopt(self, std::nullopt, round_outcome::resume);
         if (options.scheduled_rounds) {
           arm_round_timer(self, svc.config->current()->int_or("batch.round_interval_ms", 5000));
         }
@@ -697,7 +545,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
             [self](batch_round_atom) -> std::string {
               auto& st = self->state;
               if (st.d) {
-                count_round(self, "slot_occupied");
+                count_round(self, round_outcome::slot_occupied);
                 return "slot_occupied";
               }
               if (st.round_in_flight) return "in_progress";
@@ -706,24 +554,24 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
             },
             [self](batch_settle_atom, std::int64_t batch_id) -> std::string {
               auto& st = self->state;
-              if (st.d && st.d->batch_id == batch_id) {
-                if (!st.d->failure) st.d->settle_requested = true;
+              if (st.d && st.d->state.batch_id == batch_id) {
+                if (!st.d->state.cause) st.d->state.settle_requested = true;
                 return "settling";
               }
               if (st.d || st.round_in_flight) return "busy";
-              adopt(self, batch_id, "operator_settle");
+              adopt(self, batch_id, round_outcome::operator_settle);
               return "settling";
             },
             [self](batch_adopt_atom, std::int64_t batch_id) {
               auto& st = self->state;
-              if (st.d || st.round_in_flight) return;  // the next round's resume path is not needed: busy
-              adopt(self, batch_id, "resume");
+              if (st.d || st.round_in_flight) return;  // busy: the batch is adopted by a later round
+              adopt(self, batch_id, round_outcome::resume);
             },
             [self](batch_tick t) {
               auto& st = self->state;
               if (t.poll) {
                 if (t.generation != st.poll_timer || !st.d) return;
-                on_poll_tick(self);
+                apply(self, core::on_poll_tick(st.d->state, settings_of(self), now_ms(self)));
                 return;
               }
               if (t.generation != st.round_timer) return;
@@ -734,26 +582,9 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
             },
             [self](batch_job_result& r) {
               auto& st = self->state;
-              if (r.what == kind::round_prepared) {
-                if (r.round_outcome == "operator_settle") {
-                  st.round_in_flight = false;
-                  begin_drive(self, r);
-                  start_failure(self, failure_cause::operator_settled);
-                  return;
-                }
-                on_round_prepared(self, r);
-                return;
-              }
+              if (r.what == kind::round_prepared) return on_round_prepared(self, r);
               if (!st.d || r.drive != st.d->id) return;  // a result for a drive that ended
-              switch (r.what) {
-                case kind::mr_opened: on_mr_opened(self, r); return;
-                case kind::mr_recorded: on_mr_recorded(self, r); return;
-                case kind::mr_read: on_mr_read(self, r); return;
-                case kind::merged: on_merged(self, r); return;
-                case kind::reread: on_reread(self, r); return;
-                case kind::settled: on_settled(self, r); return;
-                case kind::round_prepared: return;
-              }
+              on_result(self, r);
             },
         };
       },

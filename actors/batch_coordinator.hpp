@@ -1,6 +1,6 @@
 #pragma once
-// The batch coordinator: one CAF actor per
-// instance. A round (timer `batch.round_interval_ms`, or manual) runs the lock-free pre-check, the
+// The batch coordinator: one CAF actor per instance, the shell over the pure batch core
+// (workflow/batch_decide.hpp), which decides every step of a drive. A round (timer `batch.round_interval_ms`, or manual) runs the lock-free pre-check, the
 // claim transaction (slot, plain read, guarded claim, history), builds ONE MR for the batch (one
 // branch, one commit carrying every member's files), polls its pipeline (tiered, with timers),
 // approves as both bots, merges with the sha, and settles. Failure: close the MR if open, re-read
@@ -43,6 +43,19 @@ typename Inspector::result_type inspect(Inspector& f, batch_tick& x) {
   return f(caf::meta::type_name("batch_tick"), x.generation, x.poll);
 }
 
+/// What a round's database job found.
+enum class round_outcome {
+  claimed,          // a new batch was claimed: drive it
+  empty,            // nothing waits
+  slot_occupied,    // another coordinator drives the active batch
+  preempted,        // the claim lost to another claimer
+  sweep,            // a RUNNING batch past its timeout: settle it as a failure
+  resume,           // an active batch to drive again (start, or after an operator unblocked it)
+  operator_settle,  // an operator asked to settle this batch
+  error,            // the job failed (database): the next round tries again
+};
+std::string_view to_string(round_outcome o);
+
 /// Result of a blocking job, sent back to the coordinator (local only).
 struct batch_job_result {
   enum class kind {
@@ -50,13 +63,14 @@ struct batch_job_result {
     mr_opened,
     mr_recorded,
     mr_read,
+    rebased,
     merged,
     reread,
     settled
   } what = kind::round_prepared;
-  std::uint64_t drive = 0;  // which driven batch this belongs to (stale results are ignored)
-  // round_prepared: "claimed" | "empty" | "slot_occupied" | "preempted" | "sweep" | "resume" | "error"
-  std::string round_outcome;
+  std::uint64_t drive = 0;                     // which driven batch this belongs to (stale results are ignored)
+  round_outcome round = round_outcome::error;  // round_prepared
+  std::string settled_as;                      // settled: what was written ("succeeded", "split", ...)
   std::int64_t batch_id = 0;
   int depth = 0;
   persistence::batch_status status = persistence::batch_status::RUNNING;
@@ -86,48 +100,14 @@ struct batch_coordinator_options {
 
 batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options = {});
 
-// -- the pure decisions (tested without a database)
-
-/// Why a batch failed, set where the failure is seen (typed: the settlement never parses text).
-enum class failure_cause {
-  pipeline_failed,   // the pipeline failed on the MR's current sha: deterministic
-  rebase_conflict,   // a rebase onto the target branch failed with a conflict
-  commit_refused,    // GitLab refused the batch branch, commit or MR (4xx)
-  approval_refused,  // a reviewer bot may not approve (4xx)
-  merge_refused,     // GitLab refused the merge itself
-  mr_closed,         // the MR was closed outside the coordinator
-  gitlab_failing,    // GitLab kept failing (5xx, lost answers) past the retry budget
-  pipeline_timeout,  // no pipeline verdict within poll.timeout_ms
-  swept,             // RUNNING past batch.running_timeout_seconds (crash, hang)
-  operator_settled,  // an operator settled the batch
-  no_members,        // no member of the claim could be loaded
-};
-/// What users and operators read in last_error and the timeline ("rebase conflict with the target
-/// branch", "MR closed", ...).
-std::string_view describe(failure_cause c);
-
-enum class failure_plan {
-  bisect,           // several members may hide one culprit, depth below max_splits: two halves wait again
-  fail_alone,       // pipeline failed with one member: it failed alone -> BATCH_FAILED
-  fail_all,         // pipeline failed, split bound reached: every member BATCH_FAILED
-  requeue_bounded,  // every member waits again, except those out of batch attempts: BATCH_FAILED
-};
-/// Pipeline failures and the failures decided by the files the members carry (a conflict with the
-/// target branch, a refused commit) are bisected: requeueing the same members would fail again and
-/// would wear out the innocent members' attempts with the culprit's. Everything else (MR closed,
-/// refusals of the approve or the merge, timeouts, GitLab down, operator) says nothing about one
-/// member: the batch is requeued as is, each member bounded by batch.max_attempts.
-failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, int max_splits);
-
-/// requeue_bounded: members claimed `max_attempts` times (or more) leave the batch path.
-struct requeue_split {
-  std::vector<std::string> requeue;  // wait again
-  std::vector<std::string> leave;    // BATCH_FAILED: out of batch attempts
-};
-requeue_split split_by_attempts(const std::vector<batch_member_change>& members, int max_attempts);
-
-/// Halves in commit order (older half first, so it is claimed first).
-std::vector<std::vector<std::string>> halves(const std::vector<batch_member_change>& members);
+// The pure decisions live in workflow/batch_decide.hpp; these names are kept for the shell's callers.
+using workflow::batch::describe;
+using workflow::batch::failure_cause;
+using workflow::batch::failure_plan;
+using workflow::batch::halves;
+using workflow::batch::plan_failure;
+using workflow::batch::requeue_split;
+using workflow::batch::split_by_attempts;
 
 }  // namespace changeflow::actors
 

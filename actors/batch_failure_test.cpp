@@ -18,7 +18,7 @@ TEST(BatchFailure, PipelineFailureBisectsUntilAloneAndIsBoundedBySplits) {
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 6, 0, 6), failure_plan::bisect);
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 1, 3, 6), failure_plan::fail_alone);
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 2, 6, 6), failure_plan::fail_all);
-  auto h = halves({member("a", 1), member("b", 1), member("c", 1)});
+  auto h = halves(std::vector<batch_member_change>{member("a", 1), member("b", 1), member("c", 1)});
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[0], (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(h[1], (std::vector<std::string>{"c"}));
@@ -44,12 +44,14 @@ TEST(BatchFailure, FailuresThatSayNothingAboutOneMemberRequeueTheBatchBounded) {
 
 TEST(BatchFailure, MembersLeaveOnceClaimedMaxAttemptsTimes) {
   // Attempts count the failed batch itself: 3 of 3 leaves, 2 of 3 waits again.
-  auto split = split_by_attempts({member("new", 1), member("twice", 2), member("third", 3), member("over", 5)}, 3);
+  auto split = split_by_attempts(
+      std::vector<batch_member_change>{member("new", 1), member("twice", 2), member("third", 3), member("over", 5)}, 3);
   EXPECT_EQ(split.requeue, (std::vector<std::string>{"new", "twice"}));
   EXPECT_EQ(split.leave, (std::vector<std::string>{"third", "over"}));
   // A bound of 1: the first failure is the last.
-  EXPECT_EQ(split_by_attempts({member("a", 1)}, 1).leave, (std::vector<std::string>{"a"}));
-  EXPECT_TRUE(split_by_attempts({member("a", 1)}, 2).leave.empty());
+  EXPECT_EQ(split_by_attempts(std::vector<batch_member_change>{member("a", 1)}, 1).leave,
+            (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(split_by_attempts(std::vector<batch_member_change>{member("a", 1)}, 2).leave.empty());
 }
 
 TEST(BatchFailure, CausesNameWhatHappened) {

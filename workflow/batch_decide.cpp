@@ -208,7 +208,8 @@ decision on_reread(drive d, const mr_view& mr, const settings& s) {
     case failure_plan::requeue_bounded:
       a.bounded = split_by_attempts(nd.members, s.max_attempts);
       a.text = nd.failure;
-      a.leaving_cause = nd.failure + " (no batch attempts left: batch.max_attempts = " + std::to_string(s.max_attempts) + ")";
+      a.leaving_cause =
+          nd.failure + " (no batch attempts left: batch.max_attempts = " + std::to_string(s.max_attempts) + ")";
       break;
   }
   return out;

@@ -115,12 +115,12 @@ struct drive {
   int depth = 0;
   std::vector<member> members;
   std::int64_t mr_iid = 0;
-  int polls = 0;                    // of the current pipeline wait
+  int polls = 0;  // of the current pipeline wait
   std::int64_t wait_started_ms = 0;
-  int call_failures = 0;            // consecutive failed calls or writes (reset by a success)
-  bool settle_requested = false;    // an operator asked to settle while the batch ran
+  int call_failures = 0;               // consecutive failed calls or writes (reset by a success)
+  bool settle_requested = false;       // an operator asked to settle while the batch ran
   std::optional<failure_cause> cause;  // set once the failure path started
-  std::string failure;              // its text: describe(cause) and GitLab's detail
+  std::string failure;                 // its text: describe(cause) and GitLab's detail
 };
 
 /// The retry and bound numbers, one place (from the configuration snapshot).
@@ -128,10 +128,10 @@ struct settings {
   int max_splits = 6;
   int max_attempts = 3;
   poll_schedule polls;
-  int max_call_failures = 8;              // consecutive; past it the batch fails (or is BLOCKED)
-  std::int64_t backoff_base_ms = 100;     // doubled per failure ...
-  std::int64_t backoff_cap_ms = 5000;     // ... up to this
-  std::int64_t settle_retry_ms = 500;     // a settlement write that failed is tried again after this
+  int max_call_failures = 8;           // consecutive; past it the batch fails (or is BLOCKED)
+  std::int64_t backoff_base_ms = 100;  // doubled per failure ...
+  std::int64_t backoff_cap_ms = 5000;  // ... up to this
+  std::int64_t settle_retry_ms = 500;  // a settlement write that failed is tried again after this
 };
 /// Backoff before retry number `failures` (1-based).
 std::int64_t backoff_ms(const settings& s, int failures);
@@ -139,10 +139,10 @@ std::int64_t backoff_ms(const settings& s, int failures);
 /// The one thing to do next.
 struct action {
   enum class kind {
-    open_mr,           // branch + one commit + MR (idempotent)
-    record_mr,         // write the MR number on the batch row
-    read_mr,           // read the MR and its head pipeline
-    rebase_mr,         // ask GitLab for a rebase
+    open_mr,    // branch + one commit + MR (idempotent)
+    record_mr,  // write the MR number on the batch row
+    read_mr,    // read the MR and its head pipeline
+    rebase_mr,  // ask GitLab for a rebase
     approve_and_merge,
     close_and_reread,  // failure path: close the MR if open, read it again (mr_iid known)
     find_and_close,    // failure path without a recorded MR: find it on the batch branch, then as above
