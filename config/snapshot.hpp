@@ -60,6 +60,14 @@ class snapshot {
   std::vector<std::string> get_list(std::string_view key) const;
   const nlohmann::json& get_json(std::string_view key) const;
 
+  /// The value of a key declared in config/keys.cpp with a default: the configured value, else that
+  /// default (one place for it). Throws std::logic_error for a key that is not declared, is declared
+  /// with another type, or has no default: a programming error, caught by the tests, never a silent
+  /// fallback.
+  std::int64_t integer(std::string_view key) const;
+  bool flag(std::string_view key) const;
+  std::string text(std::string_view key) const;
+
   std::int64_t int_or(std::string_view key, std::int64_t fallback) const { return get_int(key).value_or(fallback); }
   bool bool_or(std::string_view key, bool fallback) const { return get_bool(key).value_or(fallback); }
   std::string string_or(std::string_view key, std::string fallback) const {
