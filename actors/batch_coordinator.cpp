@@ -5,7 +5,6 @@
 #include "persistence/operation_repo.hpp"
 #include "workflow/poll_schedule.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
 
@@ -62,6 +61,7 @@ std::vector<std::vector<std::string>> halves(const std::vector<batch_member_chan
 namespace {
 
 using persistence::batch_status;
+using persistence::session;
 using kind = batch_job_result::kind;
 
 /// The batch this coordinator drives right now.
@@ -128,7 +128,7 @@ batch_job_result lost_result(kind what, std::uint64_t drive_id) {
 
 /// Runs `job` on the database pool and sends its result back; a full queue or a dead connection
 /// becomes an error result, never an exception on the actor.
-void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_job_result&)> job) {
+void on_db(self_ptr self, kind what, std::function<void(session, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
   const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
   auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
@@ -137,12 +137,7 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
     out.what = what;
     out.drive = drive_id;
     try {
-      job(db.get(), out);
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      out.ok = false;
-      out.round_outcome = "error";
-      out.error = std::string("database: ") + e.what();
+      job(db, out);
     } catch (const std::exception& e) {
       out.ok = false;
       out.round_outcome = "error";
@@ -204,7 +199,7 @@ T value_or_throw(persistence::db_result<T> r) {
 }
 
 /// `claimed_by` set: only operations BATCH_CLAIMED by that batch.
-std::vector<batch_member_change> load_members(sql::Connection& conn, const std::vector<std::string>& ids,
+std::vector<batch_member_change> load_members(session conn, const std::vector<std::string>& ids,
                                               std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto rows = value_or_throw(persistence::load_operations(conn, ids));
   std::vector<batch_member_change> out;
@@ -281,7 +276,7 @@ void start_round(self_ptr self) {
   const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->int_or("batch.max_members", 50)));
   const int timeout_s = static_cast<int>(snap->int_or("batch.running_timeout_seconds", 3600));
   const std::string instance = st.svc->instance_id;
-  on_db(self, kind::round_prepared, [max_members, timeout_s, instance](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::round_prepared, [max_members, timeout_s, instance](session conn, batch_job_result& out) {
     // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
     auto stale = value_or_throw(persistence::sweep_running_older_than(conn, timeout_s));
     if (!stale.empty()) {
@@ -404,7 +399,7 @@ void on_mr_opened(self_ptr self, batch_job_result& r) {
   const auto iid = r.mr.iid;
   const auto branch = batch_branch(batch_id);
   const auto url = r.mr.web_url;
-  on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](session conn, batch_job_result& out) {
     auto w = persistence::record_batch_mr(conn, batch_id, iid, branch, url);
     take_write(out, w);
   });
@@ -447,7 +442,7 @@ void settle_success(self_ptr self, const std::string& cause) {
   const auto expected = d.expected;
   const auto iid = d.mr_iid;
   const auto instance = self->state.svc->instance_id;
-  on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](session conn, batch_job_result& out) {
     auto w = persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance);
     take_write(out, w);
     out.round_outcome = "succeeded";
@@ -559,7 +554,7 @@ void on_reread(self_ptr self, batch_job_result& r) {
     const auto batch_id = d.batch_id;
     const auto expected = d.expected;
     auto why = "blocked: MR state unknown after failure (" + *d.failure + "): " + r.mr.error;
-    on_db(self, kind::settled, [batch_id, expected, why](sql::Connection& conn, batch_job_result& out) {
+    on_db(self, kind::settled, [batch_id, expected, why](session conn, batch_job_result& out) {
       auto w = persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why);
       take_write(out, w);
       out.round_outcome = "blocked";
@@ -589,32 +584,31 @@ void on_reread(self_ptr self, batch_job_result& r) {
   if (plan == failure_plan::requeue_bounded) bounded = split_by_attempts(d.members, max_attempts);
   const auto leaving_cause =
       reason + " (no batch attempts left: batch.max_attempts = " + std::to_string(max_attempts) + ")";
-  on_db(
-      self, kind::settled,
-      [batch_id, expected, reason, plan, groups, bounded, leaving_cause](sql::Connection& conn, batch_job_result& out) {
-        persistence::db_result<int> w;
-        switch (plan) {
-          case failure_plan::bisect:
-            w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
-            out.round_outcome = "split";
-            break;
-          case failure_plan::fail_alone:
-            w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
-            out.round_outcome = "failed_alone";
-            break;
-          case failure_plan::fail_all:
-            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove,
-                                                 "split bound reached: " + reason);
-            out.round_outcome = "failed";
-            break;
-          case failure_plan::requeue_bounded:
-            w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
-                                                 bounded.leave, leaving_cause);
-            out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
-            break;
-        }
-        take_write(out, w);
-      });
+  on_db(self, kind::settled,
+        [batch_id, expected, reason, plan, groups, bounded, leaving_cause](session conn, batch_job_result& out) {
+          persistence::db_result<int> w;
+          switch (plan) {
+            case failure_plan::bisect:
+              w = persistence::requeue_members(conn, batch_id, groups, "bisect: " + reason);
+              out.round_outcome = "split";
+              break;
+            case failure_plan::fail_alone:
+              w = persistence::requeue_members(conn, batch_id, {}, "failed alone: " + reason);
+              out.round_outcome = "failed_alone";
+              break;
+            case failure_plan::fail_all:
+              w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::remove,
+                                                   "split bound reached: " + reason);
+              out.round_outcome = "failed";
+              break;
+            case failure_plan::requeue_bounded:
+              w = persistence::settle_failed_batch(conn, batch_id, expected, persistence::member_reset::requeue, reason,
+                                                   bounded.leave, leaving_cause);
+              out.round_outcome = bounded.leave.empty() ? "requeued" : "attempts_exhausted";
+              break;
+          }
+          take_write(out, w);
+        });
 }
 
 void on_settled(self_ptr self, batch_job_result& r) {
@@ -652,7 +646,7 @@ void adopt(self_ptr self, std::optional<std::int64_t> batch_id, std::string outc
   auto& st = self->state;
   st.round_in_flight = true;
   const int timeout_s = static_cast<int>(st.svc->config->current()->int_or("batch.running_timeout_seconds", 3600));
-  on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
     std::optional<persistence::batch_row> b;
     if (batch_id) {
       auto r = persistence::load_batch(conn, *batch_id);
