@@ -6,7 +6,6 @@
 #include "workflow/batch_decide.hpp"
 #include "workflow/poll_schedule.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
 
@@ -32,6 +31,7 @@ std::string_view to_string(round_outcome o) {
 namespace {
 
 using persistence::batch_status;
+using persistence::session;
 using kind = batch_job_result::kind;
 namespace core = workflow::batch;
 using act = core::action::kind;
@@ -92,7 +92,7 @@ batch_job_result lost_result(kind what, std::uint64_t drive_id) {
 
 /// Runs `job` on the database pool and sends its result back; a full queue or a dead connection
 /// becomes an error result, never an exception on the actor.
-void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_job_result&)> job) {
+void on_db(self_ptr self, kind what, std::function<void(session, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
   const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
   auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
@@ -101,12 +101,7 @@ void on_db(self_ptr self, kind what, std::function<void(sql::Connection&, batch_
     out.what = what;
     out.drive = drive_id;
     try {
-      job(db.get(), out);
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      out.ok = false;
-      out.round = round_outcome::error;
-      out.error = std::string("database: ") + e.what();
+      job(db, out);
     } catch (const std::exception& e) {
       out.ok = false;
       out.round = round_outcome::error;
@@ -174,7 +169,7 @@ bool took(const persistence::db_result<T>& r, batch_job_result& out) {
 /// The members' rows, in the order of `ids` (claim order = admission order); `claimed_by` set: only
 /// operations BATCH_CLAIMED by that batch. False (the error recorded in `out`) when the rows cannot
 /// be read: a database failure ends the job, it never passes for a batch without members.
-bool load_members(sql::Connection& conn, const std::vector<std::string>& ids, batch_job_result& out,
+bool load_members(session conn, const std::vector<std::string>& ids, batch_job_result& out,
                   std::vector<batch_member_change>& into, std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto loaded = persistence::load_operations(conn, ids);
   if (!took(loaded, out)) return false;
@@ -237,7 +232,7 @@ void settle_failed(self_ptr self, const core::action& a) {
   if (a.plan == core::failure_plan::bisect) {
     self->state.svc->metrics->inc("changeflow_batch_splits_total", "Failing batches split in two halves");
   }
-  on_db(self, kind::settled, [batch_id, expected, a](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::settled, [batch_id, expected, a](session conn, batch_job_result& out) {
     persistence::db_result<int> w;
     switch (a.plan) {
       case core::failure_plan::bisect:
@@ -277,7 +272,7 @@ void run(self_ptr self, const core::action& a) {
     case act::record_mr: {
       const auto branch = batch_branch(batch_id);
       const auto url = d.mr_url;
-      on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](sql::Connection& conn, batch_job_result& out) {
+      on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](session conn, batch_job_result& out) {
         take_write(out, persistence::record_batch_mr(conn, batch_id, iid, branch, url));
       });
       return;
@@ -320,18 +315,17 @@ void run(self_ptr self, const core::action& a) {
       const auto expected = d.expected;
       const auto instance = self->state.svc->instance_id;
       const auto cause = a.text;
-      on_db(self, kind::settled,
-            [batch_id, expected, iid, cause, instance](sql::Connection& conn, batch_job_result& out) {
-              take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
-              out.settled_as = "succeeded";
-            });
+      on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](session conn, batch_job_result& out) {
+        take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
+        out.settled_as = "succeeded";
+      });
       return;
     }
     case act::settle_failed: settle_failed(self, a); return;
     case act::block: {
       const auto expected = d.expected;
       const auto why = a.text;
-      on_db(self, kind::settled, [batch_id, expected, why](sql::Connection& conn, batch_job_result& out) {
+      on_db(self, kind::settled, [batch_id, expected, why](session conn, batch_job_result& out) {
         take_write(out, persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why));
         out.settled_as = "blocked";
       });
@@ -376,7 +370,7 @@ void start_round(self_ptr self) {
   const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->int_or("batch.max_members", 50)));
   const int timeout_s = static_cast<int>(snap->int_or("batch.running_timeout_seconds", 3600));
   const std::string instance = st.svc->instance_id;
-  on_db(self, kind::round_prepared, [max_members, timeout_s, instance](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::round_prepared, [max_members, timeout_s, instance](session conn, batch_job_result& out) {
     // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
     auto stale = persistence::sweep_running_older_than(conn, timeout_s);
     if (!took(stale, out)) return;
@@ -497,7 +491,7 @@ void adopt(self_ptr self, std::optional<std::int64_t> batch_id, round_outcome ou
   auto& st = self->state;
   st.round_in_flight = true;
   const int timeout_s = static_cast<int>(st.svc->config->current()->int_or("batch.running_timeout_seconds", 3600));
-  on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](sql::Connection& conn, batch_job_result& out) {
+  on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
     std::optional<persistence::batch_row> b;
     if (batch_id) {
       auto r = persistence::load_batch(conn, *batch_id);

@@ -43,10 +43,10 @@ class batch_in_process : private running_sim, public actors::testing::in_process
 
   void SetUp() override {
     for (int i = 0; i < 3; ++i) {
-      auto id = new_op(*conn_, "ann", "t" + std::to_string(i));
+      auto id = new_op(setup_db_, "ann", "t" + std::to_string(i));
       db_.exec("UPDATE operation SET payload = '{\"files\":[{\"path\":\"f" + std::to_string(i) +
                ".yaml\",\"content\":\"x\"}]}' WHERE operation_id = '" + id + "'");
-      walk(*conn_, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
+      walk(setup_db_, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
       members_.push_back(id);
     }
     // Claims take admissions older than the claim's read: age them instead of waiting.
@@ -78,7 +78,7 @@ class batch_in_process : private running_sim, public actors::testing::in_process
 
   void expect_every_member_merged_once() {
     for (const auto& id : members_) {
-      auto row = persistence::load_operation(*conn_, id);
+      auto row = persistence::load_operation(setup_db_, id);
       ASSERT_TRUE(row.ok());
       EXPECT_EQ(workflow::phase_of(row.value.step), workflow::phase::MERGED) << workflow::to_string(row.value.step);
     }

@@ -159,12 +159,12 @@ TEST(BatchRepo, DeferredMemberGoesBackToWaitingAndLeadsTheNextRound) {
 }
 
 namespace {
-std::string waiting_op(sql::Connection& c, const std::string& target) {
+std::string waiting_op(persistence::session c, const std::string& target) {
   auto id = new_op(c, "u-" + target, target);
   walk(c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   return id;
 }
-void operator_move(sql::Connection& c, const std::string& id, S to, const std::string& cause) {
+void operator_move(persistence::session c, const std::string& id, S to, const std::string& cause) {
   auto row = persistence::load_operation(c, id).value;
   persistence::transition_request t;
   t.operation_id = id;

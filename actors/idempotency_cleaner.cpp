@@ -55,9 +55,8 @@ void idempotency_cleaner::queue_pass() {
     int total = 0;
     try {
       for (int i = 0; i < max_batches_per_pass; ++i) {
-        auto r = persistence::idem_delete_expired(db.get(), batch);
+        auto r = persistence::idem_delete_expired(db, batch);
         if (!r.ok()) {
-          if (r.outcome == persistence::db_outcome::retryable) db.reset();
           log::warn("idempotency.cleanup_failed", {{"error", r.error.message}});
           break;
         }
@@ -65,7 +64,6 @@ void idempotency_cleaner::queue_pass() {
         if (r.value < batch) break;
       }
     } catch (const std::exception& e) {
-      db.reset();
       log::warn("idempotency.cleanup_failed", {{"error", e.what()}});
     }
     if (total > 0) {

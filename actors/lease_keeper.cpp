@@ -4,7 +4,6 @@
 #include "persistence/errors.hpp"
 #include "persistence/instance_repo.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -24,16 +23,8 @@ int lease_seconds_of(const services& svc) {
 bool run_blocking(services& svc, std::chrono::milliseconds timeout, std::function<bool(persistence::db_context&)> job) {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
-  bool queued = svc.db->try_submit([done, job = std::move(job)](persistence::db_context& db) {
-    bool ok = false;
-    try {
-      ok = job(db);
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      log::warn("lease.db_error", {{"error", e.what()}});
-    }
-    done->set_value(ok);
-  });
+  bool queued =
+      svc.db->try_submit([done, job = std::move(job)](persistence::db_context& db) { done->set_value(job(db)); });
   if (!queued) return false;
   if (result.wait_for(timeout) != std::future_status::ready) return false;
   return result.get();
@@ -49,21 +40,19 @@ namespace {
 
 void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
   auto lease = lease_seconds_of(*svc);
-  auto beat = persistence::heartbeat(db.get(), svc->instance_id, lease);
+  auto beat = persistence::heartbeat(db, svc->instance_id, lease);
   if (beat.outcome == persistence::db_outcome::not_found) {
     // Marked stopped or deleted behind our back: register again. Operations taken over meanwhile
     // stay with their new owner (our actors find that out through their fence and stop).
     log::warn("lease.re_register", {{"instance_id", svc->instance_id}});
-    persistence::register_instance(db.get(), svc->instance_id, lease);
+    persistence::register_instance(db, svc->instance_id, lease);
   } else if (!beat.ok()) {
-    if (beat.outcome == persistence::db_outcome::retryable) db.reset();
     log::warn("lease.heartbeat_failed", {{"error", beat.error.message}});
     return;
   }
   auto page = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
-  auto taken = persistence::take_over_expired(db.get(), svc->instance_id, page);
+  auto taken = persistence::take_over_expired(db, svc->instance_id, page);
   if (!taken.ok()) {
-    if (taken.outcome == persistence::db_outcome::retryable) db.reset();
     log::warn("lease.takeover_failed", {{"error", taken.error.message}});
     return;
   }
@@ -73,7 +62,7 @@ void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
   svc->metrics->inc("changeflow_takeovers_total", "Operations taken over from an instance whose lease expired", {},
                     static_cast<double>(ids.size()));
   log::info("lease.took_over", {{"operations", ids.size()}});
-  auto rows = persistence::load_operations(db.get(), ids);
+  auto rows = persistence::load_operations(db, ids);
   // A failed load leaves the rows owned by us without an actor: the sweeper's stuck scan resumes them.
   if (rows.ok()) rehydrate->enqueue(std::move(rows.value));
 }
@@ -87,12 +76,7 @@ caf::behavior ticker_impl(caf::event_based_actor* self, services* svc, rehydrato
         // One job at a time: a slow database must not pile up heartbeats.
         if (!sh->in_flight.exchange(true)) {
           bool queued = svc->db->try_submit([svc, rehydrate, sh](persistence::db_context& db) {
-            try {
-              if (!sh->stopped) tick(db, svc, rehydrate);
-            } catch (const sql::SQLException& e) {
-              db.reset();
-              log::warn("lease.db_error", {{"error", e.what()}});
-            }
+            if (!sh->stopped) tick(db, svc, rehydrate);
             sh->in_flight = false;
           });
           if (!queued) sh->in_flight = false;
@@ -115,9 +99,8 @@ lease_keeper::~lease_keeper() {
 bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
   auto* svc = &svc_;
   return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
-    auto r = persistence::register_instance(db.get(), svc->instance_id, lease_seconds_of(*svc));
+    auto r = persistence::register_instance(db, svc->instance_id, lease_seconds_of(*svc));
     if (!r.ok()) {
-      if (r.outcome == persistence::db_outcome::retryable) db.reset();
       log::error("lease.register_failed", {{"error", r.error.message}});
       return false;
     }
@@ -141,7 +124,7 @@ void lease_keeper::stop() {
 bool lease_keeper::release_now(std::chrono::milliseconds timeout) {
   auto* svc = &svc_;
   return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
-    auto r = persistence::mark_instance_stopped(db.get(), svc->instance_id);
+    auto r = persistence::mark_instance_stopped(db, svc->instance_id);
     if (!r.ok()) {
       log::warn("lease.release_failed", {{"error", r.error.message}});
       return false;

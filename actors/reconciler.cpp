@@ -3,7 +3,6 @@
 #include "base/log.hpp"
 #include "persistence/reconcile_repo.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 #include <chrono>
@@ -21,9 +20,9 @@ std::string_view to_string(validation_path p) {
   return p == validation_path::callback ? "callback" : "reconciliation";
 }
 
-persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std::string& operation_id,
+persistence::db_result<bool> validate_and_count(persistence::session db, const std::string& operation_id,
                                                 validation_path via, metrics::registry& metrics) {
-  auto r = persistence::mark_validated(conn, operation_id, std::string(to_string(via)));
+  auto r = persistence::mark_validated(db, operation_id, std::string(to_string(via)));
   if (!r.ok()) return persistence::db_result<bool>::failure(r.error);
   if (!r.value) return persistence::db_result<bool>::success(false);
   // The flip is committed and this call made it: count here and nowhere else.
@@ -32,25 +31,25 @@ persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std
   return persistence::db_result<bool>::success(true);
 }
 
-persistence::db_result<bool> validate_if_already_deployed(sql::Connection& conn, const std::string& operation_id,
+persistence::db_result<bool> validate_if_already_deployed(persistence::session db, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics) {
   using R = persistence::db_result<bool>;
-  auto deployed = persistence::deploy_succeeded(conn, project, mr_iid);
+  auto deployed = persistence::deploy_succeeded(db, project, mr_iid);
   if (!deployed.ok()) return R::failure(deployed.error);
-  if (deployed.value) return validate_and_count(conn, operation_id, validation_path::callback, metrics);
-  auto failed = persistence::deploy_failed_pipeline(conn, project, mr_iid);
+  if (deployed.value) return validate_and_count(db, operation_id, validation_path::callback, metrics);
+  auto failed = persistence::deploy_failed_pipeline(db, project, mr_iid);
   if (!failed.ok()) return R::failure(failed.error);
   if (!failed.value) return R::success(false);
-  auto row = persistence::load_operation(conn, operation_id);
+  auto row = persistence::load_operation(db, operation_id);
   if (!row.ok()) return R::failure(row.error);
   if (row.value.phase != workflow::phase::MERGED) return R::success(false);
-  auto moved = mark_deploy_failed(conn, row.value, mr_iid, *failed.value ? std::optional(*failed.value) : std::nullopt);
+  auto moved = mark_deploy_failed(db, row.value, mr_iid, *failed.value ? std::optional(*failed.value) : std::nullopt);
   if (!moved.ok()) return R::failure(moved.error);
   return R::success(false);
 }
 
-persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const persistence::operation_row& row,
+persistence::db_result<bool> mark_deploy_failed(persistence::session db, const persistence::operation_row& row,
                                                 std::int64_t mr_iid, std::optional<std::int64_t> pipeline_id) {
   using R = persistence::db_result<bool>;
   persistence::transition_request t;
@@ -63,7 +62,7 @@ persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const per
   t.actor = "callback:deploy";
   t.last_error = t.cause;
   t.clear_wake = true;
-  auto r = persistence::transition(conn, t);
+  auto r = persistence::transition(db, t);
   if (r.ok()) return R::success(true);
   if (r.outcome == persistence::db_outcome::preempted || r.outcome == persistence::db_outcome::illegal_transition) {
     return R::success(false);  // moved on meanwhile (validated, closed, already failed)
@@ -105,13 +104,12 @@ nlohmann::json to_json(const reconcile_report& r) {
   return j;
 }
 
-reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s, metrics::registry& metrics,
+reconcile_report run_reconciliation(persistence::session db, const reconcile_settings& s, metrics::registry& metrics,
                                     std::string trigger) {
   reconcile_report rep;
   rep.trigger = std::move(trigger);
   auto fail = [&](const persistence::db_error& e) {
     rep.ok = false;
-    rep.retryable = e.outcome == persistence::db_outcome::retryable;
     rep.error = e.message;
     metrics.inc("changeflow_reconcile_runs_total", "Reconciliation runs by trigger and result",
                 {{"trigger", rep.trigger}, {"result", "error"}});
@@ -119,19 +117,19 @@ reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_setti
     return rep;
   };
   // Query 1 of 2: operation -> mr_iid of every MERGED row in the window, in bulk.
-  auto candidates = persistence::merged_in_window(conn, s.min_age_s, s.max_age_s, s.limit);
+  auto candidates = persistence::merged_in_window(db, s.min_age_s, s.max_age_s, s.limit);
   if (!candidates.ok()) return fail(candidates.error);
   rep.scanned = static_cast<int>(candidates.value.size());
   // Query 2 of 2: the watermark. Read after the candidates so a callback that lands in between can
   // only raise it (never makes the inference claim more than it knows).
-  auto watermark = persistence::deploy_watermark(conn, s.project);
+  auto watermark = persistence::deploy_watermark(db, s.project);
   if (!watermark.ok()) return fail(watermark.error);
   rep.watermark = watermark.value;
 
   auto plan = plan_reconciliation(candidates.value, rep.watermark);
   rep.waiting = static_cast<int>(plan.wait.size());
   for (const auto& id : plan.validate) {
-    auto r = validate_and_count(conn, id, validation_path::reconciliation, metrics);
+    auto r = validate_and_count(db, id, validation_path::reconciliation, metrics);
     if (!r.ok()) {
       ++rep.failed;
       if (r.outcome == persistence::db_outcome::retryable && r.error.code != 1213 && r.error.code != 1205) {
@@ -160,16 +158,7 @@ bool submit_reconciliation(services& svc, std::string trigger, std::function<voi
   auto* metrics = svc.metrics;
   return svc.db->try_submit(
       [settings, metrics, trigger = std::move(trigger), done = std::move(done)](persistence::db_context& db) {
-        reconcile_report rep;
-        try {
-          rep = run_reconciliation(db.get(), settings, *metrics, trigger);
-        } catch (const sql::SQLException& e) {  // db.get() could not connect
-          rep.ok = false;
-          rep.retryable = true;
-          rep.trigger = trigger;
-          rep.error = std::string("database unreachable: ") + e.what();
-        }
-        if (rep.retryable) db.reset();
+        auto rep = run_reconciliation(db, settings, *metrics, trigger);
         if (done) done(std::move(rep));
       });
 }

@@ -42,12 +42,12 @@ std::string_view to_string(validation_path p);
 
 /// mark_validated, then `changeflow_validated_total{via}` +1 only when THIS call flipped the
 /// binding (the flip is committed when mark_validated returns). Value: whether it flipped.
-persistence::db_result<bool> validate_and_count(sql::Connection& conn, const std::string& operation_id,
+persistence::db_result<bool> validate_and_count(persistence::session db, const std::string& operation_id,
                                                 validation_path via, metrics::registry& metrics);
 
 /// A merged operation whose deploy failed: MERGED -> DEPLOY_FAILED, guarded by the version in `row`
 /// (a concurrent writer wins and this call does nothing). Value: whether this call moved it.
-persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const persistence::operation_row& row,
+persistence::db_result<bool> mark_deploy_failed(persistence::session db, const persistence::operation_row& row,
                                                 std::int64_t mr_iid, std::optional<std::int64_t> pipeline_id);
 
 /// For the writer of MERGED (request actor / batch coordinator), right after that commit: when the
@@ -55,7 +55,7 @@ persistence::db_result<bool> mark_deploy_failed(sql::Connection& conn, const per
 /// apply it now instead of waiting for reconciliation (min_age) or the deploy timeout: a success
 /// validates, a failure (with no success recorded) moves the operation to DEPLOY_FAILED.
 /// Value: whether the operation was validated.
-persistence::db_result<bool> validate_if_already_deployed(sql::Connection& conn, const std::string& operation_id,
+persistence::db_result<bool> validate_if_already_deployed(persistence::session db, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics);
 
@@ -79,7 +79,6 @@ reconcile_settings reconcile_settings_from(const config::snapshot& snap);
 
 struct reconcile_report {
   bool ok = true;
-  bool retryable = false;  // the connection failed: the caller drops it
   std::string error;
   std::string trigger;  // "timer" | "manual"
   int scanned = 0;      // MERGED rows in the window
@@ -91,8 +90,8 @@ struct reconcile_report {
 };
 nlohmann::json to_json(const reconcile_report& r);
 
-/// One run on `conn` (a db-pool worker's connection). Counts changeflow_reconcile_runs_total.
-reconcile_report run_reconciliation(sql::Connection& conn, const reconcile_settings& s, metrics::registry& metrics,
+/// One run on `db` (a db-pool worker's session). Counts changeflow_reconcile_runs_total.
+reconcile_report run_reconciliation(persistence::session db, const reconcile_settings& s, metrics::registry& metrics,
                                     std::string trigger);
 
 /// Queues one run on the db pool (never on an actor thread); `done` runs on the db worker.

@@ -24,7 +24,7 @@ using test::walk;
 namespace {
 constexpr const char* project = "config/changes";
 
-void deploy(sql::Connection& c, std::int64_t mr, const std::string& status = "success",
+void deploy(persistence::session c, std::int64_t mr, const std::string& status = "success",
             const std::string& proj = project) {
   deploy_callback_in cb;
   cb.delivery_id = "d-" + proj + "-" + std::to_string(mr) + "-" + status;

@@ -5,7 +5,6 @@
 #include "persistence/errors.hpp"
 #include "persistence/instance_repo.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -122,7 +121,6 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
   // A connectivity failure is retried until it passes (backing off to 5 s) or the process stops:
   // giving up would report ready with rows nobody resumed. The reason is shown by /readyz.
   auto failed = [&](const std::string& what) {
-    db.reset();
     ++failures;
     {
       std::lock_guard lock(sh->mutex);
@@ -142,49 +140,41 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
   };
   // 1. Rows this instance already owns (a restart with the same instance.id).
   while (!sh->stopped) {
-    try {
-      auto page = persistence::list_owned_nonterminal(db.get(), svc->instance_id, after, page_size);
-      if (!page.ok()) {
-        if (failed(page.error.message)) continue;
-        break;
-      }
-      succeeded();
-      if (page.value.empty()) break;
-      after = page.value.back().operation_id;
-      bool last = static_cast<int>(page.value.size()) < page_size;
-      auto rows = resumable(std::move(page.value));
-      owned += rows.size();
-      sh->push(std::move(rows), true, svc->now_ms());
-      if (last) break;
-    } catch (const sql::SQLException& e) {
-      if (!failed(e.what())) break;
+    auto page = persistence::list_owned_nonterminal(db, svc->instance_id, after, page_size);
+    if (!page.ok()) {
+      if (failed(page.error.message)) continue;
+      break;
     }
+    succeeded();
+    if (page.value.empty()) break;
+    after = page.value.back().operation_id;
+    bool last = static_cast<int>(page.value.size()) < page_size;
+    auto rows = resumable(std::move(page.value));
+    owned += rows.size();
+    sh->push(std::move(rows), true, svc->now_ms());
+    if (last) break;
   }
   // 2. Rows whose owner's lease expired (a crashed peer, or this host's previous instance id).
   while (!sh->stopped) {
-    try {
-      auto taken = persistence::take_over_expired(db.get(), svc->instance_id, page_size);
-      if (!taken.ok()) {
-        if (failed(taken.error.message)) continue;
-        break;
-      }
-      succeeded();
-      if (taken.value.empty()) break;
-      std::vector<std::string> ids;
-      for (const auto& t : taken.value) ids.push_back(t.operation_id);
-      auto rows = persistence::load_operations(db.get(), ids);
-      if (!rows.ok()) {
-        // Taken but not loaded: the sweeper's stuck scan finds them (owned, no actor).
-        if (failed(rows.error.message)) continue;
-        break;
-      }
-      auto r = resumable(std::move(rows.value));
-      taken_count += r.size();
-      sh->push(std::move(r), true, svc->now_ms());
-      if (static_cast<int>(taken.value.size()) < page_size) break;
-    } catch (const sql::SQLException& e) {
-      if (!failed(e.what())) break;
+    auto taken = persistence::take_over_expired(db, svc->instance_id, page_size);
+    if (!taken.ok()) {
+      if (failed(taken.error.message)) continue;
+      break;
     }
+    succeeded();
+    if (taken.value.empty()) break;
+    std::vector<std::string> ids;
+    for (const auto& t : taken.value) ids.push_back(t.operation_id);
+    auto rows = persistence::load_operations(db, ids);
+    if (!rows.ok()) {
+      // Taken but not loaded: the sweeper's stuck scan finds them (owned, no actor).
+      if (failed(rows.error.message)) continue;
+      break;
+    }
+    auto r = resumable(std::move(rows.value));
+    taken_count += r.size();
+    sh->push(std::move(r), true, svc->now_ms());
+    if (static_cast<int>(taken.value.size()) < page_size) break;
   }
   sh->loading = false;
   log::info("rehydrate.loaded",

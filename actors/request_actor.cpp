@@ -6,7 +6,6 @@
 #include "base/log.hpp"
 #include "persistence/errors.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
 #include <nlohmann/json.hpp>
@@ -114,30 +113,23 @@ void submit_reload(self_ptr self) {
       make_answer_guard([handle, id] { caf::anon_send(handle, lost_job<messages::row_loaded>(id, "reload")); });
   bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch, guard](persistence::db_context& db) {
     messages::row_loaded out;
-    try {
-      auto r = persistence::load_operation(db.get(), id);
-      out.outcome = static_cast<int>(r.outcome);
-      if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
-        // Another instance took the operation over (our lease expired while we were paused): this
-        // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
-        out.outcome = static_cast<int>(db_outcome::preempted);
-        out.error = "operation owned by " + r.value.owner_instance.value_or("nobody") + " at lease epoch " +
-                    std::to_string(r.value.lease_epoch);
-      } else if (r.ok()) {
-        out.step = workflow::code_of(r.value.step);
-        out.version = r.value.version;
-        out.mr_iid = r.value.mr_iid.value_or(0);
-        out.mr_url = r.value.mr_url.value_or("");
-        out.approval_id = r.value.approval_id.value_or("");
-        out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
-      } else {
-        out.error = r.error.message;
-        if (r.outcome == db_outcome::retryable) db.reset();
-      }
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      out.outcome = static_cast<int>(db_outcome::retryable);
-      out.error = e.what();
+    auto r = persistence::load_operation(db, id);
+    out.outcome = static_cast<int>(r.outcome);
+    if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
+      // Another instance took the operation over (our lease expired while we were paused): this
+      // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
+      out.outcome = static_cast<int>(db_outcome::preempted);
+      out.error = "operation owned by " + r.value.owner_instance.value_or("nobody") + " at lease epoch " +
+                  std::to_string(r.value.lease_epoch);
+    } else if (r.ok()) {
+      out.step = workflow::code_of(r.value.step);
+      out.version = r.value.version;
+      out.mr_iid = r.value.mr_iid.value_or(0);
+      out.mr_url = r.value.mr_url.value_or("");
+      out.approval_id = r.value.approval_id.value_or("");
+      out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
+    } else {
+      out.error = r.error.message;
     }
     guard->answered();
     caf::anon_send(handle, std::move(out));
@@ -163,22 +155,15 @@ void submit_persist(self_ptr self) {
   bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, metrics, guard](persistence::db_context& db) {
     messages::persisted out;
     out.to_step = workflow::code_of(req.to);
-    try {
-      auto r = persistence::transition(db.get(), req);
-      out.outcome = static_cast<int>(r.outcome);
-      out.new_version = r.value;
-      if (!r.ok()) {
-        out.error = r.error.message;
-        if (r.outcome == db_outcome::retryable) db.reset();
-      } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
-        // The deploy pipeline may call back before MERGED is written (it was answered
-        // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
-        validate_if_already_deployed(db.get(), req.operation_id, *mr_iid, project, *metrics);
-      }
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      out.outcome = static_cast<int>(db_outcome::retryable);
-      out.error = e.what();
+    auto r = persistence::transition(db, req);
+    out.outcome = static_cast<int>(r.outcome);
+    out.new_version = r.value;
+    if (!r.ok()) {
+      out.error = r.error.message;
+    } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
+      // The deploy pipeline may call back before MERGED is written (it was answered
+      // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
+      validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *metrics);
     }
     guard->answered();
     caf::anon_send(handle, std::move(out));

@@ -55,7 +55,7 @@ class in_process : public actors::testing::in_process_actors {
 
   /// Spawns the actor from the stored row, as submit and rehydration do.
   void spawn() {
-    auto row = persistence::load_operation(*conn_, id_);
+    auto row = persistence::load_operation(setup_db_, id_);
     ASSERT_TRUE(row.ok()) << row.error.message;
     auto a = spawn_request_actor(svc_, seed_from_row(row.value, now_ms_));
     ASSERT_TRUE(a.has_value());
@@ -65,7 +65,7 @@ class in_process : public actors::testing::in_process_actors {
   void answer(call_reply r) { answers_.push_back(std::move(r)); }
 
   persistence::operation_row row() {
-    auto r = persistence::load_operation(*conn_, id_);
+    auto r = persistence::load_operation(setup_db_, id_);
     EXPECT_TRUE(r.ok()) << r.error.message;
     return r.value;
   }
@@ -107,7 +107,7 @@ call_reply merge(call_reply::merge_result m) {
 // Persist first, effects after: the timer that follows a transition is armed only once the write
 // has committed, and the next call is made only after that.
 TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
-  id_ = new_op(*conn_, "ann", "t1");
+  id_ = new_op(setup_db_, "ann", "t1");
   spawn();
   run_messages();
   ASSERT_EQ(queued_external(), 1u) << "APPROVAL_SENDING submits the approval request";
@@ -130,8 +130,8 @@ TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
 // Callback nudges that arrive while a write is in flight coalesce: one re-read after the write, not
 // one per nudge, and never a second write of the same transition.
 TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
-  id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED});
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED});
   spawn();
   run_messages();
   ASSERT_EQ(queued_db(), 1u) << "APPROVAL_APPROVED moves on to CREATE_STARTED";
@@ -161,13 +161,13 @@ TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
 // while the merge check was in flight) loses its guarded write, and the actor re-reads, sees
 // CANCELLED, and stops without another call.
 TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorStops) {
-  id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED}, 42);
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED}, 42);
   spawn();
   run_messages();
   ASSERT_EQ(queued_external(), 1u) << "HANDLE_APPROVED tries the merge";
   // Meanwhile: cancelled through the API, which wakes the actor.
-  walk(*conn_, id_, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
+  walk(setup_db_, id_, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
   auto cancelled_version = row().version;
   nudge();
   run_messages();
@@ -184,8 +184,8 @@ TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorSto
 // Every wait re-arms its timer with a new generation; a timer that was replaced (here by a re-read
 // that re-ran the step) fires into nothing.
 TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
-  id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
   spawn();
   run_messages();
   answer(pipeline("running"));
@@ -218,8 +218,8 @@ TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
 // A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is
 // answered by its guard: the actor is not left busy forever, takes its retry path, and finishes.
 TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
-  id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED}, 42);
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED}, 42);
   spawn();
   run_messages();
   // The external call dies.
@@ -252,13 +252,13 @@ TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
 
 // A re-read whose job died is retried: the actor reads its row again and goes on from what it says.
 TEST_F(in_process, ARereadThatDiedIsReadAgain) {
-  id_ = new_op(*conn_, "ann", "t1");
-  walk(*conn_, id_, {S::APPROVAL_SENT});
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT});
   spawn();
   run_messages();
   ASSERT_TRUE(sched_.has_pending_timeout()) << "APPROVAL_SENT waits for the decision";
   // The approval callback lands (written by the callback path) and nudges the actor.
-  walk(*conn_, id_, {S::APPROVAL_APPROVED});
+  walk(setup_db_, id_, {S::APPROVAL_APPROVED});
   nudge();
   run_messages();
   ASSERT_EQ(queued_db(), 1u);

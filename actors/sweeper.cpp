@@ -6,7 +6,6 @@
 #include "persistence/durability_repo.hpp"
 #include "persistence/errors.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -41,11 +40,8 @@ void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrat
   auto interval = positive_or(*svc, "durability.inbox_poll_ms", 500);
   // The look-back overlaps several polls so a slow poll never skips a change; duplicates are
   // harmless (the version comparison below filters them).
-  auto changed = persistence::list_owned_changed_since(db.get(), svc->instance_id, interval * 4 + 2000, 2000);
-  if (!changed.ok()) {
-    if (changed.outcome == persistence::db_outcome::retryable) db.reset();
-    return;
-  }
+  auto changed = persistence::list_owned_changed_since(db, svc->instance_id, interval * 4 + 2000, 2000);
+  if (!changed.ok()) return;
   std::vector<std::string> to_spawn;
   for (const auto& c : changed.value) {
     if (!workflow::needs_actor(c.step)) continue;
@@ -60,7 +56,7 @@ void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrat
   }
   // During the start-up backlog the rehydrator resumes these in its own (paced) order.
   if (to_spawn.empty() || !rehydrate->initial_done()) return;
-  auto rows = persistence::load_operations(db.get(), to_spawn);
+  auto rows = persistence::load_operations(db, to_spawn);
   if (!rows.ok()) return;
   for (const auto& row : rows.value) {
     if (!workflow::needs_actor(row.step) || row.owner_instance.value_or("") != svc->instance_id) continue;
@@ -81,14 +77,12 @@ void time_out(persistence::db_context& db, services* svc, const persistence::ove
   req.actor = "sweeper";
   req.instance_id = svc->instance_id;
   req.clear_wake = true;
-  auto r = persistence::transition(db.get(), req);
+  auto r = persistence::transition(db, req);
   if (r.ok()) {
     svc->metrics->inc("changeflow_sweep_timeouts_total", "Operations moved by the timeout sweep",
                       {{"step", std::string(workflow::to_string(to))}});
     log::info("sweep.timed_out", {{"operation_id", o.operation_id}, {"to", workflow::to_string(to)}});
     nudge_live(svc, o.operation_id, "timed out by the sweep");
-  } else if (r.outcome == persistence::db_outcome::retryable) {
-    db.reset();
   }
   // preempted: an actor or a peer's sweep moved it first; nothing to do.
 }
@@ -97,12 +91,12 @@ void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, st
   auto grace = static_cast<int>(positive_or(*svc, "durability.approval_grace_seconds", 30));
   auto deploy_wait = static_cast<int>(positive_or(*svc, "timeouts.deploy_wait_seconds", 86400));
   auto stuck_after = static_cast<int>(positive_or(*svc, "durability.stuck_after_seconds", 60));
-  if (auto overdue = persistence::list_approval_overdue(db.get(), grace, 200); overdue.ok()) {
+  if (auto overdue = persistence::list_approval_overdue(db, grace, 200); overdue.ok()) {
     for (const auto& o : overdue.value) {
       time_out(db, svc, o, workflow::step::APPROVAL_TIMEOUT, "no approval decision before the deadline (sweep)");
     }
   }
-  if (auto overdue = persistence::list_deploy_overdue(db.get(), deploy_wait, 200); overdue.ok()) {
+  if (auto overdue = persistence::list_deploy_overdue(db, deploy_wait, 200); overdue.ok()) {
     for (const auto& o : overdue.value) {
       time_out(db, svc, o, workflow::step::DEPLOY_TIMEOUT,
                "no deploy confirmation within timeouts.deploy_wait_seconds (sweep)");
@@ -110,11 +104,8 @@ void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, st
   }
   if (!rehydrate->initial_done()) return;
   constexpr int page = 500;
-  auto stale = persistence::list_owned_unchanged(db.get(), svc->instance_id, stuck_after, cursor, page);
-  if (!stale.ok()) {
-    if (stale.outcome == persistence::db_outcome::retryable) db.reset();
-    return;
-  }
+  auto stale = persistence::list_owned_unchanged(db, svc->instance_id, stuck_after, cursor, page);
+  if (!stale.ok()) return;
   cursor = static_cast<int>(stale.value.size()) < page ? std::string() : stale.value.back().operation_id;
   std::vector<persistence::operation_row> orphans;
   for (auto& row : stale.value) {
@@ -138,12 +129,7 @@ caf::behavior ticker(caf::event_based_actor* self, services* svc, std::shared_pt
         auto& flag = (*sh).*in_flight;
         if (!flag.exchange(true)) {
           bool queued = svc->db->try_submit([sh, in_flight, job](persistence::db_context& db) {
-            try {
-              if (!sh->stopped) job(db);
-            } catch (const sql::SQLException& e) {
-              db.reset();
-              log::warn("sweep.db_error", {{"error", e.what()}});
-            }
+            if (!sh->stopped) job(db);
             ((*sh).*in_flight) = false;
           });
           if (!queued) flag = false;

@@ -14,15 +14,11 @@
 // Output: human-readable lines plus `key=value` lines (prefixed "kv ") that bench/run turns into
 // bench/RESULTS.md.
 
-#include "persistence/connection.hpp"
+#include "persistence/bench_repo.hpp"
+#include "persistence/db_pool.hpp"
 #include "persistence/operation_repo.hpp"
 #include "workflow/status.hpp"
 #include "workflow/transitions.hpp"
-
-#include <cppconn/exception.h>
-#include <cppconn/prepared_statement.h>
-#include <cppconn/resultset.h>
-#include <cppconn/statement.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -42,6 +38,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -247,21 +244,18 @@ void report_latency(const std::string& name, const std::vector<double>& ms) {
   kv(name + ".max_ms", percentile(ms, 100));
 }
 
-std::vector<double> query_doubles(sql::Connection& c, const std::string& q) {
-  std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(q));
-  std::vector<double> out;
-  while (rs->next()) out.push_back(rs->getDouble(1));
-  return out;
-}
+// ---------------------------------------------------------------------------------------------
+// Database: a failed read or write ends the run; main() reports it like any other failure.
 
-std::map<std::string, long> phase_counts(sql::Connection& c, const std::string& tag) {
-  std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(
-      st->executeQuery("SELECT phase, COUNT(*) FROM operation WHERE subject_id LIKE '" + tag + "-%' GROUP BY phase"));
-  std::map<std::string, long> out;
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
+struct database_error : std::runtime_error {
+  int code;
+  explicit database_error(const persistence::db_error& e) : std::runtime_error(e.message), code(e.code) {}
+};
+
+template <class T>
+T checked(persistence::db_result<T> r) {
+  if (!r.ok()) throw database_error(r.error);
+  return std::move(r.value);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,7 +322,7 @@ struct drive_result {
   bool timed_out = false;
 };
 
-drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::string& wait_phase, long timeout_s,
+drive_result drive(submitter& sub, persistence::session db, int threads, const std::string& wait_phase, long timeout_s,
                    long poll_ms) {
   drive_result r;
   auto t0 = clock_type::now();
@@ -344,7 +338,7 @@ drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::
   auto deadline = t0 + std::chrono::seconds(timeout_s);
   long last_print = -1;
   for (;;) {
-    auto counts = phase_counts(db, sub.tag);
+    auto counts = checked(persistence::bench_phase_counts(db, sub.tag));
     long done = 0, failed = 0, target = 0;
     for (auto& [p, k] : counts) {
       if (is_failed_phase(p)) failed += k;
@@ -376,8 +370,7 @@ drive_result drive(submitter& sub, sql::Connection& db, int threads, const std::
 // flow
 
 int cmd_flow(const args& a) {
-  auto settings = db_from(a);
-  auto db = persistence::open_connection(settings);
+  persistence::db_context db(db_from(a));
   submitter sub;
   sub.port = static_cast<int>(a.num("port", 8080));
   sub.n = a.num("n", 2000);
@@ -386,45 +379,23 @@ int cmd_flow(const args& a) {
   sub.rate = static_cast<double>(a.num("rate", 0));
   long service_pid = a.num("service-pid", 0), db_pid = a.num("db-pid", 0);
   double svc_cpu0 = cpu_ms(service_pid), db_cpu0 = cpu_ms(db_pid);
-  long events0 = static_cast<long>(query_doubles(*db, "SELECT COUNT(*) FROM operation_event")[0]);
+  long events0 = static_cast<long>(checked(persistence::bench_event_count(db)));
 
-  auto r = drive(sub, *db, static_cast<int>(a.num("threads", 8)), "VALIDATED", a.num("timeout-s", 900),
+  auto r = drive(sub, db, static_cast<int>(a.num("threads", 8)), "VALIDATED", a.num("timeout-s", 900),
                  a.num("poll-ms", 100));
 
   double svc_cpu = cpu_ms(service_pid) - svc_cpu0, db_cpu = cpu_ms(db_pid) - db_cpu0;
-  long events = static_cast<long>(query_doubles(*db, "SELECT COUNT(*) FROM operation_event")[0]) - events0;
-  const std::string mine = "o.subject_id LIKE '" + sub.tag + "-%'";
-  auto e2e = query_doubles(*db,
-                           "SELECT TIMESTAMPDIFF(MICROSECOND, o.created_at, MIN(e.at)) / 1000 FROM operation o "
-                           "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_phase = 'VALIDATED' "
-                           "WHERE " +
-                               mine + " GROUP BY o.operation_id, o.created_at");
-  // Approval callback: the ledger row is stamped when the handler's transaction inserts it; the
-  // APPROVAL_APPROVED event is written in that same transaction (apply_approval_callback), so this
-  // is the in-database part only. The HTTP-side figure comes from the route latency histogram.
-  auto approval =
-      query_doubles(*db,
-                    "SELECT TIMESTAMPDIFF(MICROSECOND, l.received_at, MIN(e.at)) / 1000 FROM callback_ledger l "
-                    "JOIN operation o ON o.operation_id = l.operation_id "
-                    "JOIN operation_event e ON e.operation_id = l.operation_id AND e.to_step = " +
-                        std::to_string(workflow::code_of(workflow::step::APPROVAL_APPROVED)) +
-                        " WHERE l.kind = 'approval' AND " + mine + " GROUP BY l.id, l.received_at");
-  auto deploy = query_doubles(*db,
-                              "SELECT TIMESTAMPDIFF(MICROSECOND, d.r, MIN(e.at)) / 1000 FROM operation o "
-                              "JOIN operation_event e ON e.operation_id = o.operation_id AND e.to_step = " +
-                                  std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
-                                  " JOIN (SELECT mr_iid, MIN(received_at) r FROM deploy_callback GROUP BY mr_iid) d "
-                                  "ON d.mr_iid = o.mr_iid WHERE " +
-                                  mine + " GROUP BY o.operation_id, d.r");
+  long events = static_cast<long>(checked(persistence::bench_event_count(db))) - events0;
+  auto latencies = checked(persistence::bench_flow_latencies(db, sub.tag));
   long done = r.validated;
   std::printf("flow: %ld submitted, %ld VALIDATED, %ld failed, %ld rejected%s in %.2f s (submissions took %.2f s)\n",
               sub.n, r.validated, r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "", r.wall_s,
               r.submit_s);
   std::printf("changes/s %.1f  transitions/s %.1f  (%ld operation_event rows, %.1f per change)\n", done / r.wall_s,
               events / r.wall_s, events, done ? double(events) / double(done) : 0.0);
-  report_latency("e2e", e2e);
-  report_latency("approval_cb_to_commit", approval);
-  report_latency("deploy_cb_to_commit", deploy);
+  report_latency("e2e", latencies.e2e_ms);
+  report_latency("approval_cb_to_commit", latencies.approval_cb_to_commit_ms);
+  report_latency("deploy_cb_to_commit", latencies.deploy_cb_to_commit_ms);
   long hwm = status_kb(service_pid, "VmHWM");
   std::printf("changeflowd peak RSS %.1f MiB; CPU service %.0f ms + database %.0f ms = %.2f ms per change\n",
               hwm / 1024.0, svc_cpu, db_cpu, done ? (svc_cpu + db_cpu) / double(done) : 0.0);
@@ -453,15 +424,15 @@ int cmd_flow(const args& a) {
 // hold
 
 int cmd_hold(const args& a) {
-  auto db = persistence::open_connection(db_from(a));
+  persistence::db_context db(db_from(a));
   submitter sub;
   sub.port = static_cast<int>(a.num("port", 8080));
   sub.n = a.num("n", 10000);
   sub.c = a.num("c", 1000000000);  // waiting operations never finish: no in-flight cap
   sub.tag = a.get("tag", "hold");
   std::string wait_phase = a.get("wait-phase", "APPROVAL_SENT");
-  auto r = drive(sub, *db, static_cast<int>(a.num("threads", 8)), wait_phase, a.num("timeout-s", 900),
-                 a.num("poll-ms", 250));
+  auto r =
+      drive(sub, db, static_cast<int>(a.num("threads", 8)), wait_phase, a.num("timeout-s", 900), a.num("poll-ms", 250));
   std::printf("hold: %ld submitted, %ld in %s, %ld failed, %ld rejected%s in %.2f s (%.0f submits/s)\n", sub.n,
               r.validated, wait_phase.c_str(), r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "",
               r.wall_s, double(sub.n) / r.wall_s);
@@ -510,20 +481,13 @@ int cmd_raw(const args& a) {
   const double seconds = static_cast<double>(a.num("seconds", 5));
   const std::string shape = a.get("shape", "raw");
   const int rows_per_conn = 8;
-  auto setup = persistence::open_connection(settings);
+  persistence::db_context setup(settings);
   auto cycle = legal_cycle(shape == "repo-phase");
   if (shape != "raw" && cycle.empty()) {
     std::cerr << "no legal transition cycle in the table\n";
     return 1;
   }
-  {
-    std::unique_ptr<sql::Statement> st(setup->createStatement());
-    st->execute(
-        "CREATE TABLE IF NOT EXISTS bench_raw (id CHAR(36) NOT NULL PRIMARY KEY, step INT NOT NULL, "
-        "version BIGINT NOT NULL, updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) "
-        "ON UPDATE CURRENT_TIMESTAMP(3)) ENGINE=InnoDB");
-    st->execute("DELETE FROM bench_raw");
-  }
+  checked(persistence::bench_reset_raw_table(setup));
   // Rows: bench_raw for raw; real operations (with binding) for repo and repo-phase.
   std::vector<std::vector<std::string>> ids(static_cast<size_t>(conns));
   char buf[64];
@@ -535,27 +499,20 @@ int cmd_raw(const args& a) {
       std::string id = buf;
       ids[static_cast<size_t>(c)].push_back(id);
       if (shape == "raw") {
-        std::unique_ptr<sql::PreparedStatement> ins(
-            setup->prepareStatement("INSERT INTO bench_raw (id, step, version) VALUES (?, 1, 1)"));
-        ins->setString(1, id);
-        ins->executeUpdate();
+        checked(persistence::bench_insert_raw_row(setup, id));
       } else {
         persistence::new_operation op;
         op.operation_id = id;
         op.subject_id = "rawbench-" + id;
         op.target_key = "t";
         op.title = "raw bench";
-        auto r = persistence::create_operation(*setup, op);
+        auto r = persistence::create_operation(setup, op);
         if (!r.ok()) {
           std::cerr << "create_operation failed: " << r.error.message << "\n";
           return 1;
         }
-        // Move it onto the cycle with guarded UPDATEs (setup only; not timed).
-        std::unique_ptr<sql::PreparedStatement> mv(
-            setup->prepareStatement("UPDATE operation SET step = ? WHERE operation_id = ?"));
-        mv->setInt(1, workflow::code_of(cycle[0]));
-        mv->setString(2, id);
-        mv->executeUpdate();
+        // Move it onto the cycle (setup only; not timed).
+        checked(persistence::bench_set_step(setup, id, cycle[0]));
       }
     }
   }
@@ -564,52 +521,36 @@ int cmd_raw(const args& a) {
   std::vector<std::thread> threads;
   for (int c = 0; c < conns; ++c) {
     threads.emplace_back([&, c] {
-      auto conn = persistence::open_connection(settings);
+      persistence::db_context conn(settings);
       auto& mine = ids[static_cast<size_t>(c)];
-      std::vector<std::int64_t> version(mine.size(), 1);
-      std::vector<size_t> pos(mine.size(), 0);
       long n = 0, bad = 0;
-      try {
-        if (shape == "raw") {
-          conn->setAutoCommit(false);
-          std::unique_ptr<sql::PreparedStatement> up(conn->prepareStatement(
-              "UPDATE bench_raw SET step = ?, version = version + 1 WHERE id = ? AND version = ? AND step = ?"));
-          for (size_t k = 0; !stop; ++k) {
-            size_t i = k % mine.size();
-            up->setInt(1, 1);
-            up->setString(2, mine[i]);
-            up->setInt64(3, version[i]);
-            up->setInt(4, 1);
-            if (up->executeUpdate() == 1)
-              ++version[i];
-            else
-              ++bad;
-            conn->commit();
-            ++n;
+      if (shape == "raw") {
+        auto loop = persistence::bench_raw_loop(conn, mine, stop);
+        n = loop.transactions;
+        bad = loop.guard_misses;
+        if (loop.error) std::cerr << "raw loop: " << loop.error->message << " (" << loop.error->code << ")\n";
+      } else {  // repo / repo-phase: persistence::transition() as the service calls it
+        std::vector<std::int64_t> version(mine.size(), 1);
+        std::vector<size_t> pos(mine.size(), 0);
+        for (size_t k = 0; !stop; ++k) {
+          size_t i = k % mine.size();
+          persistence::transition_request req;
+          req.operation_id = mine[i];
+          req.expected_version = version[i];
+          req.from = cycle[pos[i] % cycle.size()];
+          req.to = cycle[(pos[i] + 1) % cycle.size()];
+          req.cause = "bench";
+          req.actor = "workflow";
+          req.instance_id = "bench";
+          auto r = persistence::transition(conn, req);
+          if (r.ok()) {
+            version[i] = r.value;
+            ++pos[i];
+          } else {
+            ++bad;
           }
-        } else {  // repo / repo-phase: persistence::transition() as the service calls it
-          for (size_t k = 0; !stop; ++k) {
-            size_t i = k % mine.size();
-            persistence::transition_request req;
-            req.operation_id = mine[i];
-            req.expected_version = version[i];
-            req.from = cycle[pos[i] % cycle.size()];
-            req.to = cycle[(pos[i] + 1) % cycle.size()];
-            req.cause = "bench";
-            req.actor = "workflow";
-            req.instance_id = "bench";
-            auto r = persistence::transition(*conn, req);
-            if (r.ok()) {
-              version[i] = r.value;
-              ++pos[i];
-            } else {
-              ++bad;
-            }
-            ++n;
-          }
+          ++n;
         }
-      } catch (const sql::SQLException& e) {
-        std::cerr << "raw loop: " << e.what() << " (" << e.getErrorCode() << ")\n";
       }
       total += n;
       failures += bad;
@@ -627,14 +568,7 @@ int cmd_raw(const args& a) {
   kv(shape + ".tx_per_s", rate);
   kv(shape + ".guard_misses", std::to_string(failures.load()));
   // Leave no bench rows behind in the operation table (the rehydrator would pick them up).
-  if (shape != "raw") {
-    std::unique_ptr<sql::Statement> st(setup->createStatement());
-    st->execute(
-        "DELETE e FROM operation_event e JOIN operation o ON o.operation_id = e.operation_id WHERE o.subject_id LIKE "
-        "'rawbench-%'");
-    st->execute("DELETE FROM binding WHERE subject_id LIKE 'rawbench-%'");
-    st->execute("DELETE FROM operation WHERE subject_id LIKE 'rawbench-%'");
-  }
+  if (shape != "raw") checked(persistence::bench_delete_repo_rows(setup));
   return 0;
 }
 
@@ -652,8 +586,8 @@ int main(int argc, char** argv) {
     if (cmd == "flow") return cmd_flow(a);
     if (cmd == "hold") return cmd_hold(a);
     if (cmd == "raw") return cmd_raw(a);
-  } catch (const sql::SQLException& e) {
-    std::cerr << "changeflow-load: database error " << e.getErrorCode() << ": " << e.what() << "\n";
+  } catch (const database_error& e) {
+    std::cerr << "changeflow-load: database error " << e.code << ": " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "changeflow-load: " << e.what() << "\n";

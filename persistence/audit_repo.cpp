@@ -8,8 +8,8 @@ using detail::guarded;
 using detail::prepare;
 using detail::rs_ptr;
 
-db_result<bool> insert_audit(sql::Connection& conn, const audit_entry& e) {
-  return guarded<bool>([&]() -> db_result<bool> {
+db_result<bool> insert_audit(session s, const audit_entry& e) {
+  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
     auto st = prepare(conn,
                       "INSERT INTO audit_log (at, operator, action, target, params, outcome, dedup_key) "
                       "VALUES (NOW(3), ?, ?, ?, ?, ?, ?)");
@@ -29,9 +29,9 @@ db_result<bool> insert_audit(sql::Connection& conn, const audit_entry& e) {
   });
 }
 
-db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id, int limit) {
+db_result<std::vector<audit_row>> list_audit(session s, std::int64_t before_id, int limit) {
   using V = std::vector<audit_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT id, CAST(ROUND(UNIX_TIMESTAMP(at) * 1000) AS SIGNED) AS at_ms, "
                       "operator, action, target, "

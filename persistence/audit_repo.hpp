@@ -3,8 +3,7 @@
 // A duplicate dedup_key means "already recorded": the existing row is kept, never overwritten.
 
 #include "persistence/result.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/session.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -29,8 +28,8 @@ struct audit_row {
 };
 
 /// true = recorded now, false = already recorded under this dedup_key.
-db_result<bool> insert_audit(sql::Connection& conn, const audit_entry& e);
+db_result<bool> insert_audit(session s, const audit_entry& e);
 /// Newest first; `before_id` 0 = from the newest.
-db_result<std::vector<audit_row>> list_audit(sql::Connection& conn, std::int64_t before_id, int limit);
+db_result<std::vector<audit_row>> list_audit(session s, std::int64_t before_id, int limit);
 
 }  // namespace changeflow::persistence

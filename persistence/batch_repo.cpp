@@ -31,8 +31,8 @@ std::string_view to_string(claim_kind k) {
   return "preempted";
 }
 
-db_result<bool> admit(sql::Connection& conn, const std::string& operation_id) {
-  return guarded<bool>([&]() -> db_result<bool> {
+db_result<bool> admit(session s, const std::string& operation_id) {
+  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
     auto st = prepare(conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
     st->setString(1, operation_id);
     try {
@@ -45,8 +45,8 @@ db_result<bool> admit(sql::Connection& conn, const std::string& operation_id) {
   });
 }
 
-db_result<bool> has_waiting(sql::Connection& conn) {
-  return guarded<bool>([&]() -> db_result<bool> {
+db_result<bool> has_waiting(session s) {
+  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
     auto st = prepare(conn, "SELECT 1 FROM merge_batch_request WHERE batch_id IS NULL LIMIT 1");
     rs_ptr rs(st->executeQuery());
     return db_result<bool>::success(rs->next());
@@ -245,9 +245,9 @@ bool lock_running_batch(sql::Connection& conn, std::int64_t batch_id) {
 }
 }  // namespace
 
-db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook) {
+db_result<claim_result> claim(session s, int max_members, const claim_hook& hook) {
   using R = db_result<claim_result>;
-  return guarded<claim_result>([&]() -> R {
+  return guarded<claim_result>(s, [&](sql::Connection& conn) -> R {
     remove_abandoned_requests(conn);
     detail::transaction tx(conn);
     // 1. Take the slot. A duplicate key leaves this transaction usable and with nothing written.
@@ -310,10 +310,10 @@ db_result<claim_result> claim(sql::Connection& conn, int max_members, const clai
   });
 }
 
-db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected, batch_status next,
+db_result<done> finish_batch(session s, std::int64_t batch_id, batch_status expected, batch_status next,
                              const std::optional<std::string>& reason) {
   return detail::retry_on_deadlock<done>([&] {
-    return guarded<done>([&]() -> db_result<done> {
+    return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
       auto st = prepare(conn,
                         "UPDATE merge_batch SET status = ?, failure_reason = COALESCE(?, failure_reason) "
                         "WHERE id = ? AND status = ?");
@@ -330,9 +330,8 @@ db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch
   });
 }
 
-db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
-                             const std::string& branch) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> set_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
     st->setInt64(1, mr_iid);
     st->setString(2, branch);
@@ -342,11 +341,11 @@ db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::
   });
 }
 
-db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                                   member_reset reset, const std::string& reason,
-                                   const std::vector<std::string>& leaving, const std::string& leaving_cause) {
+db_result<int> settle_failed_batch(session s, std::int64_t batch_id, batch_status expected, member_reset reset,
+                                   const std::string& reason, const std::vector<std::string>& leaving,
+                                   const std::string& leaving_cause) {
   return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>([&]() -> db_result<int> {
+    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
       detail::transaction tx(conn);
       // First: if another path (timeout sweep, the running task) settled it already, stop here.
       if (!guarded_fail(conn, batch_id, expected, reason)) {
@@ -374,10 +373,10 @@ db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id,
   });
 }
 
-db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
-                               const std::vector<std::vector<std::string>>& groups, const std::string& reason) {
+db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vector<std::vector<std::string>>& groups,
+                               const std::string& reason) {
   return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>([&]() -> db_result<int> {
+    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
       detail::transaction tx(conn);
       if (!guarded_fail(conn, batch_id, batch_status::RUNNING, reason)) {
         return db_result<int>::failure(db_outcome::preempted, "batch " + std::to_string(batch_id) + " is not RUNNING");
@@ -443,8 +442,8 @@ batch_row read_batch(sql::ResultSet& rs) {
 }
 }  // namespace
 
-db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id) {
-  return guarded<batch_row>([&]() -> db_result<batch_row> {
+db_result<batch_row> load_batch(session s, std::int64_t batch_id) {
+  return guarded<batch_row>(s, [&](sql::Connection& conn) -> db_result<batch_row> {
     auto st = prepare(conn, std::string(batch_columns) + "WHERE id = ?");
     st->setInt64(1, batch_id);
     rs_ptr rs(st->executeQuery());
@@ -461,9 +460,9 @@ db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id) {
   });
 }
 
-db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id, int limit) {
+db_result<std::vector<batch_row>> list_batches(session s, std::int64_t before_id, int limit) {
   using V = std::vector<batch_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, std::string(batch_columns) + "WHERE (? = 0 OR id < ?) ORDER BY id DESC LIMIT ?");
     st->setInt64(1, before_id);
     st->setInt64(2, before_id);
@@ -475,9 +474,9 @@ db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64
   });
 }
 
-db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds) {
+db_result<std::vector<std::int64_t>> sweep_running_older_than(session s, int seconds) {
   using V = std::vector<std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT id FROM merge_batch WHERE status = 1 "
                       "AND created_at < DATE_SUB(CURRENT_TIMESTAMP(3), INTERVAL ? SECOND) ORDER BY "
@@ -490,8 +489,8 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& c
   });
 }
 
-db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id) {
-  return guarded<int>([&]() -> db_result<int> {
+db_result<int> record_lineage(session s, std::int64_t batch_id) {
+  return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
     // The batch that last requeued this batch's oldest member, when that member is a bisection half.
     auto st = prepare(conn,
                       "SELECT p.id, p.split_depth, p.failure_reason FROM merge_batch_request r "
@@ -514,11 +513,10 @@ db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id) {
   });
 }
 
-db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
-                             const std::vector<std::string>& operation_ids) {
+db_result<int> defer_members(session s, std::int64_t batch_id, const std::vector<std::string>& operation_ids) {
   if (operation_ids.empty()) return db_result<int>::success(0);
   return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>([&]() -> db_result<int> {
+    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
       detail::transaction tx(conn);
       if (!lock_running_batch(conn, batch_id))
         return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
@@ -543,9 +541,9 @@ db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
   });
 }
 
-db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id, const std::string& instance_id) {
+db_result<int> mark_members_claimed(session s, std::int64_t batch_id, const std::string& instance_id) {
   return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>([&]() -> db_result<int> {
+    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
       detail::transaction tx(conn);
       if (!lock_running_batch(conn, batch_id))
         return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
@@ -568,10 +566,10 @@ db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id
   });
 }
 
-db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
-                                const std::string& branch, const std::string& mr_url) {
+db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch,
+                                const std::string& mr_url) {
   return detail::retry_on_deadlock<done>([&] {
-    return guarded<done>([&]() -> db_result<done> {
+    return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
       detail::transaction tx(conn);
       auto st = prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
       st->setInt64(1, mr_iid);
@@ -590,10 +588,10 @@ db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, st
   });
 }
 
-db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                                std::int64_t mr_iid, const std::string& cause, const std::string& instance_id) {
+db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status expected, std::int64_t mr_iid,
+                                const std::string& cause, const std::string& instance_id) {
   return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>([&]() -> db_result<int> {
+    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
       detail::transaction tx(conn);
       // Guarded write first: a second settler (sweep, operator, another instance) stops here.
       auto st = prepare(conn,
@@ -619,17 +617,17 @@ db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id, ba
   });
 }
 
-db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn) {
+db_result<std::optional<batch_row>> find_active_batch(session s) {
   using V = std::optional<batch_row>;
   std::int64_t id = 0;
-  auto r = guarded<V>([&]() -> db_result<V> {
+  auto r = guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     std::unique_ptr<sql::Statement> st(conn.createStatement());
     rs_ptr rs(st->executeQuery("SELECT id FROM merge_batch WHERE active_slot = 1"));
     if (rs->next()) id = rs->getInt64(1);
     return db_result<V>::success(std::nullopt);
   });
   if (!r.ok() || id == 0) return r;
-  auto b = load_batch(conn, id);
+  auto b = load_batch(s, id);
   if (!b.ok()) {
     if (b.outcome == db_outcome::not_found) return db_result<V>::success(std::nullopt);
     return db_result<V>::failure(b.error);
@@ -637,9 +635,9 @@ db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn) {
   return db_result<V>::success(std::move(b.value));
 }
 
-db_result<std::vector<waiting_row>> list_waiting(sql::Connection& conn, int limit) {
+db_result<std::vector<waiting_row>> list_waiting(session s, int limit) {
   using V = std::vector<waiting_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT operation_id, split_group, " + detail::ms("created_at") +
                                 " AS admitted_ms FROM merge_batch_request WHERE batch_id IS NULL "
                                 "ORDER BY created_at, id LIMIT ?");

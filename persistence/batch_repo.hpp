@@ -10,8 +10,7 @@
 //   admitted".
 
 #include "persistence/result.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/session.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -25,9 +24,9 @@ enum class batch_status : int { RUNNING = 1, SUCCEEDED = 2, FAILED = 3, BLOCKED 
 std::string_view to_string(batch_status s);
 
 /// true = admitted now, false = already admitted (not an error).
-db_result<bool> admit(sql::Connection& conn, const std::string& operation_id);
+db_result<bool> admit(session s, const std::string& operation_id);
 /// Lock-free pre-check before a claim round: avoids "take the slot, then roll back" churn.
-db_result<bool> has_waiting(sql::Connection& conn);
+db_result<bool> has_waiting(session s);
 
 struct batch_member {
   std::int64_t request_id = 0;
@@ -55,15 +54,14 @@ using claim_hook = std::function<void(claim_stage)>;
 /// split group of the oldest one (bisection halves go separately), guarded claim UPDATE
 /// (mismatch -> rollback -> preempted), membership history, commit. Empty -> rollback, no batch
 /// row.
-db_result<claim_result> claim(sql::Connection& conn, int max_members, const claim_hook& hook = {});
+db_result<claim_result> claim(session s, int max_members, const claim_hook& hook = {});
 
 /// Guarded status change: affected rows must be 1 (else preempted). SUCCEEDED/FAILED release the
 /// slot in the same UPDATE; BLOCKED keeps it.
-db_result<done> finish_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected, batch_status next,
+db_result<done> finish_batch(session s, std::int64_t batch_id, batch_status expected, batch_status next,
                              const std::optional<std::string>& reason = std::nullopt);
 /// Records the batch MR while the batch still runs (guarded by status RUNNING).
-db_result<done> set_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
-                             const std::string& branch);
+db_result<done> set_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch);
 
 enum class member_reset { requeue, remove };
 /// One transaction, guarded write FIRST: batch expected -> FAILED (a second settler
@@ -72,15 +70,15 @@ enum class member_reset { requeue, remove };
 /// membership history is appended. With `requeue`, the members in `leaving` (out of batch
 /// attempts) are removed instead, with `leaving_cause` (default `reason`) as their cause.
 /// Returns the number of waiting rows reset (requeued or removed after `leaving`).
-db_result<int> settle_failed_batch(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                                   member_reset reset, const std::string& reason,
-                                   const std::vector<std::string>& leaving = {}, const std::string& leaving_cause = {});
+db_result<int> settle_failed_batch(session s, std::int64_t batch_id, batch_status expected, member_reset reset,
+                                   const std::string& reason, const std::vector<std::string>& leaving = {},
+                                   const std::string& leaving_cause = {});
 
 /// Bisection: batch RUNNING -> FAILED (guarded, first), each group of operation ids goes back to
 /// the waiting set under a fresh split group number (claimed one group at a time, in group order);
 /// members in no group are removed (they failed alone). Returns the number requeued.
-db_result<int> requeue_members(sql::Connection& conn, std::int64_t batch_id,
-                               const std::vector<std::vector<std::string>>& groups, const std::string& reason);
+db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vector<std::vector<std::string>>& groups,
+                               const std::string& reason);
 
 struct batch_row {
   std::int64_t id = 0;
@@ -94,12 +92,12 @@ struct batch_row {
   std::int64_t updated_at_ms = 0;
   std::vector<std::string> members;  // operation ids claimed by this batch (from the history)
 };
-db_result<batch_row> load_batch(sql::Connection& conn, std::int64_t batch_id);
+db_result<batch_row> load_batch(session s, std::int64_t batch_id);
 /// Newest first; `before_id` 0 = from the newest. Members are not filled (use load_batch).
-db_result<std::vector<batch_row>> list_batches(sql::Connection& conn, std::int64_t before_id, int limit);
+db_result<std::vector<batch_row>> list_batches(session s, std::int64_t before_id, int limit);
 /// Read-only sweep candidates: RUNNING batches created more than `seconds` ago (DB clock). The
 /// caller settles each (close the MR first) through the guarded settle_failed_batch.
-db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& conn, int seconds);
+db_result<std::vector<std::int64_t>> sweep_running_older_than(session s, int seconds);
 
 // -- coordinator support: the member operations move with their batch, bulk and guarded
 // by step, in the same transaction as the batch write that causes the move (guarded write first).
@@ -107,29 +105,28 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(sql::Connection& c
 /// After a claim: a bisection half (split group != 0) records the batch it was split from and is
 /// one level deeper (failure_reason of that batch starts with "bisect"); other batches stay at 0.
 /// Returns the depth.
-db_result<int> record_lineage(sql::Connection& conn, std::int64_t batch_id);
+db_result<int> record_lineage(session s, std::int64_t batch_id);
 
 /// Same-file conflict: these claimed members go back to the waiting set (created_at kept, so they
 /// lead the next round), guarded by the batch still RUNNING; history event DEFERRED. Their
 /// operations are still BATCH_WAITING (they were never marked claimed). Returns rows released.
-db_result<int> defer_members(sql::Connection& conn, std::int64_t batch_id,
-                             const std::vector<std::string>& operation_ids);
+db_result<int> defer_members(session s, std::int64_t batch_id, const std::vector<std::string>& operation_ids);
 
 /// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set, batch_attempts + 1),
 /// bulk, guarded by step and by the batch still RUNNING. Returns the operations moved.
-db_result<int> mark_members_claimed(sql::Connection& conn, std::int64_t batch_id, const std::string& instance_id);
+db_result<int> mark_members_claimed(session s, std::int64_t batch_id, const std::string& instance_id);
 
 /// set_batch_mr plus every claimed member's mr_iid/mr_url, one transaction.
-db_result<done> record_batch_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
-                                const std::string& branch, const std::string& mr_url);
+db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch,
+                                const std::string& mr_url);
 
 /// Success (or "merged wins"): guarded expected -> SUCCEEDED first, then members BATCH_CLAIMED ->
 /// BATCH_MERGED with the MR number, one transaction. Returns the operations moved.
-db_result<int> settle_succeeded(sql::Connection& conn, std::int64_t batch_id, batch_status expected,
-                                std::int64_t mr_iid, const std::string& cause, const std::string& instance_id);
+db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status expected, std::int64_t mr_iid,
+                                const std::string& cause, const std::string& instance_id);
 
 /// The active batch (RUNNING or BLOCKED), if any, with its members.
-db_result<std::optional<batch_row>> find_active_batch(sql::Connection& conn);
+db_result<std::optional<batch_row>> find_active_batch(session s);
 
 struct waiting_row {
   std::string operation_id;
@@ -137,6 +134,6 @@ struct waiting_row {
   std::int64_t admitted_at_ms = 0;
 };
 /// The waiting set, oldest first (ops view).
-db_result<std::vector<waiting_row>> list_waiting(sql::Connection& conn, int limit);
+db_result<std::vector<waiting_row>> list_waiting(session s, int limit);
 
 }  // namespace changeflow::persistence

@@ -31,9 +31,8 @@ db_result<binding_row> read_one(detail::stmt_ptr st, const std::string& what) {
 }
 }  // namespace
 
-db_result<binding_row> find_binding(sql::Connection& conn, const std::string& subject_id,
-                                    const std::string& target_key) {
-  return guarded<binding_row>([&] {
+db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& target_key) {
+  return guarded<binding_row>(s, [&](sql::Connection& conn) {
     auto st = prepare(conn, std::string(binding_columns) + "WHERE subject_id = ? AND target_key = ?");
     st->setString(1, subject_id);
     st->setString(2, target_key);
@@ -41,18 +40,18 @@ db_result<binding_row> find_binding(sql::Connection& conn, const std::string& su
   });
 }
 
-db_result<binding_row> find_binding_by_operation(sql::Connection& conn, const std::string& operation_id) {
-  return guarded<binding_row>([&] {
+db_result<binding_row> find_binding_by_operation(session s, const std::string& operation_id) {
+  return guarded<binding_row>(s, [&](sql::Connection& conn) {
     auto st = prepare(conn, std::string(binding_columns) + "WHERE operation_id = ?");
     st->setString(1, operation_id);
     return read_one(std::move(st), operation_id);
   });
 }
 
-db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn, const std::string& subject_id,
+db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
                                                             const std::string& target_key) {
   using V = std::vector<binding_history_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT id, operation_id, replaced_operation_id, replaced_phase, "
                       "CAST(ROUND(UNIX_TIMESTAMP(applied_at) * 1000) AS SIGNED) AS applied_at_ms "

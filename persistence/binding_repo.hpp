@@ -3,9 +3,8 @@
 // operation_repo (create_operation, transition, mark_validated), together with the operation row.
 
 #include "persistence/result.hpp"
+#include "persistence/session.hpp"
 #include "workflow/status.hpp"
-
-#include <cppconn/connection.h>
 
 #include <cstdint>
 #include <string>
@@ -24,11 +23,10 @@ struct binding_row {
 };
 
 /// not_found when the relationship has never been applied.
-db_result<binding_row> find_binding(sql::Connection& conn, const std::string& subject_id,
-                                    const std::string& target_key);
+db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& target_key);
 /// not_found when no relationship points at this operation (never created, or replaced by a
 /// re-apply).
-db_result<binding_row> find_binding_by_operation(sql::Connection& conn, const std::string& operation_id);
+db_result<binding_row> find_binding_by_operation(session s, const std::string& operation_id);
 
 struct binding_history_row {
   std::int64_t id = 0;
@@ -38,7 +36,7 @@ struct binding_history_row {
   std::int64_t applied_at_ms = 0;
 };
 /// Every application of a relationship, oldest first.
-db_result<std::vector<binding_history_row>> binding_history(sql::Connection& conn, const std::string& subject_id,
+db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
                                                             const std::string& target_key);
 
 }  // namespace changeflow::persistence

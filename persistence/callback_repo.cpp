@@ -48,17 +48,17 @@ step target_of(approval_result r) {
 }
 }  // namespace
 
-db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id, callback_kind kind,
+db_result<record_outcome> record_callback(session s, const std::string& delivery_id, callback_kind kind,
                                           const std::string& operation_id, const std::string& payload_json) {
-  return guarded<record_outcome>([&]() -> db_result<record_outcome> {
+  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> db_result<record_outcome> {
     auto st = ledger_insert(conn, delivery_id, kind, operation_id, payload_json);
     return db_result<record_outcome>::success(detail::insert_unless_duplicate(*st) ? record_outcome::inserted
                                                                                    : record_outcome::duplicate);
   });
 }
 
-db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id, callback_outcome outcome) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> set_callback_outcome(session s, const std::string& delivery_id, callback_outcome outcome) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
     st->setString(1, std::string(to_string(outcome)));
     st->setString(2, delivery_id);
@@ -67,11 +67,11 @@ db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& d
   });
 }
 
-db_result<approval_applied> apply_approval_callback(sql::Connection& conn, const std::string& delivery_id,
+db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json) {
   using R = db_result<approval_applied>;
-  return guarded<approval_applied>([&]() -> R {
+  return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn);
     auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
     if (!detail::insert_unless_duplicate(*ins)) return R::success({callback_outcome::DUPLICATE, {}, {}});
@@ -126,8 +126,8 @@ db_result<approval_applied> apply_approval_callback(sql::Connection& conn, const
   });
 }
 
-db_result<record_outcome> record_deploy_callback(sql::Connection& conn, const deploy_callback_in& cb) {
-  return guarded<record_outcome>([&]() -> db_result<record_outcome> {
+db_result<record_outcome> record_deploy_callback(session s, const deploy_callback_in& cb) {
+  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> db_result<record_outcome> {
     auto st = prepare(conn,
                       "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, "
                       "status, operation_ids, "
@@ -143,9 +143,9 @@ db_result<record_outcome> record_deploy_callback(sql::Connection& conn, const de
   });
 }
 
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(sql::Connection& conn, const std::string& status) {
+db_result<std::optional<std::int64_t>> max_called_back_mr_iid(session s, const std::string& status) {
   using V = std::optional<std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = ?");
     st->setString(1, status);
     rs_ptr rs(st->executeQuery());

@@ -4,9 +4,8 @@
 // an event only for the operation that currently owns the binding and is currently waiting.
 
 #include "persistence/result.hpp"
+#include "persistence/session.hpp"
 #include "workflow/status.hpp"
-
-#include <cppconn/connection.h>
 
 #include <cstdint>
 #include <optional>
@@ -26,9 +25,9 @@ std::string_view to_string(callback_outcome o);
 enum class record_outcome { inserted, duplicate, duplicate_unapplied };
 
 /// Ledger row with outcome PENDING; a duplicate delivery id is `duplicate` (not an error).
-db_result<record_outcome> record_callback(sql::Connection& conn, const std::string& delivery_id, callback_kind kind,
+db_result<record_outcome> record_callback(session s, const std::string& delivery_id, callback_kind kind,
                                           const std::string& operation_id, const std::string& payload_json);
-db_result<done> set_callback_outcome(sql::Connection& conn, const std::string& delivery_id, callback_outcome outcome);
+db_result<done> set_callback_outcome(session s, const std::string& delivery_id, callback_outcome outcome);
 
 enum class approval_result { APPROVED, REJECTED, WITHDRAWN };
 
@@ -43,7 +42,7 @@ struct approval_applied {
 /// awaiting approval -> OUT_OF_ORDER when an approval decision already took effect, IGNORED_STALE
 /// otherwise; else the guarded transition to APPROVAL_APPROVED / _REJECTED / _WITHDRAWN (actor
 /// 'callback'). The ledger row records the outcome in the same transaction.
-db_result<approval_applied> apply_approval_callback(sql::Connection& conn, const std::string& delivery_id,
+db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json);
 
@@ -55,11 +54,10 @@ struct deploy_callback_in {
   std::string status;                             // as sent by the deploy pipeline, e.g. "success"
   std::optional<std::string> operation_ids_json;  // JSON array when the sender knows them
 };
-db_result<record_outcome> record_deploy_callback(sql::Connection& conn, const deploy_callback_in& cb);
+db_result<record_outcome> record_deploy_callback(session s, const deploy_callback_in& cb);
 
 /// Watermark for reconciliation: the largest MR number called back with this status;
 /// nullopt when none.
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(sql::Connection& conn,
-                                                              const std::string& status = "success");
+db_result<std::optional<std::int64_t>> max_called_back_mr_iid(session s, const std::string& status = "success");
 
 }  // namespace changeflow::persistence

@@ -23,7 +23,7 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
   opts["OPT_CONNECT_TIMEOUT"] = s.connect_timeout_ms / 1000 > 0 ? s.connect_timeout_ms / 1000 : 1;
   opts["OPT_READ_TIMEOUT"] = s.read_timeout_ms / 1000 > 0 ? s.read_timeout_ms / 1000 : 1;
   opts["OPT_WRITE_TIMEOUT"] = s.read_timeout_ms / 1000 > 0 ? s.read_timeout_ms / 1000 : 1;
-  opts["OPT_RECONNECT"] = false;  // a reconnect loses session state; callers open a new connection
+  opts["OPT_RECONNECT"] = false;  // a reconnect loses session state; a session opens a new connection
   opts["OPT_CHARSET_NAME"] = sql::SQLString("utf8mb4");
   auto* driver = sql::mysql::get_mysql_driver_instance();
   std::unique_ptr<sql::Connection> conn(driver->connect(opts));

@@ -1,15 +1,21 @@
 #include "persistence/db_pool.hpp"
 
-#include "persistence/errors.hpp"
-
-#include <cppconn/exception.h>
+#include <cppconn/connection.h>
 
 namespace changeflow::persistence {
 
-sql::Connection& db_context::get() {
-  if (take_connection_lost_mark() || (conn_ && conn_->isClosed())) conn_.reset();
+db_context::db_context(db_settings s) : settings_(std::move(s)) {}
+
+db_context::~db_context() = default;
+
+sql::Connection& db_context::connection() {
+  if (conn_ && conn_->isClosed()) conn_.reset();
   if (!conn_) conn_ = open_connection(settings_);
   return *conn_;
+}
+
+void db_context::drop_connection() {
+  conn_.reset();
 }
 
 std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity) {

@@ -4,25 +4,28 @@
 
 #include "base/worker_pool.hpp"
 #include "persistence/connection.hpp"
+#include "persistence/session.hpp"
 
-#include <cppconn/connection.h>
-
-#include <functional>
 #include <memory>
 #include <string>
 
 namespace changeflow::persistence {
 
-/// Per-thread connection holder. `get()` (re)connects on demand; `reset()` drops a broken connection.
+/// Per-thread connection holder. Jobs pass it to repositories as a `session`; only the session
+/// opens, checks and drops the connection, so callers never connect or reconnect themselves.
 class db_context {
  public:
-  explicit db_context(db_settings s) : settings_(std::move(s)) {}
-  /// Throws sql::SQLException when the database cannot be reached.
-  sql::Connection& get();
-  void reset() { conn_.reset(); }
-  bool connected() const { return conn_ != nullptr; }
+  explicit db_context(db_settings s);
+  ~db_context();
+  db_context(const db_context&) = delete;
+  db_context& operator=(const db_context&) = delete;
 
  private:
+  friend class session;
+  /// (Re)connects on demand; throws sql::SQLException when the database cannot be reached.
+  sql::Connection& connection();
+  void drop_connection();
+
   db_settings settings_;
   std::unique_ptr<sql::Connection> conn_;
 };

@@ -32,10 +32,10 @@ std::vector<overdue_operation> read_overdue(detail::statement& st) {
 
 }  // namespace
 
-db_result<std::vector<owned_change>> list_owned_changed_since(sql::Connection& conn, const std::string& owner,
+db_result<std::vector<owned_change>> list_owned_changed_since(session s, const std::string& owner,
                                                               std::int64_t lookback_ms, int limit) {
   using V = std::vector<owned_change>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // idx_operation_owner_phase narrows to this owner's rows; updated_at filters the few recent ones.
     auto st = prepare(conn,
                       "SELECT operation_id, step, version FROM operation WHERE owner_instance = ? "
@@ -57,11 +57,10 @@ db_result<std::vector<owned_change>> list_owned_changed_since(sql::Connection& c
   });
 }
 
-db_result<std::vector<operation_row>> list_owned_unchanged(sql::Connection& conn, const std::string& owner,
-                                                           int older_than_s, const std::string& after_operation_id,
-                                                           int limit) {
+db_result<std::vector<operation_row>> list_owned_unchanged(session s, const std::string& owner, int older_than_s,
+                                                           const std::string& after_operation_id, int limit) {
   using V = std::vector<operation_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
                                 " FROM operation WHERE owner_instance = ? AND phase NOT IN (" +
                                 detail::terminal_phase_list() +
@@ -78,9 +77,9 @@ db_result<std::vector<operation_row>> list_owned_unchanged(sql::Connection& conn
   });
 }
 
-db_result<std::vector<overdue_operation>> list_approval_overdue(sql::Connection& conn, int grace_s, int limit) {
+db_result<std::vector<overdue_operation>> list_approval_overdue(session s, int grace_s, int limit) {
   using V = std::vector<overdue_operation>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT operation_id, step, version, owner_instance FROM operation WHERE step = " +
                                 step_list({workflow::step::APPROVAL_SENT}) +
                                 " AND next_wake_at IS NOT NULL AND next_wake_at < NOW(3) - INTERVAL ? SECOND "
@@ -91,9 +90,9 @@ db_result<std::vector<overdue_operation>> list_approval_overdue(sql::Connection&
   });
 }
 
-db_result<std::vector<overdue_operation>> list_deploy_overdue(sql::Connection& conn, int wait_s, int limit) {
+db_result<std::vector<overdue_operation>> list_deploy_overdue(session s, int wait_s, int limit) {
   using V = std::vector<overdue_operation>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // idx_operation_phase_updated serves (phase, updated_at); the step filter drops DEPLOY_TIMEOUT
     // rows, which are already flagged and keep waiting for the callback or reconciliation.
     auto st = prepare(conn,

@@ -5,8 +5,7 @@
 
 #include "persistence/operation_repo.hpp"
 #include "persistence/result.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/session.hpp"
 
 #include <cstdint>
 #include <string>
@@ -23,16 +22,15 @@ struct owned_change {
 /// Non-terminal operations owned by `owner` whose row changed within the last `lookback_ms` (DB
 /// clock). The owner compares the versions with its live actors: a newer row means someone else
 /// wrote it (a callback that arrived at a peer instance, an operator) and the actor must reload.
-db_result<std::vector<owned_change>> list_owned_changed_since(sql::Connection& conn, const std::string& owner,
+db_result<std::vector<owned_change>> list_owned_changed_since(session s, const std::string& owner,
                                                               std::int64_t lookback_ms, int limit);
 
 /// Non-terminal operations owned by `owner` whose row has not changed for `older_than_s` seconds:
 /// candidates for a new actor when none is live (the caller checks its registry). Keyset paging by
 /// operation_id (pass the last id of the previous page, "" to start over), so successive sweeps walk
 /// the whole set instead of re-reading the same oldest rows.
-db_result<std::vector<operation_row>> list_owned_unchanged(sql::Connection& conn, const std::string& owner,
-                                                           int older_than_s, const std::string& after_operation_id,
-                                                           int limit);
+db_result<std::vector<operation_row>> list_owned_unchanged(session s, const std::string& owner, int older_than_s,
+                                                           const std::string& after_operation_id, int limit);
 
 struct overdue_operation {
   std::string operation_id;
@@ -43,10 +41,10 @@ struct overdue_operation {
 
 /// APPROVAL_SENT rows whose stored deadline (next_wake_at) passed more than `grace_s` ago: their
 /// actor should have timed them out and did not (no actor anywhere).
-db_result<std::vector<overdue_operation>> list_approval_overdue(sql::Connection& conn, int grace_s, int limit);
+db_result<std::vector<overdue_operation>> list_approval_overdue(session s, int grace_s, int limit);
 
 /// Rows in a MERGED step still waiting for the deploy confirmation (not yet DEPLOY_TIMEOUT) that
 /// entered it more than `wait_s` seconds ago.
-db_result<std::vector<overdue_operation>> list_deploy_overdue(sql::Connection& conn, int wait_s, int limit);
+db_result<std::vector<overdue_operation>> list_deploy_overdue(session s, int wait_s, int limit);
 
 }  // namespace changeflow::persistence

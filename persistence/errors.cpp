@@ -32,11 +32,6 @@ bool is_retryable_code(int code) {
   }
 }
 
-namespace {
-// Set by classify() on the thread that saw a connection-level error; read and cleared by
-// db_context::get() on the same thread (one connection per worker thread).
-thread_local bool connection_lost_mark = false;
-
 bool is_connection_lost_code(int code) {
   switch (code) {
     case 2002:
@@ -49,20 +44,9 @@ bool is_connection_lost_code(int code) {
     default: return false;
   }
 }
-}  // namespace
-
-bool take_connection_lost_mark() {
-  bool was = connection_lost_mark;
-  connection_lost_mark = false;
-  return was;
-}
 
 db_error classify(const sql::SQLException& e) {
   int code = e.getErrorCode();
-  // Repositories turn driver exceptions into values, so the pool never sees them: remember here
-  // that this thread's connection is dead, and the next db_context::get() opens a new one instead
-  // of failing every later query with "server has gone away".
-  if (is_connection_lost_code(code)) connection_lost_mark = true;
   db_error err;
   err.code = code;
   err.message = e.what();

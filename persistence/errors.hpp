@@ -32,9 +32,10 @@ struct db_error {
 /// Maps a driver exception to an outcome (1062 -> duplicate; connection/lock errors -> retryable).
 db_error classify(const sql::SQLException& e);
 
-/// True once after classify() saw a connection-level error (lost, gone away, cannot connect,
-/// killed, server shutdown) on this thread; db_context::get() uses it to reconnect.
-bool take_connection_lost_mark();
 bool is_retryable_code(int code);
+/// Connection-level errors (lost, gone away, cannot connect, killed, server shutdown): the
+/// connection is dead, and the session drops it so the next call opens a new one. Lock errors
+/// (1205, 1213) are retryable but leave the connection usable.
+bool is_connection_lost_code(int code);
 
 }  // namespace changeflow::persistence

@@ -84,10 +84,10 @@ bool take_over(sql::Connection& conn, const idem_record& dead, const std::string
 }
 }  // namespace
 
-db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+db_result<idem_begin_result> idem_begin(session s, const std::string& key, const std::string& fingerprint,
                                         int ttl_seconds, const idem_owner& owner) {
   using R = db_result<idem_begin_result>;
-  return guarded<idem_begin_result>([&]() -> R {
+  return guarded<idem_begin_result>(s, [&](sql::Connection& conn) -> R {
     // A live record is the answer, unless its request died: then a retry of the SAME request takes
     // it over and runs again. A different request (other fingerprint) never does; it gets the
     // record and with it "key reused".
@@ -110,8 +110,8 @@ db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string
   });
 }
 
-db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code, const std::string& body) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn,
                       "UPDATE idempotency_record SET state = 'COMPLETED', status_code = ?, response_body = ? "
                       "WHERE idem_key = ? AND state = 'IN_FLIGHT'");
@@ -123,8 +123,8 @@ db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int
   });
 }
 
-db_result<done> idem_abandon(sql::Connection& conn, const std::string& key) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> idem_abandon(session s, const std::string& key) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND state = 'IN_FLIGHT'");
     st->setString(1, key);
     if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "not IN_FLIGHT: " + key);
@@ -132,13 +132,14 @@ db_result<done> idem_abandon(sql::Connection& conn, const std::string& key) {
   });
 }
 
-db_result<std::optional<idem_record>> idem_find(sql::Connection& conn, const std::string& key) {
+db_result<std::optional<idem_record>> idem_find(session s, const std::string& key) {
   using V = std::optional<idem_record>;
-  return guarded<V>([&]() -> db_result<V> { return db_result<V>::success(find_live(conn, key)); });
+  return guarded<V>(s,
+                    [&](sql::Connection& conn) -> db_result<V> { return db_result<V>::success(find_live(conn, key)); });
 }
 
-db_result<int> idem_delete_expired(sql::Connection& conn, int limit) {
-  return guarded<int>([&]() -> db_result<int> {
+db_result<int> idem_delete_expired(session s, int limit) {
+  return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
     auto st = prepare(conn, "DELETE FROM idempotency_record WHERE expires_at < NOW(3) ORDER BY expires_at LIMIT ?");
     st->setInt(1, limit);
     return db_result<int>::success(st->executeUpdate());

@@ -7,8 +7,7 @@
 // fingerprint, so a crash between begin and complete does not block the key until it expires.
 
 #include "persistence/result.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/session.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -51,14 +50,14 @@ struct idem_begin_result {
 /// it is reported as it is, so the caller still answers "key reused".
 /// retryable when the winner vanished between conflict and re-read (deleted as expired, abandoned),
 /// or a racing takeover won and then vanished.
-db_result<idem_begin_result> idem_begin(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+db_result<idem_begin_result> idem_begin(session s, const std::string& key, const std::string& fingerprint,
                                         int ttl_seconds, const idem_owner& owner);
 /// IN_FLIGHT -> COMPLETED with the stored response; preempted when not IN_FLIGHT (or gone).
-db_result<done> idem_complete(sql::Connection& conn, const std::string& key, int status_code, const std::string& body);
+db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body);
 /// Drops an IN_FLIGHT record whose request failed before producing a response, so a retry may run.
-db_result<done> idem_abandon(sql::Connection& conn, const std::string& key);
-db_result<std::optional<idem_record>> idem_find(sql::Connection& conn, const std::string& key);
+db_result<done> idem_abandon(session s, const std::string& key);
+db_result<std::optional<idem_record>> idem_find(session s, const std::string& key);
 /// Deletes up to `limit` expired records (expires_at < NOW(3)); returns how many.
-db_result<int> idem_delete_expired(sql::Connection& conn, int limit);
+db_result<int> idem_delete_expired(session s, int limit);
 
 }  // namespace changeflow::persistence

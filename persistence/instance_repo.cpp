@@ -8,9 +8,9 @@ using detail::guarded;
 using detail::prepare;
 using detail::rs_ptr;
 
-db_result<std::int64_t> register_instance(sql::Connection& conn, const std::string& instance_id, int lease_seconds,
+db_result<std::int64_t> register_instance(session s, const std::string& instance_id, int lease_seconds,
                                           const std::string& address) {
-  return guarded<std::int64_t>([&]() -> db_result<std::int64_t> {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> db_result<std::int64_t> {
     detail::transaction tx(conn);
     auto st = prepare(conn,
                       "INSERT INTO instance (instance_id, started_at, heartbeat_at, lease_until, epoch, address, "
@@ -34,8 +34,8 @@ db_result<std::int64_t> register_instance(sql::Connection& conn, const std::stri
   });
 }
 
-db_result<done> heartbeat(sql::Connection& conn, const std::string& instance_id, int lease_seconds) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> heartbeat(session s, const std::string& instance_id, int lease_seconds) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn,
                       "UPDATE instance SET heartbeat_at = NOW(3), lease_until = NOW(3) + INTERVAL ? SECOND "
                       "WHERE instance_id = ? AND status = 'RUNNING'");
@@ -46,8 +46,8 @@ db_result<done> heartbeat(sql::Connection& conn, const std::string& instance_id,
   });
 }
 
-db_result<done> mark_instance_stopped(sql::Connection& conn, const std::string& instance_id) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> mark_instance_stopped(session s, const std::string& instance_id) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn, "UPDATE instance SET status = 'STOPPED', lease_until = NOW(3) WHERE instance_id = ?");
     st->setString(1, instance_id);
     if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no instance");
@@ -55,9 +55,9 @@ db_result<done> mark_instance_stopped(sql::Connection& conn, const std::string& 
   });
 }
 
-db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn, const std::string& my_id, int limit) {
+db_result<std::vector<taken_operation>> take_over_expired(session s, const std::string& my_id, int limit) {
   using V = std::vector<taken_operation>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     const std::string orphaned = "o.phase NOT IN (" + detail::terminal_phase_list() +
                                  ") AND (o.owner_instance IS NULL OR i.instance_id IS NULL OR i.lease_until < NOW(3))";
     detail::transaction tx(conn);
@@ -113,10 +113,10 @@ db_result<std::vector<taken_operation>> take_over_expired(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<operation_row>> list_owned_nonterminal(sql::Connection& conn, const std::string& owner,
+db_result<std::vector<operation_row>> list_owned_nonterminal(session s, const std::string& owner,
                                                              const std::string& after_operation_id, int page_size) {
   using V = std::vector<operation_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
                                 " FROM operation WHERE owner_instance = ? AND phase NOT IN (" +
                                 detail::terminal_phase_list() + ") AND operation_id > ? ORDER BY operation_id LIMIT ?");

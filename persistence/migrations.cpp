@@ -1,5 +1,7 @@
 #include "persistence/migrations.hpp"
 
+#include "persistence/sql_util.hpp"
+
 #include <cppconn/exception.h>
 #include <cppconn/prepared_statement.h>
 #include <cppconn/resultset.h>
@@ -79,13 +81,15 @@ struct named_lock {
 };
 }  // namespace
 
-int current_schema_version(sql::Connection& conn) {
-  std::unique_ptr<sql::Statement> st(conn.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
-  return rs->next() ? rs->getInt(1) : 0;
+db_result<int> current_schema_version(session s) {
+  return detail::guarded<int>(s, [](sql::Connection& conn) -> db_result<int> {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
+    return db_result<int>::success(rs->next() ? rs->getInt(1) : 0);
+  });
 }
 
-migrate_result migrate(sql::Connection& conn, const std::vector<migration>& migrations) {
+migrate_result migrate(session s, const std::vector<migration>& migrations) {
   migrate_result result;
   std::vector<const migration*> ordered;
   for (const auto& m : migrations) ordered.push_back(&m);
@@ -97,6 +101,17 @@ migrate_result migrate(sql::Connection& conn, const std::vector<migration>& migr
       return result;
     }
   }
+  sql::Connection* opened = nullptr;
+  try {
+    opened = &s.connection();
+  } catch (const sql::SQLException& e) {
+    result.ok = false;
+    result.unreachable = true;
+    result.code = e.getErrorCode();
+    result.error = e.what();
+    return result;
+  }
+  sql::Connection& conn = *opened;
   try {
     exec(conn, R"sql(
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -132,6 +147,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
       result.applied.push_back(m->version);
     }
   } catch (const sql::SQLException& e) {
+    if (is_connection_lost_code(e.getErrorCode())) s.connection_lost();
     result.ok = false;
     result.error = std::string("migrations: ") + e.what();
   }

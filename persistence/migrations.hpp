@@ -4,9 +4,8 @@
 // once serialize on a named lock (GET_LOCK). MariaDB DDL is not transactional, so statements are
 // written to be re-runnable (IF NOT EXISTS) in case a migration failed half-way.
 
-#include "persistence/errors.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/result.hpp"
+#include "persistence/session.hpp"
 
 #include <string>
 #include <vector>
@@ -25,11 +24,15 @@ const std::vector<migration>& all_migrations();
 struct migrate_result {
   std::vector<int> applied;  // versions applied by this call
   bool ok = true;
+  /// No connection could be opened: nothing ran, and trying again later may succeed (the database
+  /// may still be starting). `error` is the driver's message, `code` its error number.
+  bool unreachable = false;
+  int code = 0;
   std::string error;  // names the failing migration and statement
 };
 
-migrate_result migrate(sql::Connection& conn, const std::vector<migration>& migrations);
+migrate_result migrate(session s, const std::vector<migration>& migrations);
 /// Highest applied version, 0 when none.
-int current_schema_version(sql::Connection& conn);
+db_result<int> current_schema_version(session s);
 
 }  // namespace changeflow::persistence

@@ -25,7 +25,7 @@ TEST(Migrations, ApplyInOrderOnceAndAreIdempotent) {
   ASSERT_TRUE(again.ok) << again.error;
   EXPECT_TRUE(again.applied.empty());
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM t"), "2");
-  EXPECT_EQ(persistence::current_schema_version(*conn), 2);
+  EXPECT_EQ(persistence::current_schema_version(*conn).value, 2);
 }
 
 TEST(Migrations, FailingMigrationStopsAndIsNotRecorded) {
@@ -39,7 +39,7 @@ TEST(Migrations, FailingMigrationStopsAndIsNotRecorded) {
   auto r = persistence::migrate(*conn, ms);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("migration 2 (broken) statement 2"), std::string::npos) << r.error;
-  EXPECT_EQ(persistence::current_schema_version(*conn), 1);
+  EXPECT_EQ(persistence::current_schema_version(*conn).value, 1);
   EXPECT_EQ(
       db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'c'"),
       "0");
@@ -58,5 +58,5 @@ TEST(Migrations, ProjectMigrationsApplyOnEmptyDatabase) {
   auto conn = db.connect();
   auto r = persistence::migrate(*conn, persistence::all_migrations());
   ASSERT_TRUE(r.ok) << r.error;
-  EXPECT_EQ(persistence::current_schema_version(*conn), persistence::all_migrations().back().version);
+  EXPECT_EQ(persistence::current_schema_version(*conn).value, persistence::all_migrations().back().version);
 }

@@ -132,13 +132,13 @@ std::string_view to_string(create_outcome o) {
   return "preempted";
 }
 
-db_result<create_outcome> create_operation(sql::Connection& conn, const new_operation& op) {
+db_result<create_outcome> create_operation(session s, const new_operation& op) {
   using R = db_result<create_outcome>;
   if (!workflow::is_initial_step(op.initial_step)) {
     return R::failure(db_outcome::illegal_transition,
                       std::string(workflow::to_string(op.initial_step)) + " is not an initial step");
   }
-  return guarded<create_outcome>([&]() -> R {
+  return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
     const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
     detail::transaction tx(conn);
     auto ins = prepare(conn,
@@ -227,9 +227,9 @@ db_result<create_outcome> create_operation(sql::Connection& conn, const new_oper
   });
 }
 
-db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id) {
+db_result<operation_row> load_operation(session s, const std::string& operation_id) {
   using R = db_result<operation_row>;
-  return guarded<operation_row>([&]() -> R {
+  return guarded<operation_row>(s, [&](sql::Connection& conn) -> R {
     auto st =
         prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE operation_id = ?");
     st->setString(1, operation_id);
@@ -239,9 +239,9 @@ db_result<operation_row> load_operation(sql::Connection& conn, const std::string
   });
 }
 
-db_result<std::vector<operation_row>> load_operations(sql::Connection& conn, const std::vector<std::string>& ids) {
+db_result<std::vector<operation_row>> load_operations(session s, const std::vector<std::string>& ids) {
   using V = std::vector<operation_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     V out;
     for (const auto& chunk : detail::chunks(ids)) {
       auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
@@ -256,10 +256,10 @@ db_result<std::vector<operation_row>> load_operations(sql::Connection& conn, con
 
 namespace {
 /// Newest first by one indexed column; `column` is one of the fixed names below, never input.
-db_result<std::vector<operation_row>> list_newest_by(sql::Connection& conn, std::string_view column,
-                                                     const std::string& value, int limit) {
+db_result<std::vector<operation_row>> list_newest_by(session s, std::string_view column, const std::string& value,
+                                                     int limit) {
   using V = std::vector<operation_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE " +
                                 std::string(column) + " = ? ORDER BY created_at DESC LIMIT ?");
     st->setString(1, value);
@@ -272,19 +272,17 @@ db_result<std::vector<operation_row>> list_newest_by(sql::Connection& conn, std:
 }
 }  // namespace
 
-db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn, const std::string& subject_id,
-                                                                 int limit) {
-  return list_newest_by(conn, "subject_id", subject_id, limit);
+db_result<std::vector<operation_row>> list_operations_by_subject(session s, const std::string& subject_id, int limit) {
+  return list_newest_by(s, "subject_id", subject_id, limit);
 }
 
-db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn, const std::string& requester,
-                                                                   int limit) {
-  return list_newest_by(conn, "requester", requester, limit);
+db_result<std::vector<operation_row>> list_operations_by_requester(session s, const std::string& requester, int limit) {
+  return list_newest_by(s, "requester", requester, limit);
 }
 
-db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn, const std::string& operation_id) {
+db_result<std::vector<operation_event_row>> list_events(session s, const std::string& operation_id) {
   using V = std::vector<operation_event_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT id, operation_id, from_step, to_step, from_phase, to_phase, cause, "
                       "actor, instance_id, "
@@ -312,14 +310,14 @@ db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn, c
   });
 }
 
-db_result<std::int64_t> transition(sql::Connection& conn, const transition_request& req) {
+db_result<std::int64_t> transition(session s, const transition_request& req) {
   using R = db_result<std::int64_t>;
   if (!workflow::is_allowed(req.from, req.to, req.by)) {
     return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) + " -> " +
                                                           std::string(workflow::to_string(req.to)) +
                                                           " is not in the transition table");
   }
-  return guarded<std::int64_t>([&]() -> R {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
     // The common case is one autocommitted statement (see apply_transition); only an admission to
     // the batch waiting set needs a second statement and therefore a transaction.
     if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req);
@@ -349,11 +347,11 @@ db_result<std::int64_t> transition(sql::Connection& conn, const transition_reque
   });
 }
 
-db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn, const std::string& operation_id,
+db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,
                                                         const std::string& via) {
   using V = std::optional<validated_flip>;
   using R = db_result<V>;
-  return guarded<V>([&]() -> R {
+  return guarded<V>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn);
     // Fixed lock order: operation first, then binding (every path that writes both does the same).
     auto so = prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
@@ -413,10 +411,9 @@ db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn, c
   });
 }
 
-db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s, int max_age_s,
-                                                          int limit) {
+db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age_s, int max_age_s, int limit) {
   using V = std::vector<merged_candidate>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT operation_id, mr_iid FROM operation WHERE phase = 'MERGED' "
                       "AND updated_at > NOW(3) - INTERVAL ? SECOND AND updated_at < NOW(3) - INTERVAL ? SECOND "
@@ -431,9 +428,9 @@ db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn,
   });
 }
 
-db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit) {
+db_result<std::vector<operation_row>> list_due_wakeups(session s, int limit) {
   using V = std::vector<operation_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
                                 " FROM operation WHERE next_wake_at <= NOW(3) ORDER BY next_wake_at LIMIT ?");
     st->setInt(1, limit);

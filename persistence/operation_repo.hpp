@@ -5,10 +5,9 @@
 // (operation_id, version, step) so a stale writer fails even after an A -> B -> A round trip (I6).
 
 #include "persistence/result.hpp"
+#include "persistence/session.hpp"
 #include "workflow/status.hpp"
 #include "workflow/transitions.hpp"
-
-#include <cppconn/connection.h>
 
 #include <cstdint>
 #include <optional>
@@ -68,17 +67,15 @@ std::string_view to_string(create_outcome o);
 /// Inserts operation + binding (insert, or in-place reset of a re-appliable row pinned to the exact
 /// phase and operation id read) + binding_history + first event, in one transaction (I5).
 /// An initial step that is not `is_initial_step` is refused as illegal_transition before any SQL.
-db_result<create_outcome> create_operation(sql::Connection& conn, const new_operation& op);
+db_result<create_outcome> create_operation(session s, const new_operation& op);
 
-db_result<operation_row> load_operation(sql::Connection& conn, const std::string& operation_id);
+db_result<operation_row> load_operation(session s, const std::string& operation_id);
 /// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
-db_result<std::vector<operation_row>> load_operations(sql::Connection& conn, const std::vector<std::string>& ids);
+db_result<std::vector<operation_row>> load_operations(session s, const std::vector<std::string>& ids);
 /// A subject's operations, newest first.
-db_result<std::vector<operation_row>> list_operations_by_subject(sql::Connection& conn, const std::string& subject_id,
-                                                                 int limit);
+db_result<std::vector<operation_row>> list_operations_by_subject(session s, const std::string& subject_id, int limit);
 /// The operations one requester submitted, newest first ("my changes").
-db_result<std::vector<operation_row>> list_operations_by_requester(sql::Connection& conn, const std::string& requester,
-                                                                   int limit);
+db_result<std::vector<operation_row>> list_operations_by_requester(session s, const std::string& requester, int limit);
 
 struct operation_event_row {
   std::int64_t id = 0;
@@ -94,7 +91,7 @@ struct operation_event_row {
   std::int64_t at_ms = 0;
 };
 /// The timeline, oldest first.
-db_result<std::vector<operation_event_row>> list_events(sql::Connection& conn, const std::string& operation_id);
+db_result<std::vector<operation_event_row>> list_events(session s, const std::string& operation_id);
 
 /// Write fencing: the write only lands while this instance still owns the row at this lease epoch.
 struct owner_fence {
@@ -127,7 +124,7 @@ struct transition_request {
 /// One transaction: guarded UPDATE operation, UPDATE binding phase, INSERT event, commit.
 /// Returns the new version. illegal_transition (no SQL ran), preempted (version/step/owner moved),
 /// not_found, retryable, fatal.
-db_result<std::int64_t> transition(sql::Connection& conn, const transition_request& req);
+db_result<std::int64_t> transition(session s, const transition_request& req);
 
 struct validated_flip {
   std::string operation_id;
@@ -138,7 +135,7 @@ struct validated_flip {
 /// repairs a lagging step to CALLED_BACK; flips MERGED -> VALIDATED with a guarded update. The
 /// value is set ONLY when this call flipped the binding, so of two racing callers exactly one sees
 /// it. `via` names the path for the timeline ("callback" | "reconciliation").
-db_result<std::optional<validated_flip>> mark_validated(sql::Connection& conn, const std::string& operation_id,
+db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,
                                                         const std::string& via);
 
 struct merged_candidate {
@@ -147,10 +144,9 @@ struct merged_candidate {
 };
 /// Reconciliation window: phase MERGED, updated_at inside (now - max_age, now -
 /// min_age) on the DB clock, oldest first, only rows with an MR number.
-db_result<std::vector<merged_candidate>> merged_in_window(sql::Connection& conn, int min_age_s, int max_age_s,
-                                                          int limit);
+db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age_s, int max_age_s, int limit);
 
 /// Operations whose next_wake_at has passed (DB clock), earliest first.
-db_result<std::vector<operation_row>> list_due_wakeups(sql::Connection& conn, int limit);
+db_result<std::vector<operation_row>> list_due_wakeups(session s, int limit);
 
 }  // namespace changeflow::persistence

@@ -467,14 +467,14 @@ TEST(DbContext, AConnectionLostUnderARepositoryIsReplacedOnTheNextGet) {
   auto setup = db.connect();
   auto id = new_op(*setup, "ivy", "t");
   db_context ctx(db.settings());
-  const auto first = connection_id(ctx.get());
+  const auto first = connection_id(session(ctx).connection());
   db.exec("KILL " + std::to_string(first));
   // The repository turns the driver's exception into a value; the pool never sees it.
-  auto lost = load_operation(ctx.get(), id);
+  auto lost = load_operation(ctx, id);
   EXPECT_EQ(lost.outcome, db_outcome::retryable) << lost.error.message;
-  // The next get() opens a new connection instead of failing with "server has gone away" forever.
-  auto& again = ctx.get();
-  EXPECT_NE(connection_id(again), first);
+  // The next call opens a new connection instead of failing with "server has gone away" forever.
+  session again(ctx);
+  EXPECT_NE(connection_id(again.connection()), first);
   auto row = load_operation(again, id);
   ASSERT_TRUE(row.ok()) << row.error.message;
   EXPECT_EQ(row.value.operation_id, id);

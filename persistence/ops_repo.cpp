@@ -87,9 +87,9 @@ const std::string& callback_columns() {
 
 }  // namespace
 
-db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const ops_operation_filter& f) {
+db_result<ops_operation_page> list_ops_operations(session s, const ops_operation_filter& f) {
   using V = ops_operation_page;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto w = build_where(f);
     if (!f.after.empty()) {
       auto cursor = parse_cursor(f.after);
@@ -125,13 +125,13 @@ db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const o
   });
 }
 
-db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f, int cap) {
+db_result<std::vector<operation_row>> select_ops_operations(session s, ops_operation_filter f, int cap) {
   using V = std::vector<operation_row>;
   V out;
   f.limit = 500;
   f.after.clear();
   for (;;) {
-    auto page = list_ops_operations(conn, f);
+    auto page = list_ops_operations(s, f);
     if (!page.ok()) return db_result<V>::failure(page.error);
     for (auto& r : page.value.items) {
       if (static_cast<int>(out.size()) >= cap) return db_result<V>::success(std::move(out));
@@ -142,9 +142,9 @@ db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& con
   }
 }
 
-db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Connection& conn) {
+db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(session s) {
   using V = std::map<std::string, std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT phase, COUNT(*) AS n FROM operation GROUP BY phase");
     rs_ptr rs(st->executeQuery());
     V out;
@@ -153,10 +153,9 @@ db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Co
   });
 }
 
-db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Connection& conn,
-                                                                         const std::string& operation_id) {
+db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(session s, const std::string& operation_id) {
   using V = std::vector<callback_ledger_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(
         conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE operation_id = ? ORDER BY id LIMIT 200");
     st->setString(1, operation_id);
@@ -167,9 +166,9 @@ db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Co
   });
 }
 
-db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Connection& conn) {
+db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(session s) {
   using V = std::map<std::string, std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT outcome, COUNT(*) AS n FROM callback_ledger GROUP BY outcome");
     rs_ptr rs(st->executeQuery());
     V out;
@@ -178,11 +177,11 @@ db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Conn
   });
 }
 
-db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
-                                                             const std::vector<std::string>& outcomes, int limit) {
+db_result<std::vector<callback_ledger_row>> recent_callbacks(session s, const std::vector<std::string>& outcomes,
+                                                             int limit) {
   using V = std::vector<callback_ledger_row>;
   if (outcomes.empty()) return db_result<V>::success({});
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE outcome IN (" +
                                 detail::placeholders(outcomes.size()) + ") ORDER BY id DESC LIMIT ?");
     int i = 1;
@@ -195,9 +194,9 @@ db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& co
   });
 }
 
-db_result<std::vector<instance_row>> list_instances(sql::Connection& conn) {
+db_result<std::vector<instance_row>> list_instances(session s) {
   using V = std::vector<instance_row>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn, "SELECT i.instance_id, " + detail::ms("i.started_at") + " AS started_at_ms, " +
                                 detail::ms("i.heartbeat_at") + " AS heartbeat_at_ms, " + detail::ms("i.lease_until") +
                                 " AS lease_until_ms, i.epoch, i.address, i.status, (i.lease_until > NOW(3)) AS live, "

@@ -6,8 +6,7 @@
 
 #include "persistence/operation_repo.hpp"
 #include "persistence/result.hpp"
-
-#include <cppconn/connection.h>
+#include "persistence/session.hpp"
 
 #include <cstdint>
 #include <map>
@@ -40,12 +39,12 @@ struct ops_operation_page {
   std::string next_after;  // "" when this was the last page
 };
 
-db_result<ops_operation_page> list_ops_operations(sql::Connection& conn, const ops_operation_filter& f);
+db_result<ops_operation_page> list_ops_operations(session s, const ops_operation_filter& f);
 /// Operation ids matching the filter (no paging, at most `cap`), for bulk actions and dry runs.
-db_result<std::vector<operation_row>> select_ops_operations(sql::Connection& conn, ops_operation_filter f, int cap);
+db_result<std::vector<operation_row>> select_ops_operations(session s, ops_operation_filter f, int cap);
 
 /// Number of operations per phase name (phases without rows are absent).
-db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(sql::Connection& conn);
+db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(session s);
 
 struct callback_ledger_row {
   std::int64_t id = 0;
@@ -57,13 +56,12 @@ struct callback_ledger_row {
   std::optional<std::int64_t> applied_at_ms;
 };
 
-db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(sql::Connection& conn,
-                                                                         const std::string& operation_id);
+db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(session s, const std::string& operation_id);
 /// Outcome -> count over the whole ledger.
-db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(sql::Connection& conn);
+db_result<std::map<std::string, std::int64_t>> callback_outcome_counts(session s);
 /// Newest first, only the given outcomes (e.g. {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}).
-db_result<std::vector<callback_ledger_row>> recent_callbacks(sql::Connection& conn,
-                                                             const std::vector<std::string>& outcomes, int limit);
+db_result<std::vector<callback_ledger_row>> recent_callbacks(session s, const std::vector<std::string>& outcomes,
+                                                             int limit);
 
 struct instance_row {
   std::string instance_id;
@@ -76,6 +74,6 @@ struct instance_row {
   bool lease_live = false;  // lease_until > NOW(3) on the DB clock
   std::int64_t owned_nonterminal = 0;
 };
-db_result<std::vector<instance_row>> list_instances(sql::Connection& conn);
+db_result<std::vector<instance_row>> list_instances(session s);
 
 }  // namespace changeflow::persistence

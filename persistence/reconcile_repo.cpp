@@ -23,9 +23,9 @@ std::string deploy_ledger_key(const std::string& delivery_id) {
   return "deploy:" + delivery_id;
 }
 
-db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, std::int64_t mr_iid) {
+db_result<std::vector<mr_operation>> operations_for_mr(session s, std::int64_t mr_iid) {
   using V = std::vector<mr_operation>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // LEFT JOIN: an operation replaced by a re-apply keeps its mr_iid but has no binding any more.
     auto st = prepare(conn,
                       "SELECT o.operation_id, o.step, b.phase AS binding_phase FROM operation o "
@@ -47,10 +47,10 @@ db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, st
   });
 }
 
-db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const deploy_callback_in& cb,
+db_result<record_outcome> record_deploy_delivery(session s, const deploy_callback_in& cb,
                                                  const std::string& payload_json) {
   using R = db_result<record_outcome>;
-  return guarded<record_outcome>([&]() -> R {
+  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn);
     auto st = prepare(conn,
                       "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
@@ -84,8 +84,8 @@ db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const de
   });
 }
 
-db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id, deploy_outcome outcome) {
-  return guarded<done>([&]() -> db_result<done> {
+db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     // First classification wins: a redelivery that applied a PENDING delivery again does not
     // overwrite the outcome its first application recorded.
     auto st = prepare(conn,
@@ -98,9 +98,9 @@ db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& del
   });
 }
 
-db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, const std::string& project) {
+db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::string& project) {
   using V = std::optional<std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // Served by idx_deploy_status_mr (status, mr_iid); the project filter reads few rows per status.
     auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = ?");
     st->setString(1, project);
@@ -110,8 +110,8 @@ db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, c
   });
 }
 
-db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid) {
-  return guarded<bool>([&]() -> db_result<bool> {
+db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid) {
+  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
     auto st =
         prepare(conn, "SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND project = ? LIMIT 1");
     st->setInt64(1, mr_iid);
@@ -121,10 +121,10 @@ db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& proje
   });
 }
 
-db_result<std::optional<std::int64_t>> deploy_failed_pipeline(sql::Connection& conn, const std::string& project,
+db_result<std::optional<std::int64_t>> deploy_failed_pipeline(session s, const std::string& project,
                                                               std::int64_t mr_iid) {
   using V = std::optional<std::int64_t>;
-  return guarded<V>([&]() -> db_result<V> {
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT COALESCE(pipeline_id, 0) FROM deploy_callback WHERE mr_iid = ? AND status = 'failed' "
                       "AND project = ? ORDER BY id DESC LIMIT 1");

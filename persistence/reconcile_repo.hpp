@@ -10,9 +10,8 @@
 
 #include "persistence/callback_repo.hpp"
 #include "persistence/result.hpp"
+#include "persistence/session.hpp"
 #include "workflow/status.hpp"
-
-#include <cppconn/connection.h>
 
 #include <cstdint>
 #include <optional>
@@ -30,7 +29,7 @@ struct mr_operation {
   std::optional<workflow::phase> binding_phase;
 };
 /// Every operation whose mr_iid is `mr_iid` (a batch MR carries several), one query.
-db_result<std::vector<mr_operation>> operations_for_mr(sql::Connection& conn, std::int64_t mr_iid);
+db_result<std::vector<mr_operation>> operations_for_mr(session s, std::int64_t mr_iid);
 
 /// Closed set of deploy-callback outcomes, as recorded in the ledger and counted.
 enum class deploy_outcome {
@@ -48,23 +47,23 @@ std::string deploy_ledger_key(const std::string& delivery_id);
 
 /// One transaction: INSERT deploy_callback + INSERT callback_ledger (kind deploy, PENDING). A
 /// repeated delivery id answers `duplicate` and writes nothing.
-db_result<record_outcome> record_deploy_delivery(sql::Connection& conn, const deploy_callback_in& cb,
+db_result<record_outcome> record_deploy_delivery(session s, const deploy_callback_in& cb,
                                                  const std::string& payload_json);
 
 /// The classified outcome on the ledger row of a deploy delivery.
-db_result<done> set_deploy_outcome(sql::Connection& conn, const std::string& delivery_id, deploy_outcome outcome);
+db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome);
 
 /// The reconciliation watermark of one project: the largest MR number with a successful deploy
 /// callback; nullopt when there is none. MR numbers only increase within a project, so the
 /// watermark is per project.
-db_result<std::optional<std::int64_t>> deploy_watermark(sql::Connection& conn, const std::string& project);
+db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::string& project);
 
 /// True when a successful deploy callback for this MR of this project is recorded (one indexed
 /// read). For the path that writes MERGED: a callback that overtook that write is applied at once.
-db_result<bool> deploy_succeeded(sql::Connection& conn, const std::string& project, std::int64_t mr_iid);
+db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid);
 /// When a failed deploy callback for this MR of this project is recorded: its pipeline id (0 when
 /// the sender gave none); nullopt when there is none.
-db_result<std::optional<std::int64_t>> deploy_failed_pipeline(sql::Connection& conn, const std::string& project,
+db_result<std::optional<std::int64_t>> deploy_failed_pipeline(session s, const std::string& project,
                                                               std::int64_t mr_iid);
 
 }  // namespace changeflow::persistence

@@ -11,7 +11,7 @@
 
 namespace changeflow::persistence::test {
 
-inline std::string new_op(sql::Connection& c, const std::string& subject, const std::string& target,
+inline std::string new_op(session c, const std::string& subject, const std::string& target,
                           const std::string& requester = {}) {
   new_operation op;
   op.requester = requester;
@@ -28,7 +28,7 @@ inline std::string new_op(sql::Connection& c, const std::string& subject, const 
 }
 
 /// Walks the operation from its current step through `path`; returns the final version.
-inline std::int64_t walk(sql::Connection& c, const std::string& id, std::initializer_list<workflow::step> path,
+inline std::int64_t walk(session c, const std::string& id, std::initializer_list<workflow::step> path,
                          std::optional<std::int64_t> mr_iid = std::nullopt,
                          workflow::actor_kind by = workflow::actor_kind::workflow) {
   auto row = load_operation(c, id);

@@ -3,6 +3,7 @@
 // statement helpers, epoch-ms conversion and IN-list chunking.
 
 #include "persistence/result.hpp"
+#include "persistence/session.hpp"
 
 #include <cppconn/connection.h>
 #include <cppconn/exception.h>
@@ -157,13 +158,29 @@ std::vector<std::vector<T>> chunks(const std::vector<T>& all, std::size_t size =
   return out;
 }
 
-/// Runs `body` and turns driver exceptions into an error value. `body` returns db_result<T>.
+/// Runs `body(sql::Connection&)` (which returns db_result<T>) on the session's connection and turns
+/// driver exceptions into an error value: every repository call goes through here.
+///
+/// A connection that cannot be opened is `retryable` whatever the driver's code: the database may be
+/// starting, restarting or out of connections (1040), and the caller tries again later as it does
+/// after a lost connection. A connection-level error drops the connection, so the next call opens a
+/// new one instead of failing with "server has gone away" until the process restarts.
 template <class T, class F>
-db_result<T> guarded(F&& body) {
+db_result<T> guarded(session s, F&& body) {
+  sql::Connection* conn = nullptr;
   try {
-    return body();
+    conn = &s.connection();
   } catch (const sql::SQLException& e) {
-    return db_result<T>::failure(classify(e));
+    return db_result<T>::failure(db_error{db_outcome::retryable, e.getErrorCode(), e.what()});
+  } catch (const std::exception& e) {
+    return db_result<T>::failure(db_outcome::fatal, e.what());
+  }
+  try {
+    return body(*conn);
+  } catch (const sql::SQLException& e) {
+    auto err = classify(e);
+    if (is_connection_lost_code(err.code)) s.connection_lost();
+    return db_result<T>::failure(std::move(err));
   } catch (const std::exception& e) {
     return db_result<T>::failure(db_outcome::fatal, e.what());
   }

@@ -4,8 +4,6 @@
 #include "persistence/operation_repo.hpp"
 #include "service/wake_actor.hpp"
 
-#include <cppconn/exception.h>
-
 #include <memory>
 
 namespace changeflow::service {
@@ -64,65 +62,56 @@ void write_end(run_ptr run, persistence::operation_row row, step target, end_pla
                std::vector<std::string> withdrawn) {
   auto* svc = run->svc;
   bool queued = svc->db->try_submit([run, row, target, plan, withdrawn](persistence::db_context& db) {
-    try {
-      persistence::transition_request t;
-      t.operation_id = row.operation_id;
-      t.expected_version = row.version;
-      t.from = row.step;
-      t.to = target;
-      t.by = run->req.by;
-      std::string cause = target == step::HANDLE_ALREADY_MERGED
-                              ? std::string(verb(run->req.kind)) + " found the MR merged (merged wins)"
-                              : (run->req.kind == end_kind::cancel ? "cancelled by " : "closed by ") + run->req.actor;
-      for (const auto& w : withdrawn) cause += "; " + w;
-      if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED)
-        cause += "; withdrawing the approval request";
-      if (!run->req.reason.empty()) cause += ": " + run->req.reason;
-      t.cause = cause.substr(0, 250);
-      t.actor = run->req.actor.substr(0, 160);
-      t.instance_id = run->svc->instance_id;
-      t.clear_wake = true;
-      if (!run->req.reason.empty() && target != step::HANDLE_ALREADY_MERGED) {
-        t.last_error = std::string(verb(run->req.kind)) + ": " + run->req.reason;
-      }
-      auto r = persistence::transition(db.get(), t);
-      if (r.outcome == db_outcome::preempted || r.outcome == db_outcome::illegal_transition) {
-        // Someone else moved the row between our read and our write (a callback, the actor, a
-        // merge): decide again from what is there now. What we withdrew stays withdrawn.
-        // A caller that pinned the version it saw asked for exactly that state: no second round.
-        if (!run->req.expected_version && ++run->round < max_rounds) return start_round(run);
-        return finish(run, status_only(end_status::stale,
-                                       "The change kept moving while you acted; reload it and "
-                                       "try again"));
-      }
-      if (!r.ok()) {
-        if (r.outcome == db_outcome::retryable) db.reset();
-        return finish(run, status_only(end_status::unavailable, {}, "database: " + r.error.message));
-      }
-      auto woke = wake_actor(db, *run->svc, row.operation_id, target, t.cause);
-      end_result out;
-      out.status = target == step::HANDLE_ALREADY_MERGED ? end_status::merged_wins : end_status::ended;
-      out.from = row.step;
-      out.to = target;
-      out.version = r.value;
-      out.written = true;
-      out.withdrawn = withdrawn;
-      out.message = target == step::HANDLE_ALREADY_MERGED
-                        ? "The merge request had already merged: merged wins, the change goes on to deployment"
-                        : std::string(ended_word(run->req.kind));
-      log::info("change.ended", {{"operation_id", row.operation_id},
-                                 {"from", workflow::to_string(row.step)},
-                                 {"to", workflow::to_string(target)},
-                                 {"actor", run->req.actor},
-                                 {"wake", woke}});
-      if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED) {
-        return withdraw_approval_after(run, row, std::move(out));
-      }
-      finish(run, std::move(out));
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      finish(run, status_only(end_status::unavailable, {}, std::string("database: ") + e.what()));
+    persistence::transition_request t;
+    t.operation_id = row.operation_id;
+    t.expected_version = row.version;
+    t.from = row.step;
+    t.to = target;
+    t.by = run->req.by;
+    std::string cause = target == step::HANDLE_ALREADY_MERGED
+                            ? std::string(verb(run->req.kind)) + " found the MR merged (merged wins)"
+                            : (run->req.kind == end_kind::cancel ? "cancelled by " : "closed by ") + run->req.actor;
+    for (const auto& w : withdrawn) cause += "; " + w;
+    if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED) cause += "; withdrawing the approval request";
+    if (!run->req.reason.empty()) cause += ": " + run->req.reason;
+    t.cause = cause.substr(0, 250);
+    t.actor = run->req.actor.substr(0, 160);
+    t.instance_id = run->svc->instance_id;
+    t.clear_wake = true;
+    if (!run->req.reason.empty() && target != step::HANDLE_ALREADY_MERGED) {
+      t.last_error = std::string(verb(run->req.kind)) + ": " + run->req.reason;
     }
+    auto r = persistence::transition(db, t);
+    if (r.outcome == db_outcome::preempted || r.outcome == db_outcome::illegal_transition) {
+      // Someone else moved the row between our read and our write (a callback, the actor, a
+      // merge): decide again from what is there now. What we withdrew stays withdrawn.
+      // A caller that pinned the version it saw asked for exactly that state: no second round.
+      if (!run->req.expected_version && ++run->round < max_rounds) return start_round(run);
+      return finish(run, status_only(end_status::stale,
+                                     "The change kept moving while you acted; reload it and "
+                                     "try again"));
+    }
+    if (!r.ok()) return finish(run, status_only(end_status::unavailable, {}, "database: " + r.error.message));
+    auto woke = wake_actor(db, *run->svc, row.operation_id, target, t.cause);
+    end_result out;
+    out.status = target == step::HANDLE_ALREADY_MERGED ? end_status::merged_wins : end_status::ended;
+    out.from = row.step;
+    out.to = target;
+    out.version = r.value;
+    out.written = true;
+    out.withdrawn = withdrawn;
+    out.message = target == step::HANDLE_ALREADY_MERGED
+                      ? "The merge request had already merged: merged wins, the change goes on to deployment"
+                      : std::string(ended_word(run->req.kind));
+    log::info("change.ended", {{"operation_id", row.operation_id},
+                               {"from", workflow::to_string(row.step)},
+                               {"to", workflow::to_string(target)},
+                               {"actor", run->req.actor},
+                               {"wake", woke}});
+    if (plan.withdraw_approval && target != step::HANDLE_ALREADY_MERGED) {
+      return withdraw_approval_after(run, row, std::move(out));
+    }
+    finish(run, std::move(out));
   });
   if (!queued) finish(run, status_only(end_status::overloaded, {}));
 }
@@ -204,35 +193,27 @@ void withdraw_approval_after(run_ptr run, persistence::operation_row row, end_re
 void start_round(run_ptr run) {
   auto* svc = run->svc;
   bool queued = svc->db->try_submit([run](persistence::db_context& db) {
-    try {
-      auto row = persistence::load_operation(db.get(), run->req.operation_id);
-      if (row.outcome == db_outcome::not_found)
-        return finish(run, status_only(end_status::not_found, "No such operation"));
-      if (!row.ok()) {
-        if (row.outcome == db_outcome::retryable) db.reset();
-        return finish(run, status_only(end_status::unavailable, {}, "database: " + row.error.message));
-      }
-      const auto& r = row.value;
-      if (run->round == 0 && run->req.expected_version && *run->req.expected_version != r.version) {
-        return finish(run, status_only(end_status::stale,
-                                       "The operation moved on since you looked (version " + std::to_string(r.version) +
-                                           ", you saw " + std::to_string(*run->req.expected_version) + " at step " +
-                                           std::string(workflow::to_string(r.step)) + "); reload it and decide again"));
-      }
-      auto plan =
-          plan_end(run->req.kind, r.step, run->req.by, r.approval_id && !r.approval_id->empty(), r.mr_iid.has_value());
-      if (!plan.target) {
-        auto out = status_only(plan.refusal, plan.message);
-        out.from = out.to = r.step;
-        out.version = r.version;
-        return finish(run, std::move(out));
-      }
-      if (plan.read_mr) return close_mr_first(run, r, plan);
-      write_end(run, r, *plan.target, plan, {});
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      finish(run, status_only(end_status::unavailable, {}, std::string("database: ") + e.what()));
+    auto row = persistence::load_operation(db, run->req.operation_id);
+    if (row.outcome == db_outcome::not_found)
+      return finish(run, status_only(end_status::not_found, "No such operation"));
+    if (!row.ok()) return finish(run, status_only(end_status::unavailable, {}, "database: " + row.error.message));
+    const auto& r = row.value;
+    if (run->round == 0 && run->req.expected_version && *run->req.expected_version != r.version) {
+      return finish(run, status_only(end_status::stale,
+                                     "The operation moved on since you looked (version " + std::to_string(r.version) +
+                                         ", you saw " + std::to_string(*run->req.expected_version) + " at step " +
+                                         std::string(workflow::to_string(r.step)) + "); reload it and decide again"));
     }
+    auto plan =
+        plan_end(run->req.kind, r.step, run->req.by, r.approval_id && !r.approval_id->empty(), r.mr_iid.has_value());
+    if (!plan.target) {
+      auto out = status_only(plan.refusal, plan.message);
+      out.from = out.to = r.step;
+      out.version = r.version;
+      return finish(run, std::move(out));
+    }
+    if (plan.read_mr) return close_mr_first(run, r, plan);
+    write_end(run, r, *plan.target, plan, {});
   });
   if (!queued) finish(run, status_only(end_status::overloaded, {}));
 }

@@ -8,14 +8,14 @@
 
 namespace changeflow::service {
 
-std::string wake_actor(persistence::db_context& db, actors::services& svc, const std::string& operation_id,
+std::string wake_actor(persistence::session db, actors::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause) {
   if (auto a = svc.actors->find(operation_id)) {
     caf::anon_send(*a, messages::row_changed{cause});
     return "nudged";
   }
   if (to && !workflow::needs_actor(*to)) return "none_needed";
-  auto row = persistence::load_operation(db.get(), operation_id);
+  auto row = persistence::load_operation(db, operation_id);
   if (!row.ok()) return "not_started";
   if (!workflow::needs_actor(row.value.step)) return "none_needed";
   auto owner = row.value.owner_instance.value_or("");

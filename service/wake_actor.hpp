@@ -4,7 +4,7 @@
 // step needs one, and this instance owns the row, one is started from the row.
 
 #include "actors/services.hpp"
-#include "persistence/db_pool.hpp"
+#include "persistence/session.hpp"
 #include "workflow/status.hpp"
 
 #include <optional>
@@ -15,7 +15,7 @@ namespace changeflow::service {
 /// `to` is the step just written, or nullopt when the caller does not know it (the row is read).
 /// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
 /// owner:<instance>.
-std::string wake_actor(persistence::db_context& db, actors::services& svc, const std::string& operation_id,
+std::string wake_actor(persistence::session db, actors::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause);
 
 }  // namespace changeflow::service

@@ -42,7 +42,8 @@ class in_process_actors : public ::testing::Test {
         config_(snapshot_of(config)),
         db_pool_("db", 0, 64, nullptr),
         external_pool_("external", 0, 64, nullptr),
-        db_ctx_(db_.settings()) {
+        db_ctx_(db_.settings()),
+        setup_db_(db_.settings()) {
     auto endpoints = clients::endpoints_from(*config_.current());
     EXPECT_TRUE(endpoints.ok());
     ext_ctx_ =
@@ -59,7 +60,6 @@ class in_process_actors : public ::testing::Test {
     svc_.actors = &registry_;
     svc_.instance_id = "test-instance";  // the owner persistence::test::new_op writes
     svc_.now_ms = [this] { return now_ms_; };
-    conn_ = db_.connect();
   }
 
   ~in_process_actors() override {
@@ -109,13 +109,13 @@ class in_process_actors : public ::testing::Test {
   config::store config_;
   persistence::db_pool db_pool_;
   external_pool external_pool_;
-  persistence::db_context db_ctx_;
+  persistence::db_context db_ctx_;  // the actors' database jobs run on this one
   std::unique_ptr<clients::external_context> ext_ctx_;
   metrics::registry metrics_;
   registry registry_;
   services svc_;
   std::int64_t now_ms_ = 0;
-  std::unique_ptr<sql::Connection> conn_;
+  persistence::db_context setup_db_;  // the test's own reads and writes (setup, checks)
   std::vector<caf::actor> spawned_;
 };
 

@@ -27,7 +27,6 @@
 #include "persistence/db_pool.hpp"
 #include "persistence/migrations.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/actor_system_config.hpp>
 #include <caf/all.hpp>
 
@@ -117,24 +116,29 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
 bool run_migrations(const persistence::db_settings& s) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
-    try {
-      auto conn = persistence::open_connection(s);
-      auto r = persistence::migrate(*conn, persistence::all_migrations());
-      if (!r.ok) {
-        log::error("startup.migration_failed", {{"error", r.error}});
-        return false;
-      }
-      log::info("startup.migrated",
-                {{"applied", r.applied}, {"schema_version", persistence::current_schema_version(*conn)}});
-      return true;
-    } catch (const sql::SQLException& e) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        log::error("startup.database_unreachable", {{"error", e.what()}, {"code", e.getErrorCode()}});
-        return false;
-      }
-      log::warn("startup.waiting_for_database", {{"error", e.what()}});
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    persistence::db_context db(s);
+    auto r = persistence::migrate(db, persistence::all_migrations());
+    if (!r.ok && !r.unreachable) {
+      log::error("startup.migration_failed", {{"error", r.error}});
+      return false;
     }
+    std::string error = r.error;
+    int code = r.code;
+    if (r.ok) {
+      auto version = persistence::current_schema_version(db);
+      if (version.ok()) {
+        log::info("startup.migrated", {{"applied", r.applied}, {"schema_version", version.value}});
+        return true;
+      }
+      error = version.error.message;
+      code = version.error.code;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      log::error("startup.database_unreachable", {{"error", error}, {"code", code}});
+      return false;
+    }
+    log::warn("startup.waiting_for_database", {{"error", error}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
 

@@ -4,7 +4,6 @@
 #include "persistence/batch_repo.hpp"
 #include "persistence/operation_repo.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 namespace changeflow::http {
@@ -43,17 +42,10 @@ std::optional<std::int64_t> parse_id(const std::string& s) {
   }
 }
 
-/// Runs a db job for a handler; any driver exception becomes a 503.
+/// Runs a db job for a handler on a database worker; a full queue is a 503.
 void with_db(service_context& ctx, http_server::responder reply,
-             std::function<void(sql::Connection&, http_server::responder&)> job) {
-  bool queued = ctx.db.try_submit([reply, job](persistence::db_context& db) mutable {
-    try {
-      job(db.get(), reply);
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
-    }
-  });
+             std::function<void(persistence::session, http_server::responder&)> job) {
+  bool queued = ctx.db.try_submit([reply, job](persistence::db_context& db) mutable { job(db, reply); });
   if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
 }
 
@@ -82,8 +74,8 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
            if (auto b = req.query_param("before")) before = parse_id(*b).value_or(0);
            if (auto l = req.query_param("limit"))
              limit = static_cast<int>(std::clamp<std::int64_t>(parse_id(*l).value_or(50), 1, 500));
-           with_db(ctx, reply, [before, limit](sql::Connection& conn, http_server::responder& reply) {
-             auto rows = persistence::list_batches(conn, before, limit);
+           with_db(ctx, reply, [before, limit](persistence::session db, http_server::responder& reply) {
+             auto rows = persistence::list_batches(db, before, limit);
              if (!rows.ok()) return reply(db_failure(rows.error));
              nlohmann::json items = nlohmann::json::array();
              for (const auto& b : rows.value) items.push_back(batch_json(b));
@@ -94,13 +86,13 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
   r.add({routes::ops_batch, [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
-           with_db(ctx, reply, [id = *id](sql::Connection& conn, http_server::responder& reply) {
-             auto b = persistence::load_batch(conn, id);
+           with_db(ctx, reply, [id = *id](persistence::session db, http_server::responder& reply) {
+             auto b = persistence::load_batch(db, id);
              if (b.outcome == db_outcome::not_found) return reply(client_error(404, "NOT_FOUND", "No such batch"));
              if (!b.ok()) return reply(db_failure(b.error));
-             auto ops = persistence::load_operations(conn, b.value.members);
+             auto ops = persistence::load_operations(db, b.value.members);
              if (!ops.ok()) return reply(db_failure(ops.error));
-             auto waiting = persistence::list_waiting(conn, 500);
+             auto waiting = persistence::list_waiting(db, 500);
              if (!waiting.ok()) return reply(db_failure(waiting.error));
              auto j = batch_json(b.value);
              nlohmann::json members = nlohmann::json::array();
@@ -142,9 +134,9 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
            auto id = parse_id(p.at("id"));
            if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
            auto* system = ctx.services ? ctx.services->system : nullptr;
-           with_db(ctx, reply, [id = *id, coordinator, system](sql::Connection& conn, http_server::responder& reply) {
+           with_db(ctx, reply, [id = *id, coordinator, system](persistence::session db, http_server::responder& reply) {
              auto w =
-                 persistence::finish_batch(conn, id, persistence::batch_status::BLOCKED,
+                 persistence::finish_batch(db, id, persistence::batch_status::BLOCKED,
                                            persistence::batch_status::RUNNING, std::string("unblocked by an operator"));
              if (w.outcome == db_outcome::preempted)
                return reply(client_error(409, "NOT_BLOCKED", "The batch is not BLOCKED"));

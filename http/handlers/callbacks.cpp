@@ -13,7 +13,6 @@
 #include "persistence/reconcile_repo.hpp"
 #include "service/wake_actor.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 #include <mutex>
 #include <set>
@@ -58,32 +57,24 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
       [=](persistence::db_context& db) {
-        try {
-          auto r = persistence::apply_approval_callback(db.get(), callback_id, operation_id, decision, body);
-          if (!r.ok()) {
-            if (r.outcome == db_outcome::retryable) {
-              db.reset();
-              return reply(internal_error("database: " + r.error.message, 503));
-            }
-            return reply(internal_error("database: " + r.error.message));
-          }
-          auto outcome = std::string(persistence::to_string(r.value.outcome));
-          count_callback(*metrics, "approval", outcome);
-          log::info(
-              "callback.approval",
-              {{"operation_id", operation_id}, {"callback_id", callback_id}, {"result", result}, {"outcome", outcome}});
-          // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
-          // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
-          // already-applied row; a reload of an unchanged row is harmless.
-          if (r.value.outcome == persistence::callback_outcome::APPLIED ||
-              r.value.outcome == persistence::callback_outcome::DUPLICATE) {
-            service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
-          }
-          reply(outcome_response(outcome));
-        } catch (const sql::SQLException& e) {
-          db.reset();
-          reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+        auto r = persistence::apply_approval_callback(db, callback_id, operation_id, decision, body);
+        if (!r.ok()) {
+          if (r.outcome == db_outcome::retryable) return reply(internal_error("database: " + r.error.message, 503));
+          return reply(internal_error("database: " + r.error.message));
         }
+        auto outcome = std::string(persistence::to_string(r.value.outcome));
+        count_callback(*metrics, "approval", outcome);
+        log::info(
+            "callback.approval",
+            {{"operation_id", operation_id}, {"callback_id", callback_id}, {"result", result}, {"outcome", outcome}});
+        // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
+        // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
+        // already-applied row; a reload of an unchanged row is harmless.
+        if (r.value.outcome == persistence::callback_outcome::APPLIED ||
+            r.value.outcome == persistence::callback_outcome::DUPLICATE) {
+          service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
+        }
+        reply(outcome_response(outcome));
       },
       persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
@@ -101,18 +92,18 @@ struct deploy_applied {
 /// confirmation moves to DEPLOY_FAILED (guarded by the version just read; a loser to a concurrent
 /// writer has moved on and is left alone). It never raises the reconciliation watermark (that one
 /// reads successes only).
-persistence::db_result<deploy_applied> fail_deploys(sql::Connection& conn, const persistence::deploy_callback_in& cb,
+persistence::db_result<deploy_applied> fail_deploys(persistence::session db, const persistence::deploy_callback_in& cb,
                                                     const std::vector<std::string>& candidates, deploy_applied out) {
   using R = persistence::db_result<deploy_applied>;
   out.outcome = persistence::deploy_outcome::IGNORED_STALE;
-  auto rows = persistence::load_operations(conn, candidates);
+  auto rows = persistence::load_operations(db, candidates);
   if (!rows.ok()) return R::failure(rows.error);
   for (const auto& row : rows.value) {
     if (row.phase != workflow::phase::MERGED) {
       if (!workflow::is_terminal(row.phase)) out.outcome = persistence::deploy_outcome::OUT_OF_ORDER;
       continue;
     }
-    auto moved = actors::mark_deploy_failed(conn, row, cb.mr_iid, cb.pipeline_id);
+    auto moved = actors::mark_deploy_failed(db, row, cb.mr_iid, cb.pipeline_id);
     if (!moved.ok()) return R::failure(moved.error);
     if (moved.value) {
       out.outcome = persistence::deploy_outcome::DEPLOY_FAILED;
@@ -125,7 +116,7 @@ persistence::db_result<deploy_applied> fail_deploys(sql::Connection& conn, const
 /// Runs on a db worker after the delivery was recorded. The candidates are the operations the
 /// pipeline named, or else the operations carrying this MR number in our project (the MR ->
 /// operation mapping is ours, so this is an exact match, not an inference).
-persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const persistence::deploy_callback_in& cb,
+persistence::db_result<deploy_applied> apply_deploy(persistence::session db, const persistence::deploy_callback_in& cb,
                                                     const std::vector<std::string>& named_ids,
                                                     const std::string& our_project, metrics::registry& metrics) {
   using R = persistence::db_result<deploy_applied>;
@@ -137,15 +128,15 @@ persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const
   }
   std::vector<std::string> candidates = named_ids;
   if (candidates.empty() && cb.project == our_project) {
-    auto by_mr = persistence::operations_for_mr(conn, cb.mr_iid);
+    auto by_mr = persistence::operations_for_mr(db, cb.mr_iid);
     if (!by_mr.ok()) return R::failure(by_mr.error);
     for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
   }
   out.matched = static_cast<int>(candidates.size());
-  if (cb.status == "failed") return fail_deploys(conn, cb, candidates, out);
+  if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
   std::vector<std::string> not_flipped;
   for (const auto& id : candidates) {
-    auto r = actors::validate_and_count(conn, id, actors::validation_path::callback, metrics);
+    auto r = actors::validate_and_count(db, id, actors::validation_path::callback, metrics);
     if (!r.ok() && r.outcome != persistence::db_outcome::not_found) return R::failure(r.error);
     if (r.ok() && r.value) {
       ++out.validated;
@@ -160,7 +151,7 @@ persistence::db_result<deploy_applied> apply_deploy(sql::Connection& conn, const
   // Nothing flipped. When an operation is still on its way to MERGED, the callback overtook our own
   // write (merge answered, MERGED not yet committed): OUT_OF_ORDER. Its MR number is recorded, so
   // reconciliation converges it once it is MERGED and older than min_age (mr_iid <= watermark).
-  auto rows = persistence::load_operations(conn, not_flipped);
+  auto rows = persistence::load_operations(db, not_flipped);
   if (!rows.ok()) return R::failure(rows.error);
   out.outcome = deploy_outcome::IGNORED_STALE;
   for (const auto& row : rows.value) {
@@ -213,59 +204,51 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
       [=](persistence::db_context& db) {
-        try {
-          // A copy of a delivery this process is applying right now: answered at once, nothing read.
-          if (!claims->claim(cb.delivery_id)) {
-            count_callback(*metrics, "deploy", "DUPLICATE");
-            return reply(outcome_response("DUPLICATE"));
-          }
-          struct release_claim {
-            delivery_claims& c;
-            std::string id;
-            ~release_claim() { c.release(id); }
-          } held{*claims, cb.delivery_id};
-          auto& conn = db.get();
-          // Durable before anything else: the MR number (watermark) and the ledger row commit together.
-          auto recorded = persistence::record_deploy_delivery(conn, cb, payload);
-          if (!recorded.ok()) {
-            if (recorded.outcome == db_outcome::retryable) db.reset();
-            return reply(internal_error("database: " + recorded.error.message,
-                                        recorded.outcome == db_outcome::retryable ? 503 : 500));
-          }
-          if (recorded.value == persistence::record_outcome::duplicate) {
-            count_callback(*metrics, "deploy", "DUPLICATE");
-            return reply(outcome_response("DUPLICATE"));
-          }
-          bool first_copy = recorded.value == persistence::record_outcome::inserted;
-          config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
-          if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
-          auto applied = apply_deploy(conn, cb, operation_ids, our_project, *metrics);
-          if (!applied.ok()) {
-            // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
-            // makes the sender retry; the retry finds it PENDING and applies it.
-            if (applied.outcome == db_outcome::retryable) db.reset();
-            return reply(internal_error("database: " + applied.error.message, 503));
-          }
-          auto outcome = std::string(persistence::to_string(applied.value.outcome));
-          auto set = persistence::set_deploy_outcome(conn, cb.delivery_id, applied.value.outcome);
-          if (!set.ok())
-            log::warn("callback.deploy_outcome_not_recorded",
-                      {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
-          count_callback(*metrics, "deploy", outcome);
-          log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
-                                        {"mr_iid", cb.mr_iid},
-                                        {"status", cb.status},
-                                        {"matched", applied.value.matched},
-                                        {"validated", applied.value.validated},
-                                        {"failed", applied.value.failed},
-                                        {"outcome", outcome}});
-          reply(outcome_response(outcome, {{"matched", applied.value.matched},
-                                           {"validated", applied.value.validated},
-                                           {"failed", applied.value.failed}}));
-        } catch (const sql::SQLException& e) {
-          db.reset();
-          reply(internal_error(std::string("database unreachable: ") + e.what(), 503));
+        // A copy of a delivery this process is applying right now: answered at once, nothing read.
+        if (!claims->claim(cb.delivery_id)) {
+          count_callback(*metrics, "deploy", "DUPLICATE");
+          return reply(outcome_response("DUPLICATE"));
         }
+        struct release_claim {
+          delivery_claims& c;
+          std::string id;
+          ~release_claim() { c.release(id); }
+        } held{*claims, cb.delivery_id};
+        // Durable before anything else: the MR number (watermark) and the ledger row commit together.
+        auto recorded = persistence::record_deploy_delivery(db, cb, payload);
+        if (!recorded.ok()) {
+          return reply(internal_error("database: " + recorded.error.message,
+                                      recorded.outcome == db_outcome::retryable ? 503 : 500));
+        }
+        if (recorded.value == persistence::record_outcome::duplicate) {
+          count_callback(*metrics, "deploy", "DUPLICATE");
+          return reply(outcome_response("DUPLICATE"));
+        }
+        bool first_copy = recorded.value == persistence::record_outcome::inserted;
+        config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
+        if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
+        auto applied = apply_deploy(db, cb, operation_ids, our_project, *metrics);
+        if (!applied.ok()) {
+          // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
+          // makes the sender retry; the retry finds it PENDING and applies it.
+          return reply(internal_error("database: " + applied.error.message, 503));
+        }
+        auto outcome = std::string(persistence::to_string(applied.value.outcome));
+        auto set = persistence::set_deploy_outcome(db, cb.delivery_id, applied.value.outcome);
+        if (!set.ok())
+          log::warn("callback.deploy_outcome_not_recorded",
+                    {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
+        count_callback(*metrics, "deploy", outcome);
+        log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
+                                      {"mr_iid", cb.mr_iid},
+                                      {"status", cb.status},
+                                      {"matched", applied.value.matched},
+                                      {"validated", applied.value.validated},
+                                      {"failed", applied.value.failed},
+                                      {"outcome", outcome}});
+        reply(outcome_response(outcome, {{"matched", applied.value.matched},
+                                         {"validated", applied.value.validated},
+                                         {"failed", applied.value.failed}}));
       },
       persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));

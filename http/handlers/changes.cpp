@@ -19,8 +19,6 @@
 #include <chrono>
 #include <set>
 
-#include <cppconn/exception.h>
-
 namespace changeflow::http {
 
 namespace {
@@ -106,13 +104,12 @@ std::string what_unblocks(workflow::step s) {
 /// 409 naming the change that holds the target (one extra read, on the refusal path only). The
 /// blocker may have ended between the refusal and this read: the client is then told to retry.
 http_server::response blocked_response(persistence::db_context& db, const persistence::new_operation& op) {
-  auto binding = persistence::find_binding(db.get(), op.subject_id, op.target_key);
+  auto binding = persistence::find_binding(db, op.subject_id, op.target_key);
   if (!binding.ok()) {
-    if (binding.outcome == db_outcome::retryable) db.reset();
     return outcome_response(api_outcome::in_progress,
                             "Another change for this subject and target is in progress; retry shortly");
   }
-  auto blocker = persistence::load_operation(db.get(), binding.value.operation_id);
+  auto blocker = persistence::load_operation(db, binding.value.operation_id);
   if (!blocker.ok() || workflow::is_reappliable(blocker.value.phase)) {
     return outcome_response(api_outcome::in_progress,
                             "Another change for this subject and target just started or ended; retry shortly",
@@ -133,11 +130,8 @@ http_server::response blocked_response(persistence::db_context& db, const persis
 /// stored for replay). Runs on a database worker.
 http_server::response create_and_start(persistence::db_context& db, actors::services* svc,
                                        const persistence::new_operation& op) {
-  auto r = persistence::create_operation(db.get(), op);
-  if (!r.ok()) {
-    if (r.outcome == db_outcome::retryable) db.reset();
-    return db_failure(r.error);
-  }
+  auto r = persistence::create_operation(db, op);
+  if (!r.ok()) return db_failure(r.error);
   nlohmann::json data = {{"operationId", op.operation_id}, {"statusUrl", "/api/v1/changes/" + op.operation_id}};
   switch (r.value) {
     case persistence::create_outcome::created: {
@@ -180,12 +174,9 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
                                   const persistence::new_operation& op, const std::string& key,
                                   const std::string& fingerprint, int ttl_seconds) {
   auto snap = svc->config->current();
-  auto begun = persistence::idem_begin(db.get(), key, fingerprint, ttl_seconds,
+  auto begun = persistence::idem_begin(db, key, fingerprint, ttl_seconds,
                                        {svc->instance_id, middleware::idempotency_in_flight_timeout(*snap)});
-  if (!begun.ok()) {
-    if (begun.outcome == db_outcome::retryable) db.reset();
-    return db_failure(begun.error);
-  }
+  if (!begun.ok()) return db_failure(begun.error);
   if (begun.value.taken_over) {
     log::warn("idempotency.taken_over", {{"key", key}, {"route", "submit"}});
     svc->metrics->inc("changeflow_idempotency_takeovers_total",
@@ -223,14 +214,14 @@ http_server::response submit_once(persistence::db_context& db, actors::services*
   try {
     res = create_and_start(db, svc, op);
   } catch (...) {
-    persistence::idem_abandon(db.get(), key);
+    persistence::idem_abandon(db, key);
     throw;
   }
   if (res.status >= 200 && res.status < 300) {
-    auto done = persistence::idem_complete(db.get(), key, static_cast<int>(res.status), res.body);
+    auto done = persistence::idem_complete(db, key, static_cast<int>(res.status), res.body);
     if (!done.ok()) log::warn("idempotency.complete_failed", {{"key", key}, {"error", done.error.message}});
   } else {
-    persistence::idem_abandon(db.get(), key);
+    persistence::idem_abandon(db, key);
   }
   return res;
 }
@@ -305,9 +296,6 @@ void store_submission(service_context& ctx, const http_server::request& req, con
     try {
       if (scoped_key.empty()) return reply(create_and_start(db, svc, op));
       reply(submit_once(db, svc, op, scoped_key, fingerprint, ttl));
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
     } catch (const std::exception& e) {
       reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("submit failed: ") + e.what()));
     }
@@ -325,36 +313,30 @@ void get_one(service_context& ctx, const http_server::request& req, const std::s
   if (!ids::is_uuid(id)) return reply(no_such_operation());
   auto* svc = ctx.services;
   bool queued = ctx.read_pool().try_submit([&ctx, caller, id, reply, svc](persistence::db_context& db) {
-    try {
-      auto& conn = db.get();
-      auto row = persistence::load_operation(conn, id);
-      if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
-      if (!row.ok()) return reply(db_failure(row.error));
-      auto events = persistence::list_events(conn, id);
-      if (!events.ok()) return reply(db_failure(events.error));
-      auto data = dto::to_json(row.value);
-      nlohmann::json timeline = nlohmann::json::array();
-      for (const auto& e : events.value) timeline.push_back(dto::to_json(e));
-      data["timeline"] = std::move(timeline);
-      data["live"] = svc->actors->find(id).has_value();
-      if (!caller.account || middleware::is_requester(*caller.account, row.value)) {
-        return reply(outcome_response(api_outcome::ok, {}, data));
-      }
-      auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
-      ask_permissions(
-          ctx, *caller.account, rules.to_ask(),
-          [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
-           reply](std::optional<std::set<std::string>> granted) {
-            if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
-              log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
-              return reply(no_such_operation());
-            }
-            reply(outcome_response(api_outcome::ok, {}, data));
-          });
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
+    auto row = persistence::load_operation(db, id);
+    if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
+    if (!row.ok()) return reply(db_failure(row.error));
+    auto events = persistence::list_events(db, id);
+    if (!events.ok()) return reply(db_failure(events.error));
+    auto data = dto::to_json(row.value);
+    nlohmann::json timeline = nlohmann::json::array();
+    for (const auto& e : events.value) timeline.push_back(dto::to_json(e));
+    data["timeline"] = std::move(timeline);
+    data["live"] = svc->actors->find(id).has_value();
+    if (!caller.account || middleware::is_requester(*caller.account, row.value)) {
+      return reply(outcome_response(api_outcome::ok, {}, data));
     }
+    auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
+    ask_permissions(
+        ctx, *caller.account, rules.to_ask(),
+        [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
+         reply](std::optional<std::set<std::string>> granted) {
+          if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
+            log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
+            return reply(no_such_operation());
+          }
+          reply(outcome_response(api_outcome::ok, {}, data));
+        });
   });
   if (!queued) reply(overloaded());
 }
@@ -385,15 +367,8 @@ void list_changes(service_context& ctx, const http_server::request& req, http_se
   }
   auto run = [&ctx, limit, reply](std::optional<std::string> by_subject, std::string requester) {
     bool queued = ctx.read_pool().try_submit([by_subject, requester, limit, reply](persistence::db_context& db) {
-      try {
-        if (by_subject)
-          return reply_with_rows(persistence::list_operations_by_subject(db.get(), *by_subject, limit), reply);
-        reply_with_rows(persistence::list_operations_by_requester(db.get(), requester, limit), reply);
-      } catch (const sql::SQLException& e) {
-        db.reset();
-        reply(
-            outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
-      }
+      if (by_subject) return reply_with_rows(persistence::list_operations_by_subject(db, *by_subject, limit), reply);
+      reply_with_rows(persistence::list_operations_by_requester(db, requester, limit), reply);
     });
     if (!queued) reply(overloaded());
   };
@@ -458,29 +433,24 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
   auto reason = std::get<dto::cancel_request>(parsed).reason;
   if (!caller.account)
     return run_cancel(ctx, id, "user:" + std::string(middleware::anonymous_requester), reason, reply);
-  bool queued = ctx.read_pool().try_submit([&ctx, account = *caller.account, id, reason,
-                                            reply](persistence::db_context& db) {
-    try {
-      auto row = persistence::load_operation(db.get(), id);
-      if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
-      if (!row.ok()) return reply(db_failure(row.error));
-      if (middleware::is_requester(account, row.value)) return run_cancel(ctx, id, "user:" + account, reason, reply);
-      auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
-      ask_permissions(ctx, account, rules.to_ask(),
-                      [&ctx, account, op = std::move(row.value), rules, id, reason,
-                       reply](std::optional<std::set<std::string>> granted) {
-                        middleware::caller who{account, std::move(granted)};
-                        if (!middleware::may_use(who, op, rules, middleware::operation_use::act)) {
-                          log::info("http.cancel_refused", {{"operation_id", id}, {"caller", account}});
-                          return reply(no_such_operation());
-                        }
-                        run_cancel(ctx, id, "operator:" + account, reason, reply);
-                      });
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database unreachable: ") + e.what()));
-    }
-  });
+  bool queued =
+      ctx.read_pool().try_submit([&ctx, account = *caller.account, id, reason, reply](persistence::db_context& db) {
+        auto row = persistence::load_operation(db, id);
+        if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
+        if (!row.ok()) return reply(db_failure(row.error));
+        if (middleware::is_requester(account, row.value)) return run_cancel(ctx, id, "user:" + account, reason, reply);
+        auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
+        ask_permissions(ctx, account, rules.to_ask(),
+                        [&ctx, account, op = std::move(row.value), rules, id, reason,
+                         reply](std::optional<std::set<std::string>> granted) {
+                          middleware::caller who{account, std::move(granted)};
+                          if (!middleware::may_use(who, op, rules, middleware::operation_use::act)) {
+                            log::info("http.cancel_refused", {{"operation_id", id}, {"caller", account}});
+                            return reply(no_such_operation());
+                          }
+                          run_cancel(ctx, id, "operator:" + account, reason, reply);
+                        });
+      });
   if (!queued) reply(overloaded());
 }
 

@@ -1,10 +1,7 @@
 #include "http/handlers/health.hpp"
 
 #include "http/envelope.hpp"
-#include "persistence/errors.hpp"
 #include "persistence/migrations.hpp"
-
-#include <cppconn/exception.h>
 
 namespace changeflow::http {
 
@@ -21,20 +18,17 @@ void add_health_routes(router& r, service_context& ctx) {
            }
            int expected = ctx.expected_schema_version;
            bool queued = ctx.db.try_submit([reply, expected](persistence::db_context& db) {
-             try {
-               int version = persistence::current_schema_version(db.get());
-               if (version < expected) {
-                 std::string reason =
-                     "migrations pending (schema " + std::to_string(version) + " of " + std::to_string(expected) + ")";
-                 return reply(envelope(503, "NOT_READY", reason, {{"reason", reason}}));
-               }
-               reply(ok({{"status", "ready"}, {"schemaVersion", version}}));
-             } catch (const sql::SQLException& e) {
-               db.reset();
-               auto err = persistence::classify(e);
-               reply(envelope(503, "NOT_READY", "database unreachable",
-                              {{"reason", "database unreachable"}, {"dbError", err.code}}));
+             auto version = persistence::current_schema_version(db);
+             if (!version.ok()) {
+               return reply(envelope(503, "NOT_READY", "database unreachable",
+                                     {{"reason", "database unreachable"}, {"dbError", version.error.code}}));
              }
+             if (version.value < expected) {
+               std::string reason = "migrations pending (schema " + std::to_string(version.value) + " of " +
+                                    std::to_string(expected) + ")";
+               return reply(envelope(503, "NOT_READY", reason, {{"reason", reason}}));
+             }
+             reply(ok({{"status", "ready"}, {"schemaVersion", version.value}}));
            });
            if (!queued) reply(envelope(503, "NOT_READY", "database queue full", {{"reason", "database queue full"}}));
          }});

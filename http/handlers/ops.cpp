@@ -19,7 +19,6 @@
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
 
-#include <cppconn/exception.h>
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -151,13 +150,8 @@ void audit(persistence::db_context& db, const std::string& op, const std::string
   e.params_json = middleware::audit_params(params).dump(-1, ' ', false, json::error_handler_t::replace);
   e.outcome = outcome;
   if (!dedup_key.empty()) e.dedup_key = dedup_key;
-  try {
-    auto r = persistence::insert_audit(db.get(), e);
-    if (!r.ok()) log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", r.error.message}});
-  } catch (const sql::SQLException& ex) {
-    db.reset();
-    log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", ex.what()}});
-  }
+  auto r = persistence::insert_audit(db, e);
+  if (!r.ok()) log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", r.error.message}});
 }
 
 struct applied {
@@ -185,7 +179,7 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
     t.clear_wake = true;
     if (!a.reason.empty()) t.last_error = "operator: " + a.reason;
   }
-  auto r = persistence::transition(db.get(), t);
+  auto r = persistence::transition(db, t);
   if (r.outcome == db_outcome::preempted) {
     return {outcome_response(api_outcome::conflict, "The operation changed while you acted (it is no longer at " +
                                                         std::string(workflow::to_string(row.step)) + " v" +
@@ -197,10 +191,7 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
                                                         std::string(workflow::to_string(row.step))),
             "REFUSED"};
   }
-  if (!r.ok()) {
-    if (r.outcome == db_outcome::retryable) db.reset();
-    return {db_failure(r.error), "ERROR"};
-  }
+  if (!r.ok()) return {db_failure(r.error), "ERROR"};
   auto woke = service::wake_actor(db, *svc, row.operation_id, to, cause);
   json data = {{"operationId", row.operation_id},
                {"action", to_string(a.action)},
@@ -221,17 +212,11 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
 void finish(persistence::db_context& db, const action_request& a, const applied& result,
             const http_server::responder& reply) {
   if (!a.idem_key.empty()) {
-    try {
-      if (result.res.status >= 200 && result.res.status < 300) {
-        auto done =
-            persistence::idem_complete(db.get(), a.idem_key, static_cast<int>(result.res.status), result.res.body);
-        if (!done.ok()) log::warn("ops.idempotency_complete_failed", {{"error", done.error.message}});
-      } else {
-        persistence::idem_abandon(db.get(), a.idem_key);
-      }
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      log::warn("ops.idempotency_complete_failed", {{"error", e.what()}});
+    if (result.res.status >= 200 && result.res.status < 300) {
+      auto done = persistence::idem_complete(db, a.idem_key, static_cast<int>(result.res.status), result.res.body);
+      if (!done.ok()) log::warn("ops.idempotency_complete_failed", {{"error", done.error.message}});
+    } else {
+      persistence::idem_abandon(db, a.idem_key);
     }
   }
   audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, result.audit_outcome,
@@ -247,11 +232,8 @@ std::optional<http_server::response> idem_gate(persistence::db_context& db, cons
   // as it is now, through a version-guarded transition: when the dead request's transition committed,
   // fail and close find a step they cannot leave and are refused; retrigger and resend_approval run
   // the step once more, which is what they ask for; an expectedVersion turns any re-run into STALE.
-  auto begun = persistence::idem_begin(db.get(), a.idem_key, a.fingerprint, a.idem_ttl_s, a.idem_owner);
-  if (!begun.ok()) {
-    if (begun.outcome == db_outcome::retryable) db.reset();
-    return db_failure(begun.error);
-  }
+  auto begun = persistence::idem_begin(db, a.idem_key, a.fingerprint, a.idem_ttl_s, a.idem_owner);
+  if (!begun.ok()) return db_failure(begun.error);
   if (begun.value.taken_over) log::warn("idempotency.taken_over", {{"key", a.idem_key}, {"route", "ops"}});
   if (begun.value.fresh) return std::nullopt;
   const auto& rec = *begun.value.existing;
@@ -308,12 +290,9 @@ void run_action(persistence::db_context& db, actors::services* svc, persistence:
   auto refuse = [&](api_outcome o, const std::string& message, const std::string& audit_outcome) {
     finish(db, a, {outcome_response(o, message), audit_outcome}, reply);
   };
-  auto row = persistence::load_operation(db.get(), a.operation_id);
+  auto row = persistence::load_operation(db, a.operation_id);
   if (row.outcome == db_outcome::not_found) return refuse(api_outcome::not_found, "No such operation", "NOT_FOUND");
-  if (!row.ok()) {
-    if (row.outcome == db_outcome::retryable) db.reset();
-    return finish(db, a, {db_failure(row.error), "ERROR"}, reply);
-  }
+  if (!row.ok()) return finish(db, a, {db_failure(row.error), "ERROR"}, reply);
   if (a.expected_version && *a.expected_version != row.value.version) {
     return refuse(api_outcome::conflict,
                   "The operation moved on since you looked (version " + std::to_string(row.value.version) +
@@ -401,9 +380,6 @@ void submit_db(service_context& ctx, http_server::responder reply, std::function
   bool queued = ctx.db.try_submit([job = std::move(job), reply](persistence::db_context& db) {
     try {
       job(db);
-    } catch (const sql::SQLException& e) {
-      db.reset();
-      reply(outcome_response(api_outcome::unavailable, {}, nullptr, std::string("database: ") + e.what()));
     } catch (const std::exception& e) {
       reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("ops handler: ") + e.what()));
     }
@@ -444,7 +420,7 @@ void list_operations(service_context& ctx, http_server::request& req, http_serve
   auto f = parse_filter(query_params_json(req.query), error);
   if (!f) return reply(outcome_response(api_outcome::bad_request, error));
   submit_db(ctx, reply, [f = *f, reply](persistence::db_context& db) {
-    auto page = persistence::list_ops_operations(db.get(), f);
+    auto page = persistence::list_ops_operations(db, f);
     if (!page.ok() && page.outcome == db_outcome::not_found) {
       return reply(outcome_response(api_outcome::bad_request, "'after' is not a cursor this API returned"));
     }
@@ -462,14 +438,13 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
   if (!ids::is_uuid(id)) return reply(outcome_response(api_outcome::not_found, "No such operation"));
   auto* svc = ctx.services;
   submit_db(ctx, reply, [svc, id, reply](persistence::db_context& db) {
-    auto& conn = db.get();
-    auto row = persistence::load_operation(conn, id);
+    auto row = persistence::load_operation(db, id);
     if (row.outcome == db_outcome::not_found)
       return reply(outcome_response(api_outcome::not_found, "No such operation"));
     if (!row.ok()) return reply(db_failure(row.error));
-    auto events = persistence::list_events(conn, id);
+    auto events = persistence::list_events(db, id);
     if (!events.ok()) return reply(db_failure(events.error));
-    auto callbacks = persistence::list_callbacks_for_operation(conn, id);
+    auto callbacks = persistence::list_callbacks_for_operation(db, id);
     if (!callbacks.ok()) return reply(db_failure(callbacks.error));
     auto data = ops_row_json(row.value);
     json timeline = json::array();
@@ -529,21 +504,20 @@ void overview(service_context& ctx, http_server::request& req, http_server::resp
   if (!old_s) return reply(outcome_response(api_outcome::bad_request, error));
   auto* svc = ctx.services;
   submit_db(ctx, reply, [svc, old = *old_s, reply](persistence::db_context& db) {
-    auto& conn = db.get();
-    auto phases = persistence::count_operations_by_phase(conn);
+    auto phases = persistence::count_operations_by_phase(db);
     if (!phases.ok()) return reply(db_failure(phases.error));
     persistence::ops_operation_filter stuck_f;
     stuck_f.steps_in = stuck_steps();
     stuck_f.limit = 50;
-    auto stuck = persistence::list_ops_operations(conn, stuck_f);
+    auto stuck = persistence::list_ops_operations(db, stuck_f);
     if (!stuck.ok()) return reply(db_failure(stuck.error));
     persistence::ops_operation_filter old_f;
     old_f.only_nonterminal = true;
     old_f.older_than_s = old;
     old_f.limit = 50;
-    auto waits = persistence::list_ops_operations(conn, old_f);
+    auto waits = persistence::list_ops_operations(db, old_f);
     if (!waits.ok()) return reply(db_failure(waits.error));
-    auto cb = persistence::callback_outcome_counts(conn);
+    auto cb = persistence::callback_outcome_counts(db);
     if (!cb.ok()) return reply(db_failure(cb.error));
     json by_phase = json::object();
     for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
@@ -584,7 +558,7 @@ void list_audit(service_context& ctx, http_server::request& req, http_server::re
     }
   }
   submit_db(ctx, reply, [before, limit = *limit, reply](persistence::db_context& db) {
-    auto rows = persistence::list_audit(db.get(), before, limit);
+    auto rows = persistence::list_audit(db, before, limit);
     if (!rows.ok()) return reply(db_failure(rows.error));
     json items = json::array();
     for (const auto& r : rows.value) {
@@ -606,7 +580,7 @@ void list_audit(service_context& ctx, http_server::request& req, http_server::re
 void list_instances(service_context& ctx, http_server::responder reply) {
   auto* svc = ctx.services;
   submit_db(ctx, reply, [svc, reply](persistence::db_context& db) {
-    auto rows = persistence::list_instances(db.get());
+    auto rows = persistence::list_instances(db);
     if (!rows.ok()) return reply(db_failure(rows.error));
     json items = json::array();
     for (const auto& r : rows.value) {
@@ -630,9 +604,9 @@ void list_callbacks(service_context& ctx, http_server::request& req, http_server
   auto limit = int_param(req, "limit", 50, 1, 500, error);
   if (!limit) return reply(outcome_response(api_outcome::bad_request, error));
   submit_db(ctx, reply, [limit = *limit, reply](persistence::db_context& db) {
-    auto counts = persistence::callback_outcome_counts(db.get());
+    auto counts = persistence::callback_outcome_counts(db);
     if (!counts.ok()) return reply(db_failure(counts.error));
-    auto recent = persistence::recent_callbacks(db.get(), {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}, limit);
+    auto recent = persistence::recent_callbacks(db, {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}, limit);
     if (!recent.ok()) return reply(db_failure(recent.error));
     json items = json::array();
     for (const auto& c : recent.value) items.push_back(callback_json(c));
@@ -663,7 +637,7 @@ void bulk(service_context& ctx, const operator_source& who, http_server::request
       ctx, reply,
       [svc, f = fields.filter, a = *action, dry_run, reason, params, who_name = *op,
        reply](persistence::db_context& db) {
-        auto rows = persistence::select_ops_operations(db.get(), f, bulk_cap);
+        auto rows = persistence::select_ops_operations(db, f, bulk_cap);
         if (!rows.ok()) return reply(db_failure(rows.error));
         std::vector<const persistence::operation_row*> eligible;
         for (const auto& r : rows.value) {

@@ -3,8 +3,6 @@
 #include "tests/support/jwt_token.hpp"
 #include "tests/support/sim_attempts.hpp"
 
-#include <cppconn/resultset.h>
-#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -206,11 +204,10 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   std::atomic<int> max_active{0};
   std::atomic<int> manual_rounds{0};
   std::thread sampler([&] {
-    auto conn = env.db().connect();
-    std::unique_ptr<sql::Statement> st(conn->createStatement());
+    test_connection conn(env.db());
     do {
-      std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"));
-      if (rs->next()) max_active = std::max(max_active.load(), rs->getInt(1));
+      auto active = conn.scalar("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)");
+      if (!active.empty()) max_active = std::max(max_active.load(), std::stoi(active));
     } while (run.pause(std::chrono::milliseconds(5)));
   });
   std::thread trigger([&] {
@@ -244,13 +241,11 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   EXPECT_LE(max_active.load(), 1) << "I1: at most one RUNNING/BLOCKED batch at any sampled moment";
   EXPECT_GT(manual_rounds.load(), 0);
   // No two batches' lifetimes (claim .. settlement) overlap.
-  auto conn = env.db().connect();
-  std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::unique_ptr<sql::ResultSet> overlap(
-      st->executeQuery("SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
-                       "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at"));
-  ASSERT_TRUE(overlap->next());
-  EXPECT_EQ(overlap->getInt(1), 0) << "two batches were active at the same time";
+  auto overlap = env.db().query(
+      "SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+      "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at");
+  ASSERT_EQ(overlap.size(), 1u);
+  EXPECT_EQ(overlap[0][0], "0") << "two batches were active at the same time";
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 3, 4)"), 0);
   EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"), 6) << "max 4 members per batch";
   // Every member was claimed exactly once, by one of the two coordinators.

@@ -7,8 +7,6 @@
 #include "tests/support/flow_env.hpp"
 #include "tests/support/sim_attempts.hpp"
 
-#include <cppconn/resultset.h>
-#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -117,15 +115,11 @@ TEST(MultiInstance, PeersTakeOverAKilledInstanceAndCallbacksReachTheOwner) {
 
   // One owner at a time: per operation, the instance ids of its workflow events form runs; once a
   // run ends (ownership moved) that instance never writes the operation again.
-  auto conn = db.connect();
-  std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
-      "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND instance_id IS NOT NULL "
-      "ORDER BY operation_id, id"));
   std::map<std::string, std::vector<std::string>> writers;
-  while (rs->next()) {
-    auto& w = writers[rs->getString(1)];
-    std::string inst = rs->getString(2);
+  for (const auto& row : db.query("SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
+                                  "instance_id IS NOT NULL ORDER BY operation_id, id")) {
+    auto& w = writers[row[0]];
+    const std::string& inst = row[1];
     if (w.empty() || w.back() != inst) w.push_back(inst);
   }
   int moved = 0;

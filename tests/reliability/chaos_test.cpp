@@ -28,9 +28,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cppconn/resultset.h>
-#include <cppconn/statement.h>
-
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -59,21 +56,7 @@ unsigned chaos_seed() {
   return static_cast<unsigned>(std::random_device{}());
 }
 
-using table = std::vector<std::vector<std::string>>;
-
-table query(test_database& db, const std::string& sql) {
-  auto conn = db.connect();
-  std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
-  int cols = static_cast<int>(rs->getMetaData()->getColumnCount());
-  table out;
-  while (rs->next()) {
-    std::vector<std::string> row;
-    for (int c = 1; c <= cols; ++c) row.push_back(rs->isNull(c) ? std::string("NULL") : std::string(rs->getString(c)));
-    out.push_back(std::move(row));
-  }
-  return out;
-}
+using table = changeflow::testing::rows;
 
 std::string describe(const table& t, std::size_t max_rows = 10) {
   std::string s;
@@ -87,7 +70,7 @@ std::string describe(const table& t, std::size_t max_rows = 10) {
 
 /// A named SQL invariant: the query lists the violating rows; none may exist.
 void expect_no_rows(test_database& db, const std::string& name, const std::string& sql) {
-  auto t = query(db, sql);
+  auto t = db.query(sql);
   EXPECT_TRUE(t.empty()) << name << " violated by " << t.size() << " row(s):\n" << describe(t) << "SQL: " << sql;
   std::cout << "[chaos] " << name << ": " << (t.empty() ? "ok" : "VIOLATED") << "\n";
 }
@@ -244,9 +227,8 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   auto replay_some = [&] {
     // Approval: the raw body as recorded (the ledger keeps the delivered bytes) with the signature
     // the approval system computes over them -- a byte-exact replay of a real delivery.
-    for (const auto& row : query(db,
-                                 "SELECT payload FROM callback_ledger WHERE kind = 'approval' AND payload IS NOT "
-                                 "NULL ORDER BY RAND() LIMIT 2")) {
+    for (const auto& row : db.query("SELECT payload FROM callback_ledger WHERE kind = 'approval' AND payload IS NOT "
+                                    "NULL ORDER BY RAND() LIMIT 2")) {
       auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/approval", row[0],
                          {{"X-Signature", "sha256=" + ids::hmac_sha256_hex(approval_secret, row[0])}}, 3s);
       ++n.approval_replays;
@@ -257,9 +239,8 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
       ++n.replay_outcomes["approval " + outcome];
       EXPECT_EQ(outcome, "DUPLICATE") << "a replayed approval delivery is recognised: " << row[0];
     }
-    for (const auto& row : query(db,
-                                 "SELECT payload FROM callback_ledger WHERE kind = 'deploy' AND payload IS NOT NULL "
-                                 "ORDER BY RAND() LIMIT 1")) {
+    for (const auto& row : db.query("SELECT payload FROM callback_ledger WHERE kind = 'deploy' AND payload IS NOT NULL "
+                                    "ORDER BY RAND() LIMIT 1")) {
       auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/callbacks/deploy", row[0],
                          {{"X-Gitlab-Token", deploy_secret}}, 3s);
       ++n.deploy_replays;
@@ -342,9 +323,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
                                     terminal_phases + " AND step NOT IN " + parked_steps;
   bool settled =
       wait_until([&] { return db.scalar(in_motion_sql) == "0"; }, std::chrono::seconds(std::max(120, seconds / 2)));
-  auto in_motion = query(db, std::string("SELECT operation_id, title, step, phase, next_wake_at, owner_instance, "
-                                         "last_error FROM operation WHERE phase NOT IN ") +
-                                 terminal_phases + " AND step NOT IN " + parked_steps);
+  auto in_motion = db.query(std::string("SELECT operation_id, title, step, phase, next_wake_at, owner_instance, "
+                                        "last_error FROM operation WHERE phase NOT IN ") +
+                            terminal_phases + " AND step NOT IN " + parked_steps);
   EXPECT_TRUE(settled) << "operations still in motion after the faults ended:\n" << describe(in_motion, 30);
   for (const auto& id : tail) EXPECT_EQ(env.get_change(id).value("phase", ""), "VALIDATED") << "clean tail " << id;
 
@@ -377,7 +358,7 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
             << " approval_replays=" << n.approval_replays << " deploy_replays=" << n.deploy_replays << "\n";
   for (const auto& [s, k] : n.submit_status) std::cout << "[chaos] submit status " << s << ": " << k << "\n";
   for (const auto& [o, k] : n.replay_outcomes) std::cout << "[chaos] replay " << o << ": " << k << "\n";
-  for (const auto& r : query(db, "SELECT phase, step, COUNT(*) FROM operation GROUP BY phase, step ORDER BY 3 DESC")) {
+  for (const auto& r : db.query("SELECT phase, step, COUNT(*) FROM operation GROUP BY phase, step ORDER BY 3 DESC")) {
     std::cout << "[chaos] final " << r[0] << " " << r[1] << ": " << r[2] << "\n";
   }
   std::cout << "[chaos] sim stats: " << env.sim_call("GET", "/_sim/stats").body << "\n";
@@ -397,7 +378,7 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // I2: a claimed request belongs to one batch at a time: between two CLAIMED events of an operation
   // there is a REQUEUED (bisection / retry) event.
   {
-    auto hist = query(db, "SELECT operation_id, batch_id, event FROM merge_batch_history ORDER BY operation_id, id");
+    auto hist = db.query("SELECT operation_id, batch_id, event FROM merge_batch_history ORDER BY operation_id, id");
     std::string bad;
     std::map<std::string, std::string> held;  // operation -> batch it is claimed by ("" = not claimed)
     for (const auto& h : hist) {
@@ -461,9 +442,9 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // One owner at a time: per operation, the instance ids of its workflow events form runs; once a
   // run ends (ownership moved), that instance never writes the operation again.
   {
-    auto rows = query(db,
-                      "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
-                      "instance_id IS NOT NULL ORDER BY operation_id, id");
+    auto rows = db.query(
+        "SELECT operation_id, instance_id FROM operation_event WHERE actor = 'workflow' AND "
+        "instance_id IS NOT NULL ORDER BY operation_id, id");
     std::map<std::string, std::vector<std::string>> writers;
     for (const auto& r : rows) {
       auto& w = writers[r[0]];
@@ -494,10 +475,10 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   {
     std::set<std::string> sim_merged;
     for (const auto& [key, count] : stats["merges"].items()) sim_merged.insert(key.substr(key.find('!') + 1));
-    auto rows = query(db,
-                      "SELECT o.operation_id, o.phase, COALESCE(CAST(o.mr_iid AS CHAR), ''), "
-                      "COALESCE(CAST(b.mr_iid AS CHAR), '') FROM operation o LEFT JOIN merge_batch b ON b.id = "
-                      "o.batch_id");
+    auto rows = db.query(
+        "SELECT o.operation_id, o.phase, COALESCE(CAST(o.mr_iid AS CHAR), ''), "
+        "COALESCE(CAST(b.mr_iid AS CHAR), '') FROM operation o LEFT JOIN merge_batch b ON b.id = "
+        "o.batch_id");
     std::map<std::string, int> carried;  // merged iid -> operations carried by it
     std::string bad;
     for (const auto& r : rows) {

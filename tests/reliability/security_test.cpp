@@ -22,9 +22,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 
-#include <cppconn/resultset.h>
-#include <cppconn/statement.h>
-
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -162,24 +159,18 @@ struct table_state {
 /// count is compared.
 std::map<std::string, table_state> table_states(flow_env& env) {
   std::map<std::string, table_state> out;
-  auto conn = env.db().connect();
-  std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::vector<std::string> tables;
-  {
-    std::unique_ptr<sql::ResultSet> rs(
-        st->executeQuery("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
-                         "table_type = 'BASE TABLE'"));
-    while (rs->next()) tables.push_back(rs->getString(1));
-  }
-  for (const auto& t : tables) {
+  test_connection conn(env.db());
+  auto tables = conn.query(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+      "table_type = 'BASE TABLE'");
+  for (const auto& row : tables) {
+    const auto& t = row[0];
     auto& state = out[t];
-    {
-      std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COUNT(*) FROM `" + t + "`"));
-      state.rows = rs->next() ? rs->getInt64(1) : -1;
-    }
+    auto count = conn.scalar("SELECT COUNT(*) FROM `" + t + "`");
+    state.rows = count.empty() ? -1 : std::stol(count);
     if (t == "instance") continue;
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("CHECKSUM TABLE `" + t + "` EXTENDED"));
-    state.checksum = rs->next() && !rs->isNull(2) ? std::string(rs->getString(2)) : "NULL";
+    auto checksum = conn.query("CHECKSUM TABLE `" + t + "` EXTENDED");
+    state.checksum = checksum.empty() ? "NULL" : checksum[0][1];
   }
   return out;
 }

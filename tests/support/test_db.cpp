@@ -5,6 +5,7 @@
 
 #include <cppconn/exception.h>
 #include <cppconn/resultset.h>
+#include <cppconn/resultset_metadata.h>
 #include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,27 @@ namespace {
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : std::string(fallback);
+}
+
+std::string scalar_on(sql::Connection& conn, const std::string& sql) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
+  if (!rs->next()) return {};
+  if (rs->isNull(1)) return {};
+  return rs->getString(1);
+}
+
+rows query_on(sql::Connection& conn, const std::string& sql) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
+  int cols = static_cast<int>(rs->getMetaData()->getColumnCount());
+  rows out;
+  while (rs->next()) {
+    std::vector<std::string> row;
+    for (int c = 1; c <= cols; ++c) row.push_back(rs->isNull(c) ? std::string("NULL") : std::string(rs->getString(c)));
+    out.push_back(std::move(row));
+  }
+  return out;
 }
 }  // namespace
 
@@ -66,18 +88,29 @@ std::unique_ptr<sql::Connection> test_database::connect() const {
 }
 
 std::string test_database::scalar(const std::string& sql) const {
-  auto conn = connect();
-  std::unique_ptr<sql::Statement> st(conn->createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
-  if (!rs->next()) return {};
-  if (rs->isNull(1)) return {};
-  return rs->getString(1);
+  return scalar_on(*connect(), sql);
+}
+
+rows test_database::query(const std::string& sql) const {
+  return query_on(*connect(), sql);
 }
 
 void test_database::exec(const std::string& sql) const {
   auto conn = connect();
   std::unique_ptr<sql::Statement> st(conn->createStatement());
   st->execute(sql);
+}
+
+test_connection::test_connection(const test_database& db) : conn_(db.connect()) {}
+
+test_connection::~test_connection() = default;
+
+std::string test_connection::scalar(const std::string& sql) {
+  return scalar_on(*conn_, sql);
+}
+
+rows test_connection::query(const std::string& sql) {
+  return query_on(*conn_, sql);
 }
 
 }  // namespace changeflow::testing
