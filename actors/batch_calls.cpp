@@ -104,7 +104,7 @@ batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapsh
   ctx.refresh(snap);
   const auto& token = ctx.endpoints.author_token;
   const auto branch = batch_branch(batch_id);
-  const auto target = snap.string_or("gitlab.target_branch", "main");
+  const auto target = snap.text("gitlab.target_branch");
   const auto marker = batch_marker(batch_id);
   auto commit = ctx.gitlab.ensure_branch_with_commit(
       token, branch, target, marker + ": " + std::to_string(plan.included.size()) + " changes", plan.actions, marker);

@@ -189,13 +189,13 @@ bool load_members(session conn, const std::vector<std::string>& ids, batch_job_r
 core::settings settings_of(self_ptr self) {
   auto snap = self->state.svc->config->current();
   core::settings s;
-  s.max_splits = static_cast<int>(snap->int_or("batch.max_splits", s.max_splits));
-  const auto attempts = snap->int_or("batch.max_attempts", s.max_attempts);
+  s.max_splits = static_cast<int>(snap->integer("batch.max_splits"));
+  const auto attempts = snap->integer("batch.max_attempts");
   s.max_attempts = attempts > 0 ? static_cast<int>(attempts) : 3;
-  s.polls.short_interval_ms = snap->int_or("poll.short_interval_ms", s.polls.short_interval_ms);
-  s.polls.short_attempts = static_cast<int>(snap->int_or("poll.short_attempts", s.polls.short_attempts));
-  s.polls.long_interval_ms = snap->int_or("poll.long_interval_ms", s.polls.long_interval_ms);
-  s.polls.timeout_ms = snap->int_or("poll.timeout_ms", s.polls.timeout_ms);
+  s.polls.short_interval_ms = snap->integer("poll.short_interval_ms");
+  s.polls.short_attempts = static_cast<int>(snap->integer("poll.short_attempts"));
+  s.polls.long_interval_ms = snap->integer("poll.long_interval_ms");
+  s.polls.timeout_ms = snap->integer("poll.timeout_ms");
   return s;
 }
 
@@ -367,8 +367,8 @@ void start_round(self_ptr self) {
   if (st.round_in_flight || st.d) return;
   st.round_in_flight = true;
   auto snap = st.svc->config->current();
-  const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->int_or("batch.max_members", 50)));
-  const int timeout_s = static_cast<int>(snap->int_or("batch.running_timeout_seconds", 3600));
+  const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->integer("batch.max_members")));
+  const int timeout_s = static_cast<int>(snap->integer("batch.running_timeout_seconds"));
   const std::string instance = st.svc->instance_id;
   on_db(self, kind::round_prepared, [max_members, timeout_s, instance](session conn, batch_job_result& out) {
     // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
@@ -490,7 +490,7 @@ void on_result(self_ptr self, batch_job_result& r) {
 void adopt(self_ptr self, std::optional<std::int64_t> batch_id, round_outcome outcome) {
   auto& st = self->state;
   st.round_in_flight = true;
-  const int timeout_s = static_cast<int>(st.svc->config->current()->int_or("batch.running_timeout_seconds", 3600));
+  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
   on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
     std::optional<persistence::batch_row> b;
     if (batch_id) {
@@ -533,7 +533,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
         self->state.options = options;
         if (options.resume_on_start) adopt(self, std::nullopt, round_outcome::resume);
         if (options.scheduled_rounds) {
-          arm_round_timer(self, svc.config->current()->int_or("batch.round_interval_ms", 5000));
+          arm_round_timer(self, svc.config->current()->integer("batch.round_interval_ms"));
         }
         return {
             [self](batch_round_atom) -> std::string {
@@ -570,7 +570,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
               }
               if (t.generation != st.round_timer) return;
               if (st.options.scheduled_rounds) {
-                arm_round_timer(self, st.svc->config->current()->int_or("batch.round_interval_ms", 5000));
+                arm_round_timer(self, st.svc->config->current()->integer("batch.round_interval_ms"));
               }
               start_round(self);
             },

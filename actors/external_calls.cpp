@@ -83,7 +83,7 @@ call_reply submit_approval(clients::external_context& ctx, const config::snapsho
 call_reply create_mr(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
   const auto& token = ctx.endpoints.author_token;
   auto branch = branch_for(op.operation_id);
-  auto target = snap.string_or("gitlab.target_branch", "main");
+  auto target = snap.text("gitlab.target_branch");
   auto commit =
       ctx.gitlab.ensure_branch_with_commit(token, branch, target, "changeflow " + op.operation_id + ": " + op.title,
                                            actions_from(op.payload_json), op.operation_id);

@@ -35,7 +35,7 @@ void idempotency_cleaner::stop() {
 void idempotency_cleaner::run() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
-    auto interval = cfg_.current()->int_or("idempotency.cleanup_interval_ms", 60000);
+    auto interval = cfg_.current()->integer("idempotency.cleanup_interval_ms");
     // Paused (<= 0): look at the setting again in a second, so re-enabling it applies without restart.
     auto wait = std::chrono::milliseconds(interval > 0 ? interval : 1000);
     cv_.wait_for(lock, wait, [this] { return stop_; });
@@ -49,7 +49,7 @@ void idempotency_cleaner::run() {
 
 void idempotency_cleaner::queue_pass() {
   if (pass_running_.exchange(true)) return;  // the previous pass is still queued or running
-  auto batch = static_cast<int>(cfg_.current()->int_or("idempotency.cleanup_batch", 500));
+  auto batch = static_cast<int>(cfg_.current()->integer("idempotency.cleanup_batch"));
   if (batch <= 0) batch = 500;
   bool queued = db_.try_submit([this, batch](persistence::db_context& db) {
     int total = 0;

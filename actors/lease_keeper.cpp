@@ -16,7 +16,7 @@ namespace {
 using lease_atom = caf::atom_constant<caf::atom("lease_tick")>;
 
 int lease_seconds_of(const services& svc) {
-  return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->int_or("instance.lease_seconds", 30)));
+  return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->integer("instance.lease_seconds")));
 }
 
 /// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
@@ -50,7 +50,7 @@ void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
     log::warn("lease.heartbeat_failed", {{"error", beat.error.message}});
     return;
   }
-  auto page = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
+  auto page = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->integer("rehydrate.page_size")));
   auto taken = persistence::take_over_expired(db, svc->instance_id, page);
   if (!taken.ok()) {
     log::warn("lease.takeover_failed", {{"error", taken.error.message}});

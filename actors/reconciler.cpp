@@ -87,8 +87,8 @@ reconcile_plan plan_reconciliation(const std::vector<persistence::merged_candida
 
 reconcile_settings reconcile_settings_from(const config::snapshot& snap) {
   reconcile_settings s;
-  s.min_age_s = static_cast<int>(snap.int_or("reconcile.min_age_seconds", 300));
-  s.max_age_s = static_cast<int>(snap.int_or("reconcile.max_age_seconds", 86400));
+  s.min_age_s = static_cast<int>(snap.integer("reconcile.min_age_seconds"));
+  s.max_age_s = static_cast<int>(snap.integer("reconcile.max_age_seconds"));
   s.project = snap.string_or("gitlab.project", "");
   return s;
 }
@@ -165,7 +165,7 @@ bool submit_reconciliation(services& svc, std::string trigger, std::function<voi
 
 namespace {
 caf::behavior reconciler_impl(caf::event_based_actor* self, services* svc) {
-  auto interval = [svc]() -> std::int64_t { return svc->config->current()->int_or("reconcile.interval_ms", 60000); };
+  auto interval = [svc]() -> std::int64_t { return svc->config->current()->integer("reconcile.interval_ms"); };
   auto arm = [self](std::chrono::milliseconds after) { self->delayed_send(self, after, reconcile_tick_atom::value); };
   // The first run waits one interval: start-up has enough to do, and min_age skips fresh rows anyway.
   auto first = interval();

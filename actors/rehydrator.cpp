@@ -74,7 +74,7 @@ caf::behavior pacer_impl(caf::event_based_actor* self, services* svc, std::share
       [self, svc, sh](pace_atom) {
         auto& carry = sh->pace_credit;
         if (sh->stopped) return;
-        auto rate = svc->config->current()->int_or("rehydrate.rate_per_second", 200);
+        auto rate = svc->config->current()->integer("rehydrate.rate_per_second");
         if (rate <= 0) rate = 200;
         carry += static_cast<double>(rate) * tick_ms / 1000.0;
         std::vector<rehydrator::shared_state::item> batch;
@@ -113,8 +113,7 @@ caf::behavior pacer_impl(caf::event_based_actor* self, services* svc, std::share
 /// connectivity failure for a while (the database may be restarting); the sweeper and the lease
 /// keeper pick up whatever a failed load left behind.
 void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
-  auto page_size =
-      static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->int_or("rehydrate.page_size", 500)));
+  auto page_size = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->integer("rehydrate.page_size")));
   std::string after;
   std::size_t owned = 0, taken_count = 0;
   int failures = 0;

@@ -58,14 +58,14 @@ result<done> check_items_approver::approve(gitlab_client& gitlab, check_items_ca
 const approver& approver_for(const config::snapshot& snap) {
   static const plain_approver plain;
   static const check_items_approver with_check_items;
-  if (snap.bool_or("gitlab.use_check_items", false)) return with_check_items;
+  if (snap.flag("gitlab.use_check_items")) return with_check_items;
   return plain;
 }
 
 approval_retry_policy approval_retry_policy_from(const config::snapshot& snap) {
   approval_retry_policy p;
-  p.max_retries = static_cast<int>(std::max<std::int64_t>(0, snap.int_or("approval.max_retries", 3)));
-  auto base = snap.int_or("approval.backoff_base_ms", 200);
+  p.max_retries = static_cast<int>(std::max<std::int64_t>(0, snap.integer("approval.max_retries")));
+  auto base = snap.integer("approval.backoff_base_ms");
   p.backoff_base = std::chrono::milliseconds(std::max<std::int64_t>(0, base));
   return p;
 }

@@ -12,7 +12,7 @@ call_settings call_settings_from(const config::snapshot& snap) {
   };
   s.limits.connect_timeout = positive_ms("external.connect_timeout_ms", s.limits.connect_timeout);
   s.limits.request_timeout = positive_ms("external.request_timeout_ms", s.limits.request_timeout);
-  s.breaker.failure_threshold = static_cast<int>(snap.int_or("external.breaker_failures", 5));
+  s.breaker.failure_threshold = static_cast<int>(snap.integer("external.breaker_failures"));
   s.breaker.cooldown = positive_ms("external.breaker_cooldown_ms", s.breaker.cooldown);
   return s;
 }

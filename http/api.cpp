@@ -109,7 +109,7 @@ struct api_state {
 };
 
 std::chrono::milliseconds permission_timeout(const config::snapshot& snap) {
-  auto v = snap.int_or("auth.permission_timeout_ms", 2000);
+  auto v = snap.integer("auth.permission_timeout_ms");
   return std::chrono::milliseconds(v > 0 ? v : 2000);
 }
 
@@ -240,8 +240,7 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
   return [&ctx, routes, state, guard](http_server::request&& req, http_server::responder reply) {
     // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
     // wrapper; responses must not change.
-    if (auto snap = ctx.config.current())
-      ctx.metrics.set_fault_injection(snap->bool_or("metrics.fault_injection", false));
+    if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->flag("metrics.fault_injection"));
 
     auto m = routes->match(req.method, req.path);
     if (m.kind == router::match_kind::not_found) {

@@ -100,14 +100,14 @@ void describe_config() {
 
 persistence::db_settings db_settings_from(const config::snapshot& c) {
   persistence::db_settings s;
-  s.host = c.string_or("db.host", "127.0.0.1");
-  s.port = static_cast<int>(c.int_or("db.port", 3306));
+  s.host = c.text("db.host");
+  s.port = static_cast<int>(c.integer("db.port"));
   s.socket = c.string_or("db.socket", "");
-  s.user = c.string_or("db.user", "changeflow");
-  s.password = c.string_or("db.password", "");
-  s.database = c.string_or("db.name", "changeflow");
-  s.connect_timeout_ms = static_cast<int>(c.int_or("db.connect_timeout_ms", 2000));
-  s.read_timeout_ms = static_cast<int>(c.int_or("db.read_timeout_ms", 10000));
+  s.user = c.text("db.user");
+  s.password = c.text("db.password");
+  s.database = c.text("db.name");
+  s.connect_timeout_ms = static_cast<int>(c.integer("db.connect_timeout_ms"));
+  s.read_timeout_ms = static_cast<int>(c.integer("db.read_timeout_ms"));
   return s;
 }
 
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   config::store cfg(loaded.snap, opts.config_path);
   auto snap = cfg.current();
   {
-    auto level = snap->string_or("log.level", "info");
+    auto level = snap->text("log.level");
     log::set_min_level(level == "debug"   ? log::level::debug
                        : level == "warn"  ? log::level::warn
                        : level == "error" ? log::level::error
@@ -204,15 +204,14 @@ int main(int argc, char** argv) {
   // stops, and the session must not outlive the server's io_context and counters.
   std::optional<http_server::server> server;
 
-  auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->int_or("db.pool_size", 4)),
-                                      static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+  auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->integer("db.pool_size")),
+                                      static_cast<std::size_t>(snap->integer("db.queue_capacity")));
   db->reserve_slots(static_cast<std::size_t>(std::max<std::int64_t>(
-      0,
-      snap->int_or("db.callback_reserve", std::max<std::int64_t>(1, snap->int_or("db.queue_capacity", 20000) / 10)))));
+      0, snap->int_or("db.callback_reserve", std::max<std::int64_t>(1, snap->integer("db.queue_capacity") / 10)))));
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(
-      db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->int_or("db.read_pool_size", 2))),
-      static_cast<std::size_t>(snap->int_or("db.queue_capacity", 20000)));
+      db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->integer("db.read_pool_size"))),
+      static_cast<std::size_t>(snap->integer("db.queue_capacity")));
   metrics.on_collect([&db, &read_db](metrics::registry& m) {
     for (auto [name, pool] : {std::pair{"db", db.get()}, std::pair{"db-read", read_db.get()}}) {
       auto s = pool->stats();
@@ -232,8 +231,8 @@ int main(int argc, char** argv) {
   }
   auto shared = std::make_shared<clients::external_shared>();
   actors::external_pool external(
-      "external", static_cast<std::size_t>(snap->int_or("external.pool_size", 16)),
-      static_cast<std::size_t>(snap->int_or("external.queue_capacity", 20000)),
+      "external", static_cast<std::size_t>(snap->integer("external.pool_size")),
+      static_cast<std::size_t>(snap->integer("external.queue_capacity")),
       clients::external_context_factory(shared, endpoints.value(), clients::call_settings_from(*snap)));
   metrics.on_collect([&external, shared](metrics::registry& m) {
     auto s = external.stats();
@@ -250,12 +249,12 @@ int main(int argc, char** argv) {
   });
 
   caf::actor_system_config caf_cfg;
-  caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->int_or("actors.threads", 2)));
+  caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->integer("actors.threads")));
   // CAF's default work-stealing workers poll their queues and nap between polls; on a 2-core host
   // that polling measured as the largest CPU cost per change. Work sharing blocks idle workers on a
   // condition variable instead.
-  caf_cfg.set("scheduler.policy", snap->string_or("actors.scheduler", "sharing") == "stealing" ? caf::atom("stealing")
-                                                                                               : caf::atom("sharing"));
+  caf_cfg.set("scheduler.policy",
+              snap->text("actors.scheduler") == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   caf_cfg.add_message_types<caf::id_block::changeflow>();
   caf::actor_system system{caf_cfg};
 
@@ -319,14 +318,14 @@ int main(int argc, char** argv) {
   auto routes = http::build_routes(ctx, batch_coordinator);
 
   http_server::server_options server_opts;
-  server_opts.address = snap->string_or("http.address", "127.0.0.1");
-  server_opts.port = static_cast<std::uint16_t>(snap->int_or("http.port", 8080));
-  server_opts.threads = static_cast<int>(snap->int_or("http.threads", 2));
-  server_opts.body_limit = static_cast<std::uint64_t>(snap->int_or("http.body_limit_bytes", 1 << 20));
-  server_opts.header_limit = static_cast<std::uint32_t>(snap->int_or("http.header_limit_bytes", 16384));
-  server_opts.read_timeout = std::chrono::milliseconds(snap->int_or("http.read_timeout_ms", 10000));
+  server_opts.address = snap->text("http.address");
+  server_opts.port = static_cast<std::uint16_t>(snap->integer("http.port"));
+  server_opts.threads = static_cast<int>(snap->integer("http.threads"));
+  server_opts.body_limit = static_cast<std::uint64_t>(snap->integer("http.body_limit_bytes"));
+  server_opts.header_limit = static_cast<std::uint32_t>(snap->integer("http.header_limit_bytes"));
+  server_opts.read_timeout = std::chrono::milliseconds(snap->integer("http.read_timeout_ms"));
   server_opts.handler_timeout =
-      std::chrono::milliseconds(std::max<std::int64_t>(1, snap->int_or("http.handler_timeout_ms", 30000)));
+      std::chrono::milliseconds(std::max<std::int64_t>(1, snap->integer("http.handler_timeout_ms")));
   server.emplace(server_opts, http::make_api(ctx, routes));
   try {
     server->start();
@@ -358,8 +357,8 @@ int main(int argc, char** argv) {
   rehydrate.stop();
   {
     auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(
-                                               0, cfg.current()->int_or("durability.shutdown_deadline_ms", 5000)));
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(std::max<std::int64_t>(0, cfg.current()->integer("durability.shutdown_deadline_ms")));
     while (std::chrono::steady_clock::now() < deadline &&
            !live_actors.list([](const actors::live_summary& a) { return a.busy; }, 1).empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

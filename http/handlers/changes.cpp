@@ -53,7 +53,7 @@ struct asking {
 asking who_asks(service_context& ctx, const http_server::request& req) {
   asking a;
   a.account = authenticated_operator(req);
-  if (!a.account && ctx.config.current()->bool_or("auth.required", true)) a.refused = true;
+  if (!a.account && ctx.config.current()->flag("auth.required")) a.refused = true;
   return a;
 }
 
@@ -270,8 +270,7 @@ void store_submission(service_context& ctx, const http_server::request& req, con
     key = *request.operation_id;
   }
   auto snap = ctx.config.current();
-  auto order = workflow::parse_flow(snap->string_or("flow.default", "approve_then_create"))
-                   .value_or(workflow::flow::approve_then_create);
+  auto order = workflow::parse_flow(snap->text("flow.default")).value_or(workflow::flow::approve_then_create);
   persistence::new_operation op;
   // Without a client id, the id is derived from the key: a retry (or the re-run of a request that
   // died mid-way) names the same operation, so it can never create a second change.

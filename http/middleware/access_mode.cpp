@@ -86,7 +86,7 @@ bool access_allowed(access_mode mode, const std::optional<std::string>& window, 
 
 bool access_allowed(const config::snapshot& snap, std::chrono::system_clock::time_point now) {
   return access_allowed(resolve_access_mode(snap.get_string("access.mode")), snap.get_string("access.window"),
-                        snap.int_or("access.time_zone_offset_minutes", 0), now);
+                        snap.integer("access.time_zone_offset_minutes"), now);
 }
 
 }  // namespace changeflow::http::middleware

@@ -42,7 +42,7 @@ struct chain_run {
 bool user_labels_allowed(const config::snapshot& snap, const identity::resolve_result& who) {
   // An unmapped employee id might be the same person as an account: skip rather than guess, so one
   // person never shows up under two label values.
-  return snap.bool_or("metrics.user_labels", false) && who.id && !identity::is_unmapped_employee(*who.id);
+  return snap.flag("metrics.user_labels") && who.id && !identity::is_unmapped_employee(*who.id);
 }
 
 void count_business(metrics::registry& m, const std::string& action, const char* stage, const config::snapshot& snap,
