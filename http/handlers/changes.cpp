@@ -8,11 +8,10 @@
 #include "http/envelope.hpp"
 #include "http/middleware/authorization.hpp"
 #include "http/middleware/error_mapping.hpp"
-#include "http/middleware/idempotency.hpp"
 #include "http/middleware/ownership.hpp"
 #include "persistence/binding_repo.hpp"
-#include "persistence/idempotency_repo.hpp"
 #include "service/end_change.hpp"
+#include "service/idempotency.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -163,66 +162,42 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
 }
 
-/// Idempotent submit: begin (insert IN_FLIGHT or read the winner) -> run -> complete with the
-/// ORIGINAL response so a retry replays it byte for byte. Only 2xx responses are stored: an error
-/// drops the record, so the retry runs afresh instead of replaying a transient failure forever.
-/// A record left IN_FLIGHT by a request that died is taken over by idem_begin and run again. That
-/// is safe because the operation id is the same on the re-run (the client's, or one derived from the
-/// key): create_operation answers duplicate_operation when the dead request got as far as creating
-/// it, and simply creates it when not.
-http_server::response submit_once(persistence::db_context& db, actors::services* svc,
-                                  const persistence::new_operation& op, const std::string& key,
-                                  const std::string& fingerprint, int ttl_seconds) {
-  auto snap = svc->config->current();
-  auto begun = persistence::idem_begin(db, key, fingerprint, ttl_seconds,
-                                       {svc->instance_id, middleware::idempotency_in_flight_timeout(*snap)});
-  if (!begun.ok()) return db_failure(begun.error);
-  if (begun.value.taken_over) {
-    log::warn("idempotency.taken_over", {{"key", key}, {"route", "submit"}});
-    svc->metrics->inc("changeflow_idempotency_takeovers_total",
-                      "Idempotency keys of dead requests taken over by a retry", {{"route", "submit"}});
-  }
-  if (!begun.value.fresh) {
-    const auto& rec = *begun.value.existing;
-    middleware::idempotency_record existing;
-    existing.key = rec.key;
-    existing.fingerprint = rec.fingerprint;
-    existing.state = rec.state == persistence::idem_state::COMPLETED ? middleware::idempotency_state::completed
-                                                                     : middleware::idempotency_state::in_flight;
-    existing.status = static_cast<unsigned>(rec.status_code.value_or(0));
-    existing.response_body = rec.response_body.value_or("");
-    // The database already filtered out expired records with ITS clock; do not re-judge expiry
-    // with ours (two clocks would disagree near the boundary).
-    existing.expires_at = std::chrono::system_clock::time_point::max();
-    switch (middleware::decide(existing, fingerprint, std::chrono::system_clock::now())) {
-      case middleware::idempotency_decision::replay_stored_response: {
-        http_server::response replay;
-        replay.status = existing.status;
-        replay.body = existing.response_body;
-        replay.set_header("Idempotent-Replayed", "true");
-        return replay;
-      }
-      case middleware::idempotency_decision::conflict_changed_body_422:
-        return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "idempotency key reused: " + key);
-      case middleware::idempotency_decision::in_flight_409: return outcome_response(api_outcome::request_in_flight);
-      case middleware::idempotency_decision::proceed_fresh: break;  // unreachable: the record is live
+/// The answer to a request the idempotency gate did not let run.
+http_server::response gate_response(const service::gate_result& g, const std::string& key) {
+  switch (g.verdict) {
+    case service::gate_verdict::replay: {
+      http_server::response replay;
+      replay.status = g.replay.status;
+      replay.body = g.replay.body;
+      replay.set_header("Idempotent-Replayed", "true");
+      return replay;
     }
-    return outcome_response(api_outcome::unavailable, {}, nullptr, "idempotency record vanished: " + key);
+    case service::gate_verdict::mismatch:
+      return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "idempotency key reused: " + key);
+    case service::gate_verdict::in_flight: return outcome_response(api_outcome::request_in_flight);
+    case service::gate_verdict::failed:
+    case service::gate_verdict::run: break;
   }
-  config::hold_for_test_hook(*snap, "faults.hold_after_idempotency_begin_ms");
+  return db_failure(g.error);
+}
+
+/// Idempotent submit (service/idempotency): the gate, then create-and-start, then the answer stored
+/// for replay (2xx only). A re-run after a takeover is safe because the operation id is the same on
+/// the re-run (the client's, or one derived from the key): create_operation answers
+/// duplicate_operation when the dead request got as far as creating it, and simply creates it when not.
+http_server::response submit_once(persistence::db_context& db, actors::services* svc,
+                                  const persistence::new_operation& op, const service::idempotent_request& idem) {
+  auto gate = service::begin_idempotent(db, *svc, idem);
+  if (gate.verdict != service::gate_verdict::run) return gate_response(gate, idem.key);
+  config::hold_for_test_hook(*svc->config->current(), "faults.hold_after_idempotency_begin_ms");
   http_server::response res;
   try {
     res = create_and_start(db, svc, op);
   } catch (...) {
-    persistence::idem_abandon(db, key);
+    service::finish_idempotent(db, idem, {500, {}});
     throw;
   }
-  if (res.status >= 200 && res.status < 300) {
-    auto done = persistence::idem_complete(db, key, static_cast<int>(res.status), res.body);
-    if (!done.ok()) log::warn("idempotency.complete_failed", {{"key", key}, {"error", done.error.message}});
-  } else {
-    persistence::idem_abandon(db, key);
-  }
+  service::finish_idempotent(db, idem, {res.status, res.body});
   return res;
 }
 
@@ -288,13 +263,17 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.owner_instance = ctx.services->instance_id;
   op.requester = requester;
   op.actor = "user:" + requester;
-  std::string fingerprint = key ? middleware::request_fingerprint("POST", submit_route, req.body) : std::string();
-  int ttl = static_cast<int>(middleware::idempotency_ttl(*snap).count());
+  service::idempotent_request idem;
+  idem.key = scoped_key;
+  if (key) idem.fingerprint = service::request_fingerprint("POST", submit_route, req.body);
+  idem.ttl = service::idempotency_ttl(*snap);
+  idem.in_flight_timeout = service::idempotency_in_flight_timeout(*snap);
+  idem.route = "submit";
   auto* svc = ctx.services;
-  bool queued = ctx.db.try_submit([op, reply, svc, scoped_key, fingerprint, ttl](persistence::db_context& db) {
+  bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
     try {
-      if (scoped_key.empty()) return reply(create_and_start(db, svc, op));
-      reply(submit_once(db, svc, op, scoped_key, fingerprint, ttl));
+      if (idem.key.empty()) return reply(create_and_start(db, svc, op));
+      reply(submit_once(db, svc, op, idem));
     } catch (const std::exception& e) {
       reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("submit failed: ") + e.what()));
     }

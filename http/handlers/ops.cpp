@@ -9,12 +9,11 @@
 #include "http/handlers/whoami.hpp"
 #include "http/middleware/authorization.hpp"
 #include "http/middleware/error_mapping.hpp"
-#include "http/middleware/idempotency.hpp"
 #include "persistence/audit_repo.hpp"
-#include "persistence/idempotency_repo.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/ops_repo.hpp"
 #include "service/end_change.hpp"
+#include "service/idempotency.hpp"
 #include "service/wake_actor.hpp"
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
@@ -131,10 +130,7 @@ struct action_request {
   json params;         // client params with the server-written operator (audit form applied later)
   std::string reason;  // fail / close reason
   std::optional<std::int64_t> expected_version;
-  std::string idem_key;  // scoped; "" = none
-  std::string fingerprint;
-  int idem_ttl_s = 86400;
-  persistence::idem_owner idem_owner;  // this instance and the in-flight deadline
+  service::idempotent_request idem;  // key "" = none
 };
 
 std::string actor_label(const std::string& op) {
@@ -211,41 +207,37 @@ applied apply_transition(persistence::db_context& db, actors::services* svc, con
 /// state changed), writes the audit entry and replies.
 void finish(persistence::db_context& db, const action_request& a, const applied& result,
             const http_server::responder& reply) {
-  if (!a.idem_key.empty()) {
-    if (result.res.status >= 200 && result.res.status < 300) {
-      auto done = persistence::idem_complete(db, a.idem_key, static_cast<int>(result.res.status), result.res.body);
-      if (!done.ok()) log::warn("ops.idempotency_complete_failed", {{"error", done.error.message}});
-    } else {
-      persistence::idem_abandon(db, a.idem_key);
-    }
-  }
+  if (!a.idem.key.empty()) service::finish_idempotent(db, a.idem, {result.res.status, result.res.body});
   audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, result.audit_outcome,
-        result.audit_outcome == "OK" && !a.idem_key.empty() ? a.idem_key : std::string());
+        result.audit_outcome == "OK" && !a.idem.key.empty() ? a.idem.key : std::string());
   reply(result.res);
 }
 
 /// Idempotency gate: nullopt = proceed (this request owns the key, or there is none); otherwise the
 /// answer to send (replay, 409 in flight, 422 key reused).
-std::optional<http_server::response> idem_gate(persistence::db_context& db, const action_request& a) {
-  if (a.idem_key.empty()) return std::nullopt;
+std::optional<http_server::response> idem_gate(persistence::db_context& db, actors::services& svc,
+                                               const action_request& a) {
+  if (a.idem.key.empty()) return std::nullopt;
   // A record whose request died is taken over and the action runs again. It re-plans from the row
   // as it is now, through a version-guarded transition: when the dead request's transition committed,
   // fail and close find a step they cannot leave and are refused; retrigger and resend_approval run
   // the step once more, which is what they ask for; an expectedVersion turns any re-run into STALE.
-  auto begun = persistence::idem_begin(db, a.idem_key, a.fingerprint, a.idem_ttl_s, a.idem_owner);
-  if (!begun.ok()) return db_failure(begun.error);
-  if (begun.value.taken_over) log::warn("idempotency.taken_over", {{"key", a.idem_key}, {"route", "ops"}});
-  if (begun.value.fresh) return std::nullopt;
-  const auto& rec = *begun.value.existing;
-  if (rec.fingerprint != a.fingerprint) {
-    return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "ops idempotency key reused");
+  auto gate = service::begin_idempotent(db, svc, a.idem);
+  switch (gate.verdict) {
+    case service::gate_verdict::run: return std::nullopt;
+    case service::gate_verdict::replay: {
+      http_server::response replay;
+      replay.status = gate.replay.status;
+      replay.body = gate.replay.body;
+      replay.set_header("Idempotent-Replayed", "true");
+      return replay;
+    }
+    case service::gate_verdict::mismatch:
+      return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "ops idempotency key reused");
+    case service::gate_verdict::in_flight: return outcome_response(api_outcome::request_in_flight);
+    case service::gate_verdict::failed: break;
   }
-  if (rec.state != persistence::idem_state::COMPLETED) return outcome_response(api_outcome::request_in_flight);
-  http_server::response replay;
-  replay.status = static_cast<unsigned>(rec.status_code.value_or(200));
-  replay.body = rec.response_body.value_or("");
-  replay.set_header("Idempotent-Replayed", "true");
-  return replay;
+  return db_failure(gate.error);
 }
 
 /// The answer to an operator close, from the use case's result.
@@ -281,7 +273,7 @@ void run_close(persistence::db_context& db, actors::services* svc, persistence::
 /// One action on one operation, on a database worker. `reply` gets exactly one answer.
 void run_action(persistence::db_context& db, actors::services* svc, persistence::db_pool* pool, action_request a,
                 http_server::responder reply) {
-  if (auto early = idem_gate(db, a)) {
+  if (auto early = idem_gate(db, *svc, a)) {
     if (early->status >= 400) {
       audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, "REFUSED", {});
     }
@@ -366,11 +358,12 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
       return out;
     }
     // Scoped by operator and action: the same key from another operator is another request.
-    a.idem_key = "ops:" + *op + ":" + std::string(*h);
-    if (a.idem_key.size() > 250) a.idem_key = "ops:" + ids::sha256_hex(a.idem_key);
-    a.fingerprint = middleware::request_fingerprint("POST", route_template, id + "\n" + req.body);
-    a.idem_ttl_s = static_cast<int>(middleware::idempotency_ttl(*ctx.config.current()).count());
-    a.idem_owner = {ctx.services->instance_id, middleware::idempotency_in_flight_timeout(*ctx.config.current())};
+    a.idem.key = "ops:" + *op + ":" + std::string(*h);
+    if (a.idem.key.size() > 250) a.idem.key = "ops:" + ids::sha256_hex(a.idem.key);
+    a.idem.fingerprint = service::request_fingerprint("POST", route_template, id + "\n" + req.body);
+    a.idem.ttl = service::idempotency_ttl(*ctx.config.current());
+    a.idem.in_flight_timeout = service::idempotency_in_flight_timeout(*ctx.config.current());
+    a.idem.route = "ops";
   }
   out.request = std::move(a);
   return out;

@@ -1,10 +1,11 @@
-#include "http/middleware/idempotency.hpp"
+#include "service/idempotency.hpp"
 
 #include "base/ids.hpp"
+#include "base/log.hpp"
 
 #include <nlohmann/json.hpp>
 
-namespace changeflow::http::middleware {
+namespace changeflow::service {
 
 std::string_view to_string(idempotency_state s) {
   switch (s) {
@@ -74,4 +75,55 @@ std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& 
   return std::chrono::milliseconds(timeout && *timeout > 0 ? *timeout : 30000);
 }
 
-}  // namespace changeflow::http::middleware
+gate_result begin_idempotent(persistence::session db, actors::services& svc, const idempotent_request& r) {
+  gate_result out;
+  auto begun = persistence::idem_begin(db, r.key, r.fingerprint, static_cast<int>(r.ttl.count()),
+                                       {svc.instance_id, r.in_flight_timeout});
+  if (!begun.ok()) {
+    out.error = begun.error;
+    return out;
+  }
+  if (begun.value.taken_over) {
+    log::warn("idempotency.taken_over", {{"key", r.key}, {"route", r.route}});
+    svc.metrics->inc("changeflow_idempotency_takeovers_total",
+                     "Idempotency keys of dead requests taken over by a retry", {{"route", r.route}});
+  }
+  if (begun.value.fresh) {
+    out.verdict = gate_verdict::run;
+    return out;
+  }
+  const auto& rec = *begun.value.existing;
+  idempotency_record existing;
+  existing.key = rec.key;
+  existing.fingerprint = rec.fingerprint;
+  existing.state =
+      rec.state == persistence::idem_state::COMPLETED ? idempotency_state::completed : idempotency_state::in_flight;
+  existing.status = static_cast<unsigned>(rec.status_code.value_or(0));
+  existing.response_body = rec.response_body.value_or("");
+  // The database already filtered out expired records with ITS clock; do not re-judge expiry with
+  // ours (two clocks would disagree near the boundary).
+  existing.expires_at = std::chrono::system_clock::time_point::max();
+  switch (decide(existing, r.fingerprint, std::chrono::system_clock::now())) {
+    case idempotency_decision::replay_stored_response:
+      out.verdict = gate_verdict::replay;
+      out.replay = {existing.status, existing.response_body};
+      return out;
+    case idempotency_decision::conflict_changed_body_422: out.verdict = gate_verdict::mismatch; return out;
+    case idempotency_decision::in_flight_409: out.verdict = gate_verdict::in_flight; return out;
+    case idempotency_decision::proceed_fresh: break;  // unreachable: the record is live
+  }
+  out.error = {persistence::db_outcome::retryable, 0, "idempotency record vanished: " + r.key};
+  return out;
+}
+
+void finish_idempotent(persistence::session db, const idempotent_request& r, const stored_answer& answer) {
+  if (answer.status >= 200 && answer.status < 300) {
+    auto done = persistence::idem_complete(db, r.key, static_cast<int>(answer.status), answer.body);
+    if (!done.ok()) log::warn("idempotency.complete_failed", {{"key", r.key}, {"error", done.error.message}});
+    return;
+  }
+  auto dropped = persistence::idem_abandon(db, r.key);
+  if (!dropped.ok()) log::warn("idempotency.abandon_failed", {{"key", r.key}, {"error", dropped.error.message}});
+}
+
+}  // namespace changeflow::service

@@ -11,7 +11,9 @@
 //                                   takes it over and the caller proceeds fresh)
 //   different fingerprint ──> conflict_changed_body_422 (key reused for another request)
 
+#include "actors/services.hpp"
 #include "config/snapshot.hpp"
+#include "persistence/idempotency_repo.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-namespace changeflow::http::middleware {
+namespace changeflow::service {
 
 enum class idempotency_state { in_flight, completed };
 
@@ -58,4 +60,44 @@ std::chrono::seconds idempotency_ttl(const config::snapshot& snap);
 /// idempotency.in_flight_timeout_ms; missing, cleared or <= 0 -> 30000.
 std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& snap);
 
-}  // namespace changeflow::http::middleware
+// -- The protocol, once for every idempotent write (submit, operator actions)
+
+/// What the first request answered: replayed byte for byte to a retry.
+struct stored_answer {
+  unsigned status = 0;
+  std::string body;
+};
+
+/// One idempotent request.
+struct idempotent_request {
+  std::string key;          // scoped by who asks ("submit:<requester>:<key>", "ops:<operator>:<key>")
+  std::string fingerprint;  // request_fingerprint of the request
+  std::chrono::seconds ttl{86400};
+  std::chrono::milliseconds in_flight_timeout{30000};
+  std::string route;  // "submit" | "ops": logs and metrics
+};
+
+enum class gate_verdict {
+  run,        // this request owns the key (fresh, or taken over from a request that died): run it
+  replay,     // answer `replay`, the first request's stored answer
+  mismatch,   // the key was used for another body: 422
+  in_flight,  // the first request is still running: 409, retry later
+  failed,     // the database could not be asked: `error`
+};
+struct gate_result {
+  gate_verdict verdict = gate_verdict::failed;
+  stored_answer replay;
+  persistence::db_error error;
+};
+
+/// Begins the key (insert IN_FLIGHT, or read the winner's record). A record left IN_FLIGHT by a
+/// request that died is taken over (logged and counted in changeflow_idempotency_takeovers_total):
+/// re-running is safe because every idempotent write is itself guarded (a derived operation id, a
+/// version-guarded transition).
+gate_result begin_idempotent(persistence::session db, actors::services& svc, const idempotent_request& r);
+
+/// Ends a request that owned its key: a 2xx answer is stored for replay; any other answer drops the
+/// record, so a retry runs afresh instead of replaying a transient failure forever.
+void finish_idempotent(persistence::session db, const idempotent_request& r, const stored_answer& answer);
+
+}  // namespace changeflow::service

@@ -1,9 +1,9 @@
-#include "http/middleware/idempotency.hpp"
+#include "service/idempotency.hpp"
 
 #include <gtest/gtest.h>
 
 using namespace changeflow;
-using namespace changeflow::http::middleware;
+using namespace changeflow::service;
 using nlohmann::json;
 
 namespace {
