@@ -12,6 +12,7 @@
 #include "http/handlers/health.hpp"
 #include "http/handlers/whoami.hpp"
 #include "http/middleware/deadline_timer.hpp"
+#include "http/middleware/error_mapping.hpp"
 #include "http/middleware/pipeline.hpp"
 #include "http/middleware/rate_limiter.hpp"
 #include "http/openapi.hpp"
@@ -244,10 +245,10 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
 
     auto m = routes->match(req.method, req.path);
     if (m.kind == router::match_kind::not_found) {
-      return reply(client_error(404, "NOT_FOUND", "No such endpoint"));
+      return reply(middleware::outcome_response(middleware::api_outcome::not_found, "No such endpoint"));
     }
     if (m.kind == router::match_kind::method_not_allowed) {
-      auto r = client_error(405, "METHOD_NOT_ALLOWED", "Method not allowed on this endpoint");
+      auto r = middleware::outcome_response(middleware::api_outcome::method_not_allowed);
       std::string allow;
       for (auto& a : m.allowed_methods) allow += (allow.empty() ? "" : ", ") + a;
       r.set_header("Allow", allow);

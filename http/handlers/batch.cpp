@@ -1,6 +1,7 @@
 #include "http/handlers/batch.hpp"
 
 #include "http/envelope.hpp"
+#include "http/middleware/error_mapping.hpp"
 #include "persistence/batch_repo.hpp"
 #include "persistence/operation_repo.hpp"
 
@@ -10,11 +11,14 @@ namespace changeflow::http {
 
 namespace {
 
+using middleware::api_outcome;
+using middleware::outcome_response;
 using persistence::db_outcome;
 
 http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable) return internal_error("database: " + e.message, 503);
-  return internal_error("database: " + e.message);
+  if (e.outcome == db_outcome::retryable)
+    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
+  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
 }
 
 nlohmann::json batch_json(const persistence::batch_row& b) {
@@ -46,21 +50,23 @@ std::optional<std::int64_t> parse_id(const std::string& s) {
 void with_db(service_context& ctx, http_server::responder reply,
              std::function<void(persistence::session, http_server::responder&)> job) {
   bool queued = ctx.db.try_submit([reply, job](persistence::db_context& db) mutable { job(db, reply); });
-  if (!queued) reply(client_error(503, "OVERLOADED", "The service is overloaded; retry later"));
+  if (!queued) reply(outcome_response(api_outcome::overloaded));
 }
 
 /// Asks the coordinator without blocking an HTTP thread: a short-lived actor makes the request.
 template <class... Ts>
 void ask(service_context& ctx, const std::optional<actors::batch_coordinator>& c, http_server::responder reply,
          std::function<http_server::response(const std::string&)> answer, Ts... args) {
-  if (!c || !ctx.services || !ctx.services->system)
-    return reply(client_error(503, "BATCH_DISABLED", "No batch coordinator runs in this instance"));
+  if (!c || !ctx.services || !ctx.services->system) return reply(outcome_response(api_outcome::batch_disabled));
   auto coordinator = *c;
   ctx.services->system->spawn(
       [coordinator, reply, answer](caf::event_based_actor* self, Ts... xs) {
         self->request(coordinator, std::chrono::seconds(5), xs...)
             .then([reply, answer](const std::string& s) { reply(answer(s)); },
-                  [reply](caf::error& e) { reply(internal_error("batch coordinator: " + caf::to_string(e), 503)); });
+                  [reply](caf::error& e) {
+                    reply(outcome_response(api_outcome::unavailable, {}, nullptr,
+                                           "batch coordinator: " + caf::to_string(e)));
+                  });
       },
       args...);
 }
@@ -85,10 +91,11 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
 
   r.add({routes::ops_batch, [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
-           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           if (!id) return reply(outcome_response(api_outcome::not_found, "No such batch"));
            with_db(ctx, reply, [id = *id](persistence::session db, http_server::responder& reply) {
              auto b = persistence::load_batch(db, id);
-             if (b.outcome == db_outcome::not_found) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+             if (b.outcome == db_outcome::not_found)
+               return reply(outcome_response(api_outcome::not_found, "No such batch"));
              if (!b.ok()) return reply(db_failure(b.error));
              auto ops = persistence::load_operations(db, b.value.members);
              if (!ops.ok()) return reply(db_failure(ops.error));
@@ -118,12 +125,11 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
   r.add({routes::ops_batch_settle,
          [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
-           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           if (!id) return reply(outcome_response(api_outcome::not_found, "No such batch"));
            ask(
                ctx, coordinator, reply,
                [](const std::string& s) {
-                 if (s == "busy")
-                   return client_error(409, "BUSY", "The coordinator is driving another round; retry shortly");
+                 if (s == "busy") return outcome_response(api_outcome::busy);
                  return ok({{"result", s}}, 202, "ACCEPTED");
                },
                actors::batch_settle_atom::value, *id);
@@ -132,14 +138,13 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
   r.add({routes::ops_batch_unblock,
          [&ctx, coordinator](http_server::request&, const path_params& p, http_server::responder reply) {
            auto id = parse_id(p.at("id"));
-           if (!id) return reply(client_error(404, "NOT_FOUND", "No such batch"));
+           if (!id) return reply(outcome_response(api_outcome::not_found, "No such batch"));
            auto* system = ctx.services ? ctx.services->system : nullptr;
            with_db(ctx, reply, [id = *id, coordinator, system](persistence::session db, http_server::responder& reply) {
              auto w =
                  persistence::finish_batch(db, id, persistence::batch_status::BLOCKED,
                                            persistence::batch_status::RUNNING, std::string("unblocked by an operator"));
-             if (w.outcome == db_outcome::preempted)
-               return reply(client_error(409, "NOT_BLOCKED", "The batch is not BLOCKED"));
+             if (w.outcome == db_outcome::preempted) return reply(outcome_response(api_outcome::not_blocked));
              if (!w.ok()) return reply(db_failure(w.error));
              if (coordinator && system) caf::anon_send(*coordinator, actors::batch_adopt_atom::value, id);
              reply(ok({{"id", id}, {"status", "RUNNING"}}));

@@ -21,6 +21,8 @@ namespace changeflow::http {
 
 namespace {
 
+using middleware::api_outcome;
+using middleware::outcome_response;
 using persistence::db_outcome;
 
 http_server::response outcome_response(std::string_view outcome, nlohmann::json extra = nlohmann::json::object()) {
@@ -38,11 +40,12 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   auto snap = ctx.config.current();
   if (!approval_signature_valid(req, snap->get_string("callbacks.approval_secret"))) {
     count_callback(ctx.metrics, "approval", "UNAUTHENTICATED");
-    return reply(client_error(401, "UNAUTHENTICATED", "Callback signature missing or invalid"));
+    return reply(outcome_response(api_outcome::unauthenticated, {}, nullptr, "callback signature missing or invalid"));
   }
   // Parsing and validation: callback_body.hpp (pure, fuzzed by fuzz/fuzz_callbacks).
   auto parsed = parse_approval_callback_body(req.body);
-  if (auto* e = std::get_if<callback_body_error>(&parsed)) return reply(client_error(400, "BAD_REQUEST", e->message));
+  if (auto* e = std::get_if<callback_body_error>(&parsed))
+    return reply(outcome_response(api_outcome::bad_request, e->message));
   auto& fields = std::get<approval_callback_body>(parsed);
   std::string callback_id = fields.callback_id;
   std::string operation_id = fields.operation_id;
@@ -59,7 +62,8 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
       [=](persistence::db_context& db) {
         auto r = persistence::apply_approval_callback(db, callback_id, operation_id, decision, body);
         if (!r.ok()) {
-          if (r.outcome == db_outcome::retryable) return reply(internal_error("database: " + r.error.message, 503));
+          if (r.outcome == db_outcome::retryable)
+            return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
           return reply(internal_error("database: " + r.error.message));
         }
         auto outcome = std::string(persistence::to_string(r.value.outcome));
@@ -189,11 +193,12 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   auto token = req.header("x-gitlab-token");
   if (!secret || !token || !ids::constant_time_equal(*token, *secret)) {
     count_callback(ctx.metrics, "deploy", "UNAUTHENTICATED");
-    return reply(client_error(401, "UNAUTHENTICATED", "Callback token missing or invalid"));
+    return reply(outcome_response(api_outcome::unauthenticated, {}, nullptr, "callback token missing or invalid"));
   }
   // Parsing and validation: callback_body.hpp (pure, fuzzed by fuzz/fuzz_callbacks).
   auto parsed = parse_deploy_callback_body(req.body, req.header("idempotency-key"));
-  if (auto* e = std::get_if<callback_body_error>(&parsed)) return reply(client_error(400, "BAD_REQUEST", e->message));
+  if (auto* e = std::get_if<callback_body_error>(&parsed))
+    return reply(outcome_response(api_outcome::bad_request, e->message));
   auto& fields = std::get<deploy_callback_body>(parsed);
   persistence::deploy_callback_in cb = fields.cb;
   std::vector<std::string> operation_ids = fields.operation_ids;
@@ -231,7 +236,7 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
         if (!applied.ok()) {
           // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
           // makes the sender retry; the retry finds it PENDING and applies it.
-          return reply(internal_error("database: " + applied.error.message, 503));
+          return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + applied.error.message));
         }
         auto outcome = std::string(persistence::to_string(applied.value.outcome));
         auto set = persistence::set_deploy_outcome(db, cb.delivery_id, applied.value.outcome);
@@ -258,7 +263,7 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
 /// what it did. Overlapping with a timer run is safe (mark_validated flips exactly once).
 void manual_reconcile(service_context& ctx, http_server::responder reply) {
   bool queued = actors::submit_reconciliation(*ctx.services, "manual", [reply](actors::reconcile_report r) {
-    if (!r.ok) return reply(internal_error("reconciliation: " + r.error, 503));
+    if (!r.ok) return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "reconciliation: " + r.error));
     reply(ok(actors::to_json(r)));
   });
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));

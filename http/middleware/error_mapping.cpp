@@ -33,6 +33,10 @@ status_mapping map_outcome(api_outcome o) {
     // and is what load balancers and clients treat as retryable.
     case api_outcome::overloaded: return {503, "OVERLOADED", "Service is busy, please retry shortly"};
     case api_outcome::internal: return {500, "INTERNAL_ERROR", "Internal error"};
+    case api_outcome::method_not_allowed: return {405, "METHOD_NOT_ALLOWED", "Method not allowed on this endpoint"};
+    case api_outcome::busy: return {409, "BUSY", "The coordinator is driving another round; retry shortly"};
+    case api_outcome::not_blocked: return {409, "NOT_BLOCKED", "The batch is not BLOCKED"};
+    case api_outcome::batch_disabled: return {503, "BATCH_DISABLED", "No batch coordinator runs in this instance"};
   }
   return {500, "INTERNAL_ERROR", "Internal error"};
 }
@@ -69,6 +73,10 @@ http_server::response outcome_response(api_outcome o, std::string_view message, 
     case api_outcome::rate_limited:
     case api_outcome::conflict:
     case api_outcome::already_merged:
+    case api_outcome::method_not_allowed:
+    case api_outcome::busy:
+    case api_outcome::not_blocked:
+    case api_outcome::batch_disabled:
     case api_outcome::idempotency_mismatch: {
       if (!log_detail.empty()) {
         log::warn("http.rejected", {{"code", m.code}, {"status", m.status}, {"detail", std::string(log_detail)}});

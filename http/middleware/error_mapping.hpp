@@ -29,6 +29,10 @@ enum class api_outcome {
   unavailable,           // 503 UNAVAILABLE: a dependency is down, retry later
   overloaded,            // 503 OVERLOADED: our worker pool is full, retry later
   internal,              // 500 INTERNAL_ERROR: generic message + error id
+  method_not_allowed,    // 405 METHOD_NOT_ALLOWED: the path exists, the method does not (Allow header)
+  busy,                  // 409 BUSY: the batch coordinator is driving another round; retry shortly
+  not_blocked,           // 409 NOT_BLOCKED: only a BLOCKED batch can be unblocked
+  batch_disabled,        // 503 BATCH_DISABLED: no batch coordinator runs in this instance
 };
 
 struct status_mapping {

@@ -30,6 +30,10 @@ TEST(ErrorMapping, EveryOutcomeTableDriven) {
       {api_outcome::internal, 500, "INTERNAL_ERROR"},
       {api_outcome::request_in_flight, 409, "REQUEST_IN_FLIGHT"},
       {api_outcome::access_closed, 403, "ACCESS_CLOSED"},
+      {api_outcome::method_not_allowed, 405, "METHOD_NOT_ALLOWED"},
+      {api_outcome::busy, 409, "BUSY"},
+      {api_outcome::not_blocked, 409, "NOT_BLOCKED"},
+      {api_outcome::batch_disabled, 503, "BATCH_DISABLED"},
   };
   for (const auto& c : cases) {
     auto m = map_outcome(c.outcome);

@@ -151,7 +151,9 @@ void run_chain(const request_head& head, const route_policy& policy, chain_deps&
   auto run = std::make_shared<chain_run>(head, policy, deps, std::move(done));
   try {
     run->snap = deps.config ? deps.config() : nullptr;
-    if (!run->snap) return run->reject(internal_error("middleware chain: no configuration snapshot", 503));
+    if (!run->snap)
+      return run->reject(
+          outcome_response(api_outcome::unavailable, {}, nullptr, "middleware chain: no configuration snapshot"));
     auto now = deps.clock ? deps.clock() : std::chrono::system_clock::now();
     run->now = now;
     const auto& snap = *run->snap;
