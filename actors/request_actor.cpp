@@ -201,13 +201,13 @@ void call_external(self_ptr self, const messages::call_request& req) {
     lost.error = lost_job_error;
     caf::anon_send(handle, messages::external_reply{std::move(lost)});
   });
-  auto* run = &st.svc->run_external;
+  auto run = st.svc->run_external;  // by value: a queued job must not depend on services outliving it
   bool queued =
       st.svc->external->try_submit([handle, req, ctx, snap, metrics, guard, run](clients::external_context& ext) {
         auto started = std::chrono::steady_clock::now();
         messages::call_reply reply;
         try {
-          reply = (*run)(ext, *snap, req, ctx);
+          reply = run(ext, *snap, req, ctx);
         } catch (const std::exception& e) {
           reply.kind = req.kind;
           reply.outcome = messages::call_reply::status::retryable;
