@@ -14,7 +14,7 @@
 #include "persistence/ops_repo.hpp"
 #include "service/end_change.hpp"
 #include "service/idempotency.hpp"
-#include "service/wake_actor.hpp"
+#include "service/operator_transition.hpp"
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
 
@@ -155,47 +155,37 @@ struct applied {
   std::string audit_outcome;
 };
 
-/// The guarded write of one planned action (runs on a database worker).
+/// One planned action through the operator-transition use case, and its answer.
 applied apply_transition(persistence::db_context& db, actors::services* svc, const persistence::operation_row& row,
                          step to, const action_request& a, const std::string& cause) {
-  persistence::transition_request t;
-  t.operation_id = row.operation_id;
-  t.expected_version = row.version;
-  t.from = row.step;
+  service::operator_transition t;
+  t.operator_name = a.operator_name;
   t.to = to;
-  t.by = workflow::actor_kind::operator_only;
-  t.cause = cause.substr(0, 250);
-  t.actor = actor_label(a.operator_name).substr(0, 160);
-  t.instance_id = svc->instance_id;
-  if (a.action == ops_action::retrigger || a.action == ops_action::resend_approval) {
-    // Run the step again now, with a fresh poll budget: a stored deadline would delay the resume.
-    t.clear_wake = true;
-    t.attempts = 0;
-  } else {
-    t.clear_wake = true;
-    if (!a.reason.empty()) t.last_error = "operator: " + a.reason;
+  t.cause = cause;
+  t.rerun = a.action == ops_action::retrigger || a.action == ops_action::resend_approval;
+  t.reason = a.reason;
+  auto r = service::apply_operator_transition(db, *svc, row, t);
+  switch (r.status) {
+    case service::transition_status::preempted:
+      return {
+          outcome_response(api_outcome::conflict, "The operation changed while you acted (it is no longer at " +
+                                                      std::string(workflow::to_string(row.step)) + " v" +
+                                                      std::to_string(row.version) + "); reload it and decide again"),
+          "PREEMPTED"};
+    case service::transition_status::refused:
+      return {outcome_response(api_outcome::conflict, "The transition table does not allow this action from " +
+                                                          std::string(workflow::to_string(row.step))),
+              "REFUSED"};
+    case service::transition_status::failed: return {db_failure(r.error), "ERROR"};
+    case service::transition_status::done: break;
   }
-  auto r = persistence::transition(db, t);
-  if (r.outcome == db_outcome::preempted) {
-    return {outcome_response(api_outcome::conflict, "The operation changed while you acted (it is no longer at " +
-                                                        std::string(workflow::to_string(row.step)) + " v" +
-                                                        std::to_string(row.version) + "); reload it and decide again"),
-            "PREEMPTED"};
-  }
-  if (r.outcome == db_outcome::illegal_transition) {
-    return {outcome_response(api_outcome::conflict, "The transition table does not allow this action from " +
-                                                        std::string(workflow::to_string(row.step))),
-            "REFUSED"};
-  }
-  if (!r.ok()) return {db_failure(r.error), "ERROR"};
-  auto woke = service::wake_actor(db, *svc, row.operation_id, to, cause);
   json data = {{"operationId", row.operation_id},
                {"action", to_string(a.action)},
                {"from", workflow::to_string(row.step)},
                {"to", workflow::to_string(to)},
                {"phase", workflow::to_string(workflow::phase_of(to))},
-               {"version", r.value},
-               {"actor", woke}};
+               {"version", r.version},
+               {"actor", r.actor}};
   return {
       outcome_response(
           api_outcome::ok,
