@@ -33,6 +33,9 @@ struct run_state {
   end_request req;
   std::function<void(end_result)> done;
   int round = 0;
+  // What earlier rounds withdrew stays withdrawn, and is reported even when the write that follows
+  // lands only in a later round (a round that lost its write re-reads and finds the MR closed).
+  std::vector<std::string> withdrawn;
 };
 using run_ptr = std::shared_ptr<run_state>;
 
@@ -58,10 +61,10 @@ end_result status_only(end_status s, std::string message, std::string detail = {
 void withdraw_approval_after(run_ptr run, persistence::operation_row row, end_result out);
 
 /// The guarded write of the planned step, on a database worker.
-void write_end(run_ptr run, persistence::operation_row row, step target, end_plan plan,
-               std::vector<std::string> withdrawn) {
+void write_end(run_ptr run, persistence::operation_row row, step target, end_plan plan) {
   auto* svc = run->svc;
-  bool queued = svc->db->try_submit([run, row, target, plan, withdrawn](persistence::db_context& db) {
+  bool queued = svc->db->try_submit([run, row, target, plan](persistence::db_context& db) {
+    const auto& withdrawn = run->withdrawn;
     persistence::transition_request t;
     t.operation_id = row.operation_id;
     t.expected_version = row.version;
@@ -122,7 +125,6 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
   auto* svc = run->svc;
   auto snap = svc->config->current();
   bool queued = svc->external->try_submit([run, row, plan, snap](clients::external_context& ec) {
-    std::vector<std::string> withdrawn;
     step target = *plan.target;
     try {
       ec.refresh(*snap);
@@ -148,13 +150,13 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
         if (closed->state == "merged") {
           target = step::HANDLE_ALREADY_MERGED;  // a merge landed just before the close
         } else {
-          withdrawn.push_back("MR !" + std::to_string(iid) + " closed");
+          run->withdrawn.push_back("MR !" + std::to_string(iid) + " closed");
         }
       }
     } catch (const std::exception& e) {
       return finish(run, status_only(end_status::unavailable, {}, std::string("close MR threw: ") + e.what()));
     }
-    write_end(run, row, target, plan, std::move(withdrawn));
+    write_end(run, row, target, plan);
   });
   if (!queued) finish(run, status_only(end_status::overloaded, {}));
 }
@@ -213,7 +215,7 @@ void start_round(run_ptr run) {
       return finish(run, std::move(out));
     }
     if (plan.read_mr) return close_mr_first(run, r, plan);
-    write_end(run, r, *plan.target, plan, {});
+    write_end(run, r, *plan.target, plan);
   });
   if (!queued) finish(run, status_only(end_status::overloaded, {}));
 }

@@ -56,8 +56,7 @@ TEST_F(operator_transition_test, AWrittenEdgeWakesTheActorAStaleViewAndARefusedE
   EXPECT_EQ(row(id).step, S::HANDLE_STARTED);
   EXPECT_EQ(done.actor, "spawned");
   EXPECT_TRUE(registry_.find(id).has_value());
-  EXPECT_EQ(db_.scalar("SELECT actor FROM operation_event WHERE operation_id = '" + id +
-                       "' ORDER BY id DESC LIMIT 1"),
+  EXPECT_EQ(db_.scalar("SELECT actor FROM operation_event WHERE operation_id = '" + id + "' ORDER BY id DESC LIMIT 1"),
             "operator:olga");
 
   // The same view again: the row moved since, so the write is preempted.
