@@ -1,6 +1,7 @@
 #include "http/handlers/batch.hpp"
 
 #include "http/envelope.hpp"
+#include "http/handlers/answers.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "persistence/batch_repo.hpp"
 #include "persistence/operation_repo.hpp"
@@ -14,12 +15,6 @@ namespace {
 using middleware::api_outcome;
 using middleware::outcome_response;
 using persistence::db_outcome;
-
-http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable)
-    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
-  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
-}
 
 nlohmann::json batch_json(const persistence::batch_row& b) {
   nlohmann::json j = {

@@ -6,6 +6,7 @@
 #include "config/test_hooks.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
+#include "http/handlers/answers.hpp"
 #include "http/middleware/authorization.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "http/middleware/ownership.hpp"
@@ -25,12 +26,6 @@ namespace {
 using middleware::api_outcome;
 using middleware::outcome_response;
 using persistence::db_outcome;
-
-http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable)
-    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
-  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
-}
 
 http_server::response overloaded() {
   return outcome_response(api_outcome::overloaded);
@@ -160,25 +155,6 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
     case persistence::create_outcome::preempted: return blocked_response(db, op);
   }
   return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
-}
-
-/// The answer to a request the idempotency gate did not let run.
-http_server::response gate_response(const service::gate_result& g, const std::string& key) {
-  switch (g.verdict) {
-    case service::gate_verdict::replay: {
-      http_server::response replay;
-      replay.status = g.replay.status;
-      replay.body = g.replay.body;
-      replay.set_header("Idempotent-Replayed", "true");
-      return replay;
-    }
-    case service::gate_verdict::mismatch:
-      return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "idempotency key reused: " + key);
-    case service::gate_verdict::in_flight: return outcome_response(api_outcome::request_in_flight);
-    case service::gate_verdict::failed:
-    case service::gate_verdict::run: break;
-  }
-  return db_failure(g.error);
 }
 
 /// Idempotent submit (service/idempotency): the gate, then create-and-start, then the answer stored

@@ -5,6 +5,7 @@
 #include "base/log.hpp"
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
+#include "http/handlers/answers.hpp"
 #include "http/handlers/ops_body.hpp"
 #include "http/handlers/whoami.hpp"
 #include "http/middleware/authorization.hpp"
@@ -43,12 +44,6 @@ json null_or(const std::optional<std::string>& v) {
 }
 json null_or(const std::optional<std::int64_t>& v) {
   return v ? json(*v) : json(nullptr);
-}
-
-http_server::response db_failure(const persistence::db_error& e) {
-  if (e.outcome == db_outcome::retryable)
-    return outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + e.message);
-  return outcome_response(api_outcome::internal, {}, nullptr, "database: " + e.message);
 }
 
 /// The ops view of a row: the user view plus what only operators see (owner, wake, attempts, error).
@@ -213,21 +208,8 @@ std::optional<http_server::response> idem_gate(persistence::db_context& db, acto
   // fail and close find a step they cannot leave and are refused; retrigger and resend_approval run
   // the step once more, which is what they ask for; an expectedVersion turns any re-run into STALE.
   auto gate = service::begin_idempotent(db, svc, a.idem);
-  switch (gate.verdict) {
-    case service::gate_verdict::run: return std::nullopt;
-    case service::gate_verdict::replay: {
-      http_server::response replay;
-      replay.status = gate.replay.status;
-      replay.body = gate.replay.body;
-      replay.set_header("Idempotent-Replayed", "true");
-      return replay;
-    }
-    case service::gate_verdict::mismatch:
-      return outcome_response(api_outcome::idempotency_mismatch, {}, nullptr, "ops idempotency key reused");
-    case service::gate_verdict::in_flight: return outcome_response(api_outcome::request_in_flight);
-    case service::gate_verdict::failed: break;
-  }
-  return db_failure(gate.error);
+  if (gate.verdict == service::gate_verdict::run) return std::nullopt;
+  return gate_response(gate, a.idem.key);
 }
 
 /// The answer to an operator close, from the use case's result.
