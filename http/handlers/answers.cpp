@@ -10,7 +10,8 @@ using middleware::api_outcome;
 using middleware::outcome_response;
 
 http_server::response db_failure(const persistence::db_error& e) {
-  const auto outcome = e.outcome == persistence::db_outcome::retryable ? api_outcome::unavailable : api_outcome::internal;
+  const auto outcome =
+      e.outcome == persistence::db_outcome::retryable ? api_outcome::unavailable : api_outcome::internal;
   return outcome_response(outcome, {}, nullptr, "database: " + e.message);
 }
 
