@@ -5,7 +5,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace changeflow::service {
+
+bool valid_idempotency_key(std::string_view key) {
+  constexpr std::size_t max_length = 200;
+  if (key.empty() || key.size() > max_length) return false;
+  return std::all_of(key.begin(), key.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
+}
+
+std::string scoped_idempotency_key(std::string_view scope, std::string_view who, std::string_view key) {
+  std::string scoped = std::string(scope) + ":" + std::string(who) + ":" + std::string(key);
+  if (scoped.size() > 250) scoped = std::string(scope) + ":" + ids::sha256_hex(scoped);
+  return scoped;
+}
 
 std::string_view to_string(idempotency_state s) {
   switch (s) {

@@ -68,6 +68,14 @@ struct stored_answer {
   std::string body;
 };
 
+/// An `Idempotency-Key` a client may send: 1..200 printable ASCII characters (the scoped key must
+/// fit the record's VARCHAR(255)).
+bool valid_idempotency_key(std::string_view key);
+
+/// The stored key: `scope:who:key`, so another caller's identical key is another request (a scoped
+/// key too long for the record is hashed).
+std::string scoped_idempotency_key(std::string_view scope, std::string_view who, std::string_view key);
+
 /// One idempotent request.
 struct idempotent_request {
   std::string key;          // scoped by who asks ("submit:<requester>:<key>", "ops:<operator>:<key>")

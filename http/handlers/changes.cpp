@@ -13,6 +13,7 @@
 #include "persistence/binding_repo.hpp"
 #include "service/end_change.hpp"
 #include "service/idempotency.hpp"
+#include "service/submit.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -76,14 +77,7 @@ http_server::response authentication_required() {
   return middleware::deny_response(middleware::authz_decision::deny_401, "auth.required changed under the request");
 }
 
-constexpr std::size_t max_idempotency_key_length = 200;
 constexpr std::string_view submit_route = "/api/v1/changes";
-
-/// Printable ASCII, 1..200 characters (the stored key is prefixed and must fit VARCHAR(255)).
-bool valid_idempotency_key(std::string_view k) {
-  if (k.empty() || k.size() > max_idempotency_key_length) return false;
-  return std::all_of(k.begin(), k.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
-}
 
 /// What frees a target whose current change is at `s`, in words for the user.
 std::string what_unblocks(workflow::step s) {
@@ -95,86 +89,40 @@ std::string what_unblocks(workflow::step s) {
   return "wait for it to finish, or cancel it";
 }
 
-/// 409 naming the change that holds the target (one extra read, on the refusal path only). The
-/// blocker may have ended between the refusal and this read: the client is then told to retry.
-http_server::response blocked_response(persistence::db_context& db, const persistence::new_operation& op) {
-  auto binding = persistence::find_binding(db, op.subject_id, op.target_key);
-  if (!binding.ok()) {
-    return outcome_response(api_outcome::in_progress,
-                            "Another change for this subject and target is in progress; retry shortly");
-  }
-  auto blocker = persistence::load_operation(db, binding.value.operation_id);
-  if (!blocker.ok() || workflow::is_reappliable(blocker.value.phase)) {
-    return outcome_response(api_outcome::in_progress,
-                            "Another change for this subject and target just started or ended; retry shortly",
-                            {{"blockingOperationId", binding.value.operation_id}});
-  }
-  const auto& b = blocker.value;
-  return outcome_response(api_outcome::in_progress,
-                          "Change " + b.operation_id + " for this subject and target is at " +
-                              std::string(workflow::to_string(b.step)) + "; " + what_unblocks(b.step),
-                          {{"blockingOperationId", b.operation_id},
-                           {"blockingPhase", workflow::to_string(b.phase)},
-                           {"blockingStep", workflow::to_string(b.step)},
-                           {"statusUrl", "/api/v1/changes/" + b.operation_id},
-                           {"unblockedBy", what_unblocks(b.step)}});
-}
-
-/// Creates the operation and spawns its actor; the response the client gets (and, for 2xx, the one
-/// stored for replay). Runs on a database worker.
-http_server::response create_and_start(persistence::db_context& db, actors::services* svc,
-                                       const persistence::new_operation& op) {
-  auto r = persistence::create_operation(db, op);
-  if (!r.ok()) return db_failure(r.error);
-  nlohmann::json data = {{"operationId", op.operation_id}, {"statusUrl", "/api/v1/changes/" + op.operation_id}};
-  switch (r.value) {
-    case persistence::create_outcome::created: {
-      persistence::operation_row row;
-      row.operation_id = op.operation_id;
-      row.subject_id = op.subject_id;
-      row.target_key = op.target_key;
-      row.flow = std::string(workflow::to_string(op.flow));
-      row.step = op.initial_step;
-      row.phase = workflow::phase_of(op.initial_step);
-      row.version = 1;
-      row.title = op.title;
-      row.payload_json = op.payload_json;
-      row.requester = op.requester;
-      row.updated_at_ms = svc->now_ms();
-      actors::spawn_request_actor(*svc, actors::seed_from_row(row, svc->now_ms()));
-      svc->metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
-      data["phase"] = workflow::to_string(row.phase);
-      data["step"] = workflow::to_string(row.step);
+/// The answer to a submission, from the use case's result: the one outcome switch of submit.
+http_server::response submit_response(const service::submit_result& r, const std::string& operation_id) {
+  nlohmann::json data = {{"operationId", operation_id}, {"statusUrl", "/api/v1/changes/" + operation_id}};
+  switch (r.status) {
+    case service::submit_status::accepted:
+      data["phase"] = workflow::to_string(r.created.phase);
+      data["step"] = workflow::to_string(r.created.step);
       return outcome_response(api_outcome::accepted, {}, data);
-    }
-    case persistence::create_outcome::duplicate_operation:
-      // The operation exists but this is not a replay of a stored response (the idempotency record
-      // expired, or another Idempotency-Key was used): the client keeps its form locked.
+    case service::submit_status::duplicate:
+      // Not a replay of a stored response: the client keeps its form locked and polls.
       return outcome_response(api_outcome::duplicate_submit, {}, data);
-    case persistence::create_outcome::in_progress:
-    case persistence::create_outcome::preempted: return blocked_response(db, op);
+    case service::submit_status::blocked: {
+      if (!r.blocking_id) {
+        return outcome_response(api_outcome::in_progress,
+                                "Another change for this subject and target is in progress; retry shortly");
+      }
+      if (!r.blocker) {
+        return outcome_response(api_outcome::in_progress,
+                                "Another change for this subject and target just started or ended; retry shortly",
+                                {{"blockingOperationId", *r.blocking_id}});
+      }
+      const auto& b = *r.blocker;
+      return outcome_response(api_outcome::in_progress,
+                              "Change " + b.operation_id + " for this subject and target is at " +
+                                  std::string(workflow::to_string(b.step)) + "; " + what_unblocks(b.step),
+                              {{"blockingOperationId", b.operation_id},
+                               {"blockingPhase", workflow::to_string(b.phase)},
+                               {"blockingStep", workflow::to_string(b.step)},
+                               {"statusUrl", "/api/v1/changes/" + b.operation_id},
+                               {"unblockedBy", what_unblocks(b.step)}});
+    }
+    case service::submit_status::failed: break;
   }
-  return outcome_response(api_outcome::internal, {}, nullptr, "unknown create outcome");
-}
-
-/// Idempotent submit (service/idempotency): the gate, then create-and-start, then the answer stored
-/// for replay (2xx only). A re-run after a takeover is safe because the operation id is the same on
-/// the re-run (the client's, or one derived from the key): create_operation answers
-/// duplicate_operation when the dead request got as far as creating it, and simply creates it when not.
-http_server::response submit_once(persistence::db_context& db, actors::services* svc,
-                                  const persistence::new_operation& op, const service::idempotent_request& idem) {
-  auto gate = service::begin_idempotent(db, *svc, idem);
-  if (gate.verdict != service::gate_verdict::run) return gate_response(gate, idem.key);
-  config::hold_for_test_hook(*svc->config->current(), "faults.hold_after_idempotency_begin_ms");
-  http_server::response res;
-  try {
-    res = create_and_start(db, svc, op);
-  } catch (...) {
-    service::finish_idempotent(db, idem, {500, {}});
-    throw;
-  }
-  service::finish_idempotent(db, idem, {res.status, res.body});
-  return res;
+  return db_failure(r.error);
 }
 
 void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
@@ -212,7 +160,7 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   // is not deduplicated (a fresh server-side id is generated): clients should send one.
   std::optional<std::string> key;
   if (auto h = req.header("idempotency-key")) {
-    if (!valid_idempotency_key(*h)) {
+    if (!service::valid_idempotency_key(*h)) {
       return reply(
           outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters"));
     }
@@ -226,8 +174,7 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   // Without a client id, the id is derived from the key: a retry (or the re-run of a request that
   // died mid-way) names the same operation, so it can never create a second change.
   // Keys are the requester's own: another caller's identical key is another request.
-  std::string scoped_key = key ? "submit:" + requester + ":" + *key : std::string();
-  if (scoped_key.size() > 250) scoped_key = "submit:" + ids::sha256_hex(scoped_key);
+  std::string scoped_key = key ? service::scoped_idempotency_key("submit", requester, *key) : std::string();
   op.operation_id = request.operation_id.value_or(key ? ids::uuid_from_name(scoped_key) : ids::new_uuid());
   op.subject_id = request.subject;
   op.target_key = request.target;
@@ -248,8 +195,12 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   auto* svc = ctx.services;
   bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
     try {
-      if (idem.key.empty()) return reply(create_and_start(db, svc, op));
-      reply(submit_once(db, svc, op, idem));
+      http_server::response res;
+      auto not_run = service::submit(db, *svc, op, idem, [&res, &op](const service::submit_result& r) {
+        res = submit_response(r, op.operation_id);
+        return service::stored_answer{res.status, res.body};
+      });
+      reply(not_run ? gate_response(*not_run, idem.key) : std::move(res));
     } catch (const std::exception& e) {
       reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("submit failed: ") + e.what()));
     }

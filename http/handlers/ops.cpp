@@ -13,9 +13,8 @@
 #include "persistence/audit_repo.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/ops_repo.hpp"
-#include "service/end_change.hpp"
 #include "service/idempotency.hpp"
-#include "service/operator_transition.hpp"
+#include "service/operator_action.hpp"
 #include "workflow/decide.hpp"
 #include "workflow/transitions.hpp"
 
@@ -33,10 +32,9 @@ using json = nlohmann::json;
 using middleware::api_outcome;
 using middleware::outcome_response;
 using persistence::db_outcome;
+using workflow::ops_action;
 using workflow::step;
 
-constexpr std::size_t max_idempotency_key_length = 200;
-constexpr int bulk_cap = 500;
 constexpr auto live_snapshot_timeout = std::chrono::milliseconds(300);
 
 json null_or(const std::optional<std::string>& v) {
@@ -112,190 +110,58 @@ std::optional<persistence::ops_operation_filter> parse_filter(const json& q, std
   return parse_ops_filter(q, error);
 }
 
-bool valid_idempotency_key(std::string_view k) {
-  if (k.empty() || k.size() > max_idempotency_key_length) return false;
-  return std::all_of(k.begin(), k.end(), [](unsigned char c) { return c > 0x20 && c < 0x7f; });
-}
-
-/// Everything an action needs once the request is parsed (copied onto worker threads).
-struct action_request {
-  ops_action action = ops_action::retrigger;
-  std::string operation_id;
-  std::string operator_name;
-  json params;         // client params with the server-written operator (audit form applied later)
-  std::string reason;  // fail / close reason
-  std::optional<std::int64_t> expected_version;
-  service::idempotent_request idem;  // key "" = none
-};
-
-std::string actor_label(const std::string& op) {
-  return "operator:" + op;
-}
-
-void audit(persistence::db_context& db, const std::string& op, const std::string& action, const std::string& target,
-           const json& params, const std::string& outcome, const std::string& dedup_key) {
-  persistence::audit_entry e;
-  e.operator_name = op;
-  e.action = action;
-  e.target = target;
-  e.params_json = middleware::audit_params(params).dump(-1, ' ', false, json::error_handler_t::replace);
-  e.outcome = outcome;
-  if (!dedup_key.empty()) e.dedup_key = dedup_key;
-  auto r = persistence::insert_audit(db, e);
-  if (!r.ok()) log::error("ops.audit_failed", {{"action", action}, {"target", target}, {"error", r.error.message}});
-}
-
-struct applied {
-  http_server::response res;
-  std::string audit_outcome;
-};
-
-/// One planned action through the operator-transition use case, and its answer.
-applied apply_transition(persistence::db_context& db, actors::services* svc, const persistence::operation_row& row,
-                         step to, const action_request& a, const std::string& cause) {
-  service::operator_transition t;
-  t.operator_name = a.operator_name;
-  t.to = to;
-  t.cause = cause;
-  t.rerun = a.action == ops_action::retrigger || a.action == ops_action::resend_approval;
-  t.reason = a.reason;
-  auto r = service::apply_operator_transition(db, *svc, row, t);
+/// The answer to an action, from the use case's result: the one outcome switch of the ops actions.
+http_server::response action_response(const service::operator_action& a, const service::action_result& r) {
+  using service::action_status;
   switch (r.status) {
-    case service::transition_status::preempted:
-      return {
-          outcome_response(api_outcome::conflict, "The operation changed while you acted (it is no longer at " +
-                                                      std::string(workflow::to_string(row.step)) + " v" +
-                                                      std::to_string(row.version) + "); reload it and decide again"),
-          "PREEMPTED"};
-    case service::transition_status::refused:
-      return {outcome_response(api_outcome::conflict, "The transition table does not allow this action from " +
-                                                          std::string(workflow::to_string(row.step))),
-              "REFUSED"};
-    case service::transition_status::failed: return {db_failure(r.error), "ERROR"};
-    case service::transition_status::done: break;
-  }
-  json data = {{"operationId", row.operation_id},
-               {"action", to_string(a.action)},
-               {"from", workflow::to_string(row.step)},
-               {"to", workflow::to_string(to)},
-               {"phase", workflow::to_string(workflow::phase_of(to))},
-               {"version", r.version},
-               {"actor", r.actor}};
-  return {
-      outcome_response(
-          api_outcome::ok,
-          "Done: " + std::string(workflow::to_string(row.step)) + " -> " + std::string(workflow::to_string(to)), data),
-      "OK"};
-}
-
-/// Finishes an action: stores the idempotent answer (2xx only, so a refusal can be retried after the
-/// state changed), writes the audit entry and replies.
-void finish(persistence::db_context& db, const action_request& a, const applied& result,
-            const http_server::responder& reply) {
-  if (!a.idem.key.empty()) service::finish_idempotent(db, a.idem, {result.res.status, result.res.body});
-  audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, result.audit_outcome,
-        result.audit_outcome == "OK" && !a.idem.key.empty() ? a.idem.key : std::string());
-  reply(result.res);
-}
-
-/// Idempotency gate: nullopt = proceed (this request owns the key, or there is none); otherwise the
-/// answer to send (replay, 409 in flight, 422 key reused).
-std::optional<http_server::response> idem_gate(persistence::db_context& db, actors::services& svc,
-                                               const action_request& a) {
-  if (a.idem.key.empty()) return std::nullopt;
-  // A record whose request died is taken over and the action runs again. It re-plans from the row
-  // as it is now, through a version-guarded transition: when the dead request's transition committed,
-  // fail and close find a step they cannot leave and are refused; retrigger and resend_approval run
-  // the step once more, which is what they ask for; an expectedVersion turns any re-run into STALE.
-  auto gate = service::begin_idempotent(db, svc, a.idem);
-  if (gate.verdict == service::gate_verdict::run) return std::nullopt;
-  return gate_response(gate, a.idem.key);
-}
-
-/// The answer to an operator close, from the use case's result.
-http_server::response closing_response(const action_request& a, const service::end_result& r) {
-  switch (r.status) {
-    case service::end_status::ended:
-    case service::end_status::merged_wins:
-      if (!r.written) return outcome_response(api_outcome::already_merged, r.message);
+    case action_status::done: {
+      json data = {{"operationId", a.operation_id},
+                   {"action", workflow::to_string(a.action)},
+                   {"from", workflow::to_string(r.from)},
+                   {"to", workflow::to_string(r.to)},
+                   {"phase", workflow::to_string(workflow::phase_of(r.to))},
+                   {"version", r.version}};
+      if (a.action == ops_action::close) {
+        data["withdrawn"] = r.withdrawn;
+        data["mergedWins"] = r.merged_wins;
+      } else {
+        data["actor"] = r.actor;
+      }
       return outcome_response(
           api_outcome::ok,
-          "Done: " + std::string(workflow::to_string(r.from)) + " -> " + std::string(workflow::to_string(r.to)),
-          json{{"operationId", a.operation_id},
-               {"action", to_string(a.action)},
-               {"from", workflow::to_string(r.from)},
-               {"to", workflow::to_string(r.to)},
-               {"phase", workflow::to_string(workflow::phase_of(r.to))},
-               {"version", r.version},
-               {"withdrawn", r.withdrawn},
-               {"mergedWins", r.status == service::end_status::merged_wins}});
-    case service::end_status::already_ended:
-    case service::end_status::not_allowed:
-    case service::end_status::stale: return outcome_response(api_outcome::conflict, r.message);
-    case service::end_status::not_found: return outcome_response(api_outcome::not_found, "No such operation");
-    case service::end_status::overloaded: return outcome_response(api_outcome::overloaded);
-    case service::end_status::unavailable: break;
-  }
-  return outcome_response(api_outcome::unavailable, r.message, nullptr, r.detail);
-}
-
-void run_close(persistence::db_context& db, actors::services* svc, persistence::operation_row row, action_request a,
-               http_server::responder reply, persistence::db_pool* pool);
-
-/// One action on one operation, on a database worker. `reply` gets exactly one answer.
-void run_action(persistence::db_context& db, actors::services* svc, persistence::db_pool* pool, action_request a,
-                http_server::responder reply) {
-  if (auto early = idem_gate(db, *svc, a)) {
-    if (early->status >= 400) {
-      audit(db, a.operator_name, std::string(to_string(a.action)), a.operation_id, a.params, "REFUSED", {});
+          "Done: " + std::string(workflow::to_string(r.from)) + " -> " + std::string(workflow::to_string(r.to)), data);
     }
-    return reply(std::move(*early));
+    case action_status::not_found: return outcome_response(api_outcome::not_found, "No such operation");
+    case action_status::already_merged: return outcome_response(api_outcome::already_merged, r.message);
+    case action_status::stale:
+    case action_status::refused:
+    case action_status::preempted: return outcome_response(api_outcome::conflict, r.message);
+    case action_status::overloaded: return outcome_response(api_outcome::overloaded);
+    case action_status::unavailable: return outcome_response(api_outcome::unavailable, r.message, nullptr, r.detail);
+    case action_status::failed: break;
   }
-  auto refuse = [&](api_outcome o, const std::string& message, const std::string& audit_outcome) {
-    finish(db, a, {outcome_response(o, message), audit_outcome}, reply);
-  };
-  auto row = persistence::load_operation(db, a.operation_id);
-  if (row.outcome == db_outcome::not_found) return refuse(api_outcome::not_found, "No such operation", "NOT_FOUND");
-  if (!row.ok()) return finish(db, a, {db_failure(row.error), "ERROR"}, reply);
-  if (a.expected_version && *a.expected_version != row.value.version) {
-    return refuse(api_outcome::conflict,
-                  "The operation moved on since you looked (version " + std::to_string(row.value.version) +
-                      ", you saw " + std::to_string(*a.expected_version) + " at step " +
-                      std::string(workflow::to_string(row.value.step)) + "); reload it and decide again",
-                  "STALE");
-  }
-  auto plan = plan_action(a.action, row.value.step);
-  if (!plan.target) return refuse(api_outcome::conflict, plan.refusal, "REFUSED");
-  if (a.action == ops_action::close) return run_close(db, svc, row.value, a, reply, pool);
-  std::string cause = "operator " + std::string(to_string(a.action));
-  if (!a.reason.empty()) cause += ": " + a.reason;
-  finish(db, a, apply_transition(db, svc, row.value, *plan.target, a, cause), reply);
+  return db_failure(r.error);
 }
 
-/// Close: the same use case as a requester's cancel (service::end_change): withdraw the pending
-/// approval, close the MR unless it merged (merged wins), then the guarded write. The answer is
-/// stored and audited on a database worker like every other action.
-void run_close(persistence::db_context&, actors::services* svc, persistence::operation_row row, action_request a,
-               http_server::responder reply, persistence::db_pool* pool) {
-  service::end_request req;
-  req.kind = service::end_kind::close;
-  req.operation_id = row.operation_id;
-  req.by = workflow::actor_kind::operator_only;
-  req.actor = actor_label(a.operator_name);
-  req.reason = a.reason;
-  req.expected_version = a.expected_version;
-  service::end_change(*svc, req, [a, reply, pool](service::end_result r) {
-    applied result{closing_response(a, r), "OK"};
-    if (!r.written) result.audit_outcome = r.status == service::end_status::stale ? "PREEMPTED" : "REFUSED";
-    bool queued = pool->try_submit([a, reply, result](persistence::db_context& db) { finish(db, a, result, reply); });
-    if (!queued) reply(outcome_response(api_outcome::overloaded));
-  });
+/// Runs one parsed action on a database worker and replies exactly once.
+void run_action(persistence::db_context& db, actors::services* svc, service::operator_action a,
+                http_server::responder reply) {
+  auto rendered = std::make_shared<http_server::response>();
+  auto key = a.idem.key;
+  auto render = [a, rendered](const service::action_result& r) {
+    *rendered = action_response(a, r);
+    return service::stored_answer{rendered->status, rendered->body};
+  };
+  service::run_operator_action(db, *svc, std::move(a), render,
+                               [rendered, reply, key](const service::gate_result* not_run) {
+                                 reply(not_run ? gate_response(*not_run, key) : std::move(*rendered));
+                               });
 }
 
 // -- request parsing shared by the action routes ------------------------------------------------
 
 struct parsed_action {
-  std::optional<action_request> request;
+  std::optional<service::operator_action> request;
   std::optional<http_server::response> error;
 };
 
@@ -313,7 +179,7 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
     return out;
   }
   auto& fields = std::get<ops_action_body>(parsed);
-  action_request a;
+  service::operator_action a;
   a.action = action;
   a.operation_id = id;
   a.operator_name = *op;
@@ -322,16 +188,16 @@ parsed_action parse_action(service_context& ctx, const operator_source& who, htt
   json params = std::move(fields.body);
   params["operationId"] = id;
   // Copy-then-overwrite: a client value under the reserved name never survives.
-  a.params = middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""});
+  a.audit_params =
+      middleware::audit_params(middleware::apply_operator_identity(std::move(params), identity::identity{*op, ""}));
   if (auto h = req.header("idempotency-key")) {
-    if (!valid_idempotency_key(*h)) {
+    if (!service::valid_idempotency_key(*h)) {
       out.error =
           outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters");
       return out;
     }
     // Scoped by operator and action: the same key from another operator is another request.
-    a.idem.key = "ops:" + *op + ":" + std::string(*h);
-    if (a.idem.key.size() > 250) a.idem.key = "ops:" + ids::sha256_hex(a.idem.key);
+    a.idem.key = service::scoped_idempotency_key("ops", *op, *h);
     a.idem.fingerprint = service::request_fingerprint("POST", route_template, id + "\n" + req.body);
     a.idem.ttl = service::idempotency_ttl(*ctx.config.current());
     a.idem.in_flight_timeout = service::idempotency_in_flight_timeout(*ctx.config.current());
@@ -583,7 +449,7 @@ void list_callbacks(service_context& ctx, http_server::request& req, http_server
 
 void bulk(service_context& ctx, const operator_source& who, http_server::request& req, const std::string& action_name,
           http_server::responder reply) {
-  auto action = parse_ops_action(action_name);
+  auto action = workflow::parse_ops_action(action_name);
   if (!action || (*action != ops_action::retrigger && *action != ops_action::fail)) {
     return reply(outcome_response(api_outcome::not_found, "Bulk actions are 'retrigger' and 'fail'"));
   }
@@ -594,118 +460,38 @@ void bulk(service_context& ctx, const operator_source& who, http_server::request
   if (auto* message = std::get_if<std::string>(&parsed))
     return reply(outcome_response(api_outcome::bad_request, *message));
   auto& fields = std::get<ops_bulk_body>(parsed);
-  bool dry_run = fields.dry_run;
-  std::string reason = fields.reason;
-  auto params = middleware::apply_operator_identity(fields.body, identity::identity{*op, ""});
+  service::bulk_action b;
+  b.action = *action;
+  b.filter = fields.filter;
+  b.dry_run = fields.dry_run;
+  b.reason = fields.reason;
+  b.operator_name = *op;
+  b.audit_params =
+      middleware::audit_params(middleware::apply_operator_identity(fields.body, identity::identity{*op, ""}));
   auto* svc = ctx.services;
-  submit_db(
-      ctx, reply,
-      [svc, f = fields.filter, a = *action, dry_run, reason, params, who_name = *op,
-       reply](persistence::db_context& db) {
-        auto rows = persistence::select_ops_operations(db, f, bulk_cap);
-        if (!rows.ok()) return reply(db_failure(rows.error));
-        std::vector<const persistence::operation_row*> eligible;
-        for (const auto& r : rows.value) {
-          if (plan_action(a, r.step).target) eligible.push_back(&r);
-        }
-        json ids = json::array();
-        for (std::size_t i = 0; i < eligible.size() && i < 100; ++i) ids.push_back(eligible[i]->operation_id);
-        json data = {{"action", to_string(a)},
-                     {"dryRun", dry_run},
-                     {"matched", rows.value.size()},
-                     {"eligible", eligible.size()},
-                     {"capped", rows.value.size() >= static_cast<std::size_t>(bulk_cap)},
-                     {"sampleIds", ids}};
-        if (dry_run) {
-          audit(db, who_name, "bulk-" + std::string(to_string(a)), "dry-run", params,
-                "DRY_RUN:" + std::to_string(eligible.size()), {});
-          return reply(outcome_response(api_outcome::ok, {}, data));
-        }
-        json outcomes = json::object();
-        for (const auto* r : eligible) {
-          action_request one;
-          one.action = a;
-          one.operation_id = r->operation_id;
-          one.operator_name = who_name;
-          one.reason = reason;
-          json p = params;
-          p["operationId"] = r->operation_id;
-          one.params = p;
-          auto plan = plan_action(a, r->step);
-          std::string cause = "operator bulk " + std::string(to_string(a)) + (reason.empty() ? "" : ": " + reason);
-          auto result = apply_transition(db, svc, *r, *plan.target, one, cause);
-          audit(db, who_name, std::string(to_string(a)), r->operation_id, one.params, result.audit_outcome, {});
-          outcomes[result.audit_outcome] = outcomes.value(result.audit_outcome, 0) + 1;
-        }
-        data["outcomes"] = outcomes;
-        audit(db, who_name, "bulk-" + std::string(to_string(a)), "filter", params, "APPLIED:" + outcomes.dump(), {});
-        reply(outcome_response(api_outcome::ok, {}, data));
-      });
+  submit_db(ctx, reply, [svc, b = std::move(b), reply](persistence::db_context& db) {
+    auto r = service::run_bulk_action(db, *svc, b);
+    if (!r.ok) return reply(db_failure(r.error));
+    json data = {{"action", workflow::to_string(b.action)},
+                 {"dryRun", b.dry_run},
+                 {"matched", r.matched},
+                 {"eligible", r.eligible},
+                 {"capped", r.capped},
+                 {"sampleIds", r.sample_ids}};
+    if (!b.dry_run) data["outcomes"] = json(r.outcomes);
+    reply(outcome_response(api_outcome::ok, {}, data));
+  });
 }
 
 }  // namespace
 
-// -- pure core ------------------------------------------------------------------------------------
-
-std::string_view to_string(ops_action a) {
-  switch (a) {
-    case ops_action::retrigger: return "retrigger";
-    case ops_action::fail: return "fail";
-    case ops_action::close: return "close";
-    case ops_action::resend_approval: return "resend-approval";
-    case ops_action::confirm: return "confirm";
-  }
-  return "?";
-}
-
-std::optional<ops_action> parse_ops_action(std::string_view name) {
-  for (auto a : all_ops_actions) {
-    if (to_string(a) == name) return a;
-  }
-  return std::nullopt;
-}
-
-std::optional<step> retrigger_target(step current) {
-  for (const auto& r : workflow::transition_table()) {
-    if (r.from != current || r.by != workflow::actor_kind::operator_only) continue;
-    // The operator's closing edges are separate actions, not a re-run of the step.
-    if (r.to == step::FORCED_FAILED || r.to == step::CLOSE_SUCCEEDED || r.to == step::HANDLE_ALREADY_MERGED ||
-        r.to == step::CALLED_BACK || r.to == step::CANCELLED)
-      continue;
-    return r.to;
-  }
-  return std::nullopt;
-}
-
-action_plan plan_action(ops_action a, step current) {
-  auto name = std::string(workflow::to_string(current));
-  auto targets = workflow::allowed_targets(current, workflow::actor_kind::operator_only);
-  auto allows = [&](step s) { return std::find(targets.begin(), targets.end(), s) != targets.end(); };
-  switch (a) {
-    case ops_action::retrigger:
-      if (auto t = retrigger_target(current)) return {t, {}};
-      return {std::nullopt, "Step " + name + " has no re-trigger: it is still running on its own, or final"};
-    case ops_action::fail:
-      if (allows(step::FORCED_FAILED)) return {step::FORCED_FAILED, {}};
-      return {std::nullopt, "Step " + name + " is final: a failure can no longer be forced"};
-    case ops_action::close:
-      if (allows(step::CLOSE_SUCCEEDED)) return {step::CLOSE_SUCCEEDED, {}};
-      return {std::nullopt, "Step " + name + " cannot be closed (final, or already merged)"};
-    case ops_action::confirm:
-      if (allows(step::CALLED_BACK)) return {step::CALLED_BACK, {}};
-      return {std::nullopt, "Only a merged change whose deploy is unconfirmed can be confirmed (now at " + name + ")"};
-    case ops_action::resend_approval:
-      if (allows(step::APPROVAL_SENDING)) return {step::APPROVAL_SENDING, {}};
-      return {std::nullopt, "The approval can only be resent after a failed submission (now at " + name + ")"};
-  }
-  return {std::nullopt, "unknown action"};
-}
+// -- what the console offers -----------------------------------------------------------------
 
 json allowed_actions_json(step current) {
   json out = json::array();
-  for (auto a : all_ops_actions) {
-    auto p = plan_action(a, current);
-    if (p.target) out.push_back({{"action", to_string(a)}, {"target", workflow::to_string(*p.target)}});
+  for (auto a : workflow::all_ops_actions) {
+    auto p = workflow::plan_action(a, current);
+    if (p.target) out.push_back({{"action", workflow::to_string(a)}, {"target", workflow::to_string(*p.target)}});
   }
   return out;
 }
@@ -738,7 +524,7 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
   add(routes::ops_operation, [&ctx](http_server::request&, const path_params& p, http_server::responder reply) {
     get_operation(ctx, p.at("id"), std::move(reply));
   });
-  for (auto a : all_ops_actions) {
+  for (auto a : workflow::all_ops_actions) {
     const route_spec& spec = route_of(a);
     std::string pattern(spec.pattern);
     add(spec, [&ctx, who, a, pattern](http_server::request& req, const path_params& p, http_server::responder reply) {
@@ -747,9 +533,8 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
       auto parsed = parse_action(ctx, who, req, a, id, pattern);
       if (parsed.error) return reply(std::move(*parsed.error));
       auto* svc = ctx.services;
-      auto* pool = &ctx.db;
-      submit_db(ctx, reply, [svc, pool, a = std::move(*parsed.request), reply](persistence::db_context& db) {
-        run_action(db, svc, pool, a, reply);
+      submit_db(ctx, reply, [svc, a = std::move(*parsed.request), reply](persistence::db_context& db) {
+        run_action(db, svc, a, reply);
       });
     });
   }

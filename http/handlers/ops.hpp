@@ -5,7 +5,8 @@
 // one operation in depth (timeline, callback ledger, live actor snapshot, allowed actions),
 // overview counts, audit log, effective config, instances/leases, callback ledger.
 //
-// Actions (retrigger, fail, close, resend-approval, bulk retrigger/fail):
+// Actions (retrigger, fail, close, resend-approval, bulk retrigger/fail) are the use case
+// service/operator_action; this file parses them and renders its results:
 // - allowed only along the transition table's operator edges (workflow::allowed_targets with
 //   actor_kind::operator_only); anything else is refused with 409 and a message naming the step;
 // - written with operation_repo::transition guarded by (version, step), so an action that races
@@ -20,11 +21,11 @@
 #include "http/api.hpp"
 #include "http/middleware/route_policy.hpp"
 #include "http/router.hpp"
+#include "workflow/operator_plan.hpp"
 #include "workflow/status.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -40,25 +41,6 @@ using operator_source = std::function<std::optional<std::string>(const http_serv
 void add_ops_routes(router& r, service_context& ctx, operator_source who = nullptr);
 
 // -- pure core, exposed for tests ---------------------------------------------------------------
-
-/// confirm: the deploy is in effect although its confirmation failed or never came (-> CALLED_BACK).
-enum class ops_action { retrigger, fail, close, resend_approval, confirm };
-/// Every action, in the order the console offers them.
-inline constexpr std::array all_ops_actions = {ops_action::retrigger, ops_action::resend_approval, ops_action::confirm,
-                                               ops_action::fail, ops_action::close};
-std::string_view to_string(ops_action a);
-std::optional<ops_action> parse_ops_action(std::string_view name);
-
-/// The operator edge a re-trigger takes from `current` (the step to run again), if any.
-std::optional<workflow::step> retrigger_target(workflow::step current);
-
-struct action_plan {
-  std::optional<workflow::step> target;  // set when allowed
-  std::string refusal;                   // actionable message when not
-};
-/// What `a` would do from `current`. For close the target is CLOSE_SUCCEEDED; the handler switches to
-/// HANDLE_ALREADY_MERGED when it finds the MR merged (merged wins).
-action_plan plan_action(ops_action a, workflow::step current);
 
 /// [{"action": "retrigger", "target": "CREATE_MR_OPENED"}, ...] for the console's buttons.
 nlohmann::json allowed_actions_json(workflow::step current);

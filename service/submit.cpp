@@ -1,0 +1,88 @@
+#include "service/submit.hpp"
+
+#include "actors/request_actor.hpp"
+#include "config/test_hooks.hpp"
+#include "persistence/binding_repo.hpp"
+#include "workflow/transitions.hpp"
+
+namespace changeflow::service {
+
+namespace {
+
+/// Who holds the target (one extra read, on the refusal path only). The blocker may have ended
+/// between the refusal and this read: then only its id is known, and the client retries.
+submit_result blocked(persistence::session db, const persistence::new_operation& op) {
+  submit_result r;
+  r.status = submit_status::blocked;
+  auto binding = persistence::find_binding(db, op.subject_id, op.target_key);
+  if (!binding.ok()) return r;
+  r.blocking_id = binding.value.operation_id;
+  auto holder = persistence::load_operation(db, binding.value.operation_id);
+  if (holder.ok() && !workflow::is_reappliable(holder.value.phase)) r.blocker = std::move(holder.value);
+  return r;
+}
+
+/// Creates the operation and spawns its actor.
+submit_result create_and_start(persistence::session db, actors::services& svc, const persistence::new_operation& op) {
+  submit_result r;
+  auto created = persistence::create_operation(db, op);
+  if (!created.ok()) {
+    r.error = created.error;
+    return r;
+  }
+  switch (created.value) {
+    case persistence::create_outcome::created: {
+      auto& row = r.created;
+      row.operation_id = op.operation_id;
+      row.subject_id = op.subject_id;
+      row.target_key = op.target_key;
+      row.flow = std::string(workflow::to_string(op.flow));
+      row.step = op.initial_step;
+      row.phase = workflow::phase_of(op.initial_step);
+      row.version = 1;
+      row.title = op.title;
+      row.payload_json = op.payload_json;
+      row.requester = op.requester;
+      row.updated_at_ms = svc.now_ms();
+      actors::spawn_request_actor(svc, actors::seed_from_row(row, svc.now_ms()));
+      svc.metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
+      r.status = submit_status::accepted;
+      return r;
+    }
+    case persistence::create_outcome::duplicate_operation:
+      // The operation exists but this is not a replay of a stored answer (the idempotency record
+      // expired, or another Idempotency-Key was used).
+      r.status = submit_status::duplicate;
+      return r;
+    case persistence::create_outcome::in_progress:
+    case persistence::create_outcome::preempted: return blocked(db, op);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::optional<gate_result> submit(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+                                  const idempotent_request& idem, const submit_render& render) {
+  if (idem.key.empty()) {
+    render(create_and_start(db, svc, op));
+    return std::nullopt;
+  }
+  // A re-run after a takeover is safe because the operation id is the same on the re-run (the
+  // client's, or one derived from the key): create_operation answers duplicate_operation when the
+  // dead request got as far as creating it, and simply creates it when not.
+  auto gate = begin_idempotent(db, svc, idem);
+  if (gate.verdict != gate_verdict::run) return gate;
+  config::hold_for_test_hook(*svc.config->current(), "faults.hold_after_idempotency_begin_ms");
+  stored_answer answer;
+  try {
+    answer = render(create_and_start(db, svc, op));
+  } catch (...) {
+    finish_idempotent(db, idem, {500, {}});
+    throw;
+  }
+  finish_idempotent(db, idem, answer);
+  return std::nullopt;
+}
+
+}  // namespace changeflow::service

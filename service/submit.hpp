@@ -1,0 +1,42 @@
+#pragma once
+// A user's submission: the idempotency protocol (service/idempotency), then create the operation
+// and start its actor. Runs on a database worker; the HTTP layer parses the body, decides the
+// operation's id and renders the result.
+
+#include "actors/services.hpp"
+#include "persistence/operation_repo.hpp"
+#include "persistence/session.hpp"
+#include "service/idempotency.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace changeflow::service {
+
+enum class submit_status {
+  accepted,   // created now and its actor started: `created`
+  duplicate,  // this operation already exists (not a replay of a stored answer): the client keeps polling
+  blocked,    // another change holds the target: `blocker` when it could be read, else `blocking_id`
+  failed,     // the database failed: `error`
+};
+
+struct submit_result {
+  submit_status status = submit_status::failed;
+  persistence::operation_row created;                 // accepted
+  std::optional<persistence::operation_row> blocker;  // blocked: the change that holds the target, still held
+  std::optional<std::string> blocking_id;             // blocked: read from the binding (it may have ended since)
+  persistence::db_error error;                        // failed
+};
+
+/// Turns a result into the wire answer (called once per submission that ran); a 2xx answer is
+/// stored for replay under the key.
+using submit_render = std::function<stored_answer(const submit_result&)>;
+
+/// Submits `op`. Without a key (idem.key == "") nothing is deduplicated beyond the operation id.
+/// Returns the gate's answer when the idempotency gate did not let the submission run (replay, 409,
+/// 422, database failure), else nullopt (render has run).
+std::optional<gate_result> submit(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+                                  const idempotent_request& idem, const submit_render& render);
+
+}  // namespace changeflow::service
