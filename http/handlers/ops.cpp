@@ -293,27 +293,25 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
     data["callbacks"] = std::move(cbs);
     data["allowedActions"] = allowed_actions_json(row.value.step);
     data["live"] = nullptr;
-    if (auto summary = svc->actors->summary(id)) {
-      json live = {{"instance", svc->instance_id}, {"summary", summary_json(*summary)}, {"snapshot", nullptr}};
-      // Ask the actor itself, bounded: a busy or dying actor must not hold this worker long; the
-      // registry summary above is the fallback view.
-      if (auto actor = svc->actors->find(id)) {
-        try {
-          caf::scoped_actor self{*svc->system};
-          self->request(*actor, live_snapshot_timeout, messages::inspect_request{})
-              .receive(
-                  [&](const messages::actor_snapshot& snap) {
-                    auto parsed = json::parse(snap.json, nullptr, false);
-                    if (!parsed.is_discarded()) live["snapshot"] = std::move(parsed);
-                  },
-                  [&](caf::error& err) { live["snapshotError"] = self->system().render(err); });
-        } catch (const std::exception& e) {
-          live["snapshotError"] = e.what();
-        }
-      }
-      data["live"] = std::move(live);
-    }
-    reply(outcome_response(api_outcome::ok, {}, data));
+    auto summary = svc->actors->summary(id);
+    auto actor = svc->actors->find(id);
+    if (!summary || !actor) return reply(outcome_response(api_outcome::ok, {}, data));
+    data["live"] = {{"instance", svc->instance_id}, {"summary", summary_json(*summary)}, {"snapshot", nullptr}};
+    // Ask the actor itself, bounded, from a short-lived actor: this database worker is released now,
+    // and a busy or dying actor only costs the timeout, with the registry summary above as the view.
+    svc->system->spawn([actor = *actor, data = std::move(data), reply](caf::event_based_actor* self) mutable {
+      self->request(actor, live_snapshot_timeout, messages::inspect_request{})
+          .then(
+              [data, reply](const messages::actor_snapshot& snap) mutable {
+                auto parsed = json::parse(snap.json, nullptr, false);
+                if (!parsed.is_discarded()) data["live"]["snapshot"] = std::move(parsed);
+                reply(outcome_response(api_outcome::ok, {}, data));
+              },
+              [self, data, reply](caf::error& err) mutable {
+                data["live"]["snapshotError"] = self->system().render(err);
+                reply(outcome_response(api_outcome::ok, {}, data));
+              });
+    });
   });
 }
 

@@ -91,7 +91,11 @@ TEST(OpsApi, ActionsFollowOperatorEdgesAreIdempotentAndAudited) {
   EXPECT_EQ(d["allowedActions"][0]["action"], "retrigger");
   EXPECT_EQ(d["allowedActions"][0]["target"], "CREATE_MR_OPENED");
   EXPECT_GE(d["timeline"].size(), 3u);
-  EXPECT_FALSE(d["live"].is_null()) << "the hung operation keeps an actor on this instance";
+  ASSERT_FALSE(d["live"].is_null()) << "the hung operation keeps an actor on this instance";
+  // The actor answered for itself (asked without blocking a database worker), not only the registry.
+  ASSERT_TRUE(d["live"]["snapshot"].is_object()) << d["live"].dump();
+  EXPECT_EQ(d["live"]["snapshot"]["operationId"], id);
+  EXPECT_EQ(d["live"]["snapshot"]["step"], "CREATE_PIPELINE_PENDING");
 
   // Listed across instances with a filter, and on the overview's stuck list.
   auto list = body_of(ops(env, "GET", "/api/v1/ops/operations?step=CREATE_PIPELINE_PENDING", as("alice")));
