@@ -91,6 +91,14 @@ TEST(BatchRepo, ClaimMarkSucceedMovesMembersAndReleasesTheSlot) {
   EXPECT_EQ(ok.value, 3);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10604 AND phase = 'MERGED' AND mr_iid = 42"), "3");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE phase = 'MERGED'"), "3");
+  // Each move (claimed, merged) is one event per member, written by the transition trigger from the
+  // move's own UPDATE (which moved the binding too), leaving nothing in the staging columns.
+  for (const auto& id : ids) {
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE actor = 'batch' AND operation_id = '" + id + "'"),
+              "2")
+        << id;
+  }
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE event_actor IS NOT NULL OR event_cause IS NOT NULL"), "0");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
   // A second settler (sweep racing the coordinator) is preempted and writes nothing.
   auto late = persistence::settle_failed_batch(*c, batch, persistence::batch_status::RUNNING,

@@ -121,42 +121,24 @@ std::vector<std::string> lock_operations(sql::Connection& conn, const std::strin
 int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, const op_move& m) {
   if (!workflow::is_allowed(m.from, m.to)) return 0;  // never write an edge the table forbids
   const std::string to_phase(workflow::to_string(workflow::phase_of(m.to)));
-  const std::string from_phase(workflow::to_string(workflow::phase_of(m.from)));
   int moved = 0;
   for (const auto& chunk : detail::chunks(ids)) {
     const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
-    auto ev = prepare(conn,
-                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
-                      "to_phase, cause, actor, instance_id, version, at) SELECT operation_id, step, "
-                      "?, ?, ?, ?, 'batch', ?, version + 1, NOW(3) FROM operation WHERE step = ? "
-                      "AND operation_id" +
-                          in);
-    ev->setInt(1, workflow::code_of(m.to));
-    ev->setString(2, from_phase);
-    ev->setString(3, to_phase);
-    ev->setString(4, m.cause.substr(0, 255));
-    detail::set_opt_string(*ev, 5, m.instance_id.empty() ? std::nullopt : std::optional(m.instance_id));
-    ev->setInt(6, workflow::code_of(m.from));
-    for (std::size_t i = 0; i < chunk.size(); ++i) ev->setString(static_cast<int>(i + 7), chunk[i]);
-    ev->executeUpdate();
-
+    // One statement: the transition trigger writes each row's event and moves its binding's phase.
     auto up = prepare(conn,
-                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, "
-                      "next_wake_at = NULL" +
+                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, next_wake_at = NULL, "
+                      "event_cause = ?, event_actor = 'batch', event_instance = ?" +
                           m.extra_set + " WHERE step = ? AND operation_id" + in);
     int i = 1;
     up->setInt(i++, workflow::code_of(m.to));
     up->setString(i++, to_phase);
+    up->setString(i++, m.cause.substr(0, 255));
+    detail::set_opt_string(*up, i++, m.instance_id.empty() ? std::nullopt : std::optional(m.instance_id));
     if (m.bind_extra) m.bind_extra(*up, i);
     i += m.extra_params;
     up->setInt(i++, workflow::code_of(m.from));
     for (const auto& id : chunk) up->setString(i++, id);
     moved += up->executeUpdate();
-
-    auto b = prepare(conn, "UPDATE binding SET phase = ? WHERE operation_id" + in);
-    b->setString(1, to_phase);
-    for (std::size_t k = 0; k < chunk.size(); ++k) b->setString(static_cast<int>(k + 2), chunk[k]);
-    b->executeUpdate();
   }
   return moved;
 }

@@ -80,23 +80,15 @@ db_result<std::vector<taken_operation>> take_over_expired(session s, const std::
       // leaves it out of this UPDATE.
       auto upd = prepare(conn,
                          "UPDATE operation o LEFT JOIN instance i ON i.instance_id = o.owner_instance "
-                         "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1 "
+                         "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1, "
+                         "o.event_cause = 'owner lease expired: taken over', o.event_actor = 'reconciler', "
+                         "o.event_instance = ? "
                          "WHERE o.operation_id IN " +
                              in + " AND " + orphaned);
       upd->setString(1, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k) upd->setString(static_cast<int>(k + 2), chunk[k]);
+      upd->setString(2, my_id);
+      for (std::size_t k = 0; k < chunk.size(); ++k) upd->setString(static_cast<int>(k + 3), chunk[k]);
       if (upd->executeUpdate() == 0) continue;
-      auto ev = prepare(conn,
-                        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
-                        "cause, "
-                        "actor, instance_id, version, at) SELECT operation_id, step, step, phase, phase, "
-                        "'owner lease expired: taken over', 'reconciler', ?, version, NOW(3) FROM operation "
-                        "WHERE owner_instance = ? AND operation_id IN " +
-                            in);
-      ev->setString(1, my_id);
-      ev->setString(2, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k) ev->setString(static_cast<int>(k + 3), chunk[k]);
-      ev->executeUpdate();
       auto got = prepare(conn,
                          "SELECT operation_id, lease_epoch, version FROM operation "
                          "WHERE owner_instance = ? AND operation_id IN " +

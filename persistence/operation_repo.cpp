@@ -141,10 +141,24 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
   return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
     const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
     detail::transaction tx(conn);
+    // Plain read; the binding write below pins what was read, so a change in between is detected,
+    // not lost. Read first because the operation's INSERT carries its first event (created or
+    // re-applied) to the creation trigger.
+    auto sel = prepare(conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
+    sel->setString(1, op.subject_id);
+    sel->setString(2, op.target_key);
+    rs_ptr existing(sel->executeQuery());
+    std::optional<std::string> replaced_op, replaced_phase;
+    if (existing->next()) {
+      replaced_op = detail::str(*existing, "operation_id");
+      replaced_phase = detail::str(*existing, "phase");
+    }
+
     auto ins = prepare(conn,
                        "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-                       "title, payload, owner_instance, lease_epoch, requester) "
-                       "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)");
+                       "title, payload, owner_instance, lease_epoch, requester, event_cause, event_actor, "
+                       "event_instance) "
+                       "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)");
     ins->setString(1, op.operation_id);
     ins->setString(2, op.subject_id);
     ins->setString(3, op.target_key);
@@ -156,6 +170,9 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
     detail::set_opt_string(*ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
     ins->setInt64(10, op.lease_epoch);
     detail::set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
+    ins->setString(12, replaced_op ? "re-applied" : "created");
+    ins->setString(13, op.actor.substr(0, 160));
+    detail::set_opt_string(*ins, 14, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
     try {
       ins->executeUpdate();
     } catch (const sql::SQLException& e) {
@@ -163,13 +180,7 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
       throw;
     }
 
-    // Plain read; the write below pins what was read, so a change in between is detected, not lost.
-    auto sel = prepare(conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
-    sel->setString(1, op.subject_id);
-    sel->setString(2, op.target_key);
-    rs_ptr existing(sel->executeQuery());
-    std::optional<std::string> replaced_op, replaced_phase;
-    if (!existing->next()) {
+    if (!replaced_op) {
       auto insb =
           prepare(conn, "INSERT INTO binding (subject_id, target_key, operation_id, phase) VALUES (?, ?, ?, ?)");
       insb->setString(1, op.subject_id);
@@ -183,8 +194,6 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
         throw;
       }
     } else {
-      replaced_op = detail::str(*existing, "operation_id");
-      replaced_phase = detail::str(*existing, "phase");
       auto p = workflow::parse_phase(*replaced_phase);
       if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
       // Pin the exact phase AND operation id read: with several re-appliable phases, and with
@@ -210,18 +219,6 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
     detail::set_opt_string(*hist, 4, replaced_op);
     detail::set_opt_string(*hist, 5, replaced_phase);
     hist->executeUpdate();
-
-    auto ev = prepare(conn,
-                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, "
-                      "cause, "
-                      "actor, instance_id, version, at) VALUES (?, NULL, ?, NULL, ?, ?, ?, ?, 1, NOW(3))");
-    ev->setString(1, op.operation_id);
-    ev->setInt(2, workflow::code_of(op.initial_step));
-    ev->setString(3, initial_phase);
-    ev->setString(4, replaced_op ? "re-applied" : "created");
-    ev->setString(5, op.actor.substr(0, 160));
-    detail::set_opt_string(*ev, 6, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
-    ev->executeUpdate();
     tx.commit();
     return R::success(create_outcome::created);
   });
@@ -376,35 +373,25 @@ db_result<std::optional<validated_flip>> mark_validated(session s, const std::st
       return R::failure(db_outcome::illegal_transition,
                         std::string(workflow::to_string(current)) + " -> CALLED_BACK is not in the transition table");
     }
-    std::int64_t new_version = version;
-    if (repair) {
-      auto uo = prepare(conn,
-                        "UPDATE operation SET step = ?, phase = 'VALIDATED', version = version + "
-                        "1, next_wake_at = NULL "
-                        "WHERE operation_id = ? AND version = ?");
-      uo->setInt(1, workflow::code_of(step::CALLED_BACK));
-      uo->setString(2, operation_id);
-      uo->setInt64(3, version);
-      if (uo->executeUpdate() != 1) return R::failure(db_outcome::preempted, "operation moved while locked");
-      new_version = version + 1;
-    }
+    // The operation's own write carries the event (the transition trigger writes it and moves the
+    // binding when the phase changes); a binding left at MERGED under an operation already at
+    // CALLED_BACK is repaired by the explicit write after it.
+    auto uo = prepare(conn,
+                      "UPDATE operation SET step = ?, phase = 'VALIDATED', version = version + 1, next_wake_at = NULL, "
+                      "event_cause = ?, event_actor = ?, event_instance = NULL "
+                      "WHERE operation_id = ? AND version = ?");
+    uo->setInt(1, workflow::code_of(step::CALLED_BACK));
+    uo->setString(2, "validated via " + via);
+    uo->setString(3, via == "callback" ? "callback" : "reconciler");
+    uo->setString(4, operation_id);
+    uo->setInt64(5, version);
+    if (uo->executeUpdate() != 1) return R::failure(db_outcome::preempted, "operation moved while locked");
+    const std::int64_t new_version = version + 1;
     if (flip) {
       auto ub = prepare(conn, "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
       ub->setString(1, operation_id);
-      if (ub->executeUpdate() != 1) return R::failure(db_outcome::preempted, "binding moved while locked");
+      ub->executeUpdate();
     }
-    auto ev = prepare(conn,
-                      "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, "
-                      "to_phase, cause, "
-                      "actor, version, at) VALUES (?, ?, ?, ?, 'VALIDATED', ?, ?, ?, NOW(3))");
-    ev->setString(1, operation_id);
-    ev->setInt(2, workflow::code_of(current));
-    ev->setInt(3, workflow::code_of(step::CALLED_BACK));
-    ev->setString(4, std::string(workflow::to_string(workflow::phase_of(current))));
-    ev->setString(5, "validated via " + via);
-    ev->setString(6, via == "callback" ? "callback" : "reconciler");
-    ev->setInt64(7, new_version);
-    ev->executeUpdate();
     tx.commit();
     if (!flip) return R::success(std::nullopt);
     return R::success(validated_flip{operation_id, subject, new_version});

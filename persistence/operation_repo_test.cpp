@@ -232,6 +232,11 @@ TEST(OperationRepo, ReappliableRowIsResetInPlaceWithHistory) {
   EXPECT_EQ(h.value[1].replaced_operation_id, first);
   EXPECT_EQ(h.value[1].replaced_phase, "REJECTED");
   EXPECT_EQ(find_binding_by_operation(*c, first).outcome, db_outcome::not_found);
+  auto events = list_events(*c, second);
+  ASSERT_EQ(events.value.size(), 1u);
+  EXPECT_EQ(events.value[0].cause, "re-applied");
+  EXPECT_EQ(events.value[0].version, 1);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE event_actor IS NOT NULL"), "0");
 }
 
 // A target is changed many times: once its change ended (validated, cancelled, closed) the next one
@@ -514,6 +519,9 @@ TEST(OperationRepo, MarkValidatedFlipsExactlyOnceUnderRace) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(flips[i].load(), 1) << "operation " << i;
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE phase = 'VALIDATED'"), std::to_string(n));
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10301 AND phase = 'VALIDATED'"), std::to_string(n));
+  // One event per validation, carried by the operation's own write; nothing left in staging.
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE cause LIKE 'validated via %'"), std::to_string(n));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE event_actor IS NOT NULL"), "0");
   // A later call is an idempotent no-op.
   EXPECT_FALSE(mark_validated(*c, ids[0], "callback").value);
 }
@@ -626,6 +634,10 @@ TEST(InstanceRepo, TakeOverExpiredOwnersAndPageOwned) {
   ASSERT_EQ(taken.value.size(), 4u);
   EXPECT_EQ(taken.value[0].lease_epoch, 1);
   EXPECT_TRUE(take_over_expired(*c, "c", 100).value.empty());  // b is alive now
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE cause = 'owner lease expired: taken over' "
+                      "AND instance_id = 'b' AND from_step = to_step"),
+            "4");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE event_actor IS NOT NULL"), "0");
 
   // The former owner's fenced write fails.
   transition_request t;
