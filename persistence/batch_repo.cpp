@@ -312,17 +312,6 @@ db_result<done> finish_batch(session s, std::int64_t batch_id, batch_status expe
   });
 }
 
-db_result<done> set_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch) {
-  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
-    auto st = prepare(conn, "UPDATE merge_batch SET mr_iid = ?, branch = ? WHERE id = ? AND status = 1");
-    st->setInt64(1, mr_iid);
-    st->setString(2, branch);
-    st->setInt64(3, batch_id);
-    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
-    return db_result<done>::success({});
-  });
-}
-
 db_result<int> settle_failed_batch(session s, std::int64_t batch_id, batch_status expected, member_reset reset,
                                    const std::string& reason, const std::vector<std::string>& leaving,
                                    const std::string& leaving_cause) {

@@ -60,8 +60,6 @@ db_result<claim_result> claim(session s, int max_members, const claim_hook& hook
 /// slot in the same UPDATE; BLOCKED keeps it.
 db_result<done> finish_batch(session s, std::int64_t batch_id, batch_status expected, batch_status next,
                              const std::optional<std::string>& reason = std::nullopt);
-/// Records the batch MR while the batch still runs (guarded by status RUNNING).
-db_result<done> set_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch);
 
 enum class member_reset { requeue, remove };
 /// One transaction, guarded write FIRST: batch expected -> FAILED (a second settler

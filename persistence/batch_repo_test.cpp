@@ -308,6 +308,6 @@ TEST(BatchRepo, SweepFindsOnlyOldRunningBatches) {
   EXPECT_TRUE(sweep_running_older_than(*c, 600).value.empty());
   db.exec("UPDATE merge_batch SET created_at = NOW(3) - INTERVAL 700 SECOND");
   EXPECT_EQ(sweep_running_older_than(*c, 600).value, std::vector<std::int64_t>{r.value.batch_id});
-  ASSERT_TRUE(set_batch_mr(*c, r.value.batch_id, 42, "batch/1").ok());
+  ASSERT_TRUE(record_batch_mr(*c, r.value.batch_id, 42, "batch/1", "http://mr/42").ok());
   EXPECT_EQ(load_batch(*c, r.value.batch_id).value.mr_iid, 42);
 }

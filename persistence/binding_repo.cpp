@@ -40,14 +40,6 @@ db_result<binding_row> find_binding(session s, const std::string& subject_id, co
   });
 }
 
-db_result<binding_row> find_binding_by_operation(session s, const std::string& operation_id) {
-  return guarded<binding_row>(s, [&](sql::Connection& conn) {
-    auto st = prepare(conn, std::string(binding_columns) + "WHERE operation_id = ?");
-    st->setString(1, operation_id);
-    return read_one(std::move(st), operation_id);
-  });
-}
-
 db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
                                                             const std::string& target_key) {
   using V = std::vector<binding_history_row>;

@@ -48,25 +48,6 @@ step target_of(approval_result r) {
 }
 }  // namespace
 
-db_result<record_outcome> record_callback(session s, const std::string& delivery_id, callback_kind kind,
-                                          const std::string& operation_id, const std::string& payload_json) {
-  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> db_result<record_outcome> {
-    auto st = ledger_insert(conn, delivery_id, kind, operation_id, payload_json);
-    return db_result<record_outcome>::success(detail::insert_unless_duplicate(*st) ? record_outcome::inserted
-                                                                                   : record_outcome::duplicate);
-  });
-}
-
-db_result<done> set_callback_outcome(session s, const std::string& delivery_id, callback_outcome outcome) {
-  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
-    auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
-    st->setString(1, std::string(to_string(outcome)));
-    st->setString(2, delivery_id);
-    if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::not_found, "no delivery " + delivery_id);
-    return db_result<done>::success({});
-  });
-}
-
 db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json) {
@@ -123,34 +104,6 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
     auto applied = detail::apply_transition(conn, req);
     if (!applied.ok()) return R::failure(applied.error);  // cannot happen under the row lock; rolled back
     return finish({callback_outcome::APPLIED, target, applied.value});
-  });
-}
-
-db_result<record_outcome> record_deploy_callback(session s, const deploy_callback_in& cb) {
-  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> db_result<record_outcome> {
-    auto st = prepare(conn,
-                      "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, "
-                      "status, operation_ids, "
-                      "received_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
-    st->setString(1, cb.delivery_id);
-    st->setString(2, cb.project);
-    st->setInt64(3, cb.mr_iid);
-    detail::set_opt_int64(*st, 4, cb.pipeline_id);
-    st->setString(5, cb.status);
-    detail::set_opt_string(*st, 6, cb.operation_ids_json);
-    return db_result<record_outcome>::success(detail::insert_unless_duplicate(*st) ? record_outcome::inserted
-                                                                                   : record_outcome::duplicate);
-  });
-}
-
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(session s, const std::string& status) {
-  using V = std::optional<std::int64_t>;
-  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = ?");
-    st->setString(1, status);
-    rs_ptr rs(st->executeQuery());
-    if (!rs->next()) return db_result<V>::success(std::nullopt);
-    return db_result<V>::success(detail::opt_int64(*rs, "m"));
   });
 }
 

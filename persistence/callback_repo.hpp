@@ -24,11 +24,6 @@ std::string_view to_string(callback_outcome o);
 /// applies it, because applying is idempotent (guarded writes, flip-once validation).
 enum class record_outcome { inserted, duplicate, duplicate_unapplied };
 
-/// Ledger row with outcome PENDING; a duplicate delivery id is `duplicate` (not an error).
-db_result<record_outcome> record_callback(session s, const std::string& delivery_id, callback_kind kind,
-                                          const std::string& operation_id, const std::string& payload_json);
-db_result<done> set_callback_outcome(session s, const std::string& delivery_id, callback_outcome outcome);
-
 enum class approval_result { APPROVED, REJECTED, WITHDRAWN };
 
 struct approval_applied {
@@ -54,10 +49,5 @@ struct deploy_callback_in {
   std::string status;                             // as sent by the deploy pipeline, e.g. "success"
   std::optional<std::string> operation_ids_json;  // JSON array when the sender knows them
 };
-db_result<record_outcome> record_deploy_callback(session s, const deploy_callback_in& cb);
-
-/// Watermark for reconciliation: the largest MR number called back with this status;
-/// nullopt when none.
-db_result<std::optional<std::int64_t>> max_called_back_mr_iid(session s, const std::string& status = "success");
 
 }  // namespace changeflow::persistence

@@ -132,12 +132,6 @@ db_result<done> idem_abandon(session s, const std::string& key) {
   });
 }
 
-db_result<std::optional<idem_record>> idem_find(session s, const std::string& key) {
-  using V = std::optional<idem_record>;
-  return guarded<V>(s,
-                    [&](sql::Connection& conn) -> db_result<V> { return db_result<V>::success(find_live(conn, key)); });
-}
-
 db_result<int> idem_delete_expired(session s, int limit) {
   return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
     auto st = prepare(conn, "DELETE FROM idempotency_record WHERE expires_at < NOW(3) ORDER BY expires_at LIMIT ?");

@@ -56,7 +56,6 @@ db_result<idem_begin_result> idem_begin(session s, const std::string& key, const
 db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body);
 /// Drops an IN_FLIGHT record whose request failed before producing a response, so a retry may run.
 db_result<done> idem_abandon(session s, const std::string& key);
-db_result<std::optional<idem_record>> idem_find(session s, const std::string& key);
 /// Deletes up to `limit` expired records (expires_at < NOW(3)); returns how many.
 db_result<int> idem_delete_expired(session s, int limit);
 

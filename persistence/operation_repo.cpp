@@ -415,17 +415,4 @@ db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age
   });
 }
 
-db_result<std::vector<operation_row>> list_due_wakeups(session s, int limit) {
-  using V = std::vector<operation_row>;
-  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
-                                " FROM operation WHERE next_wake_at <= NOW(3) ORDER BY next_wake_at LIMIT ?");
-    st->setInt(1, limit);
-    rs_ptr rs(st->executeQuery());
-    V out;
-    while (rs->next()) out.push_back(detail::read_operation(*rs));
-    return db_result<V>::success(std::move(out));
-  });
-}
-
 }  // namespace changeflow::persistence

@@ -146,7 +146,4 @@ struct merged_candidate {
 /// min_age) on the DB clock, oldest first, only rows with an MR number.
 db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age_s, int max_age_s, int limit);
 
-/// Operations whose next_wake_at has passed (DB clock), earliest first.
-db_result<std::vector<operation_row>> list_due_wakeups(session s, int limit);
-
 }  // namespace changeflow::persistence
