@@ -11,11 +11,7 @@
 #include "messages/messages.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
-#include "service/wake_actor.hpp"
-
-#include <caf/all.hpp>
-#include <mutex>
-#include <set>
+#include "service/callback_intake.hpp"
 
 namespace changeflow::http {
 
@@ -31,10 +27,7 @@ http_server::response outcome_response(std::string_view outcome, nlohmann::json 
   return ok(extra);
 }
 
-void count_callback(metrics::registry& m, std::string_view kind, std::string_view outcome) {
-  m.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
-        {{"kind", std::string(kind)}, {"outcome", std::string(outcome)}});
-}
+using service::count_callback;
 
 void approval_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto snap = ctx.config.current();
@@ -47,146 +40,32 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   if (auto* e = std::get_if<callback_body_error>(&parsed))
     return reply(outcome_response(api_outcome::bad_request, e->message));
   auto& fields = std::get<approval_callback_body>(parsed);
-  std::string callback_id = fields.callback_id;
-  std::string operation_id = fields.operation_id;
-  std::string result = fields.result;
-  persistence::approval_result decision = fields.decision;
+  service::approval_delivery d;
+  d.delivery_id = fields.callback_id;
+  d.operation_id = fields.operation_id;
+  d.result = fields.result;
+  d.decision = fields.decision;
+  d.payload = req.body;
   auto* svc = ctx.services;
-  auto* metrics = &ctx.metrics;
-  std::string body = req.body;
   // Durable before the 2xx: the ledger row and the transition commit in one transaction; delivery
   // to the actor is only a nudge, so a crash after the 2xx loses nothing (rehydration resumes).
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
-      [=](persistence::db_context& db) {
-        auto r = persistence::apply_approval_callback(db, callback_id, operation_id, decision, body);
-        if (!r.ok()) {
-          if (r.outcome == db_outcome::retryable)
+      [svc, d = std::move(d), reply](persistence::db_context& db) {
+        auto r = service::take_approval(db, *svc, d);
+        if (!r.ok) {
+          if (r.error.outcome == db_outcome::retryable)
             return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
           return reply(internal_error("database: " + r.error.message));
         }
-        auto outcome = std::string(persistence::to_string(r.value.outcome));
-        count_callback(*metrics, "approval", outcome);
-        log::info(
-            "callback.approval",
-            {{"operation_id", operation_id}, {"callback_id", callback_id}, {"result", result}, {"outcome", outcome}});
-        // APPLIED: the actor must act on the new row. DUPLICATE: a sender redelivers when it did not
-        // see our 2xx (we may have crashed right after the commit), so make sure an actor drives the
-        // already-applied row; a reload of an unchanged row is harmless.
-        if (r.value.outcome == persistence::callback_outcome::APPLIED ||
-            r.value.outcome == persistence::callback_outcome::DUPLICATE) {
-          service::wake_actor(db, *svc, operation_id, std::nullopt, "approval callback");
-        }
-        reply(outcome_response(outcome));
+        reply(outcome_response(persistence::to_string(r.outcome)));
       },
       persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
-/// What a recorded deploy delivery did: which operations it names, and the classified outcome.
-struct deploy_applied {
-  persistence::deploy_outcome outcome = persistence::deploy_outcome::IGNORED_STALE;
-  int matched = 0;
-  int validated = 0;
-  int failed = 0;  // moved to DEPLOY_FAILED by this delivery
-};
-
-/// A failed deploy is a failure, not "keep waiting": every named operation still waiting for its
-/// confirmation moves to DEPLOY_FAILED (guarded by the version just read; a loser to a concurrent
-/// writer has moved on and is left alone). It never raises the reconciliation watermark (that one
-/// reads successes only).
-persistence::db_result<deploy_applied> fail_deploys(persistence::session db, const persistence::deploy_callback_in& cb,
-                                                    const std::vector<std::string>& candidates, deploy_applied out) {
-  using R = persistence::db_result<deploy_applied>;
-  out.outcome = persistence::deploy_outcome::IGNORED_STALE;
-  auto rows = persistence::load_operations(db, candidates);
-  if (!rows.ok()) return R::failure(rows.error);
-  for (const auto& row : rows.value) {
-    if (row.phase != workflow::phase::MERGED) {
-      if (!workflow::is_terminal(row.phase)) out.outcome = persistence::deploy_outcome::OUT_OF_ORDER;
-      continue;
-    }
-    auto moved = actors::mark_deploy_failed(db, row, cb.mr_iid, cb.pipeline_id);
-    if (!moved.ok()) return R::failure(moved.error);
-    if (moved.value) {
-      out.outcome = persistence::deploy_outcome::DEPLOY_FAILED;
-      ++out.failed;
-    }
-  }
-  return R::success(out);
-}
-
-/// Runs on a db worker after the delivery was recorded. The candidates are the operations the
-/// pipeline named, or else the operations carrying this MR number in our project (the MR ->
-/// operation mapping is ours, so this is an exact match, not an inference).
-persistence::db_result<deploy_applied> apply_deploy(persistence::session db, const persistence::deploy_callback_in& cb,
-                                                    const std::vector<std::string>& named_ids,
-                                                    const std::string& our_project, metrics::registry& metrics) {
-  using R = persistence::db_result<deploy_applied>;
-  using persistence::deploy_outcome;
-  deploy_applied out;
-  if (cb.status != "success" && cb.status != "failed") {
-    out.outcome = deploy_outcome::IGNORED_STALE;  // running, canceled, ...: nothing settled yet
-    return R::success(out);
-  }
-  std::vector<std::string> candidates = named_ids;
-  if (candidates.empty() && cb.project == our_project) {
-    auto by_mr = persistence::operations_for_mr(db, cb.mr_iid);
-    if (!by_mr.ok()) return R::failure(by_mr.error);
-    for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
-  }
-  out.matched = static_cast<int>(candidates.size());
-  if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
-  std::vector<std::string> not_flipped;
-  for (const auto& id : candidates) {
-    auto r = actors::validate_and_count(db, id, actors::validation_path::callback, metrics);
-    if (!r.ok() && r.outcome != persistence::db_outcome::not_found) return R::failure(r.error);
-    if (r.ok() && r.value) {
-      ++out.validated;
-    } else {
-      not_flipped.push_back(id);
-    }
-  }
-  if (out.validated > 0) {
-    out.outcome = deploy_outcome::APPLIED;
-    return R::success(out);
-  }
-  // Nothing flipped. When an operation is still on its way to MERGED, the callback overtook our own
-  // write (merge answered, MERGED not yet committed): OUT_OF_ORDER. Its MR number is recorded, so
-  // reconciliation converges it once it is MERGED and older than min_age (mr_iid <= watermark).
-  auto rows = persistence::load_operations(db, not_flipped);
-  if (!rows.ok()) return R::failure(rows.error);
-  out.outcome = deploy_outcome::IGNORED_STALE;
-  for (const auto& row : rows.value) {
-    if (!workflow::is_terminal(row.phase) && row.phase != workflow::phase::MERGED) {
-      out.outcome = deploy_outcome::OUT_OF_ORDER;
-    }
-  }
-  return R::success(out);
-}
-
-/// Deliveries this process is applying right now. A copy that arrives meanwhile (senders do deliver
-/// twice, at once) is a plain DUPLICATE; a copy of a delivery recorded but left PENDING by a process
-/// that died is applied by the copy. Across instances both may apply: harmless (guarded writes,
-/// flip-once validation), only the ledger's label is then the first one's.
-class delivery_claims {
- public:
-  bool claim(const std::string& id) {
-    std::lock_guard lock(mutex_);
-    return ids_.insert(id).second;
-  }
-  void release(const std::string& id) {
-    std::lock_guard lock(mutex_);
-    ids_.erase(id);
-  }
-
- private:
-  std::mutex mutex_;
-  std::set<std::string> ids_;
-};
-
-void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> claims, http_server::request& req,
+void deploy_callback(service_context& ctx, std::shared_ptr<service::delivery_claims> claims, http_server::request& req,
                      http_server::responder reply) {
   auto snap = ctx.config.current();
   auto secret = snap->get_string("callbacks.deploy_secret");
@@ -200,60 +79,30 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   if (auto* e = std::get_if<callback_body_error>(&parsed))
     return reply(outcome_response(api_outcome::bad_request, e->message));
   auto& fields = std::get<deploy_callback_body>(parsed);
-  persistence::deploy_callback_in cb = fields.cb;
-  std::vector<std::string> operation_ids = fields.operation_ids;
-  auto* metrics = &ctx.metrics;
+  service::deploy_delivery d;
+  d.cb = fields.cb;
+  d.operation_ids = fields.operation_ids;
+  d.payload = fields.payload;
   std::string our_project = snap->string_or("gitlab.project", "");
-  std::string payload = fields.payload;
+  auto* svc = ctx.services;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
-      [=](persistence::db_context& db) {
-        // A copy of a delivery this process is applying right now: answered at once, nothing read.
-        if (!claims->claim(cb.delivery_id)) {
-          count_callback(*metrics, "deploy", "DUPLICATE");
-          return reply(outcome_response("DUPLICATE"));
+      [svc, claims, d = std::move(d), our_project, reply](persistence::db_context& db) {
+        auto r = service::take_deploy(db, *svc, *claims, d, our_project);
+        switch (r.status) {
+          case service::deploy_intake_status::duplicate: return reply(outcome_response("DUPLICATE"));
+          case service::deploy_intake_status::record_failed:
+            return reply(
+                internal_error("database: " + r.error.message, r.error.outcome == db_outcome::retryable ? 503 : 500));
+          case service::deploy_intake_status::apply_failed:
+            // Recorded but not applied: the ledger row stays PENDING and the 5xx makes the sender
+            // retry; the retry finds it PENDING and applies it.
+            return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
+          case service::deploy_intake_status::applied: break;
         }
-        struct release_claim {
-          delivery_claims& c;
-          std::string id;
-          ~release_claim() { c.release(id); }
-        } held{*claims, cb.delivery_id};
-        // Durable before anything else: the MR number (watermark) and the ledger row commit together.
-        auto recorded = persistence::record_deploy_delivery(db, cb, payload);
-        if (!recorded.ok()) {
-          return reply(internal_error("database: " + recorded.error.message,
-                                      recorded.outcome == db_outcome::retryable ? 503 : 500));
-        }
-        if (recorded.value == persistence::record_outcome::duplicate) {
-          count_callback(*metrics, "deploy", "DUPLICATE");
-          return reply(outcome_response("DUPLICATE"));
-        }
-        bool first_copy = recorded.value == persistence::record_outcome::inserted;
-        config::hold_for_test_hook(*snap, "faults.hold_after_deploy_record_ms");
-        if (!first_copy) log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
-        auto applied = apply_deploy(db, cb, operation_ids, our_project, *metrics);
-        if (!applied.ok()) {
-          // Recorded but not applied (database trouble): the ledger row stays PENDING and the 5xx
-          // makes the sender retry; the retry finds it PENDING and applies it.
-          return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + applied.error.message));
-        }
-        auto outcome = std::string(persistence::to_string(applied.value.outcome));
-        auto set = persistence::set_deploy_outcome(db, cb.delivery_id, applied.value.outcome);
-        if (!set.ok())
-          log::warn("callback.deploy_outcome_not_recorded",
-                    {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
-        count_callback(*metrics, "deploy", outcome);
-        log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
-                                      {"mr_iid", cb.mr_iid},
-                                      {"status", cb.status},
-                                      {"matched", applied.value.matched},
-                                      {"validated", applied.value.validated},
-                                      {"failed", applied.value.failed},
-                                      {"outcome", outcome}});
-        reply(outcome_response(outcome, {{"matched", applied.value.matched},
-                                         {"validated", applied.value.validated},
-                                         {"failed", applied.value.failed}}));
+        reply(outcome_response(persistence::to_string(r.outcome),
+                               {{"matched", r.matched}, {"validated", r.validated}, {"failed", r.failed}}));
       },
       persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
@@ -287,7 +136,7 @@ void add_callback_routes(router& r, service_context& ctx) {
       {routes::approval_callback, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
          approval_callback(ctx, req, std::move(reply));
        }});
-  r.add({routes::deploy_callback, [&ctx, claims = std::make_shared<delivery_claims>()](
+  r.add({routes::deploy_callback, [&ctx, claims = std::make_shared<service::delivery_claims>()](
                                       http_server::request& req, const path_params&, http_server::responder reply) {
            deploy_callback(ctx, claims, req, std::move(reply));
          }});

@@ -1,0 +1,179 @@
+#include "service/callback_intake.hpp"
+
+#include "actors/reconciler.hpp"
+#include "base/log.hpp"
+#include "config/test_hooks.hpp"
+#include "persistence/operation_repo.hpp"
+#include "service/wake_actor.hpp"
+
+namespace changeflow::service {
+
+void count_callback(metrics::registry& m, std::string_view kind, std::string_view outcome) {
+  m.inc("changeflow_callbacks_total", "Callbacks by kind and outcome",
+        {{"kind", std::string(kind)}, {"outcome", std::string(outcome)}});
+}
+
+namespace {
+
+/// A failed deploy is a failure, not "keep waiting": every named operation still waiting for its
+/// confirmation moves to DEPLOY_FAILED (guarded by the version just read; a loser to a concurrent
+/// writer has moved on and is left alone). It never raises the reconciliation watermark (that one
+/// reads successes only).
+persistence::db_result<deploy_intake> fail_deploys(persistence::session db, const persistence::deploy_callback_in& cb,
+                                                   const std::vector<std::string>& candidates, deploy_intake out) {
+  using R = persistence::db_result<deploy_intake>;
+  out.outcome = persistence::deploy_outcome::IGNORED_STALE;
+  auto rows = persistence::load_operations(db, candidates);
+  if (!rows.ok()) return R::failure(rows.error);
+  for (const auto& row : rows.value) {
+    if (row.phase != workflow::phase::MERGED) {
+      if (!workflow::is_terminal(row.phase)) out.outcome = persistence::deploy_outcome::OUT_OF_ORDER;
+      continue;
+    }
+    auto moved = actors::mark_deploy_failed(db, row, cb.mr_iid, cb.pipeline_id);
+    if (!moved.ok()) return R::failure(moved.error);
+    if (moved.value) {
+      out.outcome = persistence::deploy_outcome::DEPLOY_FAILED;
+      ++out.failed;
+    }
+  }
+  return R::success(out);
+}
+
+/// Runs after the delivery was recorded. The candidates are the operations the pipeline named, or
+/// else the operations carrying this MR number in our project (the MR -> operation mapping is ours,
+/// so this is an exact match, not an inference).
+persistence::db_result<deploy_intake> apply_deploy(persistence::session db, const persistence::deploy_callback_in& cb,
+                                                   const std::vector<std::string>& named_ids,
+                                                   const std::string& our_project, metrics::registry& metrics) {
+  using R = persistence::db_result<deploy_intake>;
+  using persistence::deploy_outcome;
+  deploy_intake out;
+  out.status = deploy_intake_status::applied;
+  if (cb.status != "success" && cb.status != "failed") {
+    out.outcome = deploy_outcome::IGNORED_STALE;  // running, canceled, ...: nothing settled yet
+    return R::success(out);
+  }
+  std::vector<std::string> candidates = named_ids;
+  if (candidates.empty() && cb.project == our_project) {
+    auto by_mr = persistence::operations_for_mr(db, cb.mr_iid);
+    if (!by_mr.ok()) return R::failure(by_mr.error);
+    for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
+  }
+  out.matched = static_cast<int>(candidates.size());
+  if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
+  std::vector<std::string> not_flipped;
+  for (const auto& id : candidates) {
+    auto r = actors::validate_and_count(db, id, actors::validation_path::callback, metrics);
+    if (!r.ok() && r.outcome != persistence::db_outcome::not_found) return R::failure(r.error);
+    if (r.ok() && r.value) {
+      ++out.validated;
+    } else {
+      not_flipped.push_back(id);
+    }
+  }
+  if (out.validated > 0) {
+    out.outcome = deploy_outcome::APPLIED;
+    return R::success(out);
+  }
+  // Nothing flipped. When an operation is still on its way to MERGED, the callback overtook our own
+  // write (merge answered, MERGED not yet committed): OUT_OF_ORDER. Its MR number is recorded, so
+  // reconciliation converges it once it is MERGED and older than min_age (mr_iid <= watermark).
+  auto rows = persistence::load_operations(db, not_flipped);
+  if (!rows.ok()) return R::failure(rows.error);
+  out.outcome = deploy_outcome::IGNORED_STALE;
+  for (const auto& row : rows.value) {
+    if (!workflow::is_terminal(row.phase) && row.phase != workflow::phase::MERGED) {
+      out.outcome = deploy_outcome::OUT_OF_ORDER;
+    }
+  }
+  return R::success(out);
+}
+
+}  // namespace
+
+approval_intake take_approval(persistence::session db, actors::services& svc, const approval_delivery& d) {
+  approval_intake out;
+  auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
+  if (!r.ok()) {
+    out.error = r.error;
+    return out;
+  }
+  out.ok = true;
+  out.outcome = r.value.outcome;
+  auto outcome = std::string(persistence::to_string(r.value.outcome));
+  count_callback(*svc.metrics, "approval", outcome);
+  log::info(
+      "callback.approval",
+      {{"operation_id", d.operation_id}, {"callback_id", d.delivery_id}, {"result", d.result}, {"outcome", outcome}});
+  if (r.value.outcome == persistence::callback_outcome::APPLIED ||
+      r.value.outcome == persistence::callback_outcome::DUPLICATE) {
+    wake_actor(db, svc, d.operation_id, std::nullopt, "approval callback");
+  }
+  return out;
+}
+
+bool delivery_claims::claim(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  return ids_.insert(id).second;
+}
+
+void delivery_claims::release(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  ids_.erase(id);
+}
+
+deploy_intake take_deploy(persistence::session db, actors::services& svc, delivery_claims& claims,
+                          const deploy_delivery& d, const std::string& our_project) {
+  const auto& cb = d.cb;
+  deploy_intake out;
+  // A copy of a delivery this process is applying right now: answered at once, nothing read.
+  if (!claims.claim(cb.delivery_id)) {
+    count_callback(*svc.metrics, "deploy", "DUPLICATE");
+    out.status = deploy_intake_status::duplicate;
+    return out;
+  }
+  struct release_claim {
+    delivery_claims& c;
+    std::string id;
+    ~release_claim() { c.release(id); }
+  } held{claims, cb.delivery_id};
+  // Durable before anything else: the MR number (watermark) and the ledger row commit together.
+  auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);
+  if (!recorded.ok()) {
+    out.error = recorded.error;
+    return out;
+  }
+  if (recorded.value == persistence::record_outcome::duplicate) {
+    count_callback(*svc.metrics, "deploy", "DUPLICATE");
+    out.status = deploy_intake_status::duplicate;
+    return out;
+  }
+  config::hold_for_test_hook(*svc.config->current(), "faults.hold_after_deploy_record_ms");
+  if (recorded.value != persistence::record_outcome::inserted) {
+    log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
+  }
+  auto applied = apply_deploy(db, cb, d.operation_ids, our_project, *svc.metrics);
+  if (!applied.ok()) {
+    out.status = deploy_intake_status::apply_failed;
+    out.error = applied.error;
+    return out;
+  }
+  out = applied.value;
+  auto outcome = std::string(persistence::to_string(out.outcome));
+  auto set = persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome);
+  if (!set.ok()) {
+    log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
+  }
+  count_callback(*svc.metrics, "deploy", outcome);
+  log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
+                                {"mr_iid", cb.mr_iid},
+                                {"status", cb.status},
+                                {"matched", out.matched},
+                                {"validated", out.validated},
+                                {"failed", out.failed},
+                                {"outcome", outcome}});
+  return out;
+}
+
+}  // namespace changeflow::service

@@ -1,0 +1,87 @@
+#pragma once
+// Callback intake: an approval decision or a deploy result from outside, made durable and applied
+// before the sender gets its 2xx, then the live actor told. The HTTP layer authenticates and parses
+// the delivery and renders the result; webhooks of other shapes feed the same intake.
+
+#include "actors/services.hpp"
+#include "persistence/callback_repo.hpp"
+#include "persistence/reconcile_repo.hpp"
+#include "persistence/session.hpp"
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace changeflow::service {
+
+/// changeflow_callbacks_total{kind, outcome}: every delivery, refused ones included.
+void count_callback(metrics::registry& m, std::string_view kind, std::string_view outcome);
+
+// -- approval
+
+struct approval_delivery {
+  std::string delivery_id;
+  std::string operation_id;
+  persistence::approval_result decision = persistence::approval_result::APPROVED;
+  std::string result;   // the decision as sent, for the log
+  std::string payload;  // the body as received, kept in the ledger
+};
+
+struct approval_intake {
+  bool ok = false;  // false: `error` (nothing applied; the sender retries)
+  persistence::callback_outcome outcome = persistence::callback_outcome::IGNORED_STALE;
+  persistence::db_error error;
+};
+
+/// Deduplicates, validates and applies the decision in one transaction, counts it, and wakes the
+/// actor (also for a duplicate: the first copy's 2xx may have been lost with a crash right after the
+/// commit, so make sure an actor drives the applied row). Runs on a database worker.
+approval_intake take_approval(persistence::session db, actors::services& svc, const approval_delivery& d);
+
+// -- deploy
+
+/// Deliveries this process is applying right now. A copy that arrives meanwhile (senders do deliver
+/// twice, at once) is a plain DUPLICATE; a copy of a delivery recorded but left PENDING by a process
+/// that died is applied by the copy. Across instances both may apply: harmless (guarded writes,
+/// flip-once validation), only the ledger's label is then the first one's.
+class delivery_claims {
+ public:
+  bool claim(const std::string& id);
+  void release(const std::string& id);
+
+ private:
+  std::mutex mutex_;
+  std::set<std::string> ids_;
+};
+
+struct deploy_delivery {
+  persistence::deploy_callback_in cb;
+  std::vector<std::string> operation_ids;  // named by the sender; empty: matched by (project, MR iid)
+  std::string payload;
+};
+
+enum class deploy_intake_status {
+  applied,        // recorded and classified: `outcome` and the counts
+  duplicate,      // a copy of a delivery already applied (or being applied by this process)
+  record_failed,  // nothing recorded: `error` (the sender retries)
+  apply_failed,   // recorded but not applied: `error`; the ledger row stays PENDING and a retry applies it
+};
+
+struct deploy_intake {
+  deploy_intake_status status = deploy_intake_status::record_failed;
+  persistence::deploy_outcome outcome = persistence::deploy_outcome::IGNORED_STALE;
+  int matched = 0;
+  int validated = 0;
+  int failed = 0;  // moved to DEPLOY_FAILED by this delivery
+  persistence::db_error error;
+};
+
+/// Records the delivery (the MR number and the ledger row commit together), then applies it: a
+/// success validates the named (or matched) operations, a failure moves them to DEPLOY_FAILED.
+/// `our_project` is the GitLab project whose MR numbers are ours. Runs on a database worker.
+deploy_intake take_deploy(persistence::session db, actors::services& svc, delivery_claims& claims,
+                          const deploy_delivery& d, const std::string& our_project);
+
+}  // namespace changeflow::service
