@@ -35,10 +35,10 @@ persistence::db_result<bool> validate_if_already_deployed(persistence::session d
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics) {
   using R = persistence::db_result<bool>;
-  auto deployed = persistence::deploy_succeeded(db, project, mr_iid);
+  auto deployed = persistence::deploy_succeeded(db, project, mr_iid, operation_id);
   if (!deployed.ok()) return R::failure(deployed.error);
   if (deployed.value) return validate_and_count(db, operation_id, validation_path::callback, metrics);
-  auto failed = persistence::deploy_failed_pipeline(db, project, mr_iid);
+  auto failed = persistence::deploy_failed_pipeline(db, project, mr_iid, operation_id);
   if (!failed.ok()) return R::failure(failed.error);
   if (!failed.value) return R::success(false);
   auto row = persistence::load_operation(db, operation_id);

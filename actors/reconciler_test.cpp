@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <atomic>
 #include <barrier>
 #include <thread>
@@ -25,12 +27,13 @@ namespace {
 constexpr const char* project = "config/changes";
 
 void deploy(persistence::session c, std::int64_t mr, const std::string& status = "success",
-            const std::string& proj = project) {
+            const std::string& proj = project, std::optional<std::string> operation_ids_json = std::nullopt) {
   deploy_callback_in cb;
-  cb.delivery_id = "d-" + proj + "-" + std::to_string(mr) + "-" + status;
+  cb.delivery_id = "d-" + proj + "-" + std::to_string(mr) + "-" + status + operation_ids_json.value_or("");
   cb.project = proj;
   cb.mr_iid = mr;
   cb.status = status;
+  cb.operation_ids_json = operation_ids_json;
   auto r = record_deploy_delivery(c, cb, "{}");
   ASSERT_TRUE(r.ok()) << r.error.message;
   ASSERT_EQ(r.value, record_outcome::inserted);
@@ -224,6 +227,21 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   EXPECT_EQ(phase_of(db, id), "VALIDATED");
   EXPECT_EQ(validated(m, "callback"), 1);
 
+  // MR iids repeat (a recreated project, a restarted simulator on the same database): a recorded
+  // deploy that names other operations never validates this one; one that names it does.
+  auto repeat = new_op(*c, "cy", "c");
+  walk(*c, repeat, test::to_merged, 31);
+  EXPECT_FALSE(actors::validate_if_already_deployed(*c, repeat, 31, project, m).value)
+      << "the earlier deploy of MR !31 named no operation, but it was recorded before this change merged";
+  deploy(*c, 31, "success", project, R"(["00000000-0000-4000-8000-00000000beef"])");
+  deploy(*c, 31, "failed", project, R"(["00000000-0000-4000-8000-00000000beef"])");
+  EXPECT_FALSE(actors::validate_if_already_deployed(*c, repeat, 31, project, m).value);
+  EXPECT_EQ(phase_of(db, repeat), "MERGED");
+  deploy(*c, 31, "success", project, "[\"" + repeat + "\"]");
+  EXPECT_TRUE(actors::validate_if_already_deployed(*c, repeat, 31, project, m).value);
+  EXPECT_EQ(phase_of(db, repeat), "VALIDATED");
+  EXPECT_EQ(validated(m, "callback"), 2);
+
   // Only a failure recorded: the operation is a failed deploy, not "keep waiting".
   auto failed = new_op(*c, "cy", "b");
   walk(*c, failed, test::to_merged, 32);
@@ -232,5 +250,5 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   EXPECT_EQ(phase_of(db, failed), "HANDLE_FAILED");
   EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + failed + "'"),
             std::to_string(workflow::code_of(workflow::step::DEPLOY_FAILED)));
-  EXPECT_EQ(validated(m, "callback"), 1);
+  EXPECT_EQ(validated(m, "callback"), 2);
 }

@@ -1,5 +1,7 @@
 #include "persistence/callback_repo.hpp"
 
+#include "base/ids.hpp"
+
 #include "persistence/operation_sql.hpp"
 
 namespace changeflow::persistence {
@@ -20,6 +22,7 @@ std::string_view to_string(callback_outcome o) {
     case callback_outcome::IGNORED_STALE: return "IGNORED_STALE";
     case callback_outcome::OUT_OF_ORDER: return "OUT_OF_ORDER";
     case callback_outcome::PENDING: return "PENDING";
+    case callback_outcome::ID_REUSED: return "ID_REUSED";
   }
   return "PENDING";
 }
@@ -55,7 +58,30 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
   return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn);
     auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
-    if (!detail::insert_unless_duplicate(*ins)) return R::success({callback_outcome::DUPLICATE, {}, {}});
+    if (!detail::insert_unless_duplicate(*ins)) {
+      // A duplicate only when the first delivery with this id was for this operation. Otherwise the
+      // id was reused for another one: recorded under a key of its own (so the change's page and
+      // the attention view list it, and its retries stay one row) and refused.
+      auto first = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
+      first->setString(1, delivery_id);
+      rs_ptr frs(first->executeQuery());
+      if (!frs->next() || (detail::str(*frs, "kind") == to_string(callback_kind::approval) &&
+                           detail::opt_string(*frs, "operation_id").value_or("") == operation_id)) {
+        return R::success({callback_outcome::DUPLICATE, {}, {}});
+      }
+      std::string key = "reused:" + operation_id + ":" + delivery_id;
+      if (key.size() > 191) key = "reused:" + ids::sha256_hex(key);
+      auto reused = prepare(conn,
+                            "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
+                            "received_at, applied_at) VALUES (?, ?, ?, ?, 'ID_REUSED', NOW(3), NULL)");
+      reused->setString(1, key);
+      reused->setString(2, std::string(to_string(callback_kind::approval)));
+      reused->setString(3, operation_id);
+      detail::set_opt_string(*reused, 4, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+      detail::insert_unless_duplicate(*reused);
+      tx.commit();
+      return R::success({callback_outcome::ID_REUSED, {}, {}});
+    }
 
     auto finish = [&](approval_applied a) -> R {
       auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");

@@ -15,7 +15,10 @@
 namespace changeflow::persistence {
 
 enum class callback_kind { approval, deploy };
-enum class callback_outcome { APPLIED, DUPLICATE, IGNORED_STALE, OUT_OF_ORDER, PENDING };
+/// ID_REUSED: the delivery id was seen before for another operation (an approval system that
+/// restarted and reissued ids): refused loudly and recorded for that operation, never taken for a
+/// duplicate of the first one.
+enum class callback_outcome { APPLIED, DUPLICATE, IGNORED_STALE, OUT_OF_ORDER, PENDING, ID_REUSED };
 std::string_view to_string(callback_kind k);
 std::string_view to_string(callback_outcome o);
 

@@ -582,6 +582,31 @@ TEST(ApprovalCallback, GuardOutcomes) {
             callback_outcome::IGNORED_STALE);
 }
 
+// An approval system that restarted reissues delivery ids: an id seen before for ANOTHER operation
+// is refused and recorded for the operation it names, never taken for a duplicate of the first.
+TEST(ApprovalCallback, ADeliveryIdReusedForAnotherOperationIsRefusedAndRecorded) {
+  test_database db;
+  auto c = db.connect();
+  auto first = new_op(*c, "kim", "a");
+  auto second = new_op(*c, "kim", "b");
+  ASSERT_EQ(apply_approval_callback(*c, "cb-7", first, approval_result::APPROVED, "{}").value.outcome,
+            callback_outcome::APPLIED);
+  for (int copy = 0; copy < 2; ++copy) {
+    auto r = apply_approval_callback(*c, "cb-7", second, approval_result::APPROVED, R"({"again":1})");
+    ASSERT_TRUE(r.ok()) << r.error.message;
+    EXPECT_EQ(r.value.outcome, callback_outcome::ID_REUSED) << "copy " << copy;
+  }
+  EXPECT_EQ(load_operation(*c, second).value.step, S::APPROVAL_SENDING) << "nothing applied to the second";
+  EXPECT_EQ(
+      db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE operation_id = '" + second + "' AND outcome = 'ID_REUSED'"),
+      "1");
+  // The first operation's own redelivery is still a plain duplicate, and a fresh id applies.
+  EXPECT_EQ(apply_approval_callback(*c, "cb-7", first, approval_result::APPROVED, "").value.outcome,
+            callback_outcome::DUPLICATE);
+  EXPECT_EQ(apply_approval_callback(*c, "cb-8", second, approval_result::APPROVED, "").value.outcome,
+            callback_outcome::APPLIED);
+}
+
 TEST(ApprovalCallback, ConcurrentDeliveriesApplyOnce) {
   test_database db;
   auto c = db.connect();

@@ -19,6 +19,13 @@ std::string_view to_string(deploy_outcome o) {
   return "IGNORED_STALE";
 }
 
+/// A recorded deploy callback concerns an operation when it names it; one that names none can only
+/// be matched by the MR iid, and MR iids repeat (a recreated project), so it counts only when it
+/// arrived after the operation was created. Two placeholders, both the operation id.
+constexpr const char* names_operation =
+    "(JSON_CONTAINS(operation_ids, JSON_QUOTE(?)) OR ((operation_ids IS NULL OR JSON_LENGTH(operation_ids) = 0) "
+    "AND received_at > (SELECT created_at FROM operation WHERE operation_id = ?)))";
+
 std::string deploy_ledger_key(const std::string& delivery_id) {
   return "deploy:" + delivery_id;
 }
@@ -110,26 +117,32 @@ db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::st
   });
 }
 
-db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid) {
+db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid,
+                                 const std::string& operation_id) {
   return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-    auto st =
-        prepare(conn, "SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND project = ? LIMIT 1");
+    auto st = prepare(conn, std::string("SELECT 1 FROM deploy_callback WHERE mr_iid = ? AND status = 'success' AND "
+                                        "project = ? AND ") +
+                                names_operation + " LIMIT 1");
     st->setInt64(1, mr_iid);
     st->setString(2, project);
+    st->setString(3, operation_id);
+    st->setString(4, operation_id);
     rs_ptr rs(st->executeQuery());
     return db_result<bool>::success(rs->next());
   });
 }
 
 db_result<std::optional<std::int64_t>> deploy_failed_pipeline(session s, const std::string& project,
-                                                              std::int64_t mr_iid) {
+                                                              std::int64_t mr_iid, const std::string& operation_id) {
   using V = std::optional<std::int64_t>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(conn,
-                      "SELECT COALESCE(pipeline_id, 0) FROM deploy_callback WHERE mr_iid = ? AND status = 'failed' "
-                      "AND project = ? ORDER BY id DESC LIMIT 1");
+    auto st = prepare(conn, std::string("SELECT COALESCE(pipeline_id, 0) FROM deploy_callback WHERE mr_iid = ? AND "
+                                        "status = 'failed' AND project = ? AND ") +
+                                names_operation + " ORDER BY id DESC LIMIT 1");
     st->setInt64(1, mr_iid);
     st->setString(2, project);
+    st->setString(3, operation_id);
+    st->setString(4, operation_id);
     rs_ptr rs(st->executeQuery());
     if (!rs->next()) return db_result<V>::success(std::nullopt);
     return db_result<V>::success(rs->getInt64(1));

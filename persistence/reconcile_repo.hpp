@@ -58,12 +58,16 @@ db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, de
 /// watermark is per project.
 db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::string& project);
 
-/// True when a successful deploy callback for this MR of this project is recorded (one indexed
-/// read). For the path that writes MERGED: a callback that overtook that write is applied at once.
-db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid);
-/// When a failed deploy callback for this MR of this project is recorded: its pipeline id (0 when
-/// the sender gave none); nullopt when there is none.
+/// True when a successful deploy callback for this MR of this project is recorded for this
+/// operation (one indexed read). For the path that writes MERGED: a callback that overtook that
+/// write is applied at once. A callback that names operation ids counts only for those; only one
+/// that names none is matched by (project, MR iid) and only when it arrived after the operation was
+/// created, since MR iids repeat when a project is recreated.
+db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid,
+                                 const std::string& operation_id);
+/// When a failed deploy callback for this MR of this project is recorded for this operation (same
+/// matching): its pipeline id (0 when the sender gave none); nullopt when there is none.
 db_result<std::optional<std::int64_t>> deploy_failed_pipeline(session s, const std::string& project,
-                                                              std::int64_t mr_iid);
+                                                              std::int64_t mr_iid, const std::string& operation_id);
 
 }  // namespace changeflow::persistence

@@ -59,6 +59,10 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
             return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
           return reply(internal_error("database: " + r.error.message));
         }
+        if (r.outcome == persistence::callback_outcome::ID_REUSED) {
+          return reply(outcome_response(api_outcome::delivery_id_reused, {}, nullptr,
+                                        "approval callback id " + d.delivery_id + " reused for " + d.operation_id));
+        }
         reply(outcome_response(persistence::to_string(r.outcome)));
       },
       persistence::db_pool::lane::reserved);

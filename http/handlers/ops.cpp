@@ -435,7 +435,7 @@ void list_callbacks(service_context& ctx, http_server::request& req, http_server
   submit_db(ctx, reply, [limit = *limit, reply](persistence::db_context& db) {
     auto counts = persistence::callback_outcome_counts(db);
     if (!counts.ok()) return reply(db_failure(counts.error));
-    auto recent = persistence::recent_callbacks(db, {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER"}, limit);
+    auto recent = persistence::recent_callbacks(db, {"DUPLICATE", "IGNORED_STALE", "OUT_OF_ORDER", "ID_REUSED"}, limit);
     if (!recent.ok()) return reply(db_failure(recent.error));
     json items = json::array();
     for (const auto& c : recent.value) items.push_back(callback_json(c));

@@ -25,6 +25,8 @@ status_mapping map_outcome(api_outcome o) {
     case api_outcome::rate_limited: return {429, "RATE_LIMITED", "Too many requests, please try again later"};
     case api_outcome::conflict: return {409, "CONFLICT", "The resource changed meanwhile; reload and retry"};
     case api_outcome::already_merged: return {409, "ALREADY_MERGED", "The change has already merged: merged wins"};
+    case api_outcome::delivery_id_reused:
+      return {409, "DELIVERY_ID_REUSED", "This delivery id was already used for another operation; send a new id"};
     case api_outcome::idempotency_mismatch:
       return {422, "IDEMPOTENCY_KEY_REUSED", "This operation id was already used for a different request"};
     case api_outcome::unavailable: return {503, "UNAVAILABLE", "Service temporarily unavailable, retry later"};
@@ -77,6 +79,7 @@ http_server::response outcome_response(api_outcome o, std::string_view message, 
     case api_outcome::busy:
     case api_outcome::not_blocked:
     case api_outcome::batch_disabled:
+    case api_outcome::delivery_id_reused:
     case api_outcome::idempotency_mismatch: {
       if (!log_detail.empty()) {
         log::warn("http.rejected", {{"code", m.code}, {"status", m.status}, {"detail", std::string(log_detail)}});

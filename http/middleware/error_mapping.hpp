@@ -33,6 +33,7 @@ enum class api_outcome {
   busy,                  // 409 BUSY: the batch coordinator is driving another round; retry shortly
   not_blocked,           // 409 NOT_BLOCKED: only a BLOCKED batch can be unblocked
   batch_disabled,        // 503 BATCH_DISABLED: no batch coordinator runs in this instance
+  delivery_id_reused,    // 409 DELIVERY_ID_REUSED: a callback id already used for another operation
 };
 
 struct status_mapping {

@@ -169,6 +169,35 @@ TEST(Callbacks, DuplicateDeliveryIsDuplicateAndChangesNothing) {
   EXPECT_EQ(metric(env, "changeflow_callbacks_total", "kind=\"approval\",outcome=\"DUPLICATE\""), 1);
 }
 
+// An approval system that restarted reissues delivery ids. The same id for ANOTHER operation is
+// refused loudly (409, counted, on that change's callback list), never dropped as a duplicate of
+// the first; the change it named still completes when its decision comes with a fresh id.
+TEST(Callbacks, ADeliveryIdReusedForAnotherOperationIsRefusedAndCounted) {
+  flow_env env(base_config(), no_sim_decision);
+  auto first = submit_ok(env, "reuse-1", "ru", "svc-ru-1");
+  auto second = submit_ok(env, "reuse-2", "ru", "svc-ru-2");
+  ASSERT_EQ(env.wait_for_step(first, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
+  ASSERT_EQ(env.wait_for_step(second, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
+  ASSERT_EQ(outcome_of(post_signed_approval(env, approval_body("cb-reissued-1", first, "APPROVED"))), "APPLIED");
+
+  auto reused = post_signed_approval(env, approval_body("cb-reissued-1", second, "APPROVED"));
+  EXPECT_EQ(reused.status, 409) << reused.body;
+  EXPECT_EQ(body_of(reused)["code"], "DELIVERY_ID_REUSED") << reused.body;
+  EXPECT_EQ(metric(env, "changeflow_callbacks_total", "kind=\"approval\",outcome=\"ID_REUSED\""), 1);
+  EXPECT_EQ(metric(env, "changeflow_callbacks_total", "kind=\"approval\",outcome=\"DUPLICATE\""), 0);
+  EXPECT_EQ(env.get_change(second)["step"]["name"], "APPROVAL_SENT") << "nothing applied to the second change";
+  auto listed = http_call("127.0.0.1", env.port(), "GET", "/api/v1/ops/operations/" + second, "",
+                          {{"Authorization", "Bearer " + mint("alice")}});
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  auto callbacks = body_of(listed)["data"]["callbacks"];
+  ASSERT_EQ(callbacks.size(), 1u) << callbacks.dump();
+  EXPECT_EQ(callbacks[0]["outcome"], "ID_REUSED");
+
+  EXPECT_EQ(outcome_of(post_signed_approval(env, approval_body("cb-reissued-2", second, "APPROVED"))), "APPLIED");
+  EXPECT_EQ(env.wait_for_phase(first, "VALIDATED")["phase"], "VALIDATED");
+  EXPECT_EQ(env.wait_for_phase(second, "VALIDATED")["phase"], "VALIDATED");
+}
+
 TEST(Callbacks, LateRejectionOrderAndReplacedOperationAreHarmless) {
   flow_env env(base_config(), no_sim_decision);
   auto old_op = submit_ok(env, "stale-1", "st", "svc-st");
