@@ -136,6 +136,9 @@ std::vector<key_spec> make_keys() {
       {"rate_limit.submit", I, 600, H, "Submissions per window per subject; missing or <=0 -> no limiting."},
       {"rate_limit.callbacks", I, J(), H, "Callbacks per window per sender; missing or <=0 -> no limiting."},
       {"rate_limit.ops", I, 120, H, "Ops actions per window per operator; missing or <=0 -> no limiting."},
+      {"rate_limit.ops_read", I, 1200, H,
+       "Ops reads (console polling) per window per operator, counted apart from actions; missing or <=0 -> no "
+       "limiting."},
       {"access.mode", S, "TEST_WINDOW", H,
        "OPEN | TEST_WINDOW | CLOSED for user writes; missing or blank -> TEST_WINDOW, unknown -> CLOSED."},
       {"access.window", S, J(), H, "TEST_WINDOW hours 'HH:MM-HH:MM'; missing or unparsable -> closed."},

@@ -88,6 +88,15 @@ route_policy ops_route() {
   return p;
 }
 
+/// Ops reads (the console's polling) have their own bucket, so reading can never use up the quota an
+/// operator needs to act during an incident.
+route_policy ops_read_route() {
+  route_policy p = ops_route();
+  p.bucket = "ops_read";
+  p.limit_key = "rate_limit.ops_read";
+  return p;
+}
+
 const route_policy* find_policy(std::string_view method, std::string_view pattern) {
   for (const auto& e : route_policies()) {
     if (e.method == method && e.pattern == pattern) return &e.policy;
@@ -183,11 +192,16 @@ middleware::route_policy policy_for(route_access access) {
   return open_route();
 }
 
+middleware::route_policy policy_for(const route_spec& spec) {
+  if (spec.access == route_access::ops && spec.method == "GET") return ops_read_route();
+  return policy_for(spec.access);
+}
+
 const std::vector<route_policy_entry>& route_policies() {
   static const std::vector<route_policy_entry> table = [] {
     std::vector<route_policy_entry> out;
     for (const route_spec* spec : all_routes) {
-      out.push_back({std::string(spec->method), std::string(spec->pattern), policy_for(spec->access)});
+      out.push_back({std::string(spec->method), std::string(spec->pattern), policy_for(*spec)});
     }
     return out;
   }();

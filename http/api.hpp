@@ -66,6 +66,9 @@ struct route_policy_entry {
 
 /// The middleware policy of each kind of route (http/route_table.hpp says which kind each route is).
 middleware::route_policy policy_for(route_access access);
+/// The policy of one route: its access kind's, except that ops reads (GET) are limited in their own
+/// bucket (`rate_limit.ops_read`), apart from ops actions (`rate_limit.ops`).
+middleware::route_policy policy_for(const route_spec& spec);
 
 /// Every route of http/route_table.hpp with its policy.
 const std::vector<route_policy_entry>& route_policies();

@@ -25,3 +25,14 @@ TEST(OpsCore, OpsPolicyDemandsOpsRules) {
   EXPECT_EQ(p.required_rules, (std::vector<std::string>{"changeflow.ops", "changeflow.admin"}));
   EXPECT_TRUE(p.requires_identity);
 }
+
+TEST(OpsCore, OpsReadsAndActionsHaveSeparateBuckets) {
+  auto read = http::policy_for(http::routes::ops_overview);
+  auto act = http::policy_for(http::routes::ops_retrigger);
+  EXPECT_EQ(read.bucket, "ops_read");
+  EXPECT_EQ(read.limit_key, "rate_limit.ops_read");
+  EXPECT_EQ(act.bucket, "ops");
+  EXPECT_EQ(act.limit_key, "rate_limit.ops");
+  EXPECT_EQ(read.required_rules, act.required_rules);
+  EXPECT_TRUE(read.requires_identity);
+}

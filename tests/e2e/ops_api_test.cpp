@@ -187,3 +187,18 @@ TEST(OpsApi, BulkDryRunCountsAndBulkFailActs) {
 }
 
 }  // namespace
+
+// The console's polling cannot lock an operator out of acting: reads and actions are counted in
+// separate buckets, so an operator whose reads hit their limit still gets actions through.
+TEST(OpsApi, ReadsOverTheirLimitLeaveActionsAvailable) {
+  auto cfg = ops_config();
+  cfg["rate_limit"] = {{"ops_read", 3}, {"ops", 100000}, {"window_ms", 600000}};
+  flow_env env(cfg);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(ops(env, "GET", "/api/v1/ops/overview", as("alice")).status, 200) << i;
+  auto refused = ops(env, "GET", "/api/v1/ops/overview", as("alice"));
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_FALSE(refused.header("retry-after").empty());
+  auto action = ops(env, "POST", "/api/v1/ops/operations/4a1f0c1e-0000-4000-8000-000000000002/fail", as("alice"),
+                    R"({"reason":"still allowed"})");
+  EXPECT_EQ(action.status, 404) << "an action is judged on its own, not refused by the read quota: " << action.body;
+}
