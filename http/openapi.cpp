@@ -92,7 +92,8 @@ constexpr const char* document_text = R"json({
         "security": [{}, {"bearer": []}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
         "responses": {
-          "200": {"description": "OK; data {valid, files: [{path, action (upsert resolved), exists, lastCommitId (the base to submit with, null for a missing file), diff, problem (why the commit would be refused, or null)}]}; an invalid body: {valid: false, reason, files: []}; a failed read: {reason} only"},
+          "200": {"description": "OK; data {valid, files: [{path, action (upsert resolved), exists, lastCommitId (the base to submit with, null for a missing file), diff, problem (why the commit would be refused, or null)}]}; a failed read: {reason} only"},
+          "400": {"description": "BAD_REQUEST: the body a submit would refuse (the message says what to fix)"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
           "403": {"$ref": "#/components/responses/Forbidden"},
           "429": {"$ref": "#/components/responses/RateLimited"}

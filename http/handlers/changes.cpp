@@ -262,16 +262,16 @@ void store_submission(service_context& ctx, const http_server::request& req, con
 }
 
 /// POST /api/v1/changes/preview: the submit body validated, and each file diffed against the target
-/// branch, with the same authorization as a submit and nothing written. An invalid body is a
-/// preview too (valid: false and why); a failed GitLab read answers an empty preview with the
-/// reason (the seeds' read-only preview rule: it never keeps anyone from submitting).
+/// branch, with the same authorization as a submit and nothing written. A body a submit would
+/// refuse gets the submit's 400; what GitLab would refuse is answered per file (valid: false); a
+/// failed GitLab read answers an empty preview with the reason (the seeds' read-only preview rule:
+/// it never keeps anyone from submitting).
 void preview(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
   auto parsed = dto::parse_submit(req.body);
   if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(outcome_response(api_outcome::ok, "The change is not valid: " + err->message,
-                                  {{"valid", false}, {"reason", err->message}, {"files", nlohmann::json::array()}}));
+    return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
   auto run = [&ctx, request, reply] {

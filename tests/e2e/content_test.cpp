@@ -287,10 +287,9 @@ TEST(Preview, DiffsAgainstTheTargetAndWritesNothing) {
   EXPECT_EQ(sd["valid"], false);
   EXPECT_NE(sd["files"][0]["problem"].get<std::string>().find("changed since your change was based on it"),
             std::string::npos);
-  // An invalid body is a preview too: why it is not valid, nothing read.
+  // A body a submit would refuse gets the submit's 400, and nothing is read.
   auto invalid = preview(env, json::array({file_change("../escape", "x")}));
-  ASSERT_EQ(invalid.status, 200) << invalid.body;
-  EXPECT_EQ(json::parse(invalid.body)["data"]["valid"], false);
+  EXPECT_EQ(invalid.status, 400) << invalid.body;
 
   EXPECT_EQ(row_counts(env), tables_before);
   EXPECT_EQ(sim_stats(env)["attempts"], attempts_before) << "no mutating GitLab request";
