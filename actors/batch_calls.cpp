@@ -1,6 +1,7 @@
 #include "actors/batch_calls.hpp"
 
 #include "actors/external_calls.hpp"
+#include "actors/file_actions.hpp"
 #include "clients/approver.hpp"
 
 #include <nlohmann/json.hpp>
@@ -11,22 +12,6 @@
 namespace changeflow::actors {
 
 namespace {
-
-std::vector<clients::commit_action> actions_of(const std::string& payload_json) {
-  std::vector<clients::commit_action> actions;
-  auto payload = nlohmann::json::parse(payload_json, nullptr, false);
-  if (payload.is_discarded() || !payload.is_object() || !payload.contains("files") || !payload["files"].is_array())
-    return actions;
-  for (const auto& f : payload["files"]) {
-    if (!f.is_object()) continue;
-    clients::commit_action a;
-    a.file_path = f.value("path", "");
-    a.content = f.value("content", "");
-    a.action = f.value("action", "create");
-    if (!a.file_path.empty()) actions.push_back(std::move(a));
-  }
-  return actions;
-}
 
 batch_mr_view failed(const clients::call_error& e) {
   batch_mr_view v;
@@ -64,7 +49,7 @@ batch_plan plan_batch(std::vector<batch_member_change> members) {
   batch_plan plan;
   std::set<std::string> touched;
   for (auto& m : members) {
-    auto actions = actions_of(m.payload_json);
+    auto actions = commit_actions_of(m.payload_json);
     bool conflicts =
         std::any_of(actions.begin(), actions.end(), [&](const auto& a) { return touched.count(a.file_path) > 0; });
     if (conflicts) {
@@ -106,9 +91,19 @@ batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapsh
   const auto branch = batch_branch(batch_id);
   const auto target = snap.text("gitlab.target_branch");
   const auto marker = batch_marker(batch_id);
-  auto commit = ctx.gitlab.ensure_branch_with_commit(
-      token, branch, target, marker + ": " + std::to_string(plan.included.size()) + " changes", plan.actions, marker);
-  if (!commit) return failed(commit.error());
+  // Each member's files are based on the target as it is now unless the member names its base (see
+  // create_mr in external_calls.cpp for why this is the capture point); GitLab checks every base
+  // in the one commit, and a member whose file moved refuses the whole commit (bisection finds it).
+  auto actions = resolve_actions(ctx.gitlab, token, target, plan.actions);
+  if (!actions) return failed(actions.error());
+  auto commit = ctx.gitlab.ensure_branch_with_commit(token, branch, target,
+                                                     marker + ": " + std::to_string(plan.included.size()) + " changes",
+                                                     actions.value(), marker);
+  if (!commit) {
+    auto v = failed(commit.error());
+    v.content_conflict = is_content_conflict(commit.error());
+    return v;
+  }
   auto mr = ctx.gitlab.ensure_mr(token, branch, target, batch_title(batch_id, plan.included),
                                  batch_description(batch_id, plan.included), !commit->created);
   if (!mr) return failed(mr.error());
@@ -128,7 +123,8 @@ batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_i
   return view_of(open->front());
 }
 
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
+merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid,
+                                const std::vector<std::string>& paths) {
   ctx.refresh(snap);
   const auto& token = ctx.endpoints.author_token;
   merge_attempt out;
@@ -141,6 +137,20 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   out.mr = view_of(mr.value());
   if (mr->state == "merged") return {merge_answer::merged, out.mr};
   if (mr->state != "opened") return {merge_answer::closed, out.mr};
+  // The target must still hold every member file's version the batch commit was based on (the MR's
+  // fork point); otherwise merging would carry a member over a newer version of its file.
+  if (mr->base_sha.empty()) return {merge_answer::not_yet, out.mr};
+  auto check = check_unchanged_since(ctx.gitlab, token, mr->target_branch, mr->base_sha, paths);
+  if (!check) {
+    out.mr.error = clients::describe(check.error());
+    out.answer = check.error().retryable ? merge_answer::retryable : merge_answer::refused;
+    return out;
+  }
+  if (!check->changed.empty()) {
+    out.mr.error = check->describe();
+    out.answer = merge_answer::content_conflict;
+    return out;
+  }
   for (const auto& bot : ctx.endpoints.approvers) {
     auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
     if (!res) {
@@ -170,7 +180,23 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   return out;
 }
 
-batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid) {
+batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid, const std::vector<std::string>& paths) {
+  // A rebase replays the members onto the target as it is now, moving the fork point past any newer
+  // version of their files; git combines edits of different lines silently. So first: the target
+  // must still hold every member file's base.
+  auto before = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, false);
+  if (!before) return failed(before.error());
+  if (before->state == "opened" && !before->base_sha.empty()) {
+    auto check =
+        check_unchanged_since(ctx.gitlab, ctx.endpoints.author_token, before->target_branch, before->base_sha, paths);
+    if (!check) return failed(check.error());
+    if (!check->changed.empty()) {
+      auto v = view_of(before.value());
+      v.content_conflict = true;
+      v.error = check->describe();
+      return v;
+    }
+  }
   auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
   if (!res && !(res.error().what == clients::call_error::kind::http_status && res.error().status == 409))
     return failed(res.error());

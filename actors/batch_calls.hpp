@@ -63,11 +63,16 @@ struct merge_attempt {
   merge_answer answer = merge_answer::retryable;
   batch_mr_view mr;
 };
-/// Approves as every reviewer bot (approve_as_reviewer, each retried on its own), then merges with
-/// the sha the pipeline ran on.
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid);
+/// Checks that the target branch still holds the version of every path in `paths` that the batch
+/// commit was based on (content_conflict otherwise, nothing approved or merged), approves as every
+/// reviewer bot (approve_as_reviewer, each retried on its own), then merges with the sha the
+/// pipeline ran on.
+merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid,
+                                const std::vector<std::string>& paths);
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
-batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid);
+/// Checks first that the target still holds every member file's base (content_conflict otherwise,
+/// and no rebase is requested).
+batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid, const std::vector<std::string>& paths);
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid);

@@ -1,5 +1,7 @@
 #include "actors/batch_coordinator.hpp"
 
+#include "actors/file_actions.hpp"
+
 #include "base/answer_guard.hpp"
 #include "base/log.hpp"
 #include "persistence/operation_repo.hpp"
@@ -283,20 +285,24 @@ void run(self_ptr self, const core::action& a) {
                     out.mr = read_batch_mr(ext, iid);
                   });
       return;
-    case act::rebase_mr:
+    case act::rebase_mr: {
+      auto paths = paths_of(plan_batch(d.members).actions);
       on_external(self, kind::rebased,
-                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = rebase_batch_mr(ext, iid);
+                  [iid, paths](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
+                    out.mr = rebase_batch_mr(ext, iid, paths);
                   });
       return;
-    case act::approve_and_merge:
+    }
+    case act::approve_and_merge: {
+      auto paths = paths_of(plan_batch(d.members).actions);
       on_external(self, kind::merged,
-                  [iid](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
-                    auto m = approve_and_merge(ext, snap, iid);
+                  [iid, paths](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
+                    auto m = approve_and_merge(ext, snap, iid, paths);
                     out.merge = m.answer;
                     out.mr = m.mr;
                   });
       return;
+    }
     case act::close_and_reread:
       on_external(self, kind::reread,
                   [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {

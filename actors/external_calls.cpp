@@ -1,5 +1,6 @@
 #include "actors/external_calls.hpp"
 
+#include "actors/file_actions.hpp"
 #include "clients/approver.hpp"
 
 #include <nlohmann/json.hpp>
@@ -48,21 +49,6 @@ void fill_mr(call_reply& r, const clients::merge_request& mr) {
   }
 }
 
-std::vector<clients::commit_action> actions_from(const std::string& payload_json) {
-  std::vector<clients::commit_action> actions;
-  auto payload = nlohmann::json::parse(payload_json, nullptr, false);
-  if (payload.is_discarded() || !payload.contains("files") || !payload["files"].is_array()) return actions;
-  for (const auto& f : payload["files"]) {
-    if (!f.is_object()) continue;
-    clients::commit_action a;
-    a.file_path = f.value("path", "");
-    a.content = f.value("content", "");
-    a.action = f.value("action", "create");
-    actions.push_back(std::move(a));
-  }
-  return actions;
-}
-
 call_reply submit_approval(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
   clients::approval_submission s;
   s.request_id = op.operation_id;
@@ -84,10 +70,21 @@ call_reply create_mr(clients::external_context& ctx, const config::snapshot& sna
   const auto& token = ctx.endpoints.author_token;
   auto branch = branch_for(op.operation_id);
   auto target = snap.text("gitlab.target_branch");
-  auto commit =
-      ctx.gitlab.ensure_branch_with_commit(token, branch, target, "changeflow " + op.operation_id + ": " + op.title,
-                                           actions_from(op.payload_json), op.operation_id);
-  if (!commit) return failed(call_kind::create_mr, commit.error());
+  // The change's base, when it names none, is the target branch as it is now: its first GitLab
+  // contact, not its submission. Submitting never waits on GitLab (a submit is accepted while GitLab
+  // is down and the change shows its state), so there is nothing to read at submit time; and a
+  // change approved days later is still committed only over the version it was checked against
+  // from here on: the merge checks the target kept it (try_merge). Clients that want the version
+  // the user saw send `lastCommitId` (the preview answers it).
+  auto actions = resolve_actions(ctx.gitlab, token, target, commit_actions_of(op.payload_json));
+  if (!actions) return failed(call_kind::create_mr, actions.error());
+  auto commit = ctx.gitlab.ensure_branch_with_commit(
+      token, branch, target, "changeflow " + op.operation_id + ": " + op.title, actions.value(), op.operation_id);
+  if (!commit) {
+    auto r = failed(call_kind::create_mr, commit.error());
+    r.content_conflict = is_content_conflict(commit.error());
+    return r;
+  }
   auto mr = ctx.gitlab.ensure_mr(token, branch, target, op.title,
                                  operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
                                  !commit->created);
@@ -130,7 +127,26 @@ call_reply approve_bots(clients::external_context& ctx, const config::snapshot& 
   return r;
 }
 
-call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
+/// The target changed one of the change's files since the MR's branch forked from it: the MR is
+/// closed (it must never be merged) and the change ends CONTENT_CONFLICT. A close that fails is
+/// left to operators; the reply says conflict either way, which is what decides.
+bool stop_on_changed_files(clients::external_context& ctx, const clients::merge_request& mr, const call_context& op,
+                           call_reply& r) {
+  if (mr.base_sha.empty()) return false;  // GitLab has not computed diff_refs yet: not mergeable yet either
+  auto check = check_unchanged_since(ctx.gitlab, ctx.endpoints.author_token, mr.target_branch, mr.base_sha,
+                                     paths_of(commit_actions_of(op.payload_json)));
+  if (!check) {
+    r = failed(call_kind::try_merge, check.error());
+    return true;
+  }
+  if (check->changed.empty()) return false;
+  (void)ctx.gitlab.close_mr(ctx.endpoints.author_token, mr.iid);
+  r.merge = merge_result::content_conflict;
+  r.error = check->describe();
+  return true;
+}
+
+call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const call_context& op) {
   const auto& token = ctx.endpoints.author_token;
   auto mr = ctx.gitlab.get_mr(token, iid, true);
   if (!mr) return failed(call_kind::try_merge, mr.error());
@@ -147,6 +163,9 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
   }
   const auto& detailed = mr->detailed_merge_status;
   if (detailed == "need_rebase" || detailed == "conflict" || mr->has_conflicts) {
+    // A rebase replays the change onto the target as it is now: never over a newer version of
+    // one of its files.
+    if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
     r.merge = merge_result::needs_rebase;
     return r;
   }
@@ -162,10 +181,14 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
     return r;
   }
   if (ps != "success" || detailed == "checking" || detailed == "unchecked" || detailed == "ci_still_running" ||
-      detailed == "preparing") {
+      detailed == "preparing" || mr->base_sha.empty()) {
     r.merge = merge_result::not_mergeable_yet;
     return r;
   }
+  // Last check before the merge: GitLab's merge has no compare-and-swap on the target's files, so
+  // changeflow reads them. What lands between this read and the merge is a window of one round trip;
+  // git's own conflict detection refuses the merge when both sides changed the same lines.
+  if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
   auto merged = ctx.gitlab.merge(token, iid, mr->sha);
   if (merged) {
     fill_mr(r, merged.value());
@@ -177,7 +200,12 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
   r.http_status = e.status;
   switch (clients::classify_merge_error(e)) {
     case clients::merge_refusal::not_mergeable_yet: r.merge = merge_result::not_mergeable_yet; return r;
-    case clients::merge_refusal::needs_rebase: r.merge = merge_result::needs_rebase; return r;
+    case clients::merge_refusal::needs_rebase:
+      // The target moved between the check and the merge (GitLab answers 422): when it moved one of
+      // the change's files, that is the conflict, not a reason to rebase over it.
+      if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
+      r.merge = merge_result::needs_rebase;
+      return r;
     case clients::merge_refusal::sha_mismatch: r.merge = merge_result::sha_mismatch; return r;
     case clients::merge_refusal::not_allowed:
     case clients::merge_refusal::other: break;
@@ -206,7 +234,7 @@ messages::call_reply run_call(clients::external_context& ctx, const config::snap
     case call_kind::create_mr: return create_mr(ctx, snap, op);
     case call_kind::read_pipeline: return read_mr(ctx, call_kind::read_pipeline, req.mr_iid);
     case call_kind::approve_bots: return approve_bots(ctx, snap, req.mr_iid);
-    case call_kind::try_merge: return try_merge(ctx, req.mr_iid);
+    case call_kind::try_merge: return try_merge(ctx, req.mr_iid, op);
     case call_kind::rebase: return rebase(ctx, req.mr_iid);
     case call_kind::read_rebase: return read_mr(ctx, call_kind::read_rebase, req.mr_iid);
   }

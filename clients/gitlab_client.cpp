@@ -1,5 +1,7 @@
 #include "clients/gitlab_client.hpp"
 
+#include "base/base64.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -46,6 +48,7 @@ merge_request mr_from(const json& j) {
   if (auto s = str(j, "merge_commit_sha"); !s.empty()) mr.merge_commit_sha = s;
   if (auto it = j.find("head_pipeline"); it != j.end() && it->is_object()) mr.head_pipeline = pipeline_from(*it);
   mr.web_url = str(j, "web_url");
+  if (auto it = j.find("diff_refs"); it != j.end() && it->is_object()) mr.base_sha = str(*it, "base_sha");
   if (mr.iid == 0) throw std::runtime_error("merge request without iid");
   return mr;
 }
@@ -135,6 +138,34 @@ result<std::optional<branch_info>> gitlab_client::get_branch(const std::string& 
   });
 }
 
+result<std::optional<repository_file>> gitlab_client::get_file(const std::string& token, const std::string& path,
+                                                               const std::string& ref) {
+  auto r = send(token, "GET", "/repository/files/" + url_encode(path) + "?ref=" + url_encode(ref));
+  if (!r) return r.error();
+  if (r->status == 404) {
+    auto e = status_error(r.value());
+    // Only a missing file is an answer; a missing project or ref is a misconfiguration.
+    if (e.message.find("File Not Found") != std::string::npos) return std::optional<repository_file>();
+    return e;
+  }
+  if (!success(r.value())) return status_error(r.value());
+  return parse_as<std::optional<repository_file>>(r.value(), [&](const json& j) {
+    repository_file f;
+    f.path = str(j, "file_path");
+    f.last_commit_id = str(j, "last_commit_id");
+    f.commit_id = str(j, "commit_id");
+    auto raw = str(j, "content");
+    if (str(j, "encoding") == "base64") {
+      auto decoded = base64::decode(raw);
+      if (!decoded) throw std::runtime_error("file content is not base64");
+      raw = std::move(*decoded);
+    }
+    f.content = std::move(raw);
+    if (f.last_commit_id.empty()) throw std::runtime_error("file without last_commit_id");
+    return std::optional<repository_file>(std::move(f));
+  });
+}
+
 result<commit_info> gitlab_client::create_commit(const std::string& token, const std::string& branch,
                                                  const std::optional<std::string>& start_branch,
                                                  const std::string& message,
@@ -148,6 +179,7 @@ result<commit_info> gitlab_client::create_commit(const std::string& token, const
       action["encoding"] = a.encoding;
     }
     if (!a.previous_path.empty()) action["previous_path"] = a.previous_path;
+    if (!a.last_commit_id.empty()) action["last_commit_id"] = a.last_commit_id;
     body["actions"].push_back(std::move(action));
   }
   auto r = send(token, "POST", "/repository/commits", body.dump(-1, ' ', false, json::error_handler_t::replace));

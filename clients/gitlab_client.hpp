@@ -37,6 +37,7 @@ struct merge_request {
   std::optional<std::string> merge_commit_sha;
   std::optional<gitlab_pipeline> head_pipeline;
   std::string web_url;
+  std::string base_sha;  // diff_refs.base_sha: the target commit the source forked from; "" until computed
 };
 
 struct branch_info {
@@ -46,11 +47,23 @@ struct branch_info {
 };
 
 struct commit_action {
-  std::string action = "create";  // create|update|delete|move|chmod
+  std::string action = "create";  // create|update|delete|move|chmod (changeflow's upsert is resolved first)
   std::string file_path;
   std::string content;
   std::string encoding = "text";
   std::string previous_path;  // for move
+  // Optimistic lock of update/delete: GitLab refuses the whole commit when the file's last commit
+  // is another one ("You are attempting to update a file that has changed since you started
+  // editing it."). "" sends none.
+  std::string last_commit_id;
+};
+
+/// A file as the repository files API returns it.
+struct repository_file {
+  std::string path;
+  std::string content;         // decoded
+  std::string last_commit_id;  // the last commit that changed the file
+  std::string commit_id;       // the ref's head commit
 };
 
 struct commit_info {
@@ -96,6 +109,10 @@ class gitlab_client {
 
   /// nullopt when the branch does not exist (404).
   result<std::optional<branch_info>> get_branch(const std::string& token, const std::string& branch);
+  /// GET repository/files/:file_path?ref= (ref: a branch or a commit). nullopt when the file does
+  /// not exist at that ref (404 "File Not Found"); any other 404 (project, ref) is an error.
+  result<std::optional<repository_file>> get_file(const std::string& token, const std::string& path,
+                                                  const std::string& ref);
   result<commit_info> create_commit(const std::string& token, const std::string& branch,
                                     const std::optional<std::string>& start_branch, const std::string& message,
                                     const std::vector<commit_action>& actions);

@@ -59,6 +59,16 @@ route_policy user_cancel() {
   return p;
 }
 
+/// Preview: a submit's body, rate limited and identified like a submit (it costs GitLab reads), but
+/// it writes nothing: not idempotent, not closed by the access switch, not a business action.
+route_policy user_preview() {
+  route_policy p;
+  p.bucket = "submit";
+  p.limit_key = "rate_limit.submit";
+  p.identity_required_key = "auth.required";
+  return p;
+}
+
 /// User read: no rate limit (polling the status must never be refused), identity when auth.required.
 /// Which operations a caller may see is decided by the handler (middleware/ownership.hpp): it needs
 /// the stored row.
@@ -186,6 +196,7 @@ middleware::route_policy policy_for(route_access access) {
     // RATE_LIMITED instead of its replayed response; it gets the replay once Retry-After has passed.
     case route_access::user_submit: return user_write("submit", "rate_limit.submit", "submit");
     case route_access::user_cancel: return user_cancel();
+    case route_access::user_preview: return user_preview();
     case route_access::callback: return callback_route();
     case route_access::ops: return ops_route();
   }

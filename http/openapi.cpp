@@ -48,7 +48,7 @@ constexpr const char* document_text = R"json({
           "subject": {"type": "string"},
           "target": {"type": "string"},
           "title": {"type": "string"},
-          "files": {"type": "array", "items": {"type": "object", "required": ["path", "content"], "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "action": {"type": "string", "enum": ["create", "update", "delete"]}}}}
+          "files": {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "content": {"type": "string", "description": "required unless action is delete"}, "action": {"type": "string", "enum": ["create", "update", "delete", "upsert"], "default": "upsert", "description": "upsert: make the file look like this (create or update, picked from the target branch when the change is committed)"}, "lastCommitId": {"type": "string", "pattern": "^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$", "description": "The file's last commit the change is based on (update, delete, upsert). A newer version on the target ends the change CONTENT_CONFLICT instead of overwriting it. Absent: the target's version when the change first reaches GitLab."}}}}
         }
       }
     },
@@ -84,6 +84,20 @@ constexpr const char* document_text = R"json({
           {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}}
         ],
         "responses": {"200": {"description": "OK; data {items: [...]}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/changes/preview": {
+      "post": {
+        "description": "The submit body, validated, and each file diffed (unified diff) against the target branch's current content read with GitLab's repository files API. Writes nothing. Same authorization as a submit (identity, the subject's rule code or an operator code; rate_limit.submit); not closed by the access switch. A failed GitLab read (or a busy service) answers 200 with data {reason} and no files: a preview never keeps anyone from submitting.",
+        "security": [{}, {"bearer": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
+        "responses": {
+          "200": {"description": "OK; data {valid, files: [{path, action (upsert resolved), exists, lastCommitId (the base to submit with, null for a missing file), diff, problem (why the commit would be refused, or null)}]}; a failed read: {reason} only"},
+          "400": {"description": "BAD_REQUEST: the body a submit would refuse (the message says what to fix)"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "429": {"$ref": "#/components/responses/RateLimited"}
+        }
       }
     },
     "/api/v1/changes/{id}": {

@@ -13,12 +13,13 @@ namespace changeflow::http {
 
 /// Who may call a route; http/api.cpp maps each to its middleware policy.
 enum class route_access {
-  open,         // probes, metrics, the document, the console's static files
-  user_read,    // identity when auth.required; ownership checked by the handler
-  user_submit,  // user write: rate limited, idempotent, closed by the access switch
-  user_cancel,  // like a submit, but never closed by the access switch
-  callback,     // authenticates itself (HMAC / token); rate limited per sender if configured
-  ops,          // identity and an operator rule code required
+  open,          // probes, metrics, the document, the console's static files
+  user_read,     // identity when auth.required; ownership checked by the handler
+  user_submit,   // user write: rate limited, idempotent, closed by the access switch
+  user_cancel,   // like a submit, but never closed by the access switch
+  user_preview,  // a read with a submit's body: rate limited and identified like a submit, writes nothing
+  callback,      // authenticates itself (HMAC / token); rate limited per sender if configured
+  ops,           // identity and an operator rule code required
 };
 
 struct route_spec {
@@ -31,6 +32,10 @@ struct route_spec {
 namespace routes {
 inline constexpr route_spec submit_change{"POST", "/api/v1/changes", route_access::user_submit,
                                           "Submit a change request"};
+inline constexpr route_spec preview_change{
+    "POST", "/api/v1/changes/preview", route_access::user_preview,
+    "Validate a submit body and diff each file against the target branch, writing nothing (a failed read answers "
+    "200 with an empty preview and the reason)"};
 inline constexpr route_spec get_change{
     "GET", "/api/v1/changes/{id}", route_access::user_read,
     "Status of one operation with its requester, timeline and hint (KEEP_WAITING, CONTACT_MAINTAINERS, ...)"};
@@ -120,6 +125,7 @@ inline constexpr std::array console = {&console_0, &console_1, &console_2, &cons
 
 /// Every route, in the order the policy table always listed them.
 inline constexpr std::array all_routes = {&routes::submit_change,
+                                          &routes::preview_change,
                                           &routes::get_change,
                                           &routes::cancel_change,
                                           &routes::list_changes,

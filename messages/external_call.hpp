@@ -15,12 +15,12 @@ namespace changeflow::messages {
 
 enum class call_kind {
   submit_approval,  // approval system: submit (idempotent by requestId = operation_id)
-  create_mr,        // GitLab: branch + commit (idempotent by reading the branch) + MR (409 -> existing)
-  read_pipeline,    // GitLab: MR and its head pipeline
-  approve_bots,     // GitLab: read MR (merged/closed?), then approve as each bot
-  try_merge,        // GitLab: read MR, merge with sha only when its pipeline ran on that sha
-  rebase,           // GitLab: request a rebase
-  read_rebase,      // GitLab: MR with include_rebase_in_progress
+  create_mr,  // GitLab: read the files' bases, branch + commit (idempotent by reading the branch) + MR (409 -> existing)
+  read_pipeline,  // GitLab: MR and its head pipeline
+  approve_bots,   // GitLab: read MR (merged/closed?), then approve as each bot
+  try_merge,  // GitLab: read MR, check the target kept the files' bases, merge with sha only when its pipeline ran on that sha
+  rebase,       // GitLab: request a rebase
+  read_rebase,  // GitLab: MR with include_rebase_in_progress
 };
 
 struct call_request {
@@ -63,12 +63,15 @@ struct call_reply {
     sha_mismatch,
     pipeline_failed,
     closed,
-    already_merged
+    already_merged,
+    content_conflict,  // the target changed a file of the change since its base: never merged (MR closed)
   };
   merge_result merge = merge_result::none;
   // approve_bots
   bool already_merged = false;
   bool closed = false;
+  // create_mr: GitLab refused the commit because a file is not what the change was based on
+  bool content_conflict = false;
 };
 
 std::string_view to_string(call_kind k);
@@ -82,7 +85,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("call_reply"), x.kind, x.outcome, x.error, x.http_status, x.retry_after_ms,
            x.approval_id, x.mr_iid, x.mr_url, x.mr_state, x.sha, x.pipeline_status, x.pipeline_sha,
-           x.rebase_in_progress, x.merge_error, x.merge, x.already_merged, x.closed);
+           x.rebase_in_progress, x.merge_error, x.merge, x.already_merged, x.closed, x.content_conflict);
 }
 
 }  // namespace changeflow::messages

@@ -1,5 +1,6 @@
 #include "sim/simulator.hpp"
 
+#include "base/base64.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/http_client.hpp"
@@ -96,12 +97,24 @@ struct sim_pipeline {
   std::string outcome = "success";  // success | failed | hang
 };
 
+// A file as a branch (or a commit) holds it: its content and the last commit that changed it
+// (GitLab's `last_commit_id`).
+struct sim_file {
+  std::string content;
+  std::string last_commit_id;
+};
+using file_map = std::map<std::string, sim_file>;
+
 struct sim_branch {
   std::string head_sha;
   std::string head_message;
   // Its files were changed on the branch it was created from after it forked (fault
   // target_conflict): a merge cannot apply cleanly and no rebase can fix it.
   bool conflicts_with_start = false;
+  file_map files;
+  // The commit of the start branch it forked from (a rebase moves it): the MR's diff_refs.base_sha,
+  // and the reference a merge compares both sides against.
+  std::string fork_sha;
 };
 
 struct sim_mr {
@@ -118,11 +131,13 @@ struct sim_mr {
   bool rebase_will_conflict = false;
   bool has_conflicts = false;
   std::string merge_error;
+  std::string base_sha;  // diff_refs.base_sha: the target commit the source forked from
   std::string subject() const { return title + " " + source; }
 };
 
 struct sim_project {
   std::map<std::string, sim_branch> branches;
+  std::map<std::string, file_map> commits;  // every commit's files, so `ref` may name a commit
   std::map<std::int64_t, sim_mr> mrs;
   std::int64_t next_iid = 1;
 };
@@ -149,6 +164,8 @@ struct attempt_log {
   std::map<std::string, std::uint64_t> create_mr;
   std::map<std::string, std::uint64_t> create_mr_while_open;  // the source branch already had an open MR
   std::map<std::string, std::uint64_t> approval_submit;       // requestId -> requests
+  // "project:branch" -> "<action> <file_path>[ @<last_commit_id>]" of every commit request, in order
+  std::map<std::string, std::vector<std::string>> commit_actions;
 
   nlohmann::json to_json() const {
     return {{"approve", approve},
@@ -159,7 +176,8 @@ struct attempt_log {
             {"create_commit", create_commit},
             {"create_mr", create_mr},
             {"create_mr_while_open", create_mr_while_open},
-            {"approval_submit", approval_submit}};
+            {"approval_submit", approval_submit},
+            {"commit_actions", commit_actions}};
   }
 };
 
@@ -213,8 +231,80 @@ struct simulator::impl {
 
   sim_project& project(const std::string& name) {
     auto [it, inserted] = projects.try_emplace(name);
-    if (inserted) it->second.branches["main"] = {next_sha(), "Initial commit"};
+    if (inserted) {
+      auto sha = next_sha();
+      it->second.branches["main"].head_sha = sha;
+      it->second.branches["main"].head_message = "Initial commit";
+      it->second.commits[sha] = {};
+    }
     return it->second;
+  }
+
+  // ---- files: what a branch changed since its fork, and whether its target changed them too
+
+  /// The branch's files as of `ref`: a branch name, else a commit sha; nullptr when neither.
+  const file_map* files_at(const sim_project& proj, const std::string& ref) const {
+    if (auto b = proj.branches.find(ref); b != proj.branches.end()) return &b->second.files;
+    if (auto c = proj.commits.find(ref); c != proj.commits.end()) return &c->second;
+    return nullptr;
+  }
+
+  static bool same_version(const file_map& a, const file_map& b, const std::string& path) {
+    auto x = a.find(path);
+    auto y = b.find(path);
+    if (x == a.end() || y == b.end()) return (x == a.end()) == (y == b.end());
+    return x->second.last_commit_id == y->second.last_commit_id;
+  }
+
+  /// Paths the branch changed (created, updated, deleted) since it forked.
+  std::vector<std::string> changed_since_fork(const sim_project& proj, const sim_branch& branch) const {
+    std::vector<std::string> out;
+    const auto* fork = files_at(proj, branch.fork_sha);
+    if (!fork) return out;
+    std::set<std::string> paths;
+    for (const auto& [p, f] : branch.files) paths.insert(p);
+    for (const auto& [p, f] : *fork) paths.insert(p);
+    for (const auto& p : paths) {
+      if (!same_version(branch.files, *fork, p)) out.push_back(p);
+    }
+    return out;
+  }
+
+  /// Git's view, at file level: a file both the source (since its fork) and the target changed
+  /// cannot be merged or rebased without a person. A simplification of git's line-level merge that
+  /// errs on the safe side (two edits of one file never combine silently here).
+  bool files_conflict(const sim_project& proj, const sim_mr& mr) const {
+    auto s = proj.branches.find(mr.source);
+    auto t = proj.branches.find(mr.target);
+    if (s == proj.branches.end() || t == proj.branches.end()) return false;
+    const auto* fork = files_at(proj, s->second.fork_sha);
+    if (!fork) return false;
+    for (const auto& p : changed_since_fork(proj, s->second)) {
+      if (!same_version(t->second.files, *fork, p)) return true;
+    }
+    return false;
+  }
+
+  /// The source's changes since its fork, applied onto `onto` (a merge or a rebase).
+  void apply_changes(const sim_project& proj, const sim_branch& source, file_map& onto,
+                     const std::string& commit_id) const {
+    for (const auto& p : changed_since_fork(proj, source)) {
+      auto it = source.files.find(p);
+      if (it == source.files.end()) {
+        onto.erase(p);
+      } else {
+        onto[p] = {it->second.content, commit_id.empty() ? it->second.last_commit_id : commit_id};
+      }
+    }
+  }
+
+  /// A new head on `branch` with these files (recorded as a commit so `ref=<sha>` reads them).
+  void move_head(sim_project& proj, const std::string& branch, std::string sha, std::string message, file_map files) {
+    auto& b = proj.branches[branch];
+    b.head_sha = std::move(sha);
+    b.head_message = std::move(message);
+    b.files = std::move(files);
+    proj.commits[b.head_sha] = b.files;
   }
 
   // ---- lazy time
@@ -241,10 +331,13 @@ struct simulator::impl {
   }
 
   void settle(sim_project& proj, const std::string& project_name, sim_mr& mr, clock_type::time_point now) {
+    // GitLab recomputes mergeability when the target moves: a file changed on both sides conflicts.
+    if (mr.state == "opened" && !mr.has_conflicts && !mr.rebase_done_at && files_conflict(proj, mr))
+      mr.has_conflicts = true;
     if (!mr.rebase_done_at || now < *mr.rebase_done_at) return;
     auto done_at = *mr.rebase_done_at;
     mr.rebase_done_at.reset();
-    if (mr.rebase_will_conflict) {
+    if (mr.rebase_will_conflict || files_conflict(proj, mr)) {
       mr.has_conflicts = true;
       mr.merge_error = "Rebase failed. Please rebase locally";
       return;
@@ -252,7 +345,14 @@ struct simulator::impl {
     mr.sha = next_sha();
     mr.needs_rebase = false;
     mr.merge_error.clear();
-    proj.branches[mr.source] = {mr.sha, "Rebased " + mr.source};
+    // The source's changes replayed on the target's head: new commits, so the files it changed get
+    // the new sha as their last commit.
+    const auto& source = proj.branches[mr.source];
+    auto rebased = proj.branches[mr.target].files;
+    apply_changes(proj, source, rebased, mr.sha);
+    move_head(proj, mr.source, mr.sha, "Rebased " + mr.source, std::move(rebased));
+    proj.branches[mr.source].fork_sha = proj.branches[mr.target].head_sha;
+    mr.base_sha = proj.branches[mr.target].head_sha;
     start_pipeline(mr, project_name, done_at);
   }
 
@@ -299,6 +399,9 @@ struct simulator::impl {
               {"merge_error", mr.merge_error.empty() ? json() : json(mr.merge_error)},
               {"rebase_in_progress", mr.rebase_done_at.has_value()},
               {"head_pipeline", mr.pipelines.empty() ? json() : pipeline_json(pipelines.at(mr.pipelines.back()), now)},
+              {"diff_refs", mr.base_sha.empty()
+                                ? json()
+                                : json{{"base_sha", mr.base_sha}, {"head_sha", mr.sha}, {"start_sha", mr.base_sha}}},
               {"web_url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}};
     return j;
   }
@@ -405,6 +508,8 @@ struct simulator::impl {
       endpoint = "get_branch";
     else if (rest.size() == 2 && rest[0] == "repository" && rest[1] == "commits" && m == "POST")
       endpoint = "create_commit";
+    else if (rest.size() == 3 && rest[0] == "repository" && rest[1] == "files" && m == "GET")
+      endpoint = "get_file";
     else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "POST")
       endpoint = "create_mr";
     else if (rest.size() == 1 && rest[0] == "merge_requests" && m == "GET")
@@ -456,6 +561,8 @@ struct simulator::impl {
       }
     } else if (endpoint == "get_branch") {
       subject = rest[2];
+    } else if (endpoint == "get_file") {
+      subject = req.query_param("ref").value_or("") + " " + rest[2];
     } else if (endpoint == "create_commit") {
       // The branch and every file path of the commit: a rule can target the commit of one change
       // by its file even when many changes ride in one commit.
@@ -497,6 +604,8 @@ struct simulator::impl {
                                 {"merged", false},
                                 {"default", it->first == "main"}});
       }
+    } else if (endpoint == "get_file") {
+      out.res = get_file(proj, rest[2], req.query_param("ref").value_or(""));
     } else if (endpoint == "create_commit") {
       out.res = create_commit(proj, body, subject);
     } else if (endpoint == "create_mr") {
@@ -578,7 +687,17 @@ struct simulator::impl {
     } else if (endpoint == "update_mr") {
       if (body.value("state_event", req.query_param("state_event").value_or("")) == "close") ++a.close[mr_key];
     } else if (endpoint == "create_commit") {
-      ++a.create_commit[project_name + ":" + body.value("branch", "")];
+      const auto key = project_name + ":" + body.value("branch", "");
+      ++a.create_commit[key];
+      if (body.contains("actions") && body["actions"].is_array()) {
+        for (const auto& action : body["actions"]) {
+          if (!action.is_object()) continue;
+          auto line = action.value("action", "?") + " " + action.value("file_path", "?");
+          if (action.contains("last_commit_id") && action["last_commit_id"].is_string())
+            line += " @" + action["last_commit_id"].get<std::string>();
+          a.commit_actions[key].push_back(std::move(line));
+        }
+      }
     } else if (endpoint == "create_mr") {
       auto source = body.value("source_branch", "");
       ++a.create_mr[project_name + ":" + source];
@@ -589,6 +708,71 @@ struct simulator::impl {
         }
       }
     }
+  }
+
+  /// GET repository/files/:file_path?ref= (GitLab's repository files API): content base64, the ref's
+  /// head commit and the last commit that changed the file.
+  hs::response get_file(const sim_project& proj, const std::string& path, const std::string& ref) const {
+    if (ref.empty()) return json_response(400, {{"error", "ref is missing"}});
+    const auto* files = files_at(proj, ref);
+    if (!files) return message(404, "404 Commit Not Found");
+    auto it = files->find(path);
+    if (it == files->end()) return message(404, "404 File Not Found");
+    auto b = proj.branches.find(ref);
+    const auto& f = it->second;
+    return json_response(200, {{"file_name", path.substr(path.rfind('/') + 1)},
+                               {"file_path", path},
+                               {"size", f.content.size()},
+                               {"encoding", "base64"},
+                               {"content", base64::encode(f.content)},
+                               {"content_sha256", ids::sha256_hex(f.content)},
+                               {"ref", ref},
+                               {"blob_id", ids::sha256_hex("blob:" + f.content).substr(0, 40)},
+                               {"commit_id", b != proj.branches.end() ? b->second.head_sha : ref},
+                               {"last_commit_id", f.last_commit_id},
+                               {"execute_filemode", false}});
+  }
+
+  /// Applies the actions in order onto `files` as GitLab does, or answers its refusal (nothing is
+  /// written then: the whole request is one commit).
+  std::optional<hs::response> apply_actions(const json& actions, file_map& files, const std::string& sha) {
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const auto& a = actions[i];
+      const auto field = [&](const char* name) { return "actions[" + std::to_string(i) + "][" + name + "]"; };
+      if (!a.is_object() || !a.contains("action") || !a["action"].is_string())
+        return json_response(400, {{"error", field("action") + " is missing"}});
+      if (!a.contains("file_path") || !a["file_path"].is_string() || a["file_path"].get<std::string>().empty())
+        return json_response(400, {{"error", field("file_path") + " is missing"}});
+      const auto action = a["action"].get<std::string>();
+      const auto path = a["file_path"].get<std::string>();
+      std::string content = a.contains("content") && a["content"].is_string() ? a["content"].get<std::string>() : "";
+      if (a.value("encoding", "text") == "base64") {
+        auto decoded = base64::decode(content);
+        if (!decoded) return json_response(400, {{"error", field("content") + " is invalid"}});
+        content = std::move(*decoded);
+      }
+      auto existing = files.find(path);
+      if (action == "create") {
+        if (existing != files.end()) return message(400, "A file with this name already exists");
+        files[path] = {content, sha};
+        continue;
+      }
+      if (action != "update" && action != "delete") {
+        return json_response(400, {{"error", field("action") + " does not have a valid value"}});
+      }
+      if (existing == files.end()) return message(400, "A file with this name doesn't exist");
+      // Optimistic locking per action: the last commit the caller saw must still be the file's.
+      if (a.contains("last_commit_id") && a["last_commit_id"].is_string() &&
+          a["last_commit_id"].get<std::string>() != existing->second.last_commit_id) {
+        return message(400, "You are attempting to update a file that has changed since you started editing it.");
+      }
+      if (action == "delete") {
+        files.erase(existing);
+      } else {
+        existing->second = {content, sha};
+      }
+    }
+    return std::nullopt;
   }
 
   hs::response create_commit(sim_project& proj, const json& body, const std::string& subject) {
@@ -607,13 +791,19 @@ struct simulator::impl {
     if (!exists && proj.branches.count(start.empty() ? branch : start) == 0) {
       return message(400, "You can only create or edit files when you are on a branch");
     }
-    auto msg = body["commit_message"].is_string() ? body["commit_message"].get<std::string>() : std::string();
-    auto parent = proj.branches[exists ? branch : start].head_sha;
+    const auto& from = proj.branches[exists ? branch : start];
     auto sha = next_sha();
-    proj.branches[branch] = {sha, msg};
+    auto files = from.files;
+    if (auto refused = apply_actions(body["actions"], files, sha)) return std::move(*refused);
+    auto msg = body["commit_message"].is_string() ? body["commit_message"].get<std::string>() : std::string();
+    auto parent = from.head_sha;
+    auto fork = exists ? from.fork_sha : from.head_sha;
+    move_head(proj, branch, sha, msg, std::move(files));
+    proj.branches[branch].fork_sha = fork;
     if (!exists && faults.take("target_conflict", "create_commit", subject)) {
       // Someone else changes the same files on the start branch right after the fork.
-      proj.branches[start] = {next_sha(), "Concurrent change to the files of " + branch};
+      auto& start_branch = proj.branches[start];
+      move_head(proj, start, next_sha(), "Concurrent change to the files of " + branch, start_branch.files);
       proj.branches[branch].conflicts_with_start = true;
     }
     return json_response(201, {{"id", sha},
@@ -646,6 +836,7 @@ struct simulator::impl {
     mr.source = source;
     mr.target = target;
     mr.sha = proj.branches[source].head_sha;
+    mr.base_sha = proj.branches[source].fork_sha;
     // GitLab computes conflicts against the target when the MR is created.
     mr.has_conflicts = proj.branches[source].conflicts_with_start && proj.branches.count(target) != 0;
     start_pipeline(mr, project_name, now);
@@ -709,7 +900,12 @@ struct simulator::impl {
   void land(sim_project& proj, const std::string& project_name, sim_mr& mr) {
     mr.state = "merged";
     mr.merge_commit_sha = next_sha();
-    proj.branches[mr.target] = {*mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'"};
+    // The files the source changed since its fork land on the target, each keeping the source
+    // commit that changed it as its last commit (as `git log -1 -- <path>` reports after a merge).
+    auto merged = proj.branches[mr.target].files;
+    apply_changes(proj, proj.branches[mr.source], merged, {});
+    move_head(proj, mr.target, *mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'",
+              std::move(merged));
     ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
     schedule_deploy(project_name, mr);
   }

@@ -2,6 +2,8 @@
 // callbacks (captured by a small receiving server), faults, and the deploy callback.
 #include "sim/simulator.hpp"
 
+#include "base/base64.hpp"
+
 #include "base/ids.hpp"
 #include "http/server/server.hpp"
 #include "tests/support/http_client.hpp"
@@ -76,7 +78,7 @@ class SimulatorTest : public ::testing::Test {
                        {{"branch", branch},
                         {"start_branch", "main"},
                         {"commit_message", "change"},
-                        {"actions", {{{"action", "create"}, {"file_path", "a.yaml"}, {"content", "x"}}}}});
+                        {"actions", {{{"action", "create"}, {"file_path", branch + ".yaml"}, {"content", "x"}}}}});
     EXPECT_EQ(commit.status, 201) << commit.body;
     auto mr =
         call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
@@ -375,4 +377,83 @@ TEST_F(SimulatorTest, ResetForgetsEverything) {
   EXPECT_EQ(call("POST", "/_sim/reset", json::object(), "").status, 200);
   EXPECT_EQ(call("GET", mr_path(1)).status, 404);
   EXPECT_TRUE(stats()["merges"].empty());
+}
+
+namespace {
+std::string decoded(const json& file) {
+  return changeflow::base64::decode(file["content"].get<std::string>()).value_or("<not base64>");
+}
+}  // namespace
+
+// The repository files API and the Commits API's file rules, as GitLab has them: content per
+// branch, 404 for a missing file, create of an existing file and update of a missing one refused,
+// an update whose last_commit_id is not the file's last commit refused (nothing written), and a
+// merge carrying the source's files onto the target.
+TEST_F(SimulatorTest, FilesFollowGitLabsContract) {
+  const std::string files = "/api/v4/projects/config%2Fchanges/repository/files/";
+  const std::string commits = "/api/v4/projects/config%2Fchanges/repository/commits";
+  auto commit = [&](const std::string& branch, const std::string& start, const json& action) {
+    json body = {{"branch", branch}, {"commit_message", "c"}, {"actions", json::array({action})}};
+    if (!start.empty()) body["start_branch"] = start;
+    return call("POST", commits, body);
+  };
+  EXPECT_EQ(call("GET", files + "conf%2Fa.yaml?ref=main").status, 404);
+  EXPECT_EQ(call("GET", files + "conf%2Fa.yaml").status, 400) << "ref is required";
+  auto created = commit("main", "", {{"action", "create"}, {"file_path", "conf/a.yaml"}, {"content", "v: 1\n"}});
+  ASSERT_EQ(created.status, 201) << created.body;
+  auto c1 = json::parse(created.body)["id"].get<std::string>();
+  auto f = json::parse(call("GET", files + "conf%2Fa.yaml?ref=main").body);
+  EXPECT_EQ(decoded(f), "v: 1\n");
+  EXPECT_EQ(f["last_commit_id"], c1);
+  EXPECT_EQ(f["encoding"], "base64");
+
+  auto exists = commit("main", "", {{"action", "create"}, {"file_path", "conf/a.yaml"}, {"content", "x"}});
+  EXPECT_EQ(exists.status, 400);
+  EXPECT_NE(exists.body.find("A file with this name already exists"), std::string::npos) << exists.body;
+  auto missing = commit("main", "", {{"action", "update"}, {"file_path", "conf/none.yaml"}, {"content", "x"}});
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("doesn't exist"), std::string::npos) << missing.body;
+
+  // A branch forked at c1 updates the file with its base; main moves meanwhile.
+  auto on_branch =
+      commit("feature/x", "main",
+             {{"action", "update"}, {"file_path", "conf/a.yaml"}, {"content", "v: 2\n"}, {"last_commit_id", c1}});
+  ASSERT_EQ(on_branch.status, 201) << on_branch.body;
+  auto moved = commit(
+      "main", "", {{"action", "update"}, {"file_path", "conf/a.yaml"}, {"content", "v: 3\n"}, {"last_commit_id", c1}});
+  ASSERT_EQ(moved.status, 201) << moved.body;
+  auto stale = commit(
+      "main", "", {{"action", "update"}, {"file_path", "conf/a.yaml"}, {"content", "v: 4\n"}, {"last_commit_id", c1}});
+  EXPECT_EQ(stale.status, 400);
+  EXPECT_NE(stale.body.find("You are attempting to update a file that has changed since you started editing it."),
+            std::string::npos)
+      << stale.body;
+  EXPECT_EQ(decoded(json::parse(call("GET", files + "conf%2Fa.yaml?ref=main").body)), "v: 3\n");
+  // The old version stays readable at its commit.
+  EXPECT_EQ(decoded(json::parse(call("GET", files + "conf%2Fa.yaml?ref=" + c1).body)), "v: 1\n");
+
+  // Both sides changed the file since the fork: the MR conflicts and cannot be merged.
+  auto mr = call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+                 {{"source_branch", "feature/x"}, {"target_branch", "main"}, {"title", "x"}});
+  ASSERT_EQ(mr.status, 201) << mr.body;
+  int iid = json::parse(mr.body)["iid"];
+  EXPECT_EQ(get_mr(iid)["diff_refs"]["base_sha"], c1);
+  changeflow::testing::wait_until([&] { return get_mr(iid)["detailed_merge_status"] != "checking"; },
+                                  std::chrono::seconds(5));
+  EXPECT_EQ(get_mr(iid)["detailed_merge_status"], "conflict");
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), json::object()).status, 422);
+
+  // A branch changing another file merges, and its content lands on main.
+  auto other = commit("feature/y", "main", {{"action", "create"}, {"file_path", "conf/b.yaml"}, {"content", "b\n"}});
+  ASSERT_EQ(other.status, 201) << other.body;
+  auto mr2 = json::parse(call("POST", "/api/v4/projects/config%2Fchanges/merge_requests",
+                              {{"source_branch", "feature/y"}, {"target_branch", "main"}, {"title", "y"}})
+                             .body);
+  int iid2 = mr2["iid"];
+  changeflow::testing::wait_until([&] { return mergeable(iid2); }, std::chrono::seconds(5));
+  ASSERT_EQ(call("PUT", mr_path(iid2, "/merge"), json::object()).status, 200);
+  auto b = json::parse(call("GET", files + "conf%2Fb.yaml?ref=main").body);
+  EXPECT_EQ(decoded(b), "b\n");
+  EXPECT_EQ(b["last_commit_id"], json::parse(other.body)["id"]);
+  EXPECT_EQ(decoded(json::parse(call("GET", files + "conf%2Fa.yaml?ref=main").body)), "v: 3\n");
 }

@@ -9,6 +9,9 @@ std::string_view describe(failure_cause c) {
     case failure_cause::pipeline_failed: return "pipeline failed";
     case failure_cause::rebase_conflict: return "rebase conflict with the target branch";
     case failure_cause::commit_refused: return "GitLab refused the batch commit";
+    case failure_cause::content_conflict:
+      return "content conflict: the file changed since your change was based on it: rebase your change and submit "
+             "again";
     case failure_cause::approval_refused: return "approval refused";
     case failure_cause::merge_refused: return "merge refused";
     case failure_cause::mr_closed: return "MR closed";
@@ -31,6 +34,12 @@ failure_plan plan_failure(failure_cause cause, std::size_t members, int depth, i
     case failure_cause::commit_refused:
       if (members > 1 && depth < max_splits) return failure_plan::bisect;
       return failure_plan::requeue_bounded;
+    // A member whose file moved fails again in every batch: alone, it fails at once; at the split
+    // bound, every member of the (small) rest fails rather than wearing out attempts.
+    case failure_cause::content_conflict:
+      if (members <= 1) return failure_plan::fail_alone;
+      if (depth < max_splits) return failure_plan::bisect;
+      return failure_plan::fail_all;
     default: return failure_plan::requeue_bounded;
   }
 }
@@ -102,7 +111,10 @@ decision begin(drive d, std::int64_t now_ms) {
 }
 
 decision on_mr_opened(drive d, const mr_view& mr, const settings& s, std::int64_t now_ms) {
-  if (mr.outcome != mr_view::call::ok) return retry_or_fail(std::move(d), mr, failure_cause::commit_refused, s);
+  if (mr.outcome != mr_view::call::ok) {
+    auto cause = mr.content_conflict ? failure_cause::content_conflict : failure_cause::commit_refused;
+    return retry_or_fail(std::move(d), mr, cause, s);
+  }
   d.call_failures = 0;
   d.mr_iid = mr.iid;
   d.wait_started_ms = now_ms;
@@ -139,6 +151,9 @@ decision on_mr_read(drive d, const mr_view& mr, const settings& s, std::int64_t 
 }
 
 decision on_rebase_requested(drive d, const mr_view& mr, const settings& s, std::int64_t now_ms) {
+  if (mr.outcome == mr_view::call::ok && mr.content_conflict) {
+    return start_failure(std::move(d), failure_cause::content_conflict, mr.error);
+  }
   // The rebase runs asynchronously: an accepted request on an open MR means "keep polling".
   if (mr.outcome == mr_view::call::ok && mr.state == "opened") {
     d.call_failures = 0;
@@ -156,6 +171,7 @@ decision on_merge(drive d, merge_answer answer, const mr_view& mr, const setting
     case merge_answer::closed: return start_failure(std::move(d), failure_cause::mr_closed, "closed before the merge");
     case merge_answer::approval_refused: return start_failure(std::move(d), failure_cause::approval_refused, mr.error);
     case merge_answer::refused: return start_failure(std::move(d), failure_cause::merge_refused, mr.error);
+    case merge_answer::content_conflict: return start_failure(std::move(d), failure_cause::content_conflict, mr.error);
     case merge_answer::retryable:
       if (++d.call_failures > s.max_call_failures) {
         return start_failure(std::move(d), failure_cause::gitlab_failing, "merge: " + mr.error);

@@ -24,6 +24,7 @@ enum class failure_cause {
   pipeline_failed,   // the pipeline failed on the MR's current sha: deterministic
   rebase_conflict,   // a rebase onto the target branch failed with a conflict
   commit_refused,    // GitLab refused the batch branch, commit or MR (4xx)
+  content_conflict,  // a member's file changed on the target since the member's base: deterministic
   approval_refused,  // a reviewer bot may not approve (4xx)
   merge_refused,     // GitLab refused the merge itself
   mr_closed,         // the MR was closed outside the coordinator
@@ -44,7 +45,7 @@ enum class failure_plan {
   requeue_bounded,  // every member waits again, except those out of batch attempts: BATCH_FAILED
 };
 /// Pipeline failures and the failures decided by the files the members carry (a conflict with the
-/// target branch, a refused commit) are bisected: requeueing the same members would fail again and
+/// target branch, a refused commit, a member's file changed since its base) are bisected: requeueing the same members would fail again and
 /// would wear out the innocent members' attempts with the culprit's. Everything else (MR closed,
 /// refusals of the approve or the merge, timeouts, GitLab down, operator) says nothing about one
 /// member: the batch is requeued as is, each member bounded by batch.max_attempts.
@@ -86,6 +87,8 @@ struct mr_view {
   bool has_conflicts = false;
   bool rebase_in_progress = false;
   std::string merge_error;  // GitLab's word on the last failed rebase or merge; "" when none
+  // A refused open, or a rebase not requested: a member's file is not the version it was based on.
+  bool content_conflict = false;
 };
 
 /// How a read MR stands, decided from the view alone.
@@ -101,7 +104,16 @@ enum class verdict {
 verdict classify(const mr_view& mr);
 
 /// The answer of approve-and-merge.
-enum class merge_answer { merged, not_yet, needs_rebase, closed, approval_refused, refused, retryable };
+enum class merge_answer {
+  merged,
+  not_yet,
+  needs_rebase,
+  closed,
+  approval_refused,
+  refused,
+  retryable,
+  content_conflict,  // the target changed a member's file since the batch commit's base: never merged
+};
 
 /// One member as the core needs it.
 struct member {

@@ -178,6 +178,16 @@ TEST(BatchDecide, FailedCallsBackOffThenFailAndRefusalsFailAtOnce) {
   auto refused = on_mr_opened(running_batch(3, 0), failed_call(mr_view::call::refused), s, t0);
   EXPECT_EQ(refused.act.what, K::find_and_close) << "no MR recorded: look for it on the branch";
   EXPECT_EQ(refused.next.cause, failure_cause::commit_refused);
+  // A commit refused because a member's file moved since its base names that cause.
+  auto moved = failed_call(mr_view::call::refused);
+  moved.content_conflict = true;
+  EXPECT_EQ(on_mr_opened(running_batch(3, 0), moved, s, t0).next.cause, failure_cause::content_conflict);
+  // So does a rebase that was not requested because a member's file moved on the target.
+  auto not_rebased = opened("success");
+  not_rebased.content_conflict = true;
+  auto stopped = on_rebase_requested(running_batch(), not_rebased, s, t0);
+  EXPECT_EQ(stopped.act.what, K::close_and_reread);
+  EXPECT_EQ(stopped.next.cause, failure_cause::content_conflict);
 }
 
 TEST(BatchDecide, MergeAnswers) {
@@ -194,6 +204,7 @@ TEST(BatchDecide, MergeAnswers) {
       {merge_answer::closed, K::close_and_reread, failure_cause::mr_closed},
       {merge_answer::approval_refused, K::close_and_reread, failure_cause::approval_refused},
       {merge_answer::refused, K::close_and_reread, failure_cause::merge_refused},
+      {merge_answer::content_conflict, K::close_and_reread, failure_cause::content_conflict},
   };
   for (const auto& r : rows) {
     auto d = on_merge(running_batch(), r.answer, opened("success"), defaults(), t0);
@@ -217,6 +228,9 @@ TEST(BatchDecide, TheFailurePathSettlesByItsPlanAndMergedWins) {
       {"pipeline failed, one member", failure_cause::pipeline_failed, 1, 2, failure_plan::fail_alone},
       {"pipeline failed at the split bound", failure_cause::pipeline_failed, 4, 6, failure_plan::fail_all},
       {"conflict, several members", failure_cause::rebase_conflict, 4, 0, failure_plan::bisect},
+      {"file moved, several members", failure_cause::content_conflict, 4, 0, failure_plan::bisect},
+      {"file moved, one member", failure_cause::content_conflict, 1, 3, failure_plan::fail_alone},
+      {"file moved at the split bound", failure_cause::content_conflict, 3, 6, failure_plan::fail_all},
       {"MR closed", failure_cause::mr_closed, 4, 0, failure_plan::requeue_bounded},
       {"GitLab failing", failure_cause::gitlab_failing, 1, 0, failure_plan::requeue_bounded},
   };

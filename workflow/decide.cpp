@@ -184,6 +184,9 @@ decision on_create_mr(const operation_state& s, const call_reply& r, const setti
     case status::retryable:
       return wait_or(s, cfg, now_ms, step::CREATE_ERROR, "GitLab unreachable while creating the MR", r.retry_after_ms);
     case status::refused:
+      if (r.content_conflict) {
+        return go_failed(step::CONTENT_CONFLICT, std::string(describe(hint::REBASE_AND_RESUBMIT)), r.error);
+      }
       return go_failed(step::CREATE_GITLAB_REFUSED, "GitLab refused the branch, commit or MR", r.error);
     case status::overloaded: return go_failed(step::CREATE_OVERLOADED, "worker pool full", r.error);
   }
@@ -282,6 +285,8 @@ decision on_try_merge(const operation_state& s, const call_reply& r, const setti
       return d;
     }
     case merge_result::closed: return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");
+    case merge_result::content_conflict:
+      return go_failed(step::CONTENT_CONFLICT, std::string(describe(hint::REBASE_AND_RESUBMIT)), r.error);
     case merge_result::pipeline_failed:
       return go_failed(step::HANDLE_PIPELINE_FAILED, "pipeline on the head SHA failed", r.error);
     case merge_result::not_mergeable_yet: {

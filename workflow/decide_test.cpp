@@ -75,9 +75,9 @@ TEST(Decide, EveryDecisionStaysInsideTheTransitionTable) {
   auto cfg = test_settings();
   const status statuses[] = {status::ok, status::retryable, status::refused, status::overloaded};
   const merge_result merges[] = {
-      merge_result::none,         merge_result::merged,        merge_result::not_mergeable_yet,
-      merge_result::needs_rebase, merge_result::sha_mismatch,  merge_result::pipeline_failed,
-      merge_result::closed,       merge_result::already_merged};
+      merge_result::none,         merge_result::merged,         merge_result::not_mergeable_yet,
+      merge_result::needs_rebase, merge_result::sha_mismatch,   merge_result::pipeline_failed,
+      merge_result::closed,       merge_result::already_merged, merge_result::content_conflict};
   int decisions = 0;
   for (auto s : all_steps) {
     for (std::int64_t now : {0LL, 5000LL, 1000000LL}) {
@@ -287,6 +287,56 @@ TEST(Decide, MergeRebaseLoop) {
   EXPECT_EQ(decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0).next->to, step::HANDLE_PIPELINE_FAILED);
   r.merge = merge_result::already_merged;
   EXPECT_EQ(decide(at(step::HANDLE_MERGING), reply_of(r), cfg, 0).next->to, step::HANDLE_ALREADY_MERGED);
+}
+
+// A file that moved under the change ends it CONTENT_CONFLICT wherever it is seen (the commit
+// refused by GitLab, or the check before a merge), never retried, with its own hint; any other
+// refusal of the commit stays CREATE_GITLAB_REFUSED.
+TEST(Decide, ContentConflictEndsTheChangeWithItsOwnHint) {
+  auto cfg = test_settings();
+  struct c {
+    const char* name;
+    step s;
+    call_kind k;
+    status outcome;
+    merge_result merge;
+    bool commit_conflict;
+    step expected;
+  } cases[] = {
+      {"commit refused: stale base", step::CREATE_STARTED, call_kind::create_mr, status::refused, merge_result::none,
+       true, step::CONTENT_CONFLICT},
+      {"commit refused otherwise", step::CREATE_STARTED, call_kind::create_mr, status::refused, merge_result::none,
+       false, step::CREATE_GITLAB_REFUSED},
+      {"check before the first merge", step::HANDLE_APPROVED, call_kind::try_merge, status::ok,
+       merge_result::content_conflict, false, step::CONTENT_CONFLICT},
+      {"check before a later merge or a rebase", step::HANDLE_MERGING, call_kind::try_merge, status::ok,
+       merge_result::content_conflict, false, step::CONTENT_CONFLICT},
+      {"check after the poll budget", step::HANDLE_PIPELINE_PENDING, call_kind::try_merge, status::ok,
+       merge_result::content_conflict, false, step::CONTENT_CONFLICT},
+  };
+  for (const auto& tc : cases) {
+    auto r = ok_reply(tc.k);
+    r.outcome = tc.outcome;
+    r.merge = tc.merge;
+    r.content_conflict = tc.commit_conflict;
+    r.error = "You are attempting to update a file that has changed since you started editing it.";
+    auto d = decide(at(tc.s), reply_of(r), cfg, 0);
+    ASSERT_TRUE(d.next) << tc.name;
+    EXPECT_EQ(d.next->to, tc.expected) << tc.name;
+    EXPECT_EQ(d.next->last_error, r.error) << tc.name;
+    EXPECT_TRUE(has_effect(d, effect::kind::stop)) << tc.name;
+    EXPECT_FALSE(has_effect(d, effect::kind::call)) << tc.name;
+  }
+  EXPECT_EQ(hint_for(phase_of(step::CONTENT_CONFLICT), step::CONTENT_CONFLICT), hint::REBASE_AND_RESUBMIT);
+  EXPECT_EQ(describe(hint::REBASE_AND_RESUBMIT),
+            "the file changed since your change was based on it: rebase your change and submit again");
+  // Retrying would base the change on the newer version and commit over it: only ending it is offered.
+  for (auto to : allowed_targets(step::CONTENT_CONFLICT, actor_kind::operator_only)) {
+    EXPECT_TRUE(to == step::CLOSE_SUCCEEDED || to == step::CANCELLED || to == step::FORCED_FAILED ||
+                to == step::HANDLE_ALREADY_MERGED)
+        << to_string(to);
+  }
+  EXPECT_TRUE(is_allowed(step::CONTENT_CONFLICT, step::CANCELLED, actor_kind::requester));
 }
 
 TEST(Decide, OverloadBecomesAnExplicitFailureState) {

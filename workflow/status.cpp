@@ -21,6 +21,7 @@ phase phase_of(step s) {
     case step::CREATE_ERROR:
     case step::CREATE_OVERLOADED:
     case step::CREATE_GITLAB_REFUSED:
+    case step::CONTENT_CONFLICT:
     case step::APPROVAL_SUBMIT_FAILED: return phase::CREATE_FAILED;
     case step::HANDLE_STARTED:
     case step::HANDLE_APPROVED:
@@ -74,7 +75,7 @@ std::string_view to_string(step s) {
   case step::name: return #name;
     CF_STEP(CREATE_STARTED) CF_STEP(CREATE_SUCCEEDED) CF_STEP(CREATE_MR_OPENED)
     CF_STEP(CREATE_PIPELINE_FAILED) CF_STEP(CREATE_ERROR) CF_STEP(CREATE_OVERLOADED)
-    CF_STEP(CREATE_GITLAB_REFUSED) CF_STEP(APPROVAL_SENDING) CF_STEP(APPROVAL_SENT)
+    CF_STEP(CREATE_GITLAB_REFUSED) CF_STEP(CONTENT_CONFLICT) CF_STEP(APPROVAL_SENDING) CF_STEP(APPROVAL_SENT)
     CF_STEP(APPROVAL_REJECTED) CF_STEP(APPROVAL_WITHDRAWN) CF_STEP(APPROVAL_SUBMIT_FAILED)
     CF_STEP(APPROVAL_TIMEOUT) CF_STEP(APPROVAL_APPROVED) CF_STEP(HANDLE_STARTED)
     CF_STEP(HANDLE_APPROVED) CF_STEP(HANDLE_MERGING) CF_STEP(HANDLE_REBASING)
@@ -142,6 +143,7 @@ bool is_deterministic_failure(step s) {
   switch (s) {
     case step::CREATE_PIPELINE_FAILED:
     case step::CREATE_GITLAB_REFUSED:
+    case step::CONTENT_CONFLICT:
     case step::APPROVAL_SUBMIT_FAILED:
     case step::HANDLE_REBASE_CONFLICT:
     case step::HANDLE_APPROVAL_FAILED:
@@ -161,13 +163,29 @@ std::string_view to_string(hint h) {
     case hint::CONTACT_MAINTAINERS: return "CONTACT_MAINTAINERS";
     case hint::DONE: return "DONE";
     case hint::REAPPLY_ALLOWED: return "REAPPLY_ALLOWED";
+    case hint::REBASE_AND_RESUBMIT: return "REBASE_AND_RESUBMIT";
   }
   return "KEEP_WAITING";
+}
+
+std::string_view describe(hint h) {
+  switch (h) {
+    case hint::KEEP_WAITING: return "the change is moving or retrying on its own: keep waiting";
+    case hint::CONTACT_MAINTAINERS: return "waiting will not help: contact the maintainers";
+    case hint::DONE: return "the change is in effect";
+    case hint::REAPPLY_ALLOWED: return "the change has ended: a new change to this target may be submitted";
+    case hint::REBASE_AND_RESUBMIT:
+      return "the file changed since your change was based on it: rebase your change and submit again";
+  }
+  return "keep waiting";
 }
 
 hint hint_for(phase p, step s) {
   if (p == phase::VALIDATED) return hint::DONE;
   if (is_reappliable(p)) return hint::REAPPLY_ALLOWED;
+  // Nothing a maintainer does fixes a file that moved: the change's author rebases on the newer
+  // version (cancelling this one frees the target) and submits again.
+  if (s == step::CONTENT_CONFLICT) return hint::REBASE_AND_RESUBMIT;
   if (is_deterministic_failure(s)) return hint::CONTACT_MAINTAINERS;
   // Merged but never confirmed: waiting longer will not deploy it; someone has to look at the
   // deploy pipeline (an operator confirms or closes it).

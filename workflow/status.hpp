@@ -38,6 +38,10 @@ enum class step : int {
   CREATE_ERROR = 10005,            // CREATE_FAILED: unexpected error in a creation step
   CREATE_OVERLOADED = 10006,       // CREATE_FAILED: worker pool full when the step was started
   CREATE_GITLAB_REFUSED = 10007,   // CREATE_FAILED: GitLab refused commit/MR (4xx, deterministic)
+  // CREATE_FAILED (deterministic): a file of the change is not what the change was based on (GitLab
+  // refused the commit's last_commit_id, or the target changed the file before the merge). The
+  // change was never committed over the newer version; its user rebases and submits again.
+  CONTENT_CONFLICT = 10008,
   APPROVAL_SENDING = 10011,        // APPROVAL_SENDING: written before the approval call
   APPROVAL_SENT = 10012,           // APPROVAL_SENT: approval system acknowledged
   APPROVAL_REJECTED = 10013,       // REJECTED
@@ -92,6 +96,7 @@ inline constexpr std::array all_steps = {
     step::CREATE_ERROR,
     step::CREATE_OVERLOADED,
     step::CREATE_GITLAB_REFUSED,
+    step::CONTENT_CONFLICT,
     step::APPROVAL_SENDING,
     step::APPROVAL_SENT,
     step::APPROVAL_REJECTED,
@@ -150,8 +155,10 @@ bool is_terminal(phase p);  // {VALIDATED, CREATE_FAILED, HANDLE_FAILED, REJECTE
 bool is_deterministic_failure(step s);
 
 /// What the API tells a user to do next.
-enum class hint { KEEP_WAITING, CONTACT_MAINTAINERS, DONE, REAPPLY_ALLOWED };
+enum class hint { KEEP_WAITING, CONTACT_MAINTAINERS, DONE, REAPPLY_ALLOWED, REBASE_AND_RESUBMIT };
 std::string_view to_string(hint h);
+/// The hint in words, for the status document.
+std::string_view describe(hint h);
 hint hint_for(phase p, step s);
 
 enum class flow { approve_then_create, create_then_approve };

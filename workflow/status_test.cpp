@@ -28,7 +28,7 @@ TEST(Status, CodesSitInTheirRanges) {
       EXPECT_EQ(range, 106) << name;
     } else if (name.starts_with("HANDLE_")) {
       EXPECT_EQ(range, 101) << name;
-    } else if (name.starts_with("CREATE_") || name.starts_with("APPROVAL_")) {
+    } else if (name.starts_with("CREATE_") || name.starts_with("APPROVAL_") || name == "CONTENT_CONFLICT") {
       EXPECT_EQ(range, 100) << name;
     } else if (name.starts_with("CLOSE_") || name == "FORCED_FAILED" || name == "CANCELLED") {
       EXPECT_EQ(range, 102) << name;
@@ -79,6 +79,7 @@ TEST(Status, HintsTable) {
       {step::HANDLE_OVERLOADED, hint::KEEP_WAITING},
       {step::HANDLE_MERGING, hint::KEEP_WAITING},
       {step::APPROVAL_SENT, hint::KEEP_WAITING},
+      {step::CONTENT_CONFLICT, hint::REBASE_AND_RESUBMIT},
   };
   for (const auto& tc : cases) EXPECT_EQ(hint_for(phase_of(tc.s), tc.s), tc.h) << to_string(tc.s);
 }

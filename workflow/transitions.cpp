@@ -32,6 +32,7 @@ std::vector<transition_rule> build_table() {
       // -- MR creation
       {S::CREATE_STARTED, S::CREATE_MR_OPENED},
       {S::CREATE_STARTED, S::CREATE_GITLAB_REFUSED},
+      {S::CREATE_STARTED, S::CONTENT_CONFLICT},  // GitLab refused the commit: a file moved since its base
       {S::CREATE_STARTED, S::CREATE_ERROR},
       {S::CREATE_STARTED, S::CREATE_OVERLOADED},
       {S::CREATE_MR_OPENED, S::CREATE_SUCCEEDED},
@@ -73,6 +74,11 @@ std::vector<transition_rule> build_table() {
       {S::HANDLE_MERGING, S::HANDLE_ERROR},
       {S::HANDLE_MERGING, S::HANDLE_OVERLOADED},
       {S::HANDLE_MERGING, S::HANDLE_APPROVAL_FAILED},  // approvals lost by a rebase and refused again
+      // The target changed a file of the change since its base: found right before a merge (or a
+      // rebase), wherever the merge is attempted from.
+      {S::HANDLE_APPROVED, S::CONTENT_CONFLICT},
+      {S::HANDLE_MERGING, S::CONTENT_CONFLICT},
+      {S::HANDLE_PIPELINE_PENDING, S::CONTENT_CONFLICT},
       {S::HANDLE_REBASING, S::HANDLE_MERGING},
       {S::HANDLE_REBASING, S::HANDLE_REBASE_CONFLICT},
       {S::HANDLE_REBASING, S::REBASE_PENDING},
@@ -117,6 +123,9 @@ std::vector<transition_rule> build_table() {
       {S::CREATE_OVERLOADED, S::CREATE_STARTED, OP},
       {S::CREATE_PIPELINE_FAILED, S::CREATE_STARTED, OP},
       {S::CREATE_GITLAB_REFUSED, S::CREATE_STARTED, OP},
+      // No re-trigger out of CONTENT_CONFLICT: a change without its own base would be based on the
+      // newer version and committed over it. Its requester cancels it (or an operator closes it)
+      // and submits the rebased change.
       {S::APPROVAL_SUBMIT_FAILED, S::APPROVAL_SENDING, OP},
       {S::HANDLE_PIPELINE_PENDING, S::HANDLE_STARTED, OP},
       {S::REBASE_PENDING, S::HANDLE_REBASING, OP},

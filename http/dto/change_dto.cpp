@@ -4,6 +4,7 @@
 #include "workflow/status.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 
 namespace changeflow::http::dto {
@@ -18,6 +19,11 @@ bool valid_text(const std::string& s, std::size_t max_len) {
     if (c < 0x20 && c != '\t') return false;
   }
   return true;
+}
+
+bool valid_commit_id(const std::string& id) {
+  if (id.size() != 40 && id.size() != 64) return false;
+  return std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
 }
 
 bool valid_path(const std::string& p) {
@@ -87,11 +93,22 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
     fc.path = f["path"].get<std::string>();
     if (!valid_path(fc.path)) return parse_error{"file path must be relative, without '.' or '..' segments"};
     if (f.contains("action")) {
-      if (!f["action"].is_string()) return parse_error{"file 'action' must be create, update or delete"};
+      if (!f["action"].is_string()) return parse_error{"file 'action' must be create, update, delete or upsert"};
       fc.action = f["action"].get<std::string>();
-      if (fc.action != "create" && fc.action != "update" && fc.action != "delete") {
-        return parse_error{"file 'action' must be create, update or delete"};
+      if (fc.action != "create" && fc.action != "update" && fc.action != "delete" && fc.action != "upsert") {
+        return parse_error{"file 'action' must be create, update, delete or upsert"};
       }
+    }
+    if (f.contains("lastCommitId") && !f["lastCommitId"].is_null()) {
+      if (!f["lastCommitId"].is_string() || !valid_commit_id(f["lastCommitId"].get<std::string>())) {
+        return parse_error{"file 'lastCommitId' must be a commit id (40 or 64 hexadecimal characters)"};
+      }
+      if (fc.action == "create") {
+        return parse_error{"file 'lastCommitId' does not apply to 'create': a file being created has no last commit"};
+      }
+      fc.last_commit_id = f["lastCommitId"].get<std::string>();
+      std::transform(fc.last_commit_id->begin(), fc.last_commit_id->end(), fc.last_commit_id->begin(),
+                     [](unsigned char c) { return std::tolower(c); });
     }
     if (fc.action != "delete") {
       if (!f.contains("content") || !f["content"].is_string()) return parse_error{"each file needs 'content' (string)"};
@@ -105,7 +122,11 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
 
 std::string payload_json(const submit_request& r) {
   nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : r.files) files.push_back({{"path", f.path}, {"content", f.content}, {"action", f.action}});
+  for (const auto& f : r.files) {
+    nlohmann::json file = {{"path", f.path}, {"content", f.content}, {"action", f.action}};
+    if (f.last_commit_id) file["lastCommitId"] = *f.last_commit_id;
+    files.push_back(std::move(file));
+  }
   return nlohmann::json{{"files", files}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -120,6 +141,7 @@ nlohmann::json to_json(const persistence::operation_row& row) {
           {"phase", workflow::to_string(phase)},
           {"step", {{"code", workflow::code_of(row.step)}, {"name", workflow::to_string(row.step)}}},
           {"hint", workflow::to_string(workflow::hint_for(phase, row.step))},
+          {"hintMessage", workflow::describe(workflow::hint_for(phase, row.step))},
           {"reapplyAllowed", workflow::is_reappliable(phase)},
           {"mrIid", row.mr_iid ? nlohmann::json(*row.mr_iid) : nlohmann::json(nullptr)},
           {"mrUrl", row.mr_url ? nlohmann::json(*row.mr_url) : nlohmann::json(nullptr)},

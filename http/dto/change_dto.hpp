@@ -16,7 +16,13 @@ namespace changeflow::http::dto {
 struct file_change {
   std::string path;
   std::string content;
-  std::string action = "create";  // create | update | delete
+  // create | update | delete | upsert ("make the file look like this": create or update, picked
+  // from the branch when the change is committed). Absent means upsert.
+  std::string action = "upsert";
+  // The commit the user based an update, delete or upsert on (the file's last commit then): the
+  // change fails CONTENT_CONFLICT instead of overwriting a newer version. Absent: captured when
+  // the change first reaches GitLab.
+  std::optional<std::string> last_commit_id;
 };
 
 struct submit_request {

@@ -13,6 +13,7 @@
 #include "persistence/binding_repo.hpp"
 #include "service/end_change.hpp"
 #include "service/idempotency.hpp"
+#include "service/preview_change.hpp"
 #include "service/submit.hpp"
 
 #include <algorithm>
@@ -83,6 +84,9 @@ constexpr std::string_view submit_route = "/api/v1/changes";
 std::string what_unblocks(workflow::step s) {
   auto p = workflow::phase_of(s);
   if (p == workflow::phase::MERGED) return "it has merged; wait for its deploy confirmation";
+  if (s == workflow::step::CONTENT_CONFLICT) {
+    return "its files changed since it was based on them: its requester cancels it, then submits the rebased change";
+  }
   if (p == workflow::phase::CREATE_FAILED || p == workflow::phase::HANDLE_FAILED) {
     return "it failed and awaits an operator: an operator re-triggers or closes it, or its requester cancels it";
   }
@@ -206,6 +210,52 @@ void store_submission(service_context& ctx, const http_server::request& req, con
     }
   });
   if (!queued) reply(overloaded());
+}
+
+/// POST /api/v1/changes/preview: the submit body validated, and each file diffed against the target
+/// branch, with the same authorization as a submit and nothing written. A body a submit would
+/// refuse gets the submit's 400; what GitLab would refuse is answered per file (valid: false); a
+/// failed GitLab read answers an empty preview with the reason (the seeds' read-only preview rule:
+/// it never keeps anyone from submitting).
+void preview(service_context& ctx, http_server::request& req, http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
+  auto parsed = dto::parse_submit(req.body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
+    return reply(outcome_response(api_outcome::bad_request, err->message));
+  }
+  auto request = std::get<dto::submit_request>(std::move(parsed));
+  auto run = [&ctx, request, reply] {
+    std::vector<service::preview_input> files;
+    for (const auto& f : request.files) files.push_back({f.path, f.content, f.action, f.last_commit_id});
+    service::preview_change(*ctx.services, std::move(files), [reply](service::preview_result r) {
+      if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
+      nlohmann::json files = nlohmann::json::array();
+      bool valid = true;
+      for (const auto& f : r.files) {
+        valid = valid && f.problem.empty();
+        files.push_back({{"path", f.path},
+                         {"action", f.action},
+                         {"exists", f.exists},
+                         {"lastCommitId", f.exists ? nlohmann::json(f.last_commit_id) : nlohmann::json(nullptr)},
+                         {"diff", f.diff},
+                         {"problem", f.problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.problem)}});
+      }
+      reply(outcome_response(api_outcome::ok, valid ? "The change is valid" : "The change would be refused",
+                             {{"valid", valid}, {"files", files}}));
+    });
+  };
+  if (!caller.account) return run();
+  auto rules = middleware::rules_for_subject(*ctx.config.current(), request.subject);
+  auto account = *caller.account;
+  ask_permissions(
+      ctx, account, rules.to_ask(),
+      [account, rules, run, subject = request.subject, reply](std::optional<std::set<std::string>> granted) {
+        if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
+          return reply(access_denied("preview: " + account + " not permitted for subject " + subject));
+        }
+        run();
+      });
 }
 
 /// Shows an operation to its requester, to callers permitted for its subject and to operators; to
@@ -364,6 +414,9 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
 void add_change_routes(router& r, service_context& ctx) {
   r.add({routes::submit_change, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            submit(ctx, req, std::move(reply));
+         }});
+  r.add({routes::preview_change, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+           preview(ctx, req, std::move(reply));
          }});
   r.add({routes::get_change, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            get_one(ctx, req, p.at("id"), std::move(reply));

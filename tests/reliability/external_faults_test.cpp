@@ -175,9 +175,10 @@ TEST(ExternalFaults, SlowApprovalSystemTimesOutOpensBreakerThenCompletes) {
 // operation finishes; the breaker closes.
 TEST(ExternalFaults, GitlabBurstsAndLostResponsesAreRetriedToCompletion) {
   flow_env env(fault_config(), no_sim_decision);
-  // Consecutive failures open the breaker; the MR path starts with get_branch, so the burst is put
-  // there (a 5xx on create_mr alone alternates with successful get_branch calls and never opens it).
-  env.add_fault({{"kind", "status"}, {"endpoint", "get_branch"}, {"status", 502}, {"count", 5}});
+  // Consecutive failures open the breaker; the MR path starts by reading the change's file on the
+  // target (get_file: its base), so the burst is put there (a 5xx on a later call alone alternates
+  // with successful earlier calls and never opens it).
+  env.add_fault({{"kind", "status"}, {"endpoint", "get_file"}, {"status", 502}, {"count", 5}});
   env.add_fault({{"kind", "status"}, {"endpoint", "create_mr"}, {"status", 503}, {"match", "bursty"}, {"count", 2}});
   env.add_fault({{"kind", "lose_response"}, {"endpoint", "create_mr"}, {"match", "bursty"}, {"count", 1}});
   auto id = submit_ok(env, "bursty", "svc-bursty");
