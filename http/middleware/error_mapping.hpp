@@ -33,6 +33,7 @@ enum class api_outcome {
   busy,                  // 409 BUSY: the batch coordinator is driving another round; retry shortly
   not_blocked,           // 409 NOT_BLOCKED: only a BLOCKED batch can be unblocked
   batch_disabled,        // 503 BATCH_DISABLED: no batch coordinator runs in this instance
+  created,               // 201 CREATED: a resource was created (a subscription)
 };
 
 struct status_mapping {
