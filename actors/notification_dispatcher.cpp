@@ -102,8 +102,7 @@ struct outgoing {
 };
 
 void count(metrics::registry& metrics, const char* outcome) {
-  metrics.inc("changeflow_notifications_total", "Notification delivery attempts by outcome",
-              {{"outcome", outcome}});
+  metrics.inc("changeflow_notifications_total", "Notification delivery attempts by outcome", {{"outcome", outcome}});
 }
 
 /// Records the answer of one POST on a database worker.
@@ -227,17 +226,18 @@ void run_dispatch_pass(persistence::session db, services& svc, const notificatio
       req.target = shared_out->url.base_path.empty() ? "/" : shared_out->url.base_path;
       req.body = shared_out->body;
       const auto& d = shared_out->delivery;
-      req.headers = {{"X-Changeflow-Delivery", d.delivery_id},
-                     {"X-Changeflow-Event", d.kind},
-                     {"X-Changeflow-Timestamp", shared_out->timestamp},
-                     {"X-Changeflow-Signature",
-                      notification_signature(d.secret, shared_out->timestamp, shared_out->body)}};
+      req.headers = {
+          {"X-Changeflow-Delivery", d.delivery_id},
+          {"X-Changeflow-Event", d.kind},
+          {"X-Changeflow-Timestamp", shared_out->timestamp},
+          {"X-Changeflow-Signature", notification_signature(d.secret, shared_out->timestamp, shared_out->body)}};
       clients::transport_limits limits;
       limits.request_timeout = std::chrono::milliseconds(settings.timeout_ms);
       limits.connect_timeout = std::chrono::milliseconds(std::min(settings.timeout_ms, max_connect_timeout_ms));
       limits.max_response_bytes = 64 * 1024;  // the answer's body only feeds last_error
       auto answer = ctx.http.call(shared_out->url, req, limits);
-      bool recorded = svcp->db->try_submit([svcp, settings, token, shared_out, pass, answer](persistence::db_context& db) {
+      bool recorded = svcp->db->try_submit([svcp, settings, token, shared_out, pass,
+                                            answer](persistence::db_context& db) {
         try {
           record_answer(db, *svcp, settings, token, *shared_out, answer, *pass);
         } catch (const std::exception& e) {
@@ -257,7 +257,9 @@ void run_dispatch_pass(persistence::session db, services& svc, const notificatio
 
 namespace {
 caf::behavior dispatcher_impl(caf::event_based_actor* self, services* svc, notification_documents docs) {
-  auto interval = [svc]() -> std::int64_t { return svc->config->current()->integer("notifications.dispatch_interval_ms"); };
+  auto interval = [svc]() -> std::int64_t {
+    return svc->config->current()->integer("notifications.dispatch_interval_ms");
+  };
   auto arm = [self](std::chrono::milliseconds after) { self->delayed_send(self, after, notify_tick_atom::value); };
   auto first = interval();
   arm(first > 0 ? std::chrono::milliseconds(first) : paused_recheck);

@@ -12,9 +12,10 @@ using detail::rs_ptr;
 
 namespace {
 
-const std::string subscription_columns = "s.id AS row_id, s.subscription_id, s.subject_id, s.operation_id, s.url, "
-                                         "s.owner, " +
-                                         detail::ms("s.created_at") + " AS created_at_ms";
+const std::string subscription_columns =
+    "s.id AS row_id, s.subscription_id, s.subject_id, s.operation_id, s.url, "
+    "s.owner, " +
+    detail::ms("s.created_at") + " AS created_at_ms";
 
 subscription_row read_subscription(sql::ResultSet& rs) {
   subscription_row r;
@@ -28,7 +29,8 @@ subscription_row read_subscription(sql::ResultSet& rs) {
 }
 
 /// Delivery counts by state for the subscriptions of `rows` (one grouped read for the whole page).
-void add_delivery_counts(sql::Connection& conn, std::vector<std::int64_t> row_ids, std::vector<subscription_row>& rows) {
+void add_delivery_counts(sql::Connection& conn, std::vector<std::int64_t> row_ids,
+                         std::vector<subscription_row>& rows) {
   for (const auto& chunk : detail::chunks(row_ids)) {
     auto st = prepare(conn,
                       "SELECT s.subscription_id, d.state, COUNT(*) AS n FROM notification_delivery d "
@@ -65,8 +67,8 @@ db_result<done> create_subscription(session s, const new_subscription& sub) {
 db_result<subscription_row> find_subscription(session s, const std::string& subscription_id) {
   using R = db_result<subscription_row>;
   return guarded<subscription_row>(s, [&](sql::Connection& conn) -> R {
-    auto st = prepare(conn,
-                      "SELECT " + subscription_columns + " FROM notification_subscription s WHERE s.subscription_id = ?");
+    auto st = prepare(
+        conn, "SELECT " + subscription_columns + " FROM notification_subscription s WHERE s.subscription_id = ?");
     st->setString(1, subscription_id);
     rs_ptr rs(st->executeQuery());
     if (!rs->next()) return R::failure(db_outcome::not_found, "no subscription " + subscription_id);

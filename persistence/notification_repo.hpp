@@ -89,9 +89,9 @@ db_result<bool> mark_delivered(session s, std::int64_t id, int http_status);
 
 struct failed_attempt {
   std::int64_t id = 0;
-  std::string token;       // the claim this attempt ran under
-  int http_status = 0;     // 0 = no HTTP answer (refused, timeout, reset)
-  std::string error;       // one line for operators
+  std::string token;    // the claim this attempt ran under
+  int http_status = 0;  // 0 = no HTTP answer (refused, timeout, reset)
+  std::string error;    // one line for operators
   std::int64_t retry_in_ms = 0;
   std::int64_t max_age_s = 0;  // a delivery older than this becomes FAILED instead of retried
 };
@@ -127,7 +127,7 @@ struct delivery_filter {
   std::string state;  // PENDING | DELIVERED | FAILED; "" = all
   std::string operation_id;
   std::string subscription_id;
-  int limit = 50;         // clamped to 1..500
+  int limit = 50;          // clamped to 1..500
   std::int64_t after = 0;  // cursor of the previous page's last row; 0 = newest first from the top
 };
 

@@ -95,9 +95,9 @@ TEST(NotificationOutbox, FollowsTheNotifiedEventsOfTheTimelineForEveryWriter) {
   int seq = 0;
   for (const auto& e : events.value) {
     if (!notified(e)) continue;
-    std::string kind = !e.from_phase                     ? "change.created"
+    std::string kind = !e.from_phase                       ? "change.created"
                        : workflow::is_terminal(e.to_phase) ? "change.terminal"
-                                                          : "change.phase_changed";
+                                                           : "change.phase_changed";
     expected.push_back({std::to_string(++seq), std::to_string(e.id), kind});
   }
   // The walk passes in-phase steps (APPROVAL_APPROVED -> HANDLE_STARTED ...), so the rule filters.
@@ -121,15 +121,17 @@ TEST(NotificationOutbox, StepChangesInsideAPhaseAreNotifiedExactlyForTerminalPha
   auto id = new_op(*c, "alice", "svc/a.yaml");
   for (auto p : workflow::all_phases) {
     const std::string name(workflow::to_string(p));
-    db.exec("INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
-            "version) VALUES ('" +
-            id + "', 1, 2, '" + name + "', '" + name + "', 'test', 'test', 1)");
+    db.exec(
+        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
+        "version) VALUES ('" +
+        id + "', 1, 2, '" + name + "', '" + name + "', 'test', 'test', 1)");
     auto event_id = db.scalar("SELECT MAX(id) FROM operation_event");
     EXPECT_EQ(count_deliveries(db, "event_id = " + event_id), workflow::is_terminal(p) ? "1" : "0") << name;
     // The same step again (a lease takeover's event) is never notified.
-    db.exec("INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
-            "version) VALUES ('" +
-            id + "', 2, 2, '" + name + "', '" + name + "', 'takeover', 'test', 1)");
+    db.exec(
+        "INSERT INTO operation_event (operation_id, from_step, to_step, from_phase, to_phase, cause, actor, "
+        "version) VALUES ('" +
+        id + "', 2, 2, '" + name + "', '" + name + "', 'takeover', 'test', 1)");
     EXPECT_EQ(count_deliveries(db, "event_id = " + db.scalar("SELECT MAX(id) FROM operation_event")), "0") << name;
   }
 }
@@ -264,9 +266,10 @@ TEST(NotificationClaim, AFailedAttemptBacksOffThenAgesOutAndReleasesItsStream) {
 
   a.token = req.token;
   EXPECT_EQ(record_failed_attempt(*c, a).value, "PENDING");
-  auto row = db.query("SELECT attempts, last_status, last_error, claim_token IS NULL, next_attempt_at > NOW(3) + "
-                      "INTERVAL 50 MINUTE FROM notification_delivery WHERE id = " +
-                      std::to_string(head.id));
+  auto row = db.query(
+      "SELECT attempts, last_status, last_error, claim_token IS NULL, next_attempt_at > NOW(3) + "
+      "INTERVAL 50 MINUTE FROM notification_delivery WHERE id = " +
+      std::to_string(head.id));
   EXPECT_EQ(row, (changeflow::testing::rows{{"1", "503", "HTTP 503", "1", "1"}}));
   auto later = claim_due_deliveries(*c, claim_as("i2"));
   EXPECT_TRUE(later.value.empty()) << "not due before its next try, and it still holds its stream";
@@ -277,8 +280,8 @@ TEST(NotificationClaim, AFailedAttemptBacksOffThenAgesOutAndReleasesItsStream) {
   auto retry = claim_due_deliveries(*c, again);
   ASSERT_EQ(retry.value.size(), 1u);
   EXPECT_EQ(retry.value[0].attempts, 1);
-  ASSERT_TRUE(wait_until_db(db, "SELECT created_at < NOW(3) FROM notification_delivery WHERE id = " +
-                                    std::to_string(head.id)));
+  ASSERT_TRUE(
+      wait_until_db(db, "SELECT created_at < NOW(3) FROM notification_delivery WHERE id = " + std::to_string(head.id)));
   a.token = again.token;
   a.max_age_s = 0;
   EXPECT_EQ(record_failed_attempt(*c, a).value, "FAILED");

@@ -3,9 +3,9 @@
 
 #include "actors/batch_coordinator.hpp"  // batch coordinator
 #include "actors/idempotency_cleaner.hpp"
-#include "actors/notification_dispatcher.hpp"
 #include "actors/lease_keeper.hpp"  // durability
-#include "actors/reconciler.hpp"    // callbacks/reconciliation
+#include "actors/notification_dispatcher.hpp"
+#include "actors/reconciler.hpp"  // callbacks/reconciliation
 #include "actors/registry.hpp"
 #include "actors/rehydrator.hpp"  // durability
 #include "actors/services.hpp"

@@ -105,7 +105,8 @@ std::variant<subscription_request, parse_error> parse_subscription(const std::st
   if (j.contains("subject") && !j["subject"].is_null()) {
     if (!j["subject"].is_string()) return parse_error{"'subject' must be a string"};
     auto s = j["subject"].get<std::string>();
-    if (s.empty() || s.size() > max_subject || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= 0x20; })) {
+    if (s.empty() || s.size() > max_subject ||
+        !std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= 0x20; })) {
       return parse_error{"'subject' must be 1-128 characters without control characters"};
     }
     r.subject = std::move(s);

@@ -69,9 +69,8 @@ void store(service_context& ctx, const dto::subscription_request& request, const
                      {"url", s.url},
                      {"owner", s.owner},
                      {"secret", r.secret}};
-        return reply(outcome_response(api_outcome::created,
-                                      "Subscribed; keep the secret: it is answered only now and signs every event",
-                                      data));
+        return reply(outcome_response(
+            api_outcome::created, "Subscribed; keep the secret: it is answered only now and signs every event", data));
       }
       case service::subscribe_status::unsupported_url:
         return reply(outcome_response(api_outcome::bad_request, r.message));
@@ -87,8 +86,9 @@ void store_for_change(service_context& ctx, const dto::subscription_request& req
                       const persistence::operation_row& op, const std::string& account,
                       const http_server::responder& reply) {
   if (request.subject && *request.subject != op.subject_id) {
-    return reply(outcome_response(api_outcome::bad_request,
-                                  "'subject' is not the change's subject; give the change alone, or with its own subject"));
+    return reply(
+        outcome_response(api_outcome::bad_request,
+                         "'subject' is not the change's subject; give the change alone, or with its own subject"));
   }
   store(ctx, request, account, reply);
 }
@@ -107,15 +107,15 @@ void subscribe_to_change(service_context& ctx, const dto::subscription_request& 
       return store_for_change(ctx, request, op, account, reply);
     }
     auto rules = middleware::rules_for_subject(*ctx.config.current(), op.subject_id);
-    ask_permissions(ctx, account, rules.to_ask(),
-                    [&ctx, request, account, op, rules, reply](std::optional<std::set<std::string>> granted) {
-                      if (!middleware::may_use({account, std::move(granted)}, op, rules,
-                                               middleware::operation_use::view)) {
-                        log::info("http.subscribe_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
-                        return reply(no_such_operation());
-                      }
-                      store_for_change(ctx, request, op, account, reply);
-                    });
+    ask_permissions(
+        ctx, account, rules.to_ask(),
+        [&ctx, request, account, op, rules, reply](std::optional<std::set<std::string>> granted) {
+          if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
+            log::info("http.subscribe_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
+            return reply(no_such_operation());
+          }
+          store_for_change(ctx, request, op, account, reply);
+        });
   });
 }
 
@@ -133,14 +133,14 @@ void subscribe(service_context& ctx, http_server::request& req, http_server::res
   }
   if (!caller.account) return store(ctx, request, anonymous, reply);
   auto rules = middleware::rules_for_subject(*ctx.config.current(), *request.subject);
-  ask_permissions(ctx, *caller.account, rules.to_ask(),
-                  [&ctx, request, account = *caller.account, rules, reply](std::optional<std::set<std::string>> granted) {
-                    if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
-                      return reply(access_denied("subscribe: " + account + " not permitted for subject " +
-                                                 *request.subject));
-                    }
-                    store(ctx, request, account, reply);
-                  });
+  ask_permissions(
+      ctx, *caller.account, rules.to_ask(),
+      [&ctx, request, account = *caller.account, rules, reply](std::optional<std::set<std::string>> granted) {
+        if (!middleware::permitted_for_subject({account, std::move(granted)}, rules)) {
+          return reply(access_denied("subscribe: " + account + " not permitted for subject " + *request.subject));
+        }
+        store(ctx, request, account, reply);
+      });
 }
 
 std::optional<int> limit_param(const http_server::request& req, int fallback, std::string& error) {
@@ -263,17 +263,15 @@ void add_subscription_routes(router& r, service_context& ctx) {
   r.add({routes::subscribe, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            subscribe(ctx, req, std::move(reply));
          }});
-  r.add({routes::list_subscriptions,
-         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           list(ctx, req, std::move(reply));
-         }});
+  r.add({routes::list_subscriptions, [&ctx](http_server::request& req, const path_params&,
+                                            http_server::responder reply) { list(ctx, req, std::move(reply)); }});
   r.add({routes::unsubscribe, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            remove(ctx, req, p.at("id"), std::move(reply));
          }});
-  r.add({routes::ops_notifications,
-         [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-           list_deliveries(ctx, req, std::move(reply));
-         }});
+  r.add(
+      {routes::ops_notifications, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+         list_deliveries(ctx, req, std::move(reply));
+       }});
 }
 
 }  // namespace changeflow::http

@@ -5,15 +5,15 @@
 // included) and on the timeline the service wrote, not on a sample of final state.
 
 #include "base/ids.hpp"
-#include "workflow/status.hpp"
 #include "tests/support/flow_env.hpp"
 #include "tests/support/jwt_token.hpp"
+#include "workflow/status.hpp"
 
+#include <gtest/gtest.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -157,9 +157,9 @@ json deliveries(flow_env& env, const std::string& query = {}) {
 /// (the first event, each phase change, a step change inside a terminal phase), read from the
 /// database the service wrote.
 std::vector<std::pair<std::string, std::string>> expected_events(flow_env& env, const std::string& operation_id) {
-  auto rows = env.db().query(
-      "SELECT from_phase, to_phase, from_step, to_step FROM operation_event WHERE operation_id = '" + operation_id +
-      "' ORDER BY id");
+  auto rows =
+      env.db().query("SELECT from_phase, to_phase, from_step, to_step FROM operation_event WHERE operation_id = '" +
+                     operation_id + "' ORDER BY id");
   const std::set<std::string> terminal = {"VALIDATED", "CREATE_FAILED", "HANDLE_FAILED",
                                           "REJECTED",  "CLOSED",        "CANCELLED"};
   std::vector<std::pair<std::string, std::string>> out;
@@ -177,10 +177,11 @@ std::vector<std::pair<std::string, std::string>> expected_events(flow_env& env, 
 TEST(Notifications, ASubscriberThatWasDownReceivesEveryEventInOrderSigned) {
   subscriber hook;
   hook.answer(503);
-  flow_env env({{"auth", {{"jwt_secret", jwt_secret}}},
-                {"rate_limit", {{"ops", 100000}}},
-                {"notifications",
-                 {{"dispatch_interval_ms", 100}, {"retry_base_ms", 100}, {"retry_cap_ms", 800}, {"timeout_ms", 2000}}}});
+  flow_env env(
+      {{"auth", {{"jwt_secret", jwt_secret}}},
+       {"rate_limit", {{"ops", 100000}}},
+       {"notifications",
+        {{"dispatch_interval_ms", 100}, {"retry_base_ms", 100}, {"retry_cap_ms", 800}, {"timeout_ms", 2000}}}});
   const std::string url = "http://127.0.0.1:" + std::to_string(hook.port()) + "/changeflow/events";
   const std::string secret = "subscriber-secret-" + changeflow::ids::new_uuid();
 
@@ -254,8 +255,7 @@ TEST(Notifications, ASubscriberThatWasDownReceivesEveryEventInOrderSigned) {
   for (const auto& r : all) {
     ASSERT_EQ(r.headers.count("x-changeflow-signature"), 1u);
     const auto ts = r.headers.at("x-changeflow-timestamp");
-    EXPECT_EQ(r.headers.at("x-changeflow-signature"),
-              "sha256=" + changeflow::ids::hmac_sha256_hex(secret, ts + r.body))
+    EXPECT_EQ(r.headers.at("x-changeflow-signature"), "sha256=" + changeflow::ids::hmac_sha256_hex(secret, ts + r.body))
         << r.body;
     auto body = json::parse(r.body, nullptr, false);
     ASSERT_FALSE(body.is_discarded());
