@@ -134,7 +134,7 @@ constexpr const char* document_text = R"json({
       "delete": {
         "security": [{}, {"bearer": []}],
         "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}],
-        "responses": {"200": {"description": "OK; data {subscriptionId, givenUp: undelivered events marked FAILED}"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such subscription, or not the caller's (operators may delete any)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+        "responses": {"200": {"description": "OK; data {subscriptionId, givenUp: undelivered events marked FAILED}"}, "400": {"description": "BAD_REQUEST: a body was sent (DELETE takes none)"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such subscription, or not the caller's (operators may delete any)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/callbacks/approval": {

@@ -189,6 +189,10 @@ void list(service_context& ctx, http_server::request& req, http_server::responde
 void remove(service_context& ctx, http_server::request& req, const std::string& id, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
+  // A body would be ignored; refusing it tells a client that believes it sends parameters so.
+  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    return reply(outcome_response(api_outcome::bad_request, "DELETE /api/v1/subscriptions/{id} takes no body"));
+  }
   if (!ids::is_uuid(id)) return reply(no_such_subscription());
   std::string account = caller.account.value_or(std::string(middleware::anonymous_requester));
   auto run = [&ctx, id, reply] {
