@@ -30,6 +30,12 @@ void random_bytes(unsigned char* out, size_t n) {
 }
 }  // namespace
 
+std::string random_hex(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  random_bytes(reinterpret_cast<unsigned char*>(raw.data()), raw.size());
+  return to_hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
 std::string new_uuid() {
   std::array<unsigned char, 16> b{};
   random_bytes(b.data(), b.size());

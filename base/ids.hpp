@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,8 @@ std::string new_uuid();
 std::string uuid_from_name(std::string_view name);
 /// True for a canonical 36-character UUID (any version, either case).
 bool is_uuid(std::string_view s);
+/// `bytes` random bytes from the system's cryptographic generator, as lower-case hex (secrets).
+std::string random_hex(std::size_t bytes);
 /// Short random id for error references in logs and responses.
 std::string new_error_id();
 /// Lower-case hex SHA-256 of the input.

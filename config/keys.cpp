@@ -131,6 +131,22 @@ std::vector<key_spec> make_keys() {
       {"reconcile.min_age_seconds", I, 300, H, "Skip MERGED records changed more recently than this."},
       {"reconcile.max_age_seconds", I, 86400, H, "Skip MERGED records changed longer ago than this."},
 
+      // -- notifications (hot)
+      {"notifications.dispatch_interval_ms", I, 1000, H,
+       "Interval of the notification dispatcher's passes when the previous pass delivered nothing (a pass that "
+       "delivered something is followed at once); <=0 -> paused (events stay in the outbox)."},
+      {"notifications.batch", I, 50, H, "Deliveries claimed per pass (1-1000); <=0 -> 50."},
+      {"notifications.timeout_ms", I, 5000, H,
+       "Deadline of one notification POST (connect within min(this, 2000)); <=0 -> 5000. A claim lasts twice this "
+       "plus 5 s, then another pass (or instance) may send the delivery again."},
+      {"notifications.retry_base_ms", I, 1000, H,
+       "Wait after a delivery's first failed attempt; doubled after each further failure; <=0 -> 1000."},
+      {"notifications.retry_cap_ms", I, 300000, H,
+       "Longest wait between two attempts of one delivery; <=0 -> 300000; below retry_base_ms -> retry_base_ms."},
+      {"notifications.max_age_seconds", I, 259200, H,
+       "A delivery still failing this long after its event is marked FAILED (the next events of its stream then "
+       "go out); <=0 -> 259200 (3 days)."},
+
       // -- HTTP cross-cutting concerns (hot)
       {"rate_limit.window_ms", I, 60000, H, "Sliding window of every rate limit; <=0 -> 60000."},
       {"rate_limit.submit", I, 600, H, "Submissions per window per subject; missing or <=0 -> no limiting."},

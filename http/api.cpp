@@ -10,6 +10,7 @@
 #include "http/handlers/callbacks.hpp"
 #include "http/handlers/changes.hpp"
 #include "http/handlers/health.hpp"
+#include "http/handlers/subscriptions.hpp"
 #include "http/handlers/whoami.hpp"
 #include "http/middleware/deadline_timer.hpp"
 #include "http/middleware/error_mapping.hpp"
@@ -62,6 +63,9 @@ route_policy user_cancel() {
 /// Preview: a submit's body, rate limited and identified like a submit (it costs GitLab reads), but
 /// it writes nothing: not idempotent, not closed by the access switch, not a business action.
 route_policy user_preview() {
+/// User writes that are not changes (subscriptions): rate limited and identified like a cancel,
+/// never closed by the access switch (which governs submissions), counted by no business metric.
+route_policy user_manage() {
   route_policy p;
   p.bucket = "submit";
   p.limit_key = "rate_limit.submit";
@@ -197,6 +201,7 @@ middleware::route_policy policy_for(route_access access) {
     case route_access::user_submit: return user_write("submit", "rate_limit.submit", "submit");
     case route_access::user_cancel: return user_cancel();
     case route_access::user_preview: return user_preview();
+    case route_access::user_manage: return user_manage();
     case route_access::callback: return callback_route();
     case route_access::ops: return ops_route();
   }
@@ -223,6 +228,7 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
   router plain;
   add_health_routes(plain, ctx);
   add_change_routes(plain, ctx);
+  add_subscription_routes(plain, ctx);
   add_callback_routes(plain, ctx);
   add_reconcile_route(plain, ctx);
   add_whoami_route(plain, ctx);

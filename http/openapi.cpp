@@ -34,7 +34,7 @@ constexpr const char* document_text = R"json({
         "type": "object",
         "required": ["code", "message", "data"],
         "properties": {
-          "code": {"type": "string", "description": "Machine-readable outcome: OK, ACCEPTED, DUPLICATE_SUBMIT, BAD_REQUEST, UNAUTHENTICATED, FORBIDDEN, ACCESS_CLOSED, NOT_FOUND, METHOD_NOT_ALLOWED, IN_PROGRESS, REQUEST_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, RATE_LIMITED, INTERNAL_ERROR, UNAVAILABLE, OVERLOADED"},
+          "code": {"type": "string", "description": "Machine-readable outcome: OK, CREATED, ACCEPTED, DUPLICATE_SUBMIT, BAD_REQUEST, UNAUTHENTICATED, FORBIDDEN, ACCESS_CLOSED, NOT_FOUND, METHOD_NOT_ALLOWED, IN_PROGRESS, REQUEST_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, RATE_LIMITED, INTERNAL_ERROR, UNAVAILABLE, OVERLOADED"},
           "message": {"type": "string"},
           "data": {"nullable": true}
         }
@@ -49,6 +49,17 @@ constexpr const char* document_text = R"json({
           "target": {"type": "string"},
           "title": {"type": "string"},
           "files": {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "content": {"type": "string", "description": "required unless action is delete"}, "action": {"type": "string", "enum": ["create", "update", "delete", "upsert"], "default": "upsert", "description": "upsert: make the file look like this (create or update, picked from the target branch when the change is committed)"}, "lastCommitId": {"type": "string", "pattern": "^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$", "description": "The file's last commit the change is based on (update, delete, upsert). A newer version on the target ends the change CONTENT_CONFLICT instead of overwriting it. Absent: the target's version when the change first reaches GitLab."}}}}
+        }
+      },
+      "SubscriptionRequest": {
+        "type": "object",
+        "required": ["url"],
+        "description": "At least one of subject and operationId; no other fields.",
+        "properties": {
+          "subject": {"type": "string", "maxLength": 128},
+          "operationId": {"type": "string", "format": "uuid"},
+          "url": {"type": "string", "maxLength": 1024, "description": "absolute http:// URL events are POSTed to"},
+          "secret": {"type": "string", "minLength": 16, "maxLength": 255, "description": "HMAC key of X-Changeflow-Signature; generated when absent"}
         }
       }
     },
@@ -110,6 +121,34 @@ constexpr const char* document_text = R"json({
       "post": {
         "parameters": [{"$ref": "#/components/parameters/OperationId"}],
         "responses": {"200": {"description": "OK; data {phase: CANCELLED, withdrawn: [...]} or {alreadyCancelled: true}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "409": {"description": "ALREADY_MERGED (merged wins) or CONFLICT (cannot be cancelled at this step)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/subscriptions": {
+      "post": {
+        "description": "Subscribe a URL to the phase changes of a subject's changes (subject) or of one change (operationId), see docs/notifications.md. Rate limited like a submit; identity required unless auth.required is false; never closed by the access switch. A change needs the right to see it (else 404 as for reads), a subject its rule code or an operator code (else 403). The secret (the client's, or 64 generated hex characters) is answered only here.",
+        "security": [{}, {"bearer": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubscriptionRequest"}}}},
+        "responses": {
+          "201": {"description": "CREATED; data {subscriptionId, subject, operationId, url, owner, secret}"},
+          "400": {"description": "BAD_REQUEST: malformed body, a URL that is not absolute http with a host (https is refused: the outbound client sends plain HTTP only), a secret outside 16-255 printable characters, or a subject that is not the change's own"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"description": "NOT_FOUND: no such change, or one the caller may not see"},
+          "429": {"$ref": "#/components/responses/RateLimited"},
+          "503": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "get": {
+        "security": [{}, {"bearer": []}],
+        "parameters": [{"name": "all", "in": "query", "required": false, "schema": {"type": "boolean"}, "description": "true: everybody's subscriptions (operators only)"}, {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500}}],
+        "responses": {"200": {"description": "OK; data {items: [{subscriptionId, subject, operationId, url, owner, createdAtMs, deliveries {PENDING, DELIVERED, FAILED}}]} (never the secret)"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/subscriptions/{id}": {
+      "delete": {
+        "security": [{}, {"bearer": []}],
+        "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}],
+        "responses": {"200": {"description": "OK; data {subscriptionId, givenUp: undelivered events marked FAILED}"}, "400": {"description": "BAD_REQUEST: a body was sent (DELETE takes none)"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such subscription, or not the caller's (operators may delete any)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/callbacks/approval": {
@@ -212,6 +251,13 @@ constexpr const char* document_text = R"json({
       "get": {
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/notifications": {
+      "get": {
+        "security": [{"bearer": []}],
+        "parameters": [{"name": "state", "in": "query", "required": false, "schema": {"type": "string", "enum": ["PENDING", "DELIVERED", "FAILED"]}}, {"name": "operationId", "in": "query", "required": false, "schema": {"type": "string", "format": "uuid"}}, {"name": "subscriptionId", "in": "query", "required": false, "schema": {"type": "string", "format": "uuid"}}, {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500}}, {"name": "after", "in": "query", "required": false, "schema": {"type": "integer"}, "description": "nextAfter of the previous page"}],
+        "responses": {"200": {"description": "OK; data {counts {PENDING, DELIVERED, FAILED}, items: [{deliveryId, subscriptionId, url, operationId, sequence, kind, state, attempts, lastStatus, lastError, nextAttemptAtMs, claimedBy, createdAtMs, deliveredAtMs}], nextAfter}"}, "400": {"description": "BAD_REQUEST: a filter is malformed"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/ops/reconcile": {

@@ -18,6 +18,7 @@ enum class route_access {
   user_submit,   // user write: rate limited, idempotent, closed by the access switch
   user_cancel,   // like a submit, but never closed by the access switch
   user_preview,  // a read with a submit's body: rate limited and identified like a submit, writes nothing
+  user_manage,   // user write that is not a change (subscriptions): rate limited, never access-switched
   callback,      // authenticates itself (HMAC / token); rate limited per sender if configured
   ops,           // identity and an operator rule code required
 };
@@ -45,6 +46,15 @@ inline constexpr route_spec cancel_change{"POST", "/api/v1/changes/{id}/cancel",
 inline constexpr route_spec list_changes{
     "GET", "/api/v1/changes", route_access::user_read,
     "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)"};
+inline constexpr route_spec subscribe{
+    "POST", "/api/v1/subscriptions", route_access::user_manage,
+    "Subscribe a URL to the phase changes of a subject's changes or of one change; the secret is answered once"};
+inline constexpr route_spec list_subscriptions{
+    "GET", "/api/v1/subscriptions", route_access::user_read,
+    "The caller's subscriptions with delivery counts (all=true: everybody's, operators only)"};
+inline constexpr route_spec unsubscribe{
+    "DELETE", "/api/v1/subscriptions/{id}", route_access::user_manage,
+    "Delete a subscription (its owner or an operator); its undelivered events are given up"};
 inline constexpr route_spec approval_callback{
     "POST", "/api/v1/callbacks/approval", route_access::callback,
     "Approval system callback {callbackId, operationId, result: APPROVED|REJECTED|WITHDRAWN}"};
@@ -88,6 +98,10 @@ inline constexpr route_spec ops_instances{"GET", "/api/v1/ops/instances", route_
                                           "Instances, their leases and the operations each owns"};
 inline constexpr route_spec ops_callbacks{"GET", "/api/v1/ops/callbacks", route_access::ops,
                                           "Callback outcome counts and recent stale/duplicate/out-of-order deliveries"};
+inline constexpr route_spec ops_notifications{
+    "GET", "/api/v1/ops/notifications", route_access::ops,
+    "Notification deliveries, newest first (pending, delivered, failed; attempts, last error, next try); "
+    "filters state, operationId, subscriptionId; paged by limit/after"};
 inline constexpr route_spec ops_reconcile{"POST", "/api/v1/ops/reconcile", route_access::ops,
                                           "Run reconciliation of lost deploy callbacks now"};
 inline constexpr route_spec ops_batches{"GET", "/api/v1/ops/batches", route_access::ops, "Batches, newest first"};
@@ -129,6 +143,9 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::get_change,
                                           &routes::cancel_change,
                                           &routes::list_changes,
+                                          &routes::subscribe,
+                                          &routes::list_subscriptions,
+                                          &routes::unsubscribe,
                                           &routes::approval_callback,
                                           &routes::deploy_callback,
                                           &routes::ops_whoami,
@@ -146,6 +163,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::ops_config,
                                           &routes::ops_instances,
                                           &routes::ops_callbacks,
+                                          &routes::ops_notifications,
                                           &routes::ops_reconcile,
                                           &routes::ops_batches,
                                           &routes::ops_batch,

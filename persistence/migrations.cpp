@@ -25,6 +25,8 @@ std::vector<std::string> schema_v4();
 std::vector<std::string> schema_v5();
 // Migration 6: operation.requester, the verified identity that submitted the change.
 std::vector<std::string> schema_v6();
+// Migration 9: notification subscriptions and the delivery outbox, written by a trigger on the timeline.
+std::vector<std::string> schema_v9();
 // Migration 10: creation writes its first event through the staging columns too (one timeline writer).
 std::vector<std::string> schema_v10();
 
@@ -47,6 +49,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {4, "idempotency record owner and in-flight deadline", schema_v4()},
       {5, "batch attempts per member", schema_v5()},
       {6, "operation requester", schema_v6()},
+      {9, "notification subscriptions and delivery outbox", schema_v9()},
       {10, "creation event trigger: one timeline writer", schema_v10()},
   };
   return migrations;

@@ -4,7 +4,8 @@
 #include "actors/batch_coordinator.hpp"  // batch coordinator
 #include "actors/idempotency_cleaner.hpp"
 #include "actors/lease_keeper.hpp"  // durability
-#include "actors/reconciler.hpp"    // callbacks/reconciliation
+#include "actors/notification_dispatcher.hpp"
+#include "actors/reconciler.hpp"  // callbacks/reconciliation
 #include "actors/registry.hpp"
 #include "actors/rehydrator.hpp"  // durability
 #include "actors/services.hpp"
@@ -14,6 +15,7 @@
 #include "clients/external_context.hpp"
 #include "config/store.hpp"
 #include "http/api.hpp"
+#include "http/dto/change_dto.hpp"  // notifications
 #include "http/handlers/batch.hpp"  // batch coordinator
 #include "http/handlers/callbacks.hpp"
 #include "http/handlers/changes.hpp"
@@ -310,6 +312,12 @@ int main(int argc, char** argv) {
   idem_cleaner.start();
   // Reconciliation of lost deploy callbacks (reconcile.interval_ms, hot; manual trigger via ops).
   auto reconciler = actors::spawn_reconciler(svc);
+  // Notifications: sends the outbox the timeline trigger fills (notifications.*, hot). The status
+  // document comes from http/dto so every event carries exactly what GET /api/v1/changes/{id} shows.
+  auto notifier = actors::spawn_notification_dispatcher(
+      svc, {[](const persistence::operation_row& row, const std::vector<persistence::operation_event_row>& events,
+               bool live) { return http::dto::status_document(row, events, live); },
+            [](const persistence::operation_event_row& e) { return http::dto::to_json(e); }});
   // One batch coordinator per instance, always running: a round is a lock-free pre-check when
   // nothing waits; batch.enabled only decides whether approved changes enter the waiting set.
   // It resumes a RUNNING batch at start.
@@ -349,6 +357,7 @@ int main(int argc, char** argv) {
   cfg.stop_watching();
   idem_cleaner.stop();                                                      // api area
   caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);         // callbacks/reconciliation
+  caf::anon_send_exit(notifier, caf::exit_reason::user_shutdown);           // notifications
   caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator
   // -- durability: no new work; give in-flight steps until the deadline to finish and
   // persist (whatever is still running then resumes from its stored row at the next owner).

@@ -161,6 +161,16 @@ nlohmann::json to_json(const persistence::operation_event_row& e) {
           {"at", ms_to_iso(e.at_ms)}};
 }
 
+nlohmann::json status_document(const persistence::operation_row& row,
+                               const std::vector<persistence::operation_event_row>& events, bool live) {
+  auto data = to_json(row);
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const auto& e : events) timeline.push_back(to_json(e));
+  data["timeline"] = std::move(timeline);
+  data["live"] = live;
+  return data;
+}
+
 std::variant<cancel_request, parse_error> parse_cancel(const std::string& body) {
   cancel_request r;
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) return r;

@@ -50,5 +50,9 @@ std::string payload_json(const submit_request& r);
 
 nlohmann::json to_json(const persistence::operation_row& row);
 nlohmann::json to_json(const persistence::operation_event_row& e);
+/// The status document of one change: what GET /api/v1/changes/{id} answers and what every
+/// notification carries as "change" (the row, its timeline, and whether an actor drives it here).
+nlohmann::json status_document(const persistence::operation_row& row,
+                               const std::vector<persistence::operation_event_row>& events, bool live);
 
 }  // namespace changeflow::http::dto

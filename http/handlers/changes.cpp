@@ -7,6 +7,7 @@
 #include "http/dto/change_dto.hpp"
 #include "http/envelope.hpp"
 #include "http/handlers/answers.hpp"
+#include "http/handlers/caller.hpp"
 #include "http/middleware/authorization.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "http/middleware/ownership.hpp"
@@ -37,45 +38,6 @@ http_server::response overloaded() {
 /// ids cannot be probed for existence.
 http_server::response no_such_operation() {
   return outcome_response(api_outcome::not_found, "No such operation");
-}
-
-/// Who asks, as the middleware chain resolved it. nullopt only where auth.required is false and no
-/// token was sent: the anonymous caller, who is served without per-caller checks. The switch is read
-/// again here so a handler never serves an anonymous caller the chain would now refuse.
-struct asking {
-  std::optional<std::string> account;
-  bool refused = false;  // anonymous although an identity is required: answer 401
-};
-asking who_asks(service_context& ctx, const http_server::request& req) {
-  asking a;
-  a.account = authenticated_operator(req);
-  if (!a.account && ctx.config.current()->flag("auth.required")) a.refused = true;
-  return a;
-}
-
-/// One permission round trip for `rules`; `then` gets the granted codes, or nullopt on any failure
-/// (no service, pool full, timeout, error answer, a throw): failures grant nothing.
-void ask_permissions(service_context& ctx, const std::string& account, std::vector<std::string> rules,
-                     std::function<void(std::optional<std::set<std::string>>)> then) {
-  if (!ctx.check_permissions || rules.empty()) return then(std::nullopt);
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  auto answer = [then, once](middleware::permission_outcome o) {
-    if (once->exchange(true)) return;
-    if (!o.granted) log::info("http.permission_check_failed", {{"error", o.error}});
-    then(std::move(o.granted));
-  };
-  try {
-    ctx.check_permissions(account, std::move(rules), answer);
-  } catch (const std::exception& e) {
-    answer(middleware::permission_outcome::failed(std::string("permission check threw: ") + e.what()));
-  }
-}
-
-http_server::response access_denied(std::string_view detail) {
-  return middleware::deny_response(middleware::authz_decision::deny_403, detail);
-}
-http_server::response authentication_required() {
-  return middleware::deny_response(middleware::authz_decision::deny_401, "auth.required changed under the request");
 }
 
 constexpr std::string_view submit_route = "/api/v1/changes";
@@ -273,11 +235,7 @@ void get_one(service_context& ctx, const http_server::request& req, const std::s
     if (!row.ok()) return reply(db_failure(row.error));
     auto events = persistence::list_events(db, id);
     if (!events.ok()) return reply(db_failure(events.error));
-    auto data = dto::to_json(row.value);
-    nlohmann::json timeline = nlohmann::json::array();
-    for (const auto& e : events.value) timeline.push_back(dto::to_json(e));
-    data["timeline"] = std::move(timeline);
-    data["live"] = svc->actors->find(id).has_value();
+    auto data = dto::status_document(row.value, events.value, svc->actors->find(id).has_value());
     if (!caller.account || middleware::is_requester(*caller.account, row.value)) {
       return reply(outcome_response(api_outcome::ok, {}, data));
     }

@@ -39,6 +39,7 @@ status_mapping map_outcome(api_outcome o) {
     case api_outcome::busy: return {409, "BUSY", "The coordinator is driving another round; retry shortly"};
     case api_outcome::not_blocked: return {409, "NOT_BLOCKED", "The batch is not BLOCKED"};
     case api_outcome::batch_disabled: return {503, "BATCH_DISABLED", "No batch coordinator runs in this instance"};
+    case api_outcome::created: return {201, "CREATED", "Created"};
   }
   return {500, "INTERNAL_ERROR", "Internal error"};
 }
@@ -59,6 +60,7 @@ http_server::response outcome_response(api_outcome o, std::string_view message, 
       return client_error(m.status, m.code, m.default_message, log_detail);
     case api_outcome::accepted:
     case api_outcome::duplicate_submit:
+    case api_outcome::created:
     case api_outcome::ok: return envelope(m.status, m.code, message.empty() ? m.default_message : message, data);
     case api_outcome::request_in_flight: {
       if (!log_detail.empty()) {

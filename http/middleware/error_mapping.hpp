@@ -34,6 +34,7 @@ enum class api_outcome {
   not_blocked,           // 409 NOT_BLOCKED: only a BLOCKED batch can be unblocked
   batch_disabled,        // 503 BATCH_DISABLED: no batch coordinator runs in this instance
   delivery_id_reused,    // 409 DELIVERY_ID_REUSED: a callback id already used for another operation
+  created,               // 201 CREATED: a resource was created (a subscription)
 };
 
 struct status_mapping {
