@@ -60,12 +60,11 @@ route_policy user_cancel() {
   return p;
 }
 
-/// Preview: a submit's body, rate limited and identified like a submit (it costs GitLab reads), but
-/// it writes nothing: not idempotent, not closed by the access switch, not a business action.
-route_policy user_preview() {
-/// User writes that are not changes (subscriptions): rate limited and identified like a cancel,
-/// never closed by the access switch (which governs submissions), counted by no business metric.
-route_policy user_manage() {
+/// A user request that is neither a change nor a plain read: a preview (a submit's body, costs
+/// GitLab reads, writes nothing) and managing subscriptions. Rate limited and identified like a
+/// submit; never closed by the access switch (which governs submissions), not idempotent by key,
+/// counted by no business metric.
+route_policy user_limited() {
   route_policy p;
   p.bucket = "submit";
   p.limit_key = "rate_limit.submit";
@@ -200,8 +199,8 @@ middleware::route_policy policy_for(route_access access) {
     // RATE_LIMITED instead of its replayed response; it gets the replay once Retry-After has passed.
     case route_access::user_submit: return user_write("submit", "rate_limit.submit", "submit");
     case route_access::user_cancel: return user_cancel();
-    case route_access::user_preview: return user_preview();
-    case route_access::user_manage: return user_manage();
+    case route_access::user_preview:
+    case route_access::user_manage: return user_limited();
     case route_access::callback: return callback_route();
     case route_access::ops: return ops_route();
   }
