@@ -99,40 +99,40 @@ std::string batch_description(std::int64_t batch_id, const std::vector<batch_mem
   return d;
 }
 
-batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
-                            const batch_plan& plan) {
-  ctx.refresh(snap);
-  const auto& token = ctx.endpoints.author_token;
+batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& partition_branch,
+                            std::int64_t batch_id, const batch_plan& plan) {
+  const auto& token = repo.author_token;
+  const auto target_branch = repo.target_branch(partition_branch);
   const auto branch = batch_branch(batch_id);
-  const auto target = snap.text("gitlab.target_branch");
   const auto marker = batch_marker(batch_id);
-  auto commit = ctx.gitlab.ensure_branch_with_commit(
-      token, branch, target, marker + ": " + std::to_string(plan.included.size()) + " changes", plan.actions, marker);
+  auto commit = repo.gitlab.ensure_branch_with_commit(token, branch, target_branch,
+                                                      marker + ": " + std::to_string(plan.included.size()) + " changes",
+                                                      plan.actions, marker);
   if (!commit) return failed(commit.error());
-  auto mr = ctx.gitlab.ensure_mr(token, branch, target, batch_title(batch_id, plan.included),
-                                 batch_description(batch_id, plan.included), !commit->created);
+  auto mr = repo.gitlab.ensure_mr(token, branch, target_branch, batch_title(batch_id, plan.included),
+                                  batch_description(batch_id, plan.included), !commit->created);
   if (!mr) return failed(mr.error());
   return view_of(mr->mr);
 }
 
-batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, true);
   if (!mr) return failed(mr.error());
   return view_of(mr.value());
 }
 
-batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id) {
-  auto open = ctx.gitlab.list_open_mrs(ctx.endpoints.author_token, batch_branch(batch_id));
+batch_mr_view find_batch_mr(clients::repository_access& repo, std::int64_t batch_id) {
+  auto open = repo.gitlab.list_open_mrs(repo.author_token, batch_branch(batch_id));
   if (!open) return failed(open.error());
   if (open->empty()) return batch_mr_view{};  // state "": no MR
   return view_of(open->front());
 }
 
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
-  ctx.refresh(snap);
-  const auto& token = ctx.endpoints.author_token;
+merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
+                                const config::snapshot& snap, std::int64_t iid) {
+  const auto& token = repo.author_token;
   merge_attempt out;
-  auto mr = ctx.gitlab.get_mr(token, iid, false);
+  auto mr = repo.gitlab.get_mr(token, iid, false);
   if (!mr) {
     out.mr = failed(mr.error());
     out.answer = out.mr.outcome == batch_mr_view::call::retryable ? merge_answer::retryable : merge_answer::refused;
@@ -141,8 +141,8 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   out.mr = view_of(mr.value());
   if (mr->state == "merged") return {merge_answer::merged, out.mr};
   if (mr->state != "opened") return {merge_answer::closed, out.mr};
-  for (const auto& bot : ctx.endpoints.approvers) {
-    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+  for (const auto& bot : repo.approvers) {
+    auto res = clients::approve_as_reviewer(repo.gitlab, check_items, bot, iid, mr->sha, snap);
     if (!res) {
       out.mr.error = clients::describe(res.error());
       out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::approval_refused;
@@ -150,7 +150,7 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
     }
   }
   // Merge with the sha the pipeline ran on: a head that moved since is refused (409), not merged.
-  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  auto merged = repo.gitlab.merge(token, iid, mr->sha);
   if (merged) {
     out.mr = view_of(merged.value());
     out.answer = merged->state == "merged" ? merge_answer::merged : merge_answer::not_yet;
@@ -170,22 +170,22 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   return out;
 }
 
-batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid) {
-  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid) {
+  auto res = repo.gitlab.rebase(repo.author_token, iid);
   if (!res && !(res.error().what == clients::call_error::kind::http_status && res.error().status == 409))
     return failed(res.error());
-  return read_batch_mr(ctx, iid);
+  return read_batch_mr(repo, iid);
 }
 
-batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid) {
-  const auto& token = ctx.endpoints.author_token;
-  auto before = ctx.gitlab.get_mr(token, iid, false);
+batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid) {
+  const auto& token = repo.author_token;
+  auto before = repo.gitlab.get_mr(token, iid, false);
   if (!before) return failed(before.error());
   if (before->state == "opened" || before->state == "locked") {
     // The close may lose to a merge that lands first: that is exactly the race the re-read settles.
-    (void)ctx.gitlab.close_mr(token, iid);
+    (void)repo.gitlab.close_mr(token, iid);
   }
-  return read_batch_mr(ctx, iid);
+  return read_batch_mr(repo, iid);
 }
 
 }  // namespace changeflow::actors

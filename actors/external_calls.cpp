@@ -80,17 +80,17 @@ call_reply submit_approval(clients::external_context& ctx, const config::snapsho
   return r;
 }
 
-call_reply create_mr(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
-  const auto& token = ctx.endpoints.author_token;
+call_reply create_mr(clients::repository_access& repo, const call_context& op) {
+  const auto& token = repo.author_token;
   auto branch = branch_for(op.operation_id);
-  auto target = snap.text("gitlab.target_branch");
+  const auto target = repo.target_branch(op.target_branch);
   auto commit =
-      ctx.gitlab.ensure_branch_with_commit(token, branch, target, "changeflow " + op.operation_id + ": " + op.title,
-                                           actions_from(op.payload_json), op.operation_id);
+      repo.gitlab.ensure_branch_with_commit(token, branch, target, "changeflow " + op.operation_id + ": " + op.title,
+                                            actions_from(op.payload_json), op.operation_id);
   if (!commit) return failed(call_kind::create_mr, commit.error());
-  auto mr = ctx.gitlab.ensure_mr(token, branch, target, op.title,
-                                 operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
-                                 !commit->created);
+  auto mr = repo.gitlab.ensure_mr(token, branch, target, op.title,
+                                  operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
+                                  !commit->created);
   if (!mr) return failed(call_kind::create_mr, mr.error());
   call_reply r;
   r.kind = call_kind::create_mr;
@@ -98,8 +98,8 @@ call_reply create_mr(clients::external_context& ctx, const config::snapshot& sna
   return r;
 }
 
-call_reply read_mr(clients::external_context& ctx, call_kind kind, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+call_reply read_mr(clients::repository_access& repo, call_kind kind, std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, true);
   if (!mr) return failed(kind, mr.error());
   call_reply r;
   r.kind = kind;
@@ -107,8 +107,9 @@ call_reply read_mr(clients::external_context& ctx, call_kind kind, std::int64_t 
   return r;
 }
 
-call_reply approve_bots(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, false);
+call_reply approve_bots(clients::external_context& ctx, clients::repository_access& repo, const config::snapshot& snap,
+                        std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, false);
   if (!mr) return failed(call_kind::approve_bots, mr.error());
   call_reply r;
   r.kind = call_kind::approve_bots;
@@ -123,16 +124,16 @@ call_reply approve_bots(clients::external_context& ctx, const config::snapshot& 
     return r;
   }
   // The two bots are retried separately: a retry never re-submits the other account's approval.
-  for (const auto& bot : ctx.endpoints.approvers) {
-    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+  for (const auto& bot : repo.approvers) {
+    auto res = clients::approve_as_reviewer(repo.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
     if (!res) return failed(call_kind::approve_bots, res.error());
   }
   return r;
 }
 
-call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
-  const auto& token = ctx.endpoints.author_token;
-  auto mr = ctx.gitlab.get_mr(token, iid, true);
+call_reply try_merge(clients::repository_access& repo, std::int64_t iid) {
+  const auto& token = repo.author_token;
+  auto mr = repo.gitlab.get_mr(token, iid, true);
   if (!mr) return failed(call_kind::try_merge, mr.error());
   call_reply r;
   r.kind = call_kind::try_merge;
@@ -166,7 +167,7 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
     r.merge = merge_result::not_mergeable_yet;
     return r;
   }
-  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  auto merged = repo.gitlab.merge(token, iid, mr->sha);
   if (merged) {
     fill_mr(r, merged.value());
     r.merge = merged->state == "merged" ? merge_result::merged : merge_result::not_mergeable_yet;
@@ -186,8 +187,8 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid) {
   return failed(call_kind::try_merge, e);
 }
 
-call_reply rebase(clients::external_context& ctx, std::int64_t iid) {
-  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+call_reply rebase(clients::repository_access& repo, std::int64_t iid) {
+  auto res = repo.gitlab.rebase(repo.author_token, iid);
   call_reply r;
   r.kind = call_kind::rebase;
   if (res) return r;
@@ -201,14 +202,16 @@ call_reply rebase(clients::external_context& ctx, std::int64_t iid) {
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,
                               const messages::call_request& req, const call_context& op) {
   ctx.refresh(snap);
+  // Every GitLab call of the change goes to its own repository, with that repository's tokens.
+  auto repo = ctx.repository(snap, op.repository);
   switch (req.kind) {
     case call_kind::submit_approval: return submit_approval(ctx, snap, op);
-    case call_kind::create_mr: return create_mr(ctx, snap, op);
-    case call_kind::read_pipeline: return read_mr(ctx, call_kind::read_pipeline, req.mr_iid);
-    case call_kind::approve_bots: return approve_bots(ctx, snap, req.mr_iid);
-    case call_kind::try_merge: return try_merge(ctx, req.mr_iid);
-    case call_kind::rebase: return rebase(ctx, req.mr_iid);
-    case call_kind::read_rebase: return read_mr(ctx, call_kind::read_rebase, req.mr_iid);
+    case call_kind::create_mr: return create_mr(repo, op);
+    case call_kind::read_pipeline: return read_mr(repo, call_kind::read_pipeline, req.mr_iid);
+    case call_kind::approve_bots: return approve_bots(ctx, repo, snap, req.mr_iid);
+    case call_kind::try_merge: return try_merge(repo, req.mr_iid);
+    case call_kind::rebase: return rebase(repo, req.mr_iid);
+    case call_kind::read_rebase: return read_mr(repo, call_kind::read_rebase, req.mr_iid);
   }
   call_reply r;
   r.kind = req.kind;

@@ -113,7 +113,7 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
 
 // Connectivity problems are retried for a while (the database may still be starting); a migration
 // that fails on its SQL stops start-up at once.
-bool run_migrations(const persistence::db_settings& s) {
+bool run_migrations(const persistence::db_settings& s, const config::snapshot& snap) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     persistence::db_context db(s);
@@ -126,12 +126,21 @@ bool run_migrations(const persistence::db_settings& s) {
     int code = r.code;
     if (r.ok) {
       auto version = persistence::current_schema_version(db);
-      if (version.ok()) {
-        log::info("startup.migrated", {{"applied", r.applied}, {"schema_version", version.value}});
+      // Rows from before migration 7 belong to the one repository changeflow served then.
+      auto adopted = version.ok() ? persistence::adopt_rows_without_repository(db, snap.text("gitlab.project"),
+                                                                               snap.text("gitlab.target_branch"))
+                                  : persistence::db_result<int>::failure(version.error);
+      if (adopted.ok()) {
+        log::info("startup.migrated",
+                  {{"applied", r.applied}, {"schema_version", version.value}, {"rows_adopted", adopted.value}});
         return true;
       }
-      error = version.error.message;
-      code = version.error.code;
+      if (adopted.outcome != persistence::db_outcome::retryable) {
+        log::error("startup.adoption_failed", {{"error", adopted.error.message}});
+        return false;
+      }
+      error = adopted.error.message;
+      code = adopted.error.code;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       log::error("startup.database_unreachable", {{"error", error}, {"code", code}});
@@ -190,7 +199,7 @@ int main(int argc, char** argv) {
 
   persistence::init_driver();
   auto db_settings = db_settings_from(*snap);
-  if (!run_migrations(db_settings)) return 1;
+  if (!run_migrations(db_settings, *snap)) return 1;
 
   metrics::registry metrics;
   metrics.set("changeflow_build_info", "Build information", {{"version", "0.1.0"}}, 1);

@@ -118,8 +118,10 @@ persistence::db_result<deploy_applied> fail_deploys(persistence::session db, con
 }
 
 /// Runs on a db worker after the delivery was recorded. The candidates are the operations the
-/// pipeline named, or else the operations carrying this MR number in our project (the MR ->
-/// operation mapping is ours, so this is an exact match, not an inference).
+/// pipeline named, or else the operations carrying this MR number in the callback's project when it
+/// is one of ours (the MR -> operation mapping is ours, so this is an exact match, not an
+/// inference; MR numbers are per project, so the project is part of the match). `our_project` is
+/// that project, "" when it is not configured here.
 persistence::db_result<deploy_applied> apply_deploy(persistence::session db, const persistence::deploy_callback_in& cb,
                                                     const std::vector<std::string>& named_ids,
                                                     const std::string& our_project, metrics::registry& metrics) {
@@ -131,8 +133,8 @@ persistence::db_result<deploy_applied> apply_deploy(persistence::session db, con
     return R::success(out);
   }
   std::vector<std::string> candidates = named_ids;
-  if (candidates.empty() && cb.project == our_project) {
-    auto by_mr = persistence::operations_for_mr(db, cb.mr_iid);
+  if (candidates.empty() && !our_project.empty()) {
+    auto by_mr = persistence::operations_for_mr(db, our_project, cb.mr_iid);
     if (!by_mr.ok()) return R::failure(by_mr.error);
     for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
   }
@@ -203,7 +205,8 @@ void deploy_callback(service_context& ctx, std::shared_ptr<delivery_claims> clai
   persistence::deploy_callback_in cb = fields.cb;
   std::vector<std::string> operation_ids = fields.operation_ids;
   auto* metrics = &ctx.metrics;
-  std::string our_project = snap->string_or("gitlab.project", "");
+  // The callback's project when it is one of the configured repositories (exact path), else "".
+  const std::string our_project = snap->repositories().find(cb.project) ? cb.project : std::string();
   std::string payload = fields.payload;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.

@@ -98,7 +98,7 @@ std::string what_unblocks(workflow::step s) {
 /// 409 naming the change that holds the target (one extra read, on the refusal path only). The
 /// blocker may have ended between the refusal and this read: the client is then told to retry.
 http_server::response blocked_response(persistence::db_context& db, const persistence::new_operation& op) {
-  auto binding = persistence::find_binding(db, op.subject_id, op.target_key);
+  auto binding = persistence::find_binding(db, op.subject_id, op.repository, op.target_key);
   if (!binding.ok()) {
     return outcome_response(api_outcome::in_progress,
                             "Another change for this subject and target is in progress; retry shortly");
@@ -140,6 +140,8 @@ http_server::response create_and_start(persistence::db_context& db, actors::serv
       row.title = op.title;
       row.payload_json = op.payload_json;
       row.requester = op.requester;
+      row.repository = op.repository;
+      row.target_branch = op.target_branch;
       row.updated_at_ms = svc->now_ms();
       actors::spawn_request_actor(*svc, actors::seed_from_row(row, svc->now_ms()));
       svc->metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
@@ -190,6 +192,16 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
     return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
+  // Where the change goes must be a configured repository and branch: refused before anything is
+  // asked or written, with the configured choices in the message.
+  auto where =
+      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
+  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
+    return reply(outcome_response(api_outcome::bad_request, refusal->message));
+  }
+  const auto& target = std::get<config::resolved_target>(where);
+  request.repository = target.repository;
+  request.target_branch = target.target_branch;
   if (!caller.account) {
     return store_submission(ctx, req, request, std::string(middleware::anonymous_requester), std::move(reply));
   }
@@ -238,6 +250,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
   op.requester = requester;
+  op.repository = request.repository.value_or("");
+  op.target_branch = request.target_branch.value_or("");
   op.actor = "user:" + requester;
   service::idempotent_request idem;
   idem.key = scoped_key;
