@@ -49,14 +49,6 @@ db_result<bool> admit(session s, const std::string& operation_id, const batch_pa
   });
 }
 
-db_result<bool> has_waiting(session s) {
-  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-    auto st = prepare(conn, "SELECT 1 FROM merge_batch_request WHERE batch_id IS NULL LIMIT 1");
-    rs_ptr rs(st->executeQuery());
-    return db_result<bool>::success(rs->next());
-  });
-}
-
 db_result<std::vector<batch_partition>> waiting_partitions(session s) {
   using V = std::vector<batch_partition>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {

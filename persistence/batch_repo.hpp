@@ -32,9 +32,8 @@ using batch_partition = workflow::batch::partition;
 /// `transition` (to BATCH_WAITING), which takes the partition from the operation; this is the
 /// bare insert for rows without an operation.
 db_result<bool> admit(session s, const std::string& operation_id, const batch_partition& where = {});
-/// Lock-free pre-check before a claim round: avoids "take the slot, then roll back" churn.
-db_result<bool> has_waiting(session s);
-/// The partitions with at least one waiting row (lock-free, one index scan), in a stable order.
+/// The partitions with at least one waiting row (lock-free, one index scan), in a stable order: the
+/// pre-check of a round, so no partition's slot is taken and rolled back when nothing waits there.
 db_result<std::vector<batch_partition>> waiting_partitions(session s);
 
 struct batch_member {
