@@ -668,7 +668,7 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
               switch (r.what) {
                 case kind::round_listed: return on_round_listed(self, r);
                 case kind::active_listed:
-                  if (r.round == round_outcome::error) log::warn("batch.resume_failed", {{"error", r.error}});
+                  if (!r.ok) log::warn("batch.resume_failed", {{"error", r.error}});
                   for (auto id : r.active) adopt(self, id, round_outcome::resume);
                   return;
                 case kind::round_prepared: return on_round_prepared(self, r);

@@ -14,7 +14,8 @@
 //
 // Rows written before this migration hold '' in these columns; changeflowd assigns them to the
 // configured `gitlab.project` and `gitlab.target_branch` at start-up
-// (persistence::adopt_rows_without_repository), before anything reads them.
+// (persistence::adopt_rows_without_repository). Until then (the assignment failed and waits for the
+// next start-up) their GitLab calls fall back to the same two keys.
 
 #include <string>
 #include <vector>

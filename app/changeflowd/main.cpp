@@ -126,21 +126,20 @@ bool run_migrations(const persistence::db_settings& s, const config::snapshot& s
     int code = r.code;
     if (r.ok) {
       auto version = persistence::current_schema_version(db);
-      // Rows from before migration 7 belong to the one repository changeflow served then.
-      auto adopted = version.ok() ? persistence::adopt_rows_without_repository(db, snap.text("gitlab.project"),
-                                                                               snap.text("gitlab.target_branch"))
-                                  : persistence::db_result<int>::failure(version.error);
-      if (adopted.ok()) {
-        log::info("startup.migrated",
-                  {{"applied", r.applied}, {"schema_version", version.value}, {"rows_adopted", adopted.value}});
+      if (version.ok()) {
+        // Rows from before migration 7 belong to the one repository changeflow served then. A
+        // failure here does not stop start-up: such rows are still served (their GitLab calls fall
+        // back to gitlab.project and gitlab.target_branch) and the next start-up assigns them.
+        auto adopted = persistence::adopt_rows_without_repository(db, snap.text("gitlab.project"),
+                                                                  snap.text("gitlab.target_branch"));
+        if (!adopted.ok()) log::warn("startup.adoption_deferred", {{"error", adopted.error.message}});
+        log::info("startup.migrated", {{"applied", r.applied},
+                                       {"schema_version", version.value},
+                                       {"rows_adopted", adopted.ok() ? adopted.value : 0}});
         return true;
       }
-      if (adopted.outcome != persistence::db_outcome::retryable) {
-        log::error("startup.adoption_failed", {{"error", adopted.error.message}});
-        return false;
-      }
-      error = adopted.error.message;
-      code = adopted.error.code;
+      error = version.error.message;
+      code = version.error.code;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       log::error("startup.database_unreachable", {{"error", error}, {"code", code}});
