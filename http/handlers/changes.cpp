@@ -104,6 +104,16 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
     return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
+  // Where the change goes must be a configured repository and branch: refused before anything is
+  // asked or written, with the configured choices in the message.
+  auto where =
+      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
+  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
+    return reply(outcome_response(api_outcome::bad_request, refusal->message));
+  }
+  const auto& target = std::get<config::resolved_target>(where);
+  request.repository = target.repository;
+  request.target_branch = target.target_branch;
   if (!caller.account) {
     return store_submission(ctx, req, request, std::string(middleware::anonymous_requester), std::move(reply));
   }
@@ -151,6 +161,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
   op.requester = requester;
+  op.repository = request.repository.value_or("");
+  op.target_branch = request.target_branch.value_or("");
   op.actor = "user:" + requester;
   service::idempotent_request idem;
   idem.key = scoped_key;
@@ -187,10 +199,18 @@ void preview(service_context& ctx, http_server::request& req, http_server::respo
     return reply(outcome_response(api_outcome::bad_request, err->message));
   }
   auto request = std::get<dto::submit_request>(std::move(parsed));
-  auto run = [&ctx, request, reply] {
+  // The same repository and branch rule as a submit: previewing what could not be submitted is a 400.
+  auto where =
+      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
+  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
+    return reply(outcome_response(api_outcome::bad_request, refusal->message));
+  }
+  auto target = std::get<config::resolved_target>(where);
+  auto run = [&ctx, request, target, reply] {
     std::vector<service::preview_input> files;
     for (const auto& f : request.files) files.push_back({f.path, f.content, f.action, f.last_commit_id});
-    service::preview_change(*ctx.services, std::move(files), [reply](service::preview_result r) {
+    service::preview_change(*ctx.services, target.repository, target.target_branch, std::move(files),
+                            [reply](service::preview_result r) {
       if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
       nlohmann::json files = nlohmann::json::array();
       bool valid = true;
