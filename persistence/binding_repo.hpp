@@ -26,9 +26,6 @@ struct binding_row {
 /// not_found when the relationship has never been applied.
 db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& repository,
                                     const std::string& target_key);
-/// not_found when no relationship points at this operation (never created, or replaced by a
-/// re-apply).
-db_result<binding_row> find_binding_by_operation(session s, const std::string& operation_id);
 
 struct binding_history_row {
   std::int64_t id = 0;
