@@ -178,7 +178,8 @@ merge_attempt approve_and_merge(clients::repository_access& repo, clients::check
   return out;
 }
 
-batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid, const std::vector<std::string>& paths) {
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid,
+                              const std::vector<std::string>& paths) {
   // A rebase replays the members onto the target as it is now, moving the fork point past any newer
   // version of their files; git combines edits of different lines silently. So first: the target
   // must still hold every member file's base.

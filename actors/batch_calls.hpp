@@ -75,7 +75,8 @@ merge_attempt approve_and_merge(clients::repository_access& repo, clients::check
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 /// Checks first that the target still holds every member file's base (content_conflict otherwise,
 /// and no rebase is requested).
-batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid, const std::vector<std::string>& paths);
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid,
+                              const std::vector<std::string>& paths);
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid);

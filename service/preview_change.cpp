@@ -36,9 +36,8 @@ void preview_change(actors::services& svc, const std::string& repository, const 
     r.reason = std::move(reason);
     (*answer)(std::move(r));
   };
-  bool queued =
-      svc.external->try_submit([snap, repository, target_branch, files = std::move(files), answer,
-                                unavailable](clients::external_context& ec) {
+  bool queued = svc.external->try_submit(
+      [snap, repository, target_branch, files = std::move(files), answer, unavailable](clients::external_context& ec) {
         try {
           ec.refresh(*snap);
           auto repo = ec.repository(*snap, repository);

@@ -209,23 +209,23 @@ void preview(service_context& ctx, http_server::request& req, http_server::respo
   auto run = [&ctx, request, target, reply] {
     std::vector<service::preview_input> files;
     for (const auto& f : request.files) files.push_back({f.path, f.content, f.action, f.last_commit_id});
-    service::preview_change(*ctx.services, target.repository, target.target_branch, std::move(files),
-                            [reply](service::preview_result r) {
-      if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
-      nlohmann::json files = nlohmann::json::array();
-      bool valid = true;
-      for (const auto& f : r.files) {
-        valid = valid && f.problem.empty();
-        files.push_back({{"path", f.path},
-                         {"action", f.action},
-                         {"exists", f.exists},
-                         {"lastCommitId", f.exists ? nlohmann::json(f.last_commit_id) : nlohmann::json(nullptr)},
-                         {"diff", f.diff},
-                         {"problem", f.problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.problem)}});
-      }
-      reply(outcome_response(api_outcome::ok, valid ? "The change is valid" : "The change would be refused",
-                             {{"valid", valid}, {"files", files}}));
-    });
+    service::preview_change(
+        *ctx.services, target.repository, target.target_branch, std::move(files), [reply](service::preview_result r) {
+          if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
+          nlohmann::json files = nlohmann::json::array();
+          bool valid = true;
+          for (const auto& f : r.files) {
+            valid = valid && f.problem.empty();
+            files.push_back({{"path", f.path},
+                             {"action", f.action},
+                             {"exists", f.exists},
+                             {"lastCommitId", f.exists ? nlohmann::json(f.last_commit_id) : nlohmann::json(nullptr)},
+                             {"diff", f.diff},
+                             {"problem", f.problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.problem)}});
+          }
+          reply(outcome_response(api_outcome::ok, valid ? "The change is valid" : "The change would be refused",
+                                 {{"valid", valid}, {"files", files}}));
+        });
   };
   if (!caller.account) return run();
   auto rules = middleware::rules_for_subject(*ctx.config.current(), request.subject);
