@@ -156,11 +156,14 @@ TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
 }
 
 // I1 per partition: racers claim in two partitions at once. Within a partition exactly one wins and
-// the others are told slot_occupied; across partitions both win. Both are proven to have raced:
-// each winner keeps its claim transaction open (slot row inserted, not committed) until the other
-// partition's winner holds its own slot at the same time AND a rival of its own partition is seen
-// waiting on its slot's unique key. Without the partitioned key the second partition's winner
-// could not take its slot while the first is open, and the wait below times out.
+// the others are told slot_occupied; across partitions both win. The racers are proven to have
+// raced: each winner keeps its claim transaction open (slot row inserted, not committed) until a
+// rival of its own partition is seen waiting on its slot's unique key. The two winners are not
+// required to hold their slots at the same moment: InnoDB's duplicate-key check takes gap locks on
+// the slot index even under READ COMMITTED, so a rival waiting in one partition can briefly hold up
+// the other partition's slot INSERT (for as long as the first claim transaction lasts, milliseconds
+// outside this test). That partitions do batch in parallel is asserted end to end, from the
+// simulator's request log, in tests/e2e/repositories_test.
 TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
   test_database db;
   const std::vector<batch_partition> partitions = {{"team/alpha", "main"}, {"team/beta", "main"}};
@@ -176,8 +179,7 @@ TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
     for (const auto& p : partitions) admit_many(*conns[0], 2 * per_partition, p);
     age_waiting(db);
     std::barrier sync(racers);
-    std::atomic<int> holding{0};  // winners holding an open claim transaction right now
-    std::atomic<int> both_held{0}, rival_waited{0};
+    std::atomic<int> rival_waited{0};
     std::vector<claim_result> results(racers);
     std::vector<std::thread> threads;
     for (int i = 0; i < racers; ++i) {
@@ -185,8 +187,6 @@ TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
         const auto& where = partitions[i % 2];
         const claim_hook hold = [&](claim_stage stage) {
           if (stage != claim_stage::members_claimed) return;
-          ++holding;
-          if (wait_until([&] { return holding.load() >= 2; }, 30s)) ++both_held;
           if (wait_until([&] { return db.scalar(rival_waits_on(where)) != "0"; }, 30s)) ++rival_waited;
         };
         sync.arrive_and_wait();
@@ -196,8 +196,6 @@ TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
       });
     }
     for (auto& t : threads) t.join();
-    ASSERT_EQ(both_held.load(), 2) << "round " << round
-                                   << ": the two partitions' winners never held their slots at the same time";
     ASSERT_EQ(rival_waited.load(), 2) << "round " << round
                                       << ": no rival of a partition waited on its winner's slot (no overlap)";
     std::map<std::string, int> winners;
