@@ -94,26 +94,33 @@ http_server::response submit_response(const service::submit_result& r, const std
 void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
                       const std::string& requester, http_server::responder reply);
 
+/// A submit body (also a preview's), parsed, with its repository and branch resolved against the
+/// configured ones: refused (400) before anything is asked or written, with the configured choices
+/// in the message.
+std::variant<dto::submit_request, http_server::response> parse_placed(service_context& ctx, const std::string& body) {
+  auto parsed = dto::parse_submit(body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed))
+    return outcome_response(api_outcome::bad_request, err->message);
+  auto request = std::get<dto::submit_request>(std::move(parsed));
+  auto where =
+      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
+  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
+    return outcome_response(api_outcome::bad_request, refusal->message);
+  }
+  const auto& target = std::get<config::resolved_target>(where);
+  request.repository = target.repository;
+  request.target_branch = target.target_branch;
+  return request;
+}
+
 /// A submission is for a subject the requester is permitted for (its rule code, or an operator
 /// code), checked in one round trip after the body is parsed; denied -> 403 "Access denied".
 void submit(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
-  auto parsed = dto::parse_submit(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(outcome_response(api_outcome::bad_request, err->message));
-  }
-  auto request = std::get<dto::submit_request>(std::move(parsed));
-  // Where the change goes must be a configured repository and branch: refused before anything is
-  // asked or written, with the configured choices in the message.
-  auto where =
-      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
-  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
-    return reply(outcome_response(api_outcome::bad_request, refusal->message));
-  }
-  const auto& target = std::get<config::resolved_target>(where);
-  request.repository = target.repository;
-  request.target_branch = target.target_branch;
+  auto placed = parse_placed(ctx, req.body);
+  if (auto* refused = std::get_if<http_server::response>(&placed)) return reply(std::move(*refused));
+  auto request = std::get<dto::submit_request>(std::move(placed));
   if (!caller.account) {
     return store_submission(ctx, req, request, std::string(middleware::anonymous_requester), std::move(reply));
   }
@@ -194,18 +201,10 @@ void store_submission(service_context& ctx, const http_server::request& req, con
 void preview(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
-  auto parsed = dto::parse_submit(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(outcome_response(api_outcome::bad_request, err->message));
-  }
-  auto request = std::get<dto::submit_request>(std::move(parsed));
-  // The same repository and branch rule as a submit: previewing what could not be submitted is a 400.
-  auto where =
-      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
-  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
-    return reply(outcome_response(api_outcome::bad_request, refusal->message));
-  }
-  auto target = std::get<config::resolved_target>(where);
+  auto placed = parse_placed(ctx, req.body);
+  if (auto* refused = std::get_if<http_server::response>(&placed)) return reply(std::move(*refused));
+  auto request = std::get<dto::submit_request>(std::move(placed));
+  const config::resolved_target target{*request.repository, *request.target_branch};
   auto run = [&ctx, request, target, reply] {
     std::vector<service::preview_input> files;
     for (const auto& f : request.files) files.push_back({f.path, f.content, f.action, f.last_commit_id});
