@@ -43,6 +43,10 @@ inline constexpr route_spec get_change{
 inline constexpr route_spec cancel_change{"POST", "/api/v1/changes/{id}/cancel", route_access::user_cancel,
                                           "Cancel a change that has not merged: withdraws the pending approval, closes "
                                           "the open MR, ends in CANCELLED (repeat: 200 alreadyCancelled)"};
+inline constexpr route_spec revert_change{
+    "POST", "/api/v1/changes/{id}/revert", route_access::user_submit,
+    "Revert a VALIDATED change: a new change (own approval and lifecycle) restoring each file's content at the "
+    "change's base, linked both ways (revertOf / revertedBy)"};
 inline constexpr route_spec list_changes{
     "GET", "/api/v1/changes", route_access::user_read,
     "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)"};
@@ -138,48 +142,27 @@ inline constexpr std::array console = {&console_0, &console_1, &console_2, &cons
 }  // namespace routes
 
 /// Every route, in the order the policy table always listed them.
-inline constexpr std::array all_routes = {&routes::submit_change,
-                                          &routes::preview_change,
-                                          &routes::get_change,
-                                          &routes::cancel_change,
-                                          &routes::list_changes,
-                                          &routes::subscribe,
-                                          &routes::list_subscriptions,
-                                          &routes::unsubscribe,
-                                          &routes::approval_callback,
-                                          &routes::deploy_callback,
-                                          &routes::ops_whoami,
-                                          &routes::ops_overview,
-                                          &routes::ops_actors,
-                                          &routes::ops_operations,
-                                          &routes::ops_operation,
-                                          &routes::ops_retrigger,
-                                          &routes::ops_fail,
-                                          &routes::ops_close,
-                                          &routes::ops_resend_approval,
-                                          &routes::ops_confirm,
-                                          &routes::ops_bulk,
-                                          &routes::ops_audit,
-                                          &routes::ops_config,
-                                          &routes::ops_instances,
-                                          &routes::ops_callbacks,
-                                          &routes::ops_notifications,
-                                          &routes::ops_reconcile,
-                                          &routes::ops_batches,
-                                          &routes::ops_batch,
-                                          &routes::ops_batch_settle,
-                                          &routes::ops_batch_unblock,
-                                          &routes::ops_batch_round,
-                                          &routes::console_0,
-                                          &routes::console_1,
-                                          &routes::console_2,
-                                          &routes::console_3,
-                                          &routes::console_4,
-                                          &routes::console_5,
-                                          &routes::console_6,
-                                          &routes::healthz,
-                                          &routes::readyz,
-                                          &routes::metrics,
-                                          &routes::openapi};
+inline constexpr std::array all_routes = {&routes::submit_change,     &routes::preview_change,
+                                          &routes::get_change,        &routes::cancel_change,
+                                          &routes::revert_change,     &routes::list_changes,
+                                          &routes::subscribe,         &routes::list_subscriptions,
+                                          &routes::unsubscribe,       &routes::approval_callback,
+                                          &routes::deploy_callback,   &routes::ops_whoami,
+                                          &routes::ops_overview,      &routes::ops_actors,
+                                          &routes::ops_operations,    &routes::ops_operation,
+                                          &routes::ops_retrigger,     &routes::ops_fail,
+                                          &routes::ops_close,         &routes::ops_resend_approval,
+                                          &routes::ops_confirm,       &routes::ops_bulk,
+                                          &routes::ops_audit,         &routes::ops_config,
+                                          &routes::ops_instances,     &routes::ops_callbacks,
+                                          &routes::ops_notifications, &routes::ops_reconcile,
+                                          &routes::ops_batches,       &routes::ops_batch,
+                                          &routes::ops_batch_settle,  &routes::ops_batch_unblock,
+                                          &routes::ops_batch_round,   &routes::console_0,
+                                          &routes::console_1,         &routes::console_2,
+                                          &routes::console_3,         &routes::console_4,
+                                          &routes::console_5,         &routes::console_6,
+                                          &routes::healthz,           &routes::readyz,
+                                          &routes::metrics,           &routes::openapi};
 
 }  // namespace changeflow::http

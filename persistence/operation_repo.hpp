@@ -38,7 +38,9 @@ struct operation_row {
   std::optional<std::string> last_error;
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
-  std::string requester;  // verified identity that submitted it; "" for rows older than migration 6
+  std::string requester;                   // verified identity that submitted it; "" for rows older than migration 6
+  std::optional<std::string> revert_of;    // the validated change this one reverts
+  std::optional<std::string> reverted_by;  // this change's current revert
 };
 
 struct new_operation {
@@ -54,6 +56,9 @@ struct new_operation {
   std::string actor = "workflow";  // label of the first timeline event
   /// Verified identity that submitted it (or "anonymous" where configured); "" stores NULL.
   std::string requester;
+  /// The change this one reverts ("" for none): stored, and named by the first timeline event.
+  /// Created through persistence::create_revert, which links the original in the same transaction.
+  std::string revert_of;
 };
 
 enum class create_outcome {
