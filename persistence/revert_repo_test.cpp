@@ -1,7 +1,6 @@
 #include "persistence/revert_repo.hpp"
 
 #include "persistence/repo_test_support.hpp"
-#include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
 #include <cppconn/resultset.h>
@@ -13,7 +12,6 @@
 
 using namespace changeflow;
 using namespace changeflow::persistence;
-using namespace std::chrono_literals;
 using changeflow::testing::test_database;
 using test::new_op;
 using test::walk;
@@ -58,15 +56,7 @@ TEST(RevertRepo, ConcurrentRevertsOfOneChangeCreateOne) {
   const auto version_before = load_operation(*setup, original).value.version;
 
   constexpr int racers = 6;
-  std::vector<std::unique_ptr<sql::Connection>> conns;
-  std::string racer_connections;
-  for (int i = 0; i < racers; ++i) {
-    conns.push_back(db.connect());
-    std::unique_ptr<sql::Statement> st(conns.back()->createStatement());
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
-    rs->next();
-    racer_connections += (i ? "," : "") + std::to_string(rs->getInt64(1));
-  }
+  test::racer_connections racing(db, racers);
   auto gate = db.connect();
   gate->setAutoCommit(false);
   {
@@ -83,15 +73,10 @@ TEST(RevertRepo, ConcurrentRevertsOfOneChangeCreateOne) {
       auto op = revert_of(original, target);
       ids[i] = op.operation_id;
       sync.arrive_and_wait();
-      results[i] = create_revert(*conns[i], op, op.actor);
+      results[i] = create_revert(*racing.conns[i], op, op.actor);
     });
   }
-  bool all_waited = changeflow::testing::wait_until(
-      [&] {
-        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + racer_connections +
-                         ") AND INFO LIKE 'SELECT step, phase, reverted_by FROM operation%'") == std::to_string(racers);
-      },
-      60s);
+  bool all_waited = racing.all_waiting_in(db, "SELECT step, phase, reverted_by FROM operation");
   gate->rollback();
   for (auto& t : threads) t.join();
   ASSERT_TRUE(all_waited) << "the racers never all waited on the original's row: they did not overlap";
