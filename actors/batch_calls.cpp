@@ -84,51 +84,49 @@ std::string batch_description(std::int64_t batch_id, const std::vector<batch_mem
   return d;
 }
 
-batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
-                            const batch_plan& plan) {
-  ctx.refresh(snap);
-  const auto& token = ctx.endpoints.author_token;
+batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& partition_branch,
+                            std::int64_t batch_id, const batch_plan& plan) {
+  const auto& token = repo.author_token;
+  const auto target_branch = repo.target_branch(partition_branch);
   const auto branch = batch_branch(batch_id);
-  const auto target = snap.text("gitlab.target_branch");
   const auto marker = batch_marker(batch_id);
   // Each member's files are based on the target as it is now unless the member names its base (see
   // create_mr in external_calls.cpp for why this is the capture point); GitLab checks every base
   // in the one commit, and a member whose file moved refuses the whole commit (bisection finds it).
-  auto actions = resolve_actions(ctx.gitlab, token, target, plan.actions);
+  auto actions = resolve_actions(repo.gitlab, token, target_branch, plan.actions);
   if (!actions) return failed(actions.error());
-  auto commit = ctx.gitlab.ensure_branch_with_commit(token, branch, target,
-                                                     marker + ": " + std::to_string(plan.included.size()) + " changes",
-                                                     actions.value(), marker);
+  auto commit = repo.gitlab.ensure_branch_with_commit(token, branch, target_branch,
+                                                      marker + ": " + std::to_string(plan.included.size()) + " changes",
+                                                      actions.value(), marker);
   if (!commit) {
     auto v = failed(commit.error());
     v.content_conflict = is_content_conflict(commit.error());
     return v;
   }
-  auto mr = ctx.gitlab.ensure_mr(token, branch, target, batch_title(batch_id, plan.included),
-                                 batch_description(batch_id, plan.included), !commit->created);
+  auto mr = repo.gitlab.ensure_mr(token, branch, target_branch, batch_title(batch_id, plan.included),
+                                  batch_description(batch_id, plan.included), !commit->created);
   if (!mr) return failed(mr.error());
   return view_of(mr->mr);
 }
 
-batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, true);
   if (!mr) return failed(mr.error());
   return view_of(mr.value());
 }
 
-batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id) {
-  auto open = ctx.gitlab.list_open_mrs(ctx.endpoints.author_token, batch_branch(batch_id));
+batch_mr_view find_batch_mr(clients::repository_access& repo, std::int64_t batch_id) {
+  auto open = repo.gitlab.list_open_mrs(repo.author_token, batch_branch(batch_id));
   if (!open) return failed(open.error());
   if (open->empty()) return batch_mr_view{};  // state "": no MR
   return view_of(open->front());
 }
 
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid,
-                                const std::vector<std::string>& paths) {
-  ctx.refresh(snap);
-  const auto& token = ctx.endpoints.author_token;
+merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
+                                const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths) {
+  const auto& token = repo.author_token;
   merge_attempt out;
-  auto mr = ctx.gitlab.get_mr(token, iid, false);
+  auto mr = repo.gitlab.get_mr(token, iid, false);
   if (!mr) {
     out.mr = failed(mr.error());
     out.answer = out.mr.outcome == batch_mr_view::call::retryable ? merge_answer::retryable : merge_answer::refused;
@@ -140,7 +138,7 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   // The target must still hold every member file's version the batch commit was based on (the MR's
   // fork point); otherwise merging would carry a member over a newer version of its file.
   if (mr->base_sha.empty()) return {merge_answer::not_yet, out.mr};
-  auto check = check_unchanged_since(ctx.gitlab, token, mr->target_branch, mr->base_sha, paths);
+  auto check = check_unchanged_since(repo.gitlab, token, mr->target_branch, mr->base_sha, paths);
   if (!check) {
     out.mr.error = clients::describe(check.error());
     out.answer = check.error().retryable ? merge_answer::retryable : merge_answer::refused;
@@ -151,8 +149,8 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
     out.answer = merge_answer::content_conflict;
     return out;
   }
-  for (const auto& bot : ctx.endpoints.approvers) {
-    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+  for (const auto& bot : repo.approvers) {
+    auto res = clients::approve_as_reviewer(repo.gitlab, check_items, bot, iid, mr->sha, snap);
     if (!res) {
       out.mr.error = clients::describe(res.error());
       out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::approval_refused;
@@ -160,7 +158,7 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
     }
   }
   // Merge with the sha the pipeline ran on: a head that moved since is refused (409), not merged.
-  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  auto merged = repo.gitlab.merge(token, iid, mr->sha);
   if (merged) {
     out.mr = view_of(merged.value());
     out.answer = merged->state == "merged" ? merge_answer::merged : merge_answer::not_yet;
@@ -180,15 +178,15 @@ merge_attempt approve_and_merge(clients::external_context& ctx, const config::sn
   return out;
 }
 
-batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid, const std::vector<std::string>& paths) {
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid,
+                              const std::vector<std::string>& paths) {
   // A rebase replays the members onto the target as it is now, moving the fork point past any newer
   // version of their files; git combines edits of different lines silently. So first: the target
   // must still hold every member file's base.
-  auto before = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, false);
+  auto before = repo.gitlab.get_mr(repo.author_token, iid, false);
   if (!before) return failed(before.error());
   if (before->state == "opened" && !before->base_sha.empty()) {
-    auto check =
-        check_unchanged_since(ctx.gitlab, ctx.endpoints.author_token, before->target_branch, before->base_sha, paths);
+    auto check = check_unchanged_since(repo.gitlab, repo.author_token, before->target_branch, before->base_sha, paths);
     if (!check) return failed(check.error());
     if (!check->changed.empty()) {
       auto v = view_of(before.value());
@@ -197,21 +195,21 @@ batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid, 
       return v;
     }
   }
-  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+  auto res = repo.gitlab.rebase(repo.author_token, iid);
   if (!res && !(res.error().what == clients::call_error::kind::http_status && res.error().status == 409))
     return failed(res.error());
-  return read_batch_mr(ctx, iid);
+  return read_batch_mr(repo, iid);
 }
 
-batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid) {
-  const auto& token = ctx.endpoints.author_token;
-  auto before = ctx.gitlab.get_mr(token, iid, false);
+batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid) {
+  const auto& token = repo.author_token;
+  auto before = repo.gitlab.get_mr(token, iid, false);
   if (!before) return failed(before.error());
   if (before->state == "opened" || before->state == "locked") {
     // The close may lose to a merge that lands first: that is exactly the race the re-read settles.
-    (void)ctx.gitlab.close_mr(token, iid);
+    (void)repo.gitlab.close_mr(token, iid);
   }
-  return read_batch_mr(ctx, iid);
+  return read_batch_mr(repo, iid);
 }
 
 }  // namespace changeflow::actors

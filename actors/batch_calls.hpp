@@ -49,14 +49,17 @@ using batch_mr_view = workflow::batch::mr_view;
 using batch_verdict = workflow::batch::verdict;
 using workflow::batch::classify;
 
+// Every call below goes to the batch's repository (`repo`: a client bound to its project and that
+// repository's tokens, clients::external_context::repository); the branch and MR live there.
+
 /// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
-/// batch marker) + MR (409 -> the open MR of the branch).
-batch_mr_view open_batch_mr(clients::external_context& ctx, const config::snapshot& snap, std::int64_t batch_id,
+/// batch marker) + MR into `target_branch` (409 -> the open MR of the branch).
+batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& target_branch, std::int64_t batch_id,
                             const batch_plan& plan);
-batch_mr_view read_batch_mr(clients::external_context& ctx, std::int64_t iid);
+batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid);
 /// The open MR of the batch branch (resume after a crash before the MR number was recorded);
 /// state "" when there is none.
-batch_mr_view find_batch_mr(clients::external_context& ctx, std::int64_t batch_id);
+batch_mr_view find_batch_mr(clients::repository_access& repo, std::int64_t batch_id);
 
 using merge_answer = workflow::batch::merge_answer;
 struct merge_attempt {
@@ -67,14 +70,15 @@ struct merge_attempt {
 /// commit was based on (content_conflict otherwise, nothing approved or merged), approves as every
 /// reviewer bot (approve_as_reviewer, each retried on its own), then merges with the sha the
 /// pipeline ran on.
-merge_attempt approve_and_merge(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid,
-                                const std::vector<std::string>& paths);
+merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
+                                const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths);
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 /// Checks first that the target still holds every member file's base (content_conflict otherwise,
 /// and no rebase is requested).
-batch_mr_view rebase_batch_mr(clients::external_context& ctx, std::int64_t iid, const std::vector<std::string>& paths);
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid,
+                              const std::vector<std::string>& paths);
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
-batch_mr_view close_and_reread(clients::external_context& ctx, std::int64_t iid);
+batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid);
 
 }  // namespace changeflow::actors

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 
 namespace changeflow::actors {
 
@@ -38,13 +40,14 @@ using kind = batch_job_result::kind;
 namespace core = workflow::batch;
 using act = core::action::kind;
 
-/// The batch this coordinator drives: the core's state plus what only the shell needs.
+/// One batch this coordinator drives: the core's state plus what only the shell needs.
 struct drive {
-  std::uint64_t id = 0;  // tells this drive's job results from a previous drive's
+  std::uint64_t id = 0;  // tells this drive's job results and timers from a previous drive's
   batch_status expected = batch_status::RUNNING;
   std::vector<batch_member_change> members;  // with their files (the MR carries them)
   std::string mr_url;
   std::int64_t started_ms = 0;
+  std::uint64_t poll_timer = 0;  // generation of this drive's poll timer
   core::drive state;
 };
 
@@ -52,11 +55,25 @@ struct coordinator_state {
   static inline const char* name = "batch_coordinator";
   services* svc = nullptr;
   batch_coordinator_options options;
-  bool round_in_flight = false;
-  std::optional<drive> d;
+  bool round_in_flight = false;             // a round's look at the database is under way
+  std::map<core::partition, drive> drives;  // at most one per partition (I1 per partition)
+  std::set<core::partition> claiming;       // a claim or an adoption job for it is under way
+  int adoptions_in_flight = 0;              // adoptions whose partition is not known before the load
   std::uint64_t next_drive_id = 0;
   std::uint64_t round_timer = 0;
-  std::uint64_t poll_timer = 0;
+
+  drive* find_drive(std::uint64_t id) {
+    for (auto& [p, d] : drives) {
+      if (d.id == id) return &d;
+    }
+    return nullptr;
+  }
+  drive* drive_of_batch(std::int64_t batch_id) {
+    for (auto& [p, d] : drives) {
+      if (d.state.batch_id == batch_id) return &d;
+    }
+    return nullptr;
+  }
 };
 
 using self_ptr = batch_coordinator::stateful_pointer<coordinator_state>;
@@ -78,30 +95,50 @@ void take_write(batch_job_result& out, const persistence::db_result<T>& w) {
   if (!w.ok()) out.error = w.error.message;
 }
 
-/// The answer to a job that ended without one (it threw, or was dropped unrun): a failed result of
-/// the same kind, which the coordinator retries like any database or GitLab failure.
-batch_job_result lost_result(kind what, std::uint64_t drive_id) {
-  log::warn("batch.job_lost", {{"job", static_cast<int>(what)}, {"drive", drive_id}});
+/// Who a job's answer is for: copied into its result, and into the failed result when the job ends
+/// without one, so every answer frees what its job held (a partition being claimed, an adoption).
+struct job_tag {
+  kind what = kind::round_prepared;
+  std::uint64_t drive = 0;  // 0: a round, claim or adoption job
+  core::partition where;    // the partition the job is about, when known before it runs
+  bool adoption = false;
+  bool holds_claim = false;
+};
+
+batch_job_result result_for(const job_tag& tag) {
   batch_job_result out;
-  out.what = what;
-  out.drive = drive_id;
+  out.what = tag.what;
+  out.drive = tag.drive;
+  out.partition = tag.where;
+  out.adoption = tag.adoption;
+  out.holds_claim = tag.holds_claim;
+  return out;
+}
+
+/// The answer to a job that ended without one (it threw, or was dropped unrun, or found its queue
+/// full): a failed result of the same kind, which the coordinator retries like any database or
+/// GitLab failure.
+batch_job_result failed_result(const job_tag& tag, std::string why) {
+  auto out = result_for(tag);
   out.ok = false;
   out.round = round_outcome::error;
   out.mr.outcome = batch_mr_view::call::retryable;
-  out.error = out.mr.error = "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed";
+  out.error = out.mr.error = std::move(why);
   return out;
+}
+
+batch_job_result lost_result(const job_tag& tag) {
+  log::warn("batch.job_lost", {{"job", static_cast<int>(tag.what)}, {"drive", tag.drive}});
+  return failed_result(tag, "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed");
 }
 
 /// Runs `job` on the database pool and sends its result back; a full queue or a dead connection
 /// becomes an error result, never an exception on the actor.
-void on_db(self_ptr self, kind what, std::function<void(session, batch_job_result&)> job) {
+void on_db(self_ptr self, const job_tag& tag, std::function<void(session, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
-  const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
-  auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
-  bool queued = self->state.svc->db->try_submit([handle, what, drive_id, job, guard](persistence::db_context& db) {
-    batch_job_result out;
-    out.what = what;
-    out.drive = drive_id;
+  auto guard = make_answer_guard([handle, tag] { caf::anon_send(handle, lost_result(tag)); });
+  bool queued = self->state.svc->db->try_submit([handle, tag, job, guard](persistence::db_context& db) {
+    auto out = result_for(tag);
     try {
       job(db, out);
     } catch (const std::exception& e) {
@@ -114,47 +151,37 @@ void on_db(self_ptr self, kind what, std::function<void(session, batch_job_resul
   });
   if (!queued) {
     guard->answered();
-    batch_job_result out;
-    out.what = what;
-    out.drive = drive_id;
-    out.ok = false;
-    out.round = round_outcome::error;
-    out.error = "database queue full";
-    self->send(self, std::move(out));
+    self->send(self, failed_result(tag, "database queue full"));
   }
 }
 
-void on_external(self_ptr self, kind what,
-                 std::function<void(clients::external_context&, const config::snapshot&, batch_job_result&)> job) {
+/// Runs `job` on the external pool for drive `d`, with the drive's repository (a client bound to its
+/// project and that repository's tokens from the current snapshot).
+void on_external(self_ptr self, const drive& d, kind what,
+                 std::function<void(clients::external_context&, clients::repository_access&, const config::snapshot&,
+                                    batch_job_result&)>
+                     job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
-  const std::uint64_t drive_id = self->state.d ? self->state.d->id : 0;
+  const job_tag tag{what, d.id, d.state.where};
   auto snap = self->state.svc->config->current();
-  auto guard = make_answer_guard([handle, what, drive_id] { caf::anon_send(handle, lost_result(what, drive_id)); });
-  bool queued =
-      self->state.svc->external->try_submit([handle, what, drive_id, job, snap, guard](clients::external_context& ext) {
-        batch_job_result out;
-        out.what = what;
-        out.drive = drive_id;
-        try {
-          ext.refresh(*snap);
-          job(ext, *snap, out);
-        } catch (const std::exception& e) {
-          out.ok = false;
-          out.mr.outcome = batch_mr_view::call::retryable;
-          out.mr.error = std::string("unexpected: ") + e.what();
-        }
-        guard->answered();
-        caf::anon_send(handle, std::move(out));
-      });
+  auto guard = make_answer_guard([handle, tag] { caf::anon_send(handle, lost_result(tag)); });
+  bool queued = self->state.svc->external->try_submit([handle, tag, job, snap, guard](clients::external_context& ext) {
+    auto out = result_for(tag);
+    try {
+      ext.refresh(*snap);
+      auto repo = ext.repository(*snap, tag.where.repository);
+      job(ext, repo, *snap, out);
+    } catch (const std::exception& e) {
+      out.ok = false;
+      out.mr.outcome = batch_mr_view::call::retryable;
+      out.mr.error = std::string("unexpected: ") + e.what();
+    }
+    guard->answered();
+    caf::anon_send(handle, std::move(out));
+  });
   if (!queued) {
     guard->answered();
-    batch_job_result out;
-    out.what = what;
-    out.drive = drive_id;
-    out.ok = false;
-    out.mr.outcome = batch_mr_view::call::retryable;
-    out.mr.error = "external worker pool full";
-    self->send(self, std::move(out));
+    self->send(self, failed_result(tag, "external worker pool full"));
   }
 }
 
@@ -203,38 +230,36 @@ core::settings settings_of(self_ptr self) {
 
 void arm_round_timer(self_ptr self, std::int64_t delay_ms) {
   auto gen = ++self->state.round_timer;
-  self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, false});
+  self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, false, 0});
 }
 
-void arm_poll(self_ptr self, std::int64_t delay_ms) {
-  auto gen = ++self->state.poll_timer;
-  self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, true});
+void arm_poll(self_ptr self, drive& d, std::int64_t delay_ms) {
+  auto gen = ++d.poll_timer;
+  self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, true, d.id});
 }
 
-/// The driven batch is settled (or abandoned to another settler): free the actor and run the next
-/// round right away (bisection halves and deferred members are waiting).
-void end_drive(self_ptr self, const std::string& outcome) {
+/// The driven batch is settled (or abandoned to another settler): free its partition and run the
+/// next round right away (bisection halves and deferred members are waiting).
+void end_drive(self_ptr self, drive& d, const std::string& outcome) {
   auto& st = self->state;
-  if (st.d) {
-    double seconds = static_cast<double>(now_ms(self) - st.d->started_ms) / 1000.0;
-    st.svc->metrics->observe("changeflow_batch_duration_seconds", "Batch duration from claim to settlement",
-                             {{"outcome", outcome}}, seconds);
-    log::info("batch.settled", {{"batch_id", st.d->state.batch_id}, {"outcome", outcome}});
-  }
-  st.d.reset();
+  double seconds = static_cast<double>(now_ms(self) - d.started_ms) / 1000.0;
+  st.svc->metrics->observe("changeflow_batch_duration_seconds", "Batch duration from claim to settlement",
+                           {{"outcome", outcome}}, seconds);
+  log::info("batch.settled",
+            {{"batch_id", d.state.batch_id}, {"partition", core::to_string(d.state.where)}, {"outcome", outcome}});
+  st.drives.erase(d.state.where);  // `d` is gone from here on
   arm_round_timer(self, 0);
 }
 
 // -- running what the core decided
 
-void settle_failed(self_ptr self, const core::action& a) {
-  auto& d = *self->state.d;
+void settle_failed(self_ptr self, drive& d, const core::action& a) {
   const auto batch_id = d.state.batch_id;
   const auto expected = d.expected;
   if (a.plan == core::failure_plan::bisect) {
     self->state.svc->metrics->inc("changeflow_batch_splits_total", "Failing batches split in two halves");
   }
-  on_db(self, kind::settled, [batch_id, expected, a](session conn, batch_job_result& out) {
+  on_db(self, {kind::settled, d.id, d.state.where}, [batch_id, expected, a](session conn, batch_job_result& out) {
     persistence::db_result<int> w;
     switch (a.plan) {
       case core::failure_plan::bisect:
@@ -259,150 +284,149 @@ void settle_failed(self_ptr self, const core::action& a) {
   });
 }
 
-void run(self_ptr self, const core::action& a) {
-  auto& d = *self->state.d;
+void run(self_ptr self, drive& d, const core::action& a) {
   const auto batch_id = d.state.batch_id;
   const auto iid = d.state.mr_iid;
+  const auto target_branch = d.state.where.target_branch;
   switch (a.what) {
     case act::open_mr: {
       batch_plan plan = plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
-      on_external(self, kind::mr_opened,
-                  [batch_id, plan](clients::external_context& ext, const config::snapshot& snap,
-                                   batch_job_result& out) { out.mr = open_batch_mr(ext, snap, batch_id, plan); });
+      on_external(self, d, kind::mr_opened,
+                  [batch_id, plan, target_branch](clients::external_context&, clients::repository_access& repo,
+                                                  const config::snapshot&, batch_job_result& out) {
+                    out.mr = open_batch_mr(repo, target_branch, batch_id, plan);
+                  });
       return;
     }
     case act::record_mr: {
       const auto branch = batch_branch(batch_id);
       const auto url = d.mr_url;
-      on_db(self, kind::mr_recorded, [batch_id, iid, branch, url](session conn, batch_job_result& out) {
-        take_write(out, persistence::record_batch_mr(conn, batch_id, iid, branch, url));
-      });
+      on_db(self, {kind::mr_recorded, d.id, d.state.where},
+            [batch_id, iid, branch, url](session conn, batch_job_result& out) {
+              take_write(out, persistence::record_batch_mr(conn, batch_id, iid, branch, url));
+            });
       return;
     }
     case act::read_mr:
-      on_external(self, kind::mr_read,
-                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = read_batch_mr(ext, iid);
-                  });
+      on_external(self, d, kind::mr_read,
+                  [iid](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
+                        batch_job_result& out) { out.mr = read_batch_mr(repo, iid); });
       return;
     case act::rebase_mr: {
       auto paths = paths_of(plan_batch(d.members).actions);
-      on_external(self, kind::rebased,
-                  [iid, paths](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = rebase_batch_mr(ext, iid, paths);
-                  });
+      on_external(self, d, kind::rebased,
+                  [iid, paths](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
+                               batch_job_result& out) { out.mr = rebase_batch_mr(repo, iid, paths); });
       return;
     }
     case act::approve_and_merge: {
       auto paths = paths_of(plan_batch(d.members).actions);
-      on_external(self, kind::merged,
-                  [iid, paths](clients::external_context& ext, const config::snapshot& snap, batch_job_result& out) {
-                    auto m = approve_and_merge(ext, snap, iid, paths);
+      on_external(self, d, kind::merged,
+                  [iid, paths](clients::external_context& ext, clients::repository_access& repo,
+                               const config::snapshot& snap, batch_job_result& out) {
+                    auto m = approve_and_merge(repo, ext.shared->check_items, snap, iid, paths);
                     out.merge = m.answer;
                     out.mr = m.mr;
                   });
       return;
     }
     case act::close_and_reread:
-      on_external(self, kind::reread,
-                  [iid](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = close_and_reread(ext, iid);
-                  });
+      on_external(self, d, kind::reread,
+                  [iid](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
+                        batch_job_result& out) { out.mr = close_and_reread(repo, iid); });
       return;
     case act::find_and_close:
-      on_external(self, kind::reread,
-                  [batch_id](clients::external_context& ext, const config::snapshot&, batch_job_result& out) {
-                    out.mr = find_batch_mr(ext, batch_id);
+      on_external(self, d, kind::reread,
+                  [batch_id](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
+                             batch_job_result& out) {
+                    out.mr = find_batch_mr(repo, batch_id);
                     if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid)
-                      out.mr = close_and_reread(ext, out.mr.iid);
+                      out.mr = close_and_reread(repo, out.mr.iid);
                   });
       return;
     case act::settle_merged: {
       const auto expected = d.expected;
       const auto instance = self->state.svc->instance_id;
       const auto cause = a.text;
-      on_db(self, kind::settled, [batch_id, expected, iid, cause, instance](session conn, batch_job_result& out) {
-        take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
-        out.settled_as = "succeeded";
-      });
+      on_db(self, {kind::settled, d.id, d.state.where},
+            [batch_id, expected, iid, cause, instance](session conn, batch_job_result& out) {
+              take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
+              out.settled_as = "succeeded";
+            });
       return;
     }
-    case act::settle_failed: settle_failed(self, a); return;
+    case act::settle_failed: settle_failed(self, d, a); return;
     case act::block: {
       const auto expected = d.expected;
       const auto why = a.text;
-      on_db(self, kind::settled, [batch_id, expected, why](session conn, batch_job_result& out) {
+      on_db(self, {kind::settled, d.id, d.state.where}, [batch_id, expected, why](session conn, batch_job_result& out) {
         take_write(out, persistence::finish_batch(conn, batch_id, expected, batch_status::BLOCKED, why));
         out.settled_as = "blocked";
       });
       return;
     }
-    case act::poll_later: arm_poll(self, a.delay_ms); return;
-    case act::end: end_drive(self, a.text); return;
+    case act::poll_later: arm_poll(self, d, a.delay_ms); return;
+    case act::end: end_drive(self, d, a.text); return;
   }
 }
 
-/// Takes the core's decision: the drive becomes what it says, then its action runs.
-void apply(self_ptr self, core::decision decision) {
-  auto& d = *self->state.d;
+/// Takes the core's decision for drive `d`: it becomes what the core says, then its action runs.
+void apply(self_ptr self, drive& d, core::decision decision) {
   d.state = std::move(decision.next);
   if (decision.act.what == act::settle_failed || decision.act.what == act::block) {
-    log::warn("batch.failed", {{"batch_id", d.state.batch_id}, {"reason", d.state.failure}});
+    log::warn(
+        "batch.failed",
+        {{"batch_id", d.state.batch_id}, {"partition", core::to_string(d.state.where)}, {"reason", d.state.failure}});
   }
-  run(self, decision.act);
+  run(self, d, decision.act);
 }
 
-void begin_drive(self_ptr self, const batch_job_result& r) {
+/// A claimed or adopted batch becomes its partition's drive; nullptr when this coordinator already
+/// drives that partition (the batch is adopted by a later round instead).
+drive* begin_drive(self_ptr self, const batch_job_result& r) {
   auto& st = self->state;
+  if (st.drives.count(r.partition)) {
+    log::warn("batch.partition_busy", {{"batch_id", r.batch_id}, {"partition", core::to_string(r.partition)}});
+    return nullptr;
+  }
   drive d;
   d.id = ++st.next_drive_id;
   d.expected = r.status;
   d.members = r.members;
   d.started_ms = now_ms(self);
   d.state.batch_id = r.batch_id;
+  d.state.where = r.partition;
   d.state.depth = r.depth;
   d.state.mr_iid = r.mr_iid.value_or(0);
   for (const auto& m : r.members) d.state.members.push_back({m.operation_id, m.batch_attempts});
-  st.d = std::move(d);
+  return &(st.drives[r.partition] = std::move(d));
 }
 
 // -- the round
 
-void start_round(self_ptr self) {
+/// What this coordinator is doing with each partition, for the round's plan.
+std::vector<std::pair<core::partition, core::partition_activity>> activity(const coordinator_state& st) {
+  std::vector<std::pair<core::partition, core::partition_activity>> out;
+  for (const auto& [p, d] : st.drives) out.emplace_back(p, core::partition_activity::driving);
+  for (const auto& p : st.claiming) out.emplace_back(p, core::partition_activity::claiming);
+  return out;
+}
+
+/// The claim of one partition, on the database pool: claim, lineage, plan, defer, mark claimed.
+void claim_partition(self_ptr self, const core::partition& where) {
   auto& st = self->state;
-  if (st.round_in_flight || st.d) return;
-  st.round_in_flight = true;
+  st.claiming.insert(where);
   auto snap = st.svc->config->current();
   const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->integer("batch.max_members")));
-  const int timeout_s = static_cast<int>(snap->integer("batch.running_timeout_seconds"));
   const std::string instance = st.svc->instance_id;
-  on_db(self, kind::round_prepared, [max_members, timeout_s, instance](session conn, batch_job_result& out) {
-    // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
-    auto stale = persistence::sweep_running_older_than(conn, timeout_s);
-    if (!took(stale, out)) return;
-    if (!stale.value.empty()) {
-      auto b = persistence::load_batch(conn, stale.value.front());
-      if (!took(b, out)) return;
-      out.round = round_outcome::sweep;
-      out.batch_id = b.value.id;
-      out.depth = b.value.split_depth;
-      out.mr_iid = b.value.mr_iid;
-      load_members(conn, b.value.members, out, out.members);
-      return;
-    }
-    // 2. Lock-free pre-check: no "take the slot, then roll back" churn when nothing waits.
-    auto waiting = persistence::has_waiting(conn);
-    if (!took(waiting, out)) return;
-    if (!waiting.value) {
-      out.round = round_outcome::empty;
-      return;
-    }
-    // 3. The claim transaction.
-    auto c = persistence::claim(conn, max_members);
+  const job_tag tag{kind::round_prepared, 0, where, false, true};
+  on_db(self, tag, [max_members, instance, where](session conn, batch_job_result& out) {
+    auto c = persistence::claim(conn, where, max_members);
     if (!took(c, out)) return;
     switch (c.value.kind) {
       case persistence::claim_kind::claimed: out.round = round_outcome::claimed; break;
       case persistence::claim_kind::slot_occupied: out.round = round_outcome::slot_occupied; return;
+      case persistence::claim_kind::empty: out.round = round_outcome::empty; return;
       default: out.round = round_outcome::preempted; return;
     }
     out.batch_id = c.value.batch_id;
@@ -426,104 +450,174 @@ void start_round(self_ptr self) {
   });
 }
 
-void on_round_prepared(self_ptr self, const batch_job_result& r) {
+/// Loads a batch to drive it (resume at start, adopt after unblock, operator settle, sweep). A sweep
+/// knows the batch's partition and marks it as being claimed here until the batch is loaded.
+void adopt(self_ptr self, std::int64_t batch_id, round_outcome outcome,
+           const std::optional<core::partition>& known = std::nullopt) {
+  auto& st = self->state;
+  ++st.adoptions_in_flight;
+  if (known) st.claiming.insert(*known);
+  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
+  const job_tag tag{kind::round_prepared, 0, known.value_or(core::partition{}), true, known.has_value()};
+  on_db(self, tag, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
+    out.batch_id = batch_id;
+    auto r = persistence::load_batch(conn, batch_id);
+    if (r.outcome == persistence::db_outcome::not_found) {
+      out.round = round_outcome::empty;
+      return;
+    }
+    if (!took(r, out)) return;
+    const auto& b = r.value;
+    out.partition = b.partition;
+    if (b.status != batch_status::RUNNING && b.status != batch_status::BLOCKED) {
+      out.round = round_outcome::empty;
+      return;
+    }
+    out.round = outcome;
+    if (outcome == round_outcome::resume && b.status == batch_status::RUNNING) {
+      // Found at start but already past the running timeout: the sweep settles it instead.
+      auto stale = persistence::sweep_running_older_than(conn, timeout_s);
+      if (!took(stale, out)) return;
+      if (std::find(stale.value.begin(), stale.value.end(), b.id) != stale.value.end())
+        out.round = round_outcome::sweep;
+    }
+    out.depth = b.split_depth;
+    out.status = b.status;
+    out.mr_iid = b.mr_iid;
+    load_members(conn, b.members, out, out.members);
+  });
+}
+
+/// A round: one lock-free look at the database (stale RUNNING batches, partitions with waiting
+/// changes), then a claim in every partition this coordinator neither claims nor drives.
+void start_round(self_ptr self) {
+  auto& st = self->state;
+  if (st.round_in_flight) return;
+  st.round_in_flight = true;
+  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
+  on_db(self, {kind::round_listed}, [timeout_s](session conn, batch_job_result& out) {
+    // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
+    auto stale = persistence::sweep_running_older_than(conn, timeout_s);
+    if (!took(stale, out)) return;
+    for (auto id : stale.value) {
+      auto b = persistence::load_batch(conn, id);
+      if (b.ok()) out.stale.emplace_back(id, b.value.partition);
+    }
+    // 2. Lock-free pre-check per partition: no "take the slot, then roll back" churn where nothing
+    // waits.
+    auto waiting = persistence::waiting_partitions(conn);
+    if (!took(waiting, out)) return;
+    out.waiting = std::move(waiting.value);
+    out.round = round_outcome::claimed;  // looked: the claims follow
+  });
+}
+
+void on_round_listed(self_ptr self, const batch_job_result& r) {
   auto& st = self->state;
   st.round_in_flight = false;
+  if (r.round == round_outcome::error) {
+    log::warn("batch.round_failed", {{"error", r.error}});
+    count_round(self, r.round);
+    return;
+  }
+  // A stale batch of a partition this coordinator drives is its own (it keeps driving it to its
+  // pipeline timeout); any other is swept, one partition at a time.
+  for (const auto& [id, where] : r.stale) {
+    if (st.drives.count(where) || st.claiming.count(where)) continue;
+    count_round(self, round_outcome::sweep);
+    log::warn("batch.sweep", {{"batch_id", id}, {"partition", core::to_string(where)}});
+    adopt(self, id, round_outcome::sweep, where);
+  }
+  const auto to_claim = core::partitions_to_claim(r.waiting, activity(st));
+  if (r.waiting.empty()) count_round(self, round_outcome::empty);
+  for (const auto& where : to_claim) claim_partition(self, where);
+}
+
+void on_round_prepared(self_ptr self, const batch_job_result& r) {
+  auto& st = self->state;
+  if (r.adoption) st.adoptions_in_flight = std::max(0, st.adoptions_in_flight - 1);
+  if (r.holds_claim) st.claiming.erase(r.partition);
   switch (r.round) {
     case round_outcome::error:
-      log::warn("batch.round_failed", {{"error", r.error}});
+      log::warn("batch.round_failed", {{"error", r.error}, {"partition", core::to_string(r.partition)}});
       count_round(self, r.round);
       return;
-    case round_outcome::sweep:
-      count_round(self, r.round);
-      log::warn("batch.sweep", {{"batch_id", r.batch_id}});
-      begin_drive(self, r);
-      apply(self, core::start_failure(st.d->state, core::failure_cause::swept, {}));
+    case round_outcome::sweep: {
+      auto* d = begin_drive(self, r);
+      if (d) apply(self, *d, core::start_failure(d->state, core::failure_cause::swept, {}));
       return;
-    case round_outcome::operator_settle:
-      begin_drive(self, r);
-      apply(self, core::start_failure(st.d->state, core::failure_cause::operator_settled, {}));
+    }
+    case round_outcome::operator_settle: {
+      if (auto* driven = st.drive_of_batch(r.batch_id)) {
+        if (!driven->state.cause) driven->state.settle_requested = true;
+        return;
+      }
+      auto* d = begin_drive(self, r);
+      if (d) apply(self, *d, core::start_failure(d->state, core::failure_cause::operator_settled, {}));
       return;
-    case round_outcome::resume:
-      log::info("batch.resume", {{"batch_id", r.batch_id}, {"mr_iid", r.mr_iid.value_or(0)}});
+    }
+    case round_outcome::resume: {
+      log::info(
+          "batch.resume",
+          {{"batch_id", r.batch_id}, {"partition", core::to_string(r.partition)}, {"mr_iid", r.mr_iid.value_or(0)}});
       if (r.status == batch_status::BLOCKED) return;  // BLOCKED keeps the slot until an operator acts
-      begin_drive(self, r);
-      apply(self, core::begin(st.d->state, now_ms(self)));
+      if (st.drive_of_batch(r.batch_id)) return;      // already driven here
+      auto* d = begin_drive(self, r);
+      if (d) apply(self, *d, core::begin(d->state, now_ms(self)));
       return;
-    case round_outcome::claimed:
+    }
+    case round_outcome::claimed: {
       count_round(self, r.round);
       st.svc->metrics->observe("changeflow_batch_size", "Members per claimed batch", {},
                                static_cast<double>(r.members.size()));
-      log::info(
-          "batch.claimed",
-          {{"batch_id", r.batch_id}, {"members", r.members.size()}, {"deferred", r.deferred}, {"depth", r.depth}});
-      begin_drive(self, r);
-      apply(self, core::begin(st.d->state, now_ms(self)));
+      log::info("batch.claimed", {{"batch_id", r.batch_id},
+                                  {"partition", core::to_string(r.partition)},
+                                  {"members", r.members.size()},
+                                  {"deferred", r.deferred},
+                                  {"depth", r.depth}});
+      auto* d = begin_drive(self, r);
+      if (d) apply(self, *d, core::begin(d->state, now_ms(self)));
       return;
+    }
     case round_outcome::empty:
     case round_outcome::slot_occupied:
     case round_outcome::preempted: count_round(self, r.round); return;
   }
 }
 
-/// A job's result for the driven batch, handed to the core.
-void on_result(self_ptr self, batch_job_result& r) {
-  auto& d = *self->state.d;
+/// A job's result for a driven batch, handed to the core.
+void on_result(self_ptr self, drive& d, batch_job_result& r) {
   const auto s = settings_of(self);
   const auto now = now_ms(self);
   switch (r.what) {
     case kind::mr_opened:
       if (r.mr.outcome == batch_mr_view::call::ok) d.mr_url = r.mr.web_url;
-      apply(self, core::on_mr_opened(d.state, r.mr, s, now));
+      apply(self, d, core::on_mr_opened(d.state, r.mr, s, now));
       return;
     case kind::mr_recorded:
       if (!r.ok) log::warn("batch.record_mr_refused", {{"batch_id", d.state.batch_id}, {"error", r.error}});
-      apply(self, core::on_mr_recorded(d.state, r.ok, r.preempted));
+      apply(self, d, core::on_mr_recorded(d.state, r.ok, r.preempted));
       return;
-    case kind::mr_read: apply(self, core::on_mr_read(d.state, r.mr, s, now)); return;
-    case kind::rebased: apply(self, core::on_rebase_requested(d.state, r.mr, s, now)); return;
-    case kind::merged: apply(self, core::on_merge(d.state, r.merge, r.mr, s, now)); return;
-    case kind::reread: apply(self, core::on_reread(d.state, r.mr, s)); return;
+    case kind::mr_read: apply(self, d, core::on_mr_read(d.state, r.mr, s, now)); return;
+    case kind::rebased: apply(self, d, core::on_rebase_requested(d.state, r.mr, s, now)); return;
+    case kind::merged: apply(self, d, core::on_merge(d.state, r.merge, r.mr, s, now)); return;
+    case kind::reread: apply(self, d, core::on_reread(d.state, r.mr, s)); return;
     case kind::settled:
       if (!r.ok) log::warn("batch.settle_not_applied", {{"batch_id", d.state.batch_id}, {"error", r.error}});
-      apply(self, core::on_settled(d.state, r.ok, r.preempted, r.settled_as, s));
+      apply(self, d, core::on_settled(d.state, r.ok, r.preempted, r.settled_as, s));
       return;
+    case kind::round_listed:
+    case kind::active_listed:
     case kind::round_prepared: return;
   }
 }
 
-/// Loads a batch to drive it (resume at start, adopt after unblock, operator settle).
-void adopt(self_ptr self, std::optional<std::int64_t> batch_id, round_outcome outcome) {
-  auto& st = self->state;
-  st.round_in_flight = true;
-  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
-  on_db(self, kind::round_prepared, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
-    std::optional<persistence::batch_row> b;
-    if (batch_id) {
-      auto r = persistence::load_batch(conn, *batch_id);
-      if (r.ok()) b = std::move(r.value);
-    } else {
-      auto r = persistence::find_active_batch(conn);
-      if (!took(r, out)) return;
-      b = std::move(r.value);
-    }
-    if (!b || (b->status != batch_status::RUNNING && b->status != batch_status::BLOCKED)) {
-      out.round = round_outcome::empty;
-      return;
-    }
-    out.round = outcome;
-    if (outcome == round_outcome::resume && b->status == batch_status::RUNNING) {
-      // Found at start but already past the running timeout: the sweep settles it instead.
-      auto stale = persistence::sweep_running_older_than(conn, timeout_s);
-      if (!took(stale, out)) return;
-      if (std::find(stale.value.begin(), stale.value.end(), b->id) != stale.value.end())
-        out.round = round_outcome::sweep;
-    }
-    out.batch_id = b->id;
-    out.depth = b->split_depth;
-    out.status = b->status;
-    out.mr_iid = b->mr_iid;
-    load_members(conn, b->members, out, out.members);
+/// Start-up: every active batch is adopted (each in its own partition).
+void resume_active(self_ptr self) {
+  on_db(self, {kind::active_listed}, [](session conn, batch_job_result& out) {
+    auto r = persistence::find_active_batches(conn);
+    if (!took(r, out)) return;
+    for (const auto& b : r.value) out.active.push_back(b.id);
   });
 }
 
@@ -537,41 +631,36 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
         auto& svc = *svc_ptr;
         self->state.svc = &svc;
         self->state.options = options;
-        if (options.resume_on_start) adopt(self, std::nullopt, round_outcome::resume);
+        if (options.resume_on_start) resume_active(self);
         if (options.scheduled_rounds) {
           arm_round_timer(self, svc.config->current()->integer("batch.round_interval_ms"));
         }
         return {
             [self](batch_round_atom) -> std::string {
-              auto& st = self->state;
-              if (st.d) {
-                count_round(self, round_outcome::slot_occupied);
-                return "slot_occupied";
-              }
-              if (st.round_in_flight) return "in_progress";
+              if (self->state.round_in_flight) return "in_progress";
               start_round(self);
               return "started";
             },
             [self](batch_settle_atom, std::int64_t batch_id) -> std::string {
               auto& st = self->state;
-              if (st.d && st.d->state.batch_id == batch_id) {
-                if (!st.d->state.cause) st.d->state.settle_requested = true;
+              if (auto* d = st.drive_of_batch(batch_id)) {
+                if (!d->state.cause) d->state.settle_requested = true;
                 return "settling";
               }
-              if (st.d || st.round_in_flight) return "busy";
+              if (st.adoptions_in_flight > 0) return "busy";
               adopt(self, batch_id, round_outcome::operator_settle);
               return "settling";
             },
             [self](batch_adopt_atom, std::int64_t batch_id) {
-              auto& st = self->state;
-              if (st.d || st.round_in_flight) return;  // busy: the batch is adopted by a later round
+              if (self->state.drive_of_batch(batch_id)) return;
               adopt(self, batch_id, round_outcome::resume);
             },
             [self](batch_tick t) {
               auto& st = self->state;
               if (t.poll) {
-                if (t.generation != st.poll_timer || !st.d) return;
-                apply(self, core::on_poll_tick(st.d->state, settings_of(self), now_ms(self)));
+                auto* d = st.find_drive(t.drive);
+                if (!d || t.generation != d->poll_timer) return;
+                apply(self, *d, core::on_poll_tick(d->state, settings_of(self), now_ms(self)));
                 return;
               }
               if (t.generation != st.round_timer) return;
@@ -582,9 +671,18 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
             },
             [self](batch_job_result& r) {
               auto& st = self->state;
-              if (r.what == kind::round_prepared) return on_round_prepared(self, r);
-              if (!st.d || r.drive != st.d->id) return;  // a result for a drive that ended
-              on_result(self, r);
+              switch (r.what) {
+                case kind::round_listed: return on_round_listed(self, r);
+                case kind::active_listed:
+                  if (!r.ok) log::warn("batch.resume_failed", {{"error", r.error}});
+                  for (auto id : r.active) adopt(self, id, round_outcome::resume);
+                  return;
+                case kind::round_prepared: return on_round_prepared(self, r);
+                default: break;
+              }
+              auto* d = st.find_drive(r.drive);
+              if (!d) return;  // a result for a drive that ended
+              on_result(self, *d, r);
             },
         };
       },

@@ -9,9 +9,15 @@
 // (bisection, bounded by `batch.max_splits`), failed alone when a single member fails its
 // pipeline, and BATCH_FAILED once a member was claimed `batch.max_attempts` times.
 //
+// Batches are partitioned by (repository, target branch): each partition has its own active slot
+// (I1 per partition, a UNIQUE key in the database), and the coordinator drives the partitions in
+// parallel, at most one batch per partition. A round lists the partitions with waiting changes and
+// claims in every partition this coordinator neither claims nor drives
+// (workflow::batch::partitions_to_claim); several coordinators never hold two batches of one
+// partition because the database refuses the second slot.
+//
 // All blocking work runs on the database pool or the external pool; results come back as
-// messages. The actor drives at most one batch at a time; the database guarantees at most one
-// active batch across instances (I1), so several coordinators never hold two.
+// messages.
 
 #include "actors/batch_calls.hpp"
 #include "actors/services.hpp"
@@ -36,11 +42,12 @@ using batch_adopt_atom = caf::atom_constant<caf::atom("b_adopt")>;
 /// Timer message; `generation` lets the actor ignore timers it has replaced.
 struct batch_tick {
   std::uint64_t generation = 0;
-  bool poll = false;  // false: scheduled round; true: the driven batch's next poll
+  bool poll = false;        // false: scheduled round; true: a driven batch's next poll
+  std::uint64_t drive = 0;  // poll: which drive it belongs to
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch_tick& x) {
-  return f(caf::meta::type_name("batch_tick"), x.generation, x.poll);
+  return f(caf::meta::type_name("batch_tick"), x.generation, x.poll, x.drive);
 }
 
 /// What a round's database job found.
@@ -59,7 +66,9 @@ std::string_view to_string(round_outcome o);
 /// Result of a blocking job, sent back to the coordinator (local only).
 struct batch_job_result {
   enum class kind {
-    round_prepared,
+    round_listed,    // a round's look at the database: stale batches, partitions with waiting changes
+    active_listed,   // start-up: the active batches to resume
+    round_prepared,  // one partition's claim, or one batch's adoption
     mr_opened,
     mr_recorded,
     mr_read,
@@ -68,9 +77,15 @@ struct batch_job_result {
     reread,
     settled
   } what = kind::round_prepared;
-  std::uint64_t drive = 0;                     // which driven batch this belongs to (stale results are ignored)
-  round_outcome round = round_outcome::error;  // round_prepared
-  std::string settled_as;                      // settled: what was written ("succeeded", "split", ...)
+  std::uint64_t drive = 0;                          // which driven batch this belongs to (stale results are ignored)
+  round_outcome round = round_outcome::error;       // round_prepared
+  workflow::batch::partition partition;             // round_prepared: where the claim or the adopted batch is
+  std::vector<workflow::batch::partition> waiting;  // round_listed
+  std::vector<std::pair<std::int64_t, workflow::batch::partition>> stale;  // round_listed
+  std::vector<std::int64_t> active;                                        // active_listed
+  bool adoption = false;     // round_prepared: from adopt (operator settle, unblock, resume, sweep)
+  bool holds_claim = false;  // round_prepared: the job marked its partition as being claimed here
+  std::string settled_as;    // settled: what was written ("succeeded", "split", ...)
   std::int64_t batch_id = 0;
   int depth = 0;
   persistence::batch_status status = persistence::batch_status::RUNNING;
@@ -85,7 +100,8 @@ struct batch_job_result {
 };
 
 using batch_coordinator = caf::typed_actor<
-    /// Manual round: "started" | "slot_occupied" (this instance drives the active batch) | "in_progress".
+    /// Manual round: "started" | "in_progress" (a round's look at the database is under way). A
+    /// round claims in every partition with waiting changes that this instance is not driving.
     caf::replies_to<batch_round_atom>::with<std::string>,
     /// Operator settle of a RUNNING or BLOCKED batch: close the MR, re-read, merged wins, else fail
     /// and requeue. "settling" | "busy" | "not_active".
@@ -95,7 +111,7 @@ using batch_coordinator = caf::typed_actor<
 
 struct batch_coordinator_options {
   bool scheduled_rounds = true;  // false: manual rounds only (tests)
-  bool resume_on_start = true;   // adopt a RUNNING batch found at start (durability)
+  bool resume_on_start = true;   // adopt the RUNNING batches found at start (durability)
 };
 
 batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options = {});

@@ -78,7 +78,7 @@ TEST(BatchRepo, ClaimMarkSucceedMovesMembersAndReleasesTheSlot) {
     walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   }
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto claim = persistence::claim(*c, 50);
+  auto claim = persistence::claim(*c, {}, 50);
   ASSERT_TRUE(claim.ok());
   ASSERT_EQ(claim.value.kind, persistence::claim_kind::claimed);
   const auto batch = claim.value.batch_id;
@@ -120,7 +120,7 @@ TEST(BatchRepo, BisectionRequeuesHalvesAndTheLoneFailureEndsBatchFailed) {
     walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   }
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto first = persistence::claim(*c, 50);
+  auto first = persistence::claim(*c, {}, 50);
   ASSERT_EQ(first.value.kind, persistence::claim_kind::claimed);
   ASSERT_TRUE(persistence::mark_members_claimed(*c, first.value.batch_id, "t").ok());
   auto split =
@@ -129,7 +129,7 @@ TEST(BatchRepo, BisectionRequeuesHalvesAndTheLoneFailureEndsBatchFailed) {
   EXPECT_EQ(split.value, 4);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10601 AND batch_id IS NULL"), "4");
   // The older half is claimed alone, one level deeper.
-  auto half = persistence::claim(*c, 50);
+  auto half = persistence::claim(*c, {}, 50);
   ASSERT_EQ(half.value.kind, persistence::claim_kind::claimed);
   EXPECT_EQ(half.value.members.size(), 2u);
   auto depth = persistence::record_lineage(*c, half.value.batch_id);
@@ -152,7 +152,7 @@ TEST(BatchRepo, DeferredMemberGoesBackToWaitingAndLeadsTheNextRound) {
   auto b = new_op(*c, "b", "tb");
   walk(*c, b, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto cl = persistence::claim(*c, 50);
+  auto cl = persistence::claim(*c, {}, 50);
   ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
   auto d = persistence::defer_members(*c, cl.value.batch_id, {b});
   ASSERT_TRUE(d.ok()) << d.error.message;
@@ -198,7 +198,7 @@ TEST(BatchRepo, MemberClosedWhileWaitingIsNeverClaimedNorCounted) {
   operator_move(*c, closed, S::CLOSE_SUCCEEDED, "closed by an operator");
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
 
-  auto cl = persistence::claim(*c, 50);
+  auto cl = persistence::claim(*c, {}, 50);
   ASSERT_TRUE(cl.ok()) << cl.error.message;
   ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
   ASSERT_EQ(cl.value.members.size(), 1u);
@@ -222,7 +222,7 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
     db.exec(
         "UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND WHERE batch_id IS "
         "NULL");
-    auto cl = persistence::claim(*c, 50);
+    auto cl = persistence::claim(*c, {}, 50);
     EXPECT_EQ(cl.value.kind, persistence::claim_kind::claimed);
     if (defer) {
       EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());

@@ -66,28 +66,28 @@ call_reply submit_approval(clients::external_context& ctx, const config::snapsho
   return r;
 }
 
-call_reply create_mr(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
-  const auto& token = ctx.endpoints.author_token;
+call_reply create_mr(clients::repository_access& repo, const call_context& op) {
+  const auto& token = repo.author_token;
   auto branch = branch_for(op.operation_id);
-  auto target = snap.text("gitlab.target_branch");
+  const auto target = repo.target_branch(op.target_branch);
   // The change's base, when it names none, is the target branch as it is now: its first GitLab
   // contact, not its submission. Submitting never waits on GitLab (a submit is accepted while GitLab
   // is down and the change shows its state), so there is nothing to read at submit time; and a
   // change approved days later is still committed only over the version it was checked against
   // from here on: the merge checks the target kept it (try_merge). Clients that want the version
   // the user saw send `lastCommitId` (the preview answers it).
-  auto actions = resolve_actions(ctx.gitlab, token, target, commit_actions_of(op.payload_json));
+  auto actions = resolve_actions(repo.gitlab, token, target, commit_actions_of(op.payload_json));
   if (!actions) return failed(call_kind::create_mr, actions.error());
-  auto commit = ctx.gitlab.ensure_branch_with_commit(
+  auto commit = repo.gitlab.ensure_branch_with_commit(
       token, branch, target, "changeflow " + op.operation_id + ": " + op.title, actions.value(), op.operation_id);
   if (!commit) {
     auto r = failed(call_kind::create_mr, commit.error());
     r.content_conflict = is_content_conflict(commit.error());
     return r;
   }
-  auto mr = ctx.gitlab.ensure_mr(token, branch, target, op.title,
-                                 operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
-                                 !commit->created);
+  auto mr = repo.gitlab.ensure_mr(token, branch, target, op.title,
+                                  operation_marker(op.operation_id) + "\n\nRequested by " + op.subject_id + ".",
+                                  !commit->created);
   if (!mr) return failed(call_kind::create_mr, mr.error());
   call_reply r;
   r.kind = call_kind::create_mr;
@@ -95,8 +95,8 @@ call_reply create_mr(clients::external_context& ctx, const config::snapshot& sna
   return r;
 }
 
-call_reply read_mr(clients::external_context& ctx, call_kind kind, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, true);
+call_reply read_mr(clients::repository_access& repo, call_kind kind, std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, true);
   if (!mr) return failed(kind, mr.error());
   call_reply r;
   r.kind = kind;
@@ -104,8 +104,9 @@ call_reply read_mr(clients::external_context& ctx, call_kind kind, std::int64_t 
   return r;
 }
 
-call_reply approve_bots(clients::external_context& ctx, const config::snapshot& snap, std::int64_t iid) {
-  auto mr = ctx.gitlab.get_mr(ctx.endpoints.author_token, iid, false);
+call_reply approve_bots(clients::external_context& ctx, clients::repository_access& repo, const config::snapshot& snap,
+                        std::int64_t iid) {
+  auto mr = repo.gitlab.get_mr(repo.author_token, iid, false);
   if (!mr) return failed(call_kind::approve_bots, mr.error());
   call_reply r;
   r.kind = call_kind::approve_bots;
@@ -120,8 +121,8 @@ call_reply approve_bots(clients::external_context& ctx, const config::snapshot& 
     return r;
   }
   // The two bots are retried separately: a retry never re-submits the other account's approval.
-  for (const auto& bot : ctx.endpoints.approvers) {
-    auto res = clients::approve_as_reviewer(ctx.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
+  for (const auto& bot : repo.approvers) {
+    auto res = clients::approve_as_reviewer(repo.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
     if (!res) return failed(call_kind::approve_bots, res.error());
   }
   return r;
@@ -130,25 +131,25 @@ call_reply approve_bots(clients::external_context& ctx, const config::snapshot& 
 /// The target changed one of the change's files since the MR's branch forked from it: the MR is
 /// closed (it must never be merged) and the change ends CONTENT_CONFLICT. A close that fails is
 /// left to operators; the reply says conflict either way, which is what decides.
-bool stop_on_changed_files(clients::external_context& ctx, const clients::merge_request& mr, const call_context& op,
+bool stop_on_changed_files(clients::repository_access& repo, const clients::merge_request& mr, const call_context& op,
                            call_reply& r) {
   if (mr.base_sha.empty()) return false;  // GitLab has not computed diff_refs yet: not mergeable yet either
-  auto check = check_unchanged_since(ctx.gitlab, ctx.endpoints.author_token, mr.target_branch, mr.base_sha,
+  auto check = check_unchanged_since(repo.gitlab, repo.author_token, mr.target_branch, mr.base_sha,
                                      paths_of(commit_actions_of(op.payload_json)));
   if (!check) {
     r = failed(call_kind::try_merge, check.error());
     return true;
   }
   if (check->changed.empty()) return false;
-  (void)ctx.gitlab.close_mr(ctx.endpoints.author_token, mr.iid);
+  (void)repo.gitlab.close_mr(repo.author_token, mr.iid);
   r.merge = merge_result::content_conflict;
   r.error = check->describe();
   return true;
 }
 
-call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const call_context& op) {
-  const auto& token = ctx.endpoints.author_token;
-  auto mr = ctx.gitlab.get_mr(token, iid, true);
+call_reply try_merge(clients::repository_access& repo, std::int64_t iid, const call_context& op) {
+  const auto& token = repo.author_token;
+  auto mr = repo.gitlab.get_mr(token, iid, true);
   if (!mr) return failed(call_kind::try_merge, mr.error());
   call_reply r;
   r.kind = call_kind::try_merge;
@@ -165,7 +166,7 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const cal
   if (detailed == "need_rebase" || detailed == "conflict" || mr->has_conflicts) {
     // A rebase replays the change onto the target as it is now: never over a newer version of
     // one of its files.
-    if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
+    if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
     r.merge = merge_result::needs_rebase;
     return r;
   }
@@ -188,8 +189,8 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const cal
   // Last check before the merge: GitLab's merge has no compare-and-swap on the target's files, so
   // changeflow reads them. What lands between this read and the merge is a window of one round trip;
   // git's own conflict detection refuses the merge when both sides changed the same lines.
-  if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
-  auto merged = ctx.gitlab.merge(token, iid, mr->sha);
+  if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
+  auto merged = repo.gitlab.merge(token, iid, mr->sha);
   if (merged) {
     fill_mr(r, merged.value());
     r.merge = merged->state == "merged" ? merge_result::merged : merge_result::not_mergeable_yet;
@@ -203,7 +204,7 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const cal
     case clients::merge_refusal::needs_rebase:
       // The target moved between the check and the merge (GitLab answers 422): when it moved one of
       // the change's files, that is the conflict, not a reason to rebase over it.
-      if (stop_on_changed_files(ctx, mr.value(), op, r)) return r;
+      if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
       r.merge = merge_result::needs_rebase;
       return r;
     case clients::merge_refusal::sha_mismatch: r.merge = merge_result::sha_mismatch; return r;
@@ -214,8 +215,8 @@ call_reply try_merge(clients::external_context& ctx, std::int64_t iid, const cal
   return failed(call_kind::try_merge, e);
 }
 
-call_reply rebase(clients::external_context& ctx, std::int64_t iid) {
-  auto res = ctx.gitlab.rebase(ctx.endpoints.author_token, iid);
+call_reply rebase(clients::repository_access& repo, std::int64_t iid) {
+  auto res = repo.gitlab.rebase(repo.author_token, iid);
   call_reply r;
   r.kind = call_kind::rebase;
   if (res) return r;
@@ -229,14 +230,16 @@ call_reply rebase(clients::external_context& ctx, std::int64_t iid) {
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,
                               const messages::call_request& req, const call_context& op) {
   ctx.refresh(snap);
+  // Every GitLab call of the change goes to its own repository, with that repository's tokens.
+  auto repo = ctx.repository(snap, op.repository);
   switch (req.kind) {
     case call_kind::submit_approval: return submit_approval(ctx, snap, op);
-    case call_kind::create_mr: return create_mr(ctx, snap, op);
-    case call_kind::read_pipeline: return read_mr(ctx, call_kind::read_pipeline, req.mr_iid);
-    case call_kind::approve_bots: return approve_bots(ctx, snap, req.mr_iid);
-    case call_kind::try_merge: return try_merge(ctx, req.mr_iid, op);
-    case call_kind::rebase: return rebase(ctx, req.mr_iid);
-    case call_kind::read_rebase: return read_mr(ctx, call_kind::read_rebase, req.mr_iid);
+    case call_kind::create_mr: return create_mr(repo, op);
+    case call_kind::read_pipeline: return read_mr(repo, call_kind::read_pipeline, req.mr_iid);
+    case call_kind::approve_bots: return approve_bots(ctx, repo, snap, req.mr_iid);
+    case call_kind::try_merge: return try_merge(repo, req.mr_iid, op);
+    case call_kind::rebase: return rebase(repo, req.mr_iid);
+    case call_kind::read_rebase: return read_mr(repo, call_kind::read_rebase, req.mr_iid);
   }
   call_reply r;
   r.kind = req.kind;

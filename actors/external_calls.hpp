@@ -20,7 +20,9 @@ struct call_context {
   std::string payload_json;  // {"files":[{"path","content","action"?}], ...}
   bool legacy_order = false;
   std::optional<std::int64_t> mr_iid;
-  std::string applicant;  // who the approval system is told asked for the change
+  std::string applicant;      // who the approval system is told asked for the change
+  std::string repository;     // GitLab project every GitLab call of the change goes to
+  std::string target_branch;  // branch its MR merges into
 };
 
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,

@@ -89,7 +89,7 @@ reconcile_settings reconcile_settings_from(const config::snapshot& snap) {
   reconcile_settings s;
   s.min_age_s = static_cast<int>(snap.integer("reconcile.min_age_seconds"));
   s.max_age_s = static_cast<int>(snap.integer("reconcile.max_age_seconds"));
-  s.project = snap.string_or("gitlab.project", "");
+  for (const auto& repo : snap.repositories().all) s.projects.push_back(repo.project);
   return s;
 }
 
@@ -101,6 +101,9 @@ nlohmann::json to_json(const reconcile_report& r) {
                       {"waiting", r.waiting},
                       {"failed", r.failed},
                       {"watermark", r.watermark ? nlohmann::json(*r.watermark) : nlohmann::json(nullptr)}};
+  nlohmann::json per_project = nlohmann::json::object();
+  for (const auto& [project, w] : r.watermarks) per_project[project] = w ? nlohmann::json(*w) : nlohmann::json(nullptr);
+  j["watermarks"] = std::move(per_project);
   return j;
 }
 
@@ -116,28 +119,31 @@ reconcile_report run_reconciliation(persistence::session db, const reconcile_set
     log::warn("reconcile.failed", {{"trigger", rep.trigger}, {"error", rep.error}});
     return rep;
   };
-  // Query 1 of 2: operation -> mr_iid of every MERGED row in the window, in bulk.
-  auto candidates = persistence::merged_in_window(db, s.min_age_s, s.max_age_s, s.limit);
-  if (!candidates.ok()) return fail(candidates.error);
-  rep.scanned = static_cast<int>(candidates.value.size());
-  // Query 2 of 2: the watermark. Read after the candidates so a callback that lands in between can
-  // only raise it (never makes the inference claim more than it knows).
-  auto watermark = persistence::deploy_watermark(db, s.project);
-  if (!watermark.ok()) return fail(watermark.error);
-  rep.watermark = watermark.value;
+  for (const auto& project : s.projects) {
+    // Query 1 of 2: operation -> mr_iid of every MERGED row of this project in the window, in bulk.
+    auto candidates = persistence::merged_in_window(db, project, s.min_age_s, s.max_age_s, s.limit);
+    if (!candidates.ok()) return fail(candidates.error);
+    rep.scanned += static_cast<int>(candidates.value.size());
+    // Query 2 of 2: the project's watermark. Read after the candidates so a callback that lands in
+    // between can only raise it (never makes the inference claim more than it knows).
+    auto watermark = persistence::deploy_watermark(db, project);
+    if (!watermark.ok()) return fail(watermark.error);
+    rep.watermarks[project] = watermark.value;
+    if (s.projects.size() == 1) rep.watermark = watermark.value;
 
-  auto plan = plan_reconciliation(candidates.value, rep.watermark);
-  rep.waiting = static_cast<int>(plan.wait.size());
-  for (const auto& id : plan.validate) {
-    auto r = validate_and_count(db, id, validation_path::reconciliation, metrics);
-    if (!r.ok()) {
-      ++rep.failed;
-      if (r.outcome == persistence::db_outcome::retryable && r.error.code != 1213 && r.error.code != 1205) {
-        return fail(r.error);  // the connection is gone: stop, the next run picks the rest up
+    auto plan = plan_reconciliation(candidates.value, watermark.value);
+    rep.waiting += static_cast<int>(plan.wait.size());
+    for (const auto& id : plan.validate) {
+      auto r = validate_and_count(db, id, validation_path::reconciliation, metrics);
+      if (!r.ok()) {
+        ++rep.failed;
+        if (r.outcome == persistence::db_outcome::retryable && r.error.code != 1213 && r.error.code != 1205) {
+          return fail(r.error);  // the connection is gone: stop, the next run picks the rest up
+        }
+        continue;
       }
-      continue;
+      ++(r.value ? rep.validated : rep.already);
     }
-    ++(r.value ? rep.validated : rep.already);
   }
   metrics.inc("changeflow_reconcile_runs_total", "Reconciliation runs by trigger and result",
               {{"trigger", rep.trigger}, {"result", "ok"}});
@@ -149,6 +155,7 @@ reconcile_report run_reconciliation(persistence::session db, const reconcile_set
                               {"already", rep.already},
                               {"waiting", rep.waiting},
                               {"failed", rep.failed},
+                              {"projects", static_cast<int>(s.projects.size())},
                               {"watermark", rep.watermark ? nlohmann::json(*rep.watermark) : nlohmann::json(nullptr)}});
   return rep;
 }

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,8 +73,9 @@ struct reconcile_settings {
   int max_age_s = 86400;
   /// Rows per run: the oldest first; the rest waits for the next run (bounded work per run).
   int limit = 1000;
-  /// The GitLab project our MRs live in; the watermark is per project.
-  std::string project;
+  /// The GitLab projects our MRs live in (every configured repository); MR numbers, and so the
+  /// watermark, are per project, and each project is reconciled against its own.
+  std::vector<std::string> projects;
 };
 reconcile_settings reconcile_settings_from(const config::snapshot& snap);
 
@@ -86,6 +88,8 @@ struct reconcile_report {
   int already = 0;      // covered by the watermark, but someone else flipped first (or replaced)
   int waiting = 0;      // above the watermark: stay MERGED
   int failed = 0;       // mark_validated errors (retried next run)
+  /// Per project; `watermark` is the one project's when exactly one is reconciled.
+  std::map<std::string, std::optional<std::int64_t>> watermarks;
   std::optional<std::int64_t> watermark;
 };
 nlohmann::json to_json(const reconcile_report& r);

@@ -43,7 +43,7 @@ actors::reconcile_settings settings(int min_age, int max_age = 3600) {
   actors::reconcile_settings s;
   s.min_age_s = min_age;
   s.max_age_s = max_age;
-  s.project = project;
+  s.projects = {project};
   return s;
 }
 
@@ -70,13 +70,13 @@ TEST(Reconciler, ValidatesOnlyBelowTheProjectWatermarkAndInsideTheWindow) {
   test_database db;
   auto c = db.connect();
   metrics::registry m;
-  auto lost = new_op(*c, "ann", "a");
+  auto lost = new_op(*c, "ann", "a", {}, project);
   walk(*c, lost, test::to_merged, 5);
-  auto own = new_op(*c, "ann", "b");
+  auto own = new_op(*c, "ann", "b", {}, project);
   walk(*c, own, test::to_merged, 6);
-  auto later = new_op(*c, "ann", "c");
+  auto later = new_op(*c, "ann", "c", {}, project);
   walk(*c, later, test::to_merged, 8);
-  auto too_old = new_op(*c, "ann", "d");
+  auto too_old = new_op(*c, "ann", "d", {}, project);
   walk(*c, too_old, test::to_merged, 4);
   db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 2 HOUR WHERE operation_id = '" + too_old + "'");
 
@@ -125,9 +125,9 @@ TEST(Reconciler, ValidatesOnlyBelowTheProjectWatermarkAndInsideTheWindow) {
 TEST(DeployDelivery, RecordsBothRowsOnceAndMatchesOperationsByMr) {
   test_database db;
   auto c = db.connect();
-  auto a = new_op(*c, "bo", "a");
+  auto a = new_op(*c, "bo", "a", {}, project);
   walk(*c, a, test::to_merged, 12);
-  auto b = new_op(*c, "bo", "b");  // not merged yet, same batch MR
+  auto b = new_op(*c, "bo", "b", {}, project);  // not merged yet, same batch MR
   walk(*c, b, {test::S::APPROVAL_SENT, test::S::APPROVAL_APPROVED, test::S::HANDLE_STARTED}, 12);
 
   deploy_callback_in cb;
@@ -151,13 +151,13 @@ TEST(DeployDelivery, RecordsBothRowsOnceAndMatchesOperationsByMr) {
   ASSERT_TRUE(set_deploy_outcome(*c, "pipeline-77", deploy_outcome::IGNORED_STALE).ok());
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:pipeline-77'"), "APPLIED");
 
-  auto ops = operations_for_mr(*c, 12);
+  auto ops = operations_for_mr(*c, project, 12);
   ASSERT_TRUE(ops.ok());
   ASSERT_EQ(ops.value.size(), 2u);
   EXPECT_EQ(ops.value[0].operation_id, a);
   EXPECT_EQ(ops.value[0].binding_phase, workflow::phase::MERGED);
   EXPECT_EQ(ops.value[1].binding_phase, workflow::phase::MERGING);
-  EXPECT_TRUE(operations_for_mr(*c, 13).value.empty());
+  EXPECT_TRUE(operations_for_mr(*c, project, 13).value.empty());
   EXPECT_EQ(deploy_watermark(*c, project).value, 12);
   EXPECT_FALSE(deploy_watermark(*c, "nobody").value);
 }
@@ -176,7 +176,7 @@ TEST(Reconciler, CallbackAndReconciliationRaceCountOncePerOperation) {
   for (int round = 0; round < rounds; ++round) {
     std::vector<std::string> ids;
     for (int i = 0; i < per_round; ++i) {
-      ids.push_back(new_op(*setup, "race" + std::to_string(round), "t" + std::to_string(i)));
+      ids.push_back(new_op(*setup, "race" + std::to_string(round), "t" + std::to_string(i), {}, project));
       walk(*setup, ids.back(), test::to_merged, 1000 + round * per_round + i);
     }
     total += per_round;
@@ -211,7 +211,7 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   test_database db;
   auto c = db.connect();
   metrics::registry m;
-  auto id = new_op(*c, "cy", "a");
+  auto id = new_op(*c, "cy", "a", {}, project);
   walk(*c, id, test::to_merged, 31);
   auto before = actors::validate_if_already_deployed(*c, id, 31, project, m);
   ASSERT_TRUE(before.ok()) << before.error.message;
@@ -243,7 +243,7 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   EXPECT_EQ(validated(m, "callback"), 2);
 
   // Only a failure recorded: the operation is a failed deploy, not "keep waiting".
-  auto failed = new_op(*c, "cy", "b");
+  auto failed = new_op(*c, "cy", "b", {}, project);
   walk(*c, failed, test::to_merged, 32);
   deploy(*c, 32, "failed");
   EXPECT_FALSE(actors::validate_if_already_deployed(*c, failed, 32, project, m).value);

@@ -27,6 +27,8 @@ struct request_state {
   workflow::operation_state op;
   std::string payload_json;
   std::string requester;
+  std::string repository;
+  std::string target_branch;
   std::int64_t spawned_ms = 0;
   // At most one persist, call or reload is in flight; events that need the actor meanwhile set flags.
   bool busy = false;
@@ -148,7 +150,7 @@ void submit_persist(self_ptr self) {
   auto handle = caf::actor_cast<request_actor>(self);
   auto req = *st.pending_write;
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
-  auto project = st.svc->config->current()->string_or("gitlab.project", "");
+  auto project = st.repository;
   auto* metrics = st.svc->metrics;
   auto guard = make_answer_guard(
       [handle, id = req.operation_id] { caf::anon_send(handle, lost_job<messages::persisted>(id, "persist")); });
@@ -189,7 +191,9 @@ void call_external(self_ptr self, const messages::call_request& req) {
                    st.payload_json,
                    st.op.order == workflow::flow::create_then_approve,
                    st.op.mr_iid,
-                   st.requester.empty() ? st.op.subject_id : st.requester};
+                   st.requester.empty() ? st.op.subject_id : st.requester,
+                   st.repository,
+                   st.target_branch};
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
   st.busy = true;
@@ -388,23 +392,25 @@ void withdraw_unrecorded(self_ptr self) {
   auto mr = st.unrecorded_mr != st.op.mr_iid ? st.unrecorded_mr : std::nullopt;
   auto approval = st.unrecorded_approval != st.op.approval_id ? st.unrecorded_approval : std::string();
   if (!mr && approval.empty()) return;
-  bool queued = st.svc->external->try_submit([snap, id, mr, approval](clients::external_context& ec) {
-    try {
-      ec.refresh(*snap);
-      if (!approval.empty()) {
-        auto w = ec.approval.withdraw(approval);
-        log::info("request.withdrew_unrecorded_approval",
-                  {{"operation_id", id}, {"approval_id", approval}, {"ok", static_cast<bool>(w)}});
-      }
-      if (mr) {
-        auto c = ec.gitlab.close_mr(ec.endpoints.author_token, *mr);
-        log::info("request.closed_unrecorded_mr",
-                  {{"operation_id", id}, {"mr_iid", *mr}, {"ok", static_cast<bool>(c)}});
-      }
-    } catch (const std::exception& e) {
-      log::warn("request.withdraw_unrecorded_failed", {{"operation_id", id}, {"error", e.what()}});
-    }
-  });
+  bool queued =
+      st.svc->external->try_submit([snap, id, mr, approval, project = st.repository](clients::external_context& ec) {
+        try {
+          ec.refresh(*snap);
+          if (!approval.empty()) {
+            auto w = ec.approval.withdraw(approval);
+            log::info("request.withdrew_unrecorded_approval",
+                      {{"operation_id", id}, {"approval_id", approval}, {"ok", static_cast<bool>(w)}});
+          }
+          if (mr) {
+            auto repo = ec.repository(*snap, project);
+            auto c = repo.gitlab.close_mr(repo.author_token, *mr);
+            log::info("request.closed_unrecorded_mr",
+                      {{"operation_id", id}, {"mr_iid", *mr}, {"ok", static_cast<bool>(c)}});
+          }
+        } catch (const std::exception& e) {
+          log::warn("request.withdraw_unrecorded_failed", {{"operation_id", id}, {"error", e.what()}});
+        }
+      });
   if (!queued)
     log::warn("request.withdraw_unrecorded_dropped", {{"operation_id", id}, {"reason", "external pool full"}});
 }
@@ -482,6 +488,8 @@ request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, re
   st.op = std::move(seed.op);
   st.payload_json = std::move(seed.payload_json);
   st.requester = std::move(seed.requester);
+  st.repository = std::move(seed.repository);
+  st.target_branch = std::move(seed.target_branch);
   st.owner_instance = seed.owner_instance.empty() ? svc->instance_id : seed.owner_instance;
   st.lease_epoch = seed.lease_epoch;
   st.spawned_ms = svc->now_ms();
@@ -558,6 +566,8 @@ request_seed seed_from_row(const persistence::operation_row& row, std::int64_t n
   op.wake_at_ms = row.next_wake_at_ms.value_or(0);
   seed.payload_json = row.payload_json;
   seed.requester = row.requester;
+  seed.repository = row.repository;
+  seed.target_branch = row.target_branch;
   seed.owner_instance = row.owner_instance.value_or("");
   seed.lease_epoch = row.lease_epoch;
   return seed;

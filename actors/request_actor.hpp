@@ -29,6 +29,9 @@ struct request_seed {
   std::string payload_json;
   /// Verified identity that submitted the operation; "" for rows older than the requester column.
   std::string requester;
+  /// The GitLab project and target branch every GitLab call of the change uses.
+  std::string repository;
+  std::string target_branch;
   // Ownership (durability): the instance that may drive this operation and the lease epoch it holds.
   // Every transition the actor writes is fenced on both, so a paused old owner's writes miss after a
   // takeover. An empty owner means "created by this instance just now" (the submit path).

@@ -47,6 +47,7 @@ class ClientsAgainstSim : public ::testing::Test {
     use_config(make_config(simulator->base_url()));
   }
   void TearDown() override {
+    gitlab.reset();
     ctx.reset();
     simulator->stop();
   }
@@ -55,6 +56,7 @@ class ClientsAgainstSim : public ::testing::Test {
     auto eps = endpoints_from(*snap);
     ASSERT_TRUE(eps) << describe(eps.error());
     ctx = std::make_unique<external_context>(shared, eps.value(), call_settings_from(*snap));
+    gitlab = std::make_unique<gitlab_client>(ctx->gitlab_for("config/changes"));
   }
   void add_fault(const json& f) {
     ASSERT_EQ(changeflow::testing::http_call("127.0.0.1", simulator->port(), "POST", "/_sim/faults", f.dump()).status,
@@ -66,10 +68,10 @@ class ClientsAgainstSim : public ::testing::Test {
   std::uint64_t requests(const std::string& endpoint) { return stats()["requests"].value(endpoint, 0u); }
 
   merge_request open_mr(const std::string& branch, const std::string& title) {
-    auto commit = ctx->gitlab.ensure_branch_with_commit("author-token", branch, "main", "change " + title,
-                                                        {{"create", "a.yaml", "x", "text", ""}}, title);
+    auto commit = gitlab->ensure_branch_with_commit("author-token", branch, "main", "change " + title,
+                                                    {{"create", "a.yaml", "x", "text", ""}}, title);
     EXPECT_TRUE(commit) << describe(commit.error());
-    auto mr = ctx->gitlab.create_mr("author-token", branch, "main", title, "");
+    auto mr = gitlab->create_mr("author-token", branch, "main", title, "");
     EXPECT_TRUE(mr) << describe(mr.error());
     return mr->mr;
   }
@@ -78,6 +80,7 @@ class ClientsAgainstSim : public ::testing::Test {
   std::shared_ptr<const config::snapshot> snap;
   std::unique_ptr<sim::simulator> simulator;
   std::unique_ptr<external_context> ctx;
+  std::unique_ptr<gitlab_client> gitlab;  // bound to the default project, config/changes
   const reviewer bot1{"approver-1-token", 101};
   const reviewer bot2{"approver-2-token", 102};
 };
@@ -85,21 +88,21 @@ class ClientsAgainstSim : public ::testing::Test {
 }  // namespace
 
 TEST_F(ClientsAgainstSim, BranchCommitIsIdempotentAndDuplicateMrResolvesToTheOpenOne) {
-  auto first = ctx->gitlab.ensure_branch_with_commit("author-token", "change/op-1", "main", "op-1 change",
-                                                     {{"create", "a.yaml", "x", "text", ""}}, "op-1");
+  auto first = gitlab->ensure_branch_with_commit("author-token", "change/op-1", "main", "op-1 change",
+                                                 {{"create", "a.yaml", "x", "text", ""}}, "op-1");
   ASSERT_TRUE(first) << describe(first.error());
   EXPECT_TRUE(first->created);
-  auto again = ctx->gitlab.ensure_branch_with_commit("author-token", "change/op-1", "main", "op-1 change",
-                                                     {{"create", "a.yaml", "x", "text", ""}}, "op-1");
+  auto again = gitlab->ensure_branch_with_commit("author-token", "change/op-1", "main", "op-1 change",
+                                                 {{"create", "a.yaml", "x", "text", ""}}, "op-1");
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->sha, first->sha);
   EXPECT_EQ(requests("create_commit"), 1u);
 
-  auto mr = ctx->gitlab.create_mr("author-token", "change/op-1", "main", "op-1", "");
+  auto mr = gitlab->create_mr("author-token", "change/op-1", "main", "op-1", "");
   ASSERT_TRUE(mr) << describe(mr.error());
   EXPECT_FALSE(mr->already_existed);
-  auto duplicate = ctx->gitlab.create_mr("author-token", "change/op-1", "main", "op-1", "");
+  auto duplicate = gitlab->create_mr("author-token", "change/op-1", "main", "op-1", "");
   ASSERT_TRUE(duplicate) << describe(duplicate.error());
   EXPECT_TRUE(duplicate->already_existed);
   EXPECT_EQ(duplicate->mr.iid, mr->mr.iid);
@@ -109,15 +112,15 @@ TEST_F(ClientsAgainstSim, BranchCommitIsIdempotentAndDuplicateMrResolvesToTheOpe
 
 TEST_F(ClientsAgainstSim, MergeRefusalsAreClassified) {
   auto mr = open_mr("change/merge", "merge");
-  auto early = ctx->gitlab.merge("author-token", mr.iid, mr.sha);
+  auto early = gitlab->merge("author-token", mr.iid, mr.sha);
   ASSERT_FALSE(early);
   EXPECT_EQ(classify_merge_error(early.error()), merge_refusal::not_mergeable_yet);
   ASSERT_TRUE(
-      wait_until([&] { return ctx->gitlab.get_mr("author-token", mr.iid)->detailed_merge_status == "mergeable"; }, 5s));
-  auto wrong = ctx->gitlab.merge("author-token", mr.iid, "deadbeef");
+      wait_until([&] { return gitlab->get_mr("author-token", mr.iid)->detailed_merge_status == "mergeable"; }, 5s));
+  auto wrong = gitlab->merge("author-token", mr.iid, "deadbeef");
   ASSERT_FALSE(wrong);
   EXPECT_EQ(classify_merge_error(wrong.error()), merge_refusal::sha_mismatch);
-  auto merged = ctx->gitlab.merge("author-token", mr.iid, mr.sha);
+  auto merged = gitlab->merge("author-token", mr.iid, mr.sha);
   ASSERT_TRUE(merged) << describe(merged.error());
   EXPECT_EQ(merged->state, "merged");
   ASSERT_TRUE(merged->head_pipeline);
@@ -127,7 +130,7 @@ TEST_F(ClientsAgainstSim, MergeRefusalsAreClassified) {
 TEST_F(ClientsAgainstSim, LostApproveResponseIsSeenOnTheNextAttempt) {
   auto mr = open_mr("change/lost", "lost");
   add_fault({{"kind", "lose_response"}, {"endpoint", "approve"}, {"match", "lost"}, {"count", 1}});
-  auto r = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
+  auto r = approve_as_reviewer(*gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(r) << describe(r.error());
   EXPECT_EQ(r.value(), approval_outcome::already_approved);
   EXPECT_EQ(requests("approve"), 1u);  // the second attempt read the list and skipped the call
@@ -136,10 +139,10 @@ TEST_F(ClientsAgainstSim, LostApproveResponseIsSeenOnTheNextAttempt) {
 
 TEST_F(ClientsAgainstSim, AlreadyApproved401IsSettledByTheFinalRead) {
   auto mr = open_mr("change/settle", "settle");
-  ASSERT_TRUE(ctx->gitlab.approve(bot1.token, mr.iid, std::nullopt));
+  ASSERT_TRUE(gitlab->approve(bot1.token, mr.iid, std::nullopt));
   // The list is unreadable for every pre-attempt read (3 with max_retries 2), readable for the last one.
   add_fault({{"kind", "status"}, {"endpoint", "get_approvals"}, {"match", "settle"}, {"status", 502}, {"count", 3}});
-  auto r = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
+  auto r = approve_as_reviewer(*gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(r) << describe(r.error());
   EXPECT_EQ(r.value(), approval_outcome::already_approved);
   EXPECT_EQ(requests("approve"), 4u);  // 1 direct + 3 attempts answered 401
@@ -148,13 +151,13 @@ TEST_F(ClientsAgainstSim, AlreadyApproved401IsSettledByTheFinalRead) {
 TEST_F(ClientsAgainstSim, NotAllowed401SurfacesWithItsStatus) {
   auto mr = open_mr("change/denied", "denied");
   add_fault({{"kind", "approve_not_allowed"}, {"user_id", 102}});
-  auto r = approve_as_reviewer(ctx->gitlab, shared->check_items, bot2, mr.iid, std::nullopt, *snap);
+  auto r = approve_as_reviewer(*gitlab, shared->check_items, bot2, mr.iid, std::nullopt, *snap);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().what, call_error::kind::http_status);
   EXPECT_EQ(r.error().status, 401);
   EXPECT_EQ(requests("approve"), 3u);  // max_retries 2 -> 3 attempts, each account separately
   // The other account is unaffected.
-  auto other = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
+  auto other = approve_as_reviewer(*gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(other);
   EXPECT_EQ(other.value(), approval_outcome::approved);
 }
@@ -162,7 +165,7 @@ TEST_F(ClientsAgainstSim, NotAllowed401SurfacesWithItsStatus) {
 TEST_F(ClientsAgainstSim, UnreadableApproverListFailsOpen) {
   auto mr = open_mr("change/open", "failopen");
   add_fault({{"kind", "status"}, {"endpoint", "get_approvals"}, {"status", 500}});
-  auto r = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
+  auto r = approve_as_reviewer(*gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(r) << describe(r.error());
   EXPECT_EQ(r.value(), approval_outcome::approved);
   EXPECT_EQ(stats()["approvals"]["config/changes!" + std::to_string(mr.iid)]["101"], 1);
@@ -175,13 +178,13 @@ TEST_F(ClientsAgainstSim, CheckItemsChangeHealsWithExactlyOneRetry) {
                 .status,
             200);
   auto mr = open_mr("change/items", "items");
-  auto first = approve_as_reviewer(ctx->gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
+  auto first = approve_as_reviewer(*gitlab, shared->check_items, bot1, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(first) << describe(first.error());
   ASSERT_TRUE(shared->check_items.get("config/changes"));
   EXPECT_EQ(shared->check_items.get("config/changes")->size(), 1u);
 
   add_fault({{"kind", "check_items_change"}, {"count", 1}});
-  auto second = approve_as_reviewer(ctx->gitlab, shared->check_items, bot2, mr.iid, std::nullopt, *snap);
+  auto second = approve_as_reviewer(*gitlab, shared->check_items, bot2, mr.iid, std::nullopt, *snap);
   ASSERT_TRUE(second) << describe(second.error());
   EXPECT_EQ(second.value(), approval_outcome::approved);
   auto s = stats();
@@ -192,7 +195,7 @@ TEST_F(ClientsAgainstSim, CheckItemsChangeHealsWithExactlyOneRetry) {
 
   // With the switch off, the plain approver is used and no check items are sent (the sim refuses).
   use_config(make_config(simulator->base_url(), {{"gitlab.use_check_items", false}}));
-  auto plain = ctx->gitlab.approve(bot1.token, mr.iid, std::nullopt);
+  auto plain = gitlab->approve(bot1.token, mr.iid, std::nullopt);
   ASSERT_FALSE(plain);
   EXPECT_EQ(plain.error().status, 401);  // already approved by bot1: the plain path reached approve
 }
@@ -201,11 +204,11 @@ TEST_F(ClientsAgainstSim, SlowResponseBecomesATimeout) {
   use_config(make_config(simulator->base_url(), {{"external.request_timeout_ms", 200}}));
   auto mr = open_mr("change/slow", "slow");
   add_fault({{"kind", "slow"}, {"endpoint", "get_mr"}, {"delay_ms", 3000}, {"count", 1}});
-  auto r = ctx->gitlab.get_mr("author-token", mr.iid);
+  auto r = gitlab->get_mr("author-token", mr.iid);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().what, call_error::kind::timeout);
   EXPECT_TRUE(r.error().retryable);
-  auto next = ctx->gitlab.get_mr("author-token", mr.iid);  // a fresh connection works again
+  auto next = gitlab->get_mr("author-token", mr.iid);  // a fresh connection works again
   EXPECT_TRUE(next) << describe(next.error());
 }
 
@@ -214,22 +217,22 @@ TEST_F(ClientsAgainstSim, BreakerOpensWithoutNetworkCallsThenHalfOpens) {
       make_config(simulator->base_url(), {{"external.breaker_failures", 2}, {"external.breaker_cooldown_ms", 100}}));
   auto mr = open_mr("change/breaker", "breaker");
   add_fault({{"kind", "status"}, {"endpoint", "get_mr"}, {"status", 503}, {"count", 2}});
-  EXPECT_EQ(ctx->gitlab.get_mr("author-token", mr.iid).error().status, 503);
-  EXPECT_EQ(ctx->gitlab.get_mr("author-token", mr.iid).error().status, 503);
+  EXPECT_EQ(gitlab->get_mr("author-token", mr.iid).error().status, 503);
+  EXPECT_EQ(gitlab->get_mr("author-token", mr.iid).error().status, 503);
   EXPECT_EQ(shared->gitlab.state(), breaker_state::open);
   auto before = requests("get_mr");
-  auto refused = ctx->gitlab.get_mr("author-token", mr.iid);
+  auto refused = gitlab->get_mr("author-token", mr.iid);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().what, call_error::kind::breaker_open);
   EXPECT_EQ(requests("get_mr"), before);  // no network call while open
   // After the cool-down one trial goes through; it succeeds and closes the breaker.
-  ASSERT_TRUE(wait_until([&] { return ctx->gitlab.get_mr("author-token", mr.iid).ok(); }, 5s));
+  ASSERT_TRUE(wait_until([&] { return gitlab->get_mr("author-token", mr.iid).ok(); }, 5s));
   EXPECT_EQ(shared->gitlab.state(), breaker_state::closed);
 }
 
 TEST_F(ClientsAgainstSim, RateLimitCarriesRetryAfter) {
   add_fault({{"kind", "status"}, {"endpoint", "get_branch"}, {"status", 429}, {"retry_after", 7}, {"count", 1}});
-  auto r = ctx->gitlab.get_branch("author-token", "main");
+  auto r = gitlab->get_branch("author-token", "main");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().status, 429);
   EXPECT_TRUE(r.error().retryable);

@@ -2,8 +2,6 @@
 
 #include "config/snapshot.hpp"
 
-#include <charconv>
-
 namespace changeflow::clients {
 
 namespace {
@@ -28,21 +26,9 @@ result<external_endpoints> endpoints_from(const config::snapshot& snap) {
     if (!parsed) return bad_setting(key, "missing or not an http://host:port/path URL");
     *target = *parsed;
   }
-  out.project = snap.string_or("gitlab.project", "");
-  if (out.project.empty()) return bad_setting("gitlab.project", "missing");
-  out.author_token = snap.string_or("gitlab.author_token", "");
-  auto tokens = snap.get_list("gitlab.approver_tokens");
-  auto ids = snap.get_list("gitlab.approver_user_ids");
-  if (tokens.size() != ids.size()) {
+  if (snap.string_or("gitlab.project", "").empty()) return bad_setting("gitlab.project", "missing");
+  if (snap.get_list("gitlab.approver_tokens").size() != snap.get_list("gitlab.approver_user_ids").size()) {
     return bad_setting("gitlab.approver_user_ids", "must have as many entries as gitlab.approver_tokens");
-  }
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    std::int64_t id = 0;
-    auto [end, ec] = std::from_chars(ids[i].data(), ids[i].data() + ids[i].size(), id);
-    if (ec != std::errc() || end != ids[i].data() + ids[i].size()) {
-      return bad_setting("gitlab.approver_user_ids", "entries must be integers");
-    }
-    out.approvers.push_back({tokens[i], id});
   }
   return out;
 }
@@ -52,12 +38,24 @@ external_context::external_context(std::shared_ptr<external_shared> shared_state
     : shared(std::move(shared_state)),
       endpoints(std::move(eps)),
       settings(s),
-      gitlab(http, shared->gitlab, settings, endpoints.gitlab_api, endpoints.project),
       approval(http, shared->approval, settings, endpoints.approval),
       permission(http, shared->permission, settings, endpoints.permission) {}
 
 void external_context::refresh(const config::snapshot& snap) {
   settings = call_settings_from(snap);
+}
+
+gitlab_client external_context::gitlab_for(const std::string& project) {
+  return gitlab_client(http, shared->gitlab, settings, endpoints.gitlab_api, project);
+}
+
+repository_access external_context::repository(const config::snapshot& snap, const std::string& project) {
+  const std::string name = project.empty() ? snap.string_or("gitlab.project", "") : project;
+  const auto* configured = snap.repositories().find(name);
+  const auto repo = configured ? *configured : config::global_repository(snap, name);
+  repository_access out{gitlab_for(name), repo.author_token, {}, snap.text("gitlab.target_branch")};
+  for (const auto& bot : repo.approvers) out.approvers.push_back({bot.token, bot.user_id});
+  return out;
 }
 
 std::function<std::unique_ptr<external_context>()> external_context_factory(std::shared_ptr<external_shared> shared,

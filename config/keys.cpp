@@ -65,13 +65,23 @@ std::vector<key_spec> make_keys() {
       {"external.breaker_failures", I, 5, H, "Consecutive failures that open a circuit breaker; <=0 -> 5."},
       {"external.breaker_cooldown_ms", I, 10000, H, "Time an open breaker waits before a trial call."},
       {"gitlab.base_url", S, "http://127.0.0.1:9090/api/v4", R, "GitLab REST v4 base URL."},
-      {"gitlab.project", S, "config/changes", R, "Project path (URL-encoded when used)."},
-      {"gitlab.target_branch", S, "main", H, "Branch the changes are merged into."},
+      {"gitlab.project", S, "config/changes", R,
+       "Project path (URL-encoded when used): the one repository when `repositories` is missing or empty, and the "
+       "repository of changes stored before repositories existed."},
+      {"gitlab.target_branch", S, "main", H,
+       "Branch the changes are merged into when `repositories` is missing or empty, and the branches of a "
+       "repository entry without its own."},
       {"gitlab.author_token", S, J(), R, "PRIVATE-TOKEN of the bot that commits and opens MRs. Required.", true},
       {"gitlab.approver_tokens", L, J(), R,
        "PRIVATE-TOKENs of the approval bots; each approves every MR. Required (at least one).", true},
       {"gitlab.approver_user_ids", L, J::array({"101", "102"}), R,
        "GitLab user ids of the approval bots, same order as gitlab.approver_tokens."},
+      {"repositories", O, J::object(), H,
+       "GitLab repositories: project path -> {branches, author_token, approver_tokens, approver_user_ids, "
+       "webhook_secret}. Each change names one repository and one of its branches. Missing fields fall back to "
+       "gitlab.target_branch, gitlab.author_token and gitlab.approver_tokens/approver_user_ids; webhook_secret has "
+       "none. Missing or empty -> gitlab.project with gitlab.target_branch is the one repository. A malformed "
+       "section is refused at load (a reload keeps the last good snapshot)."},
       {"gitlab.use_check_items", B, false, H,
        "Approve with check_items (the extended approver); missing -> plain approve."},
       {"approval.base_url", S, "http://127.0.0.1:9090", R, "Approval system base URL."},

@@ -52,7 +52,11 @@ std::vector<std::string> missing_required_keys(const snapshot& snap) {
   return missing;
 }
 
-snapshot::snapshot(std::map<std::string, entry, std::less<>> entries) : entries_(std::move(entries)) {}
+snapshot::snapshot(std::map<std::string, entry, std::less<>> entries) : entries_(std::move(entries)) {
+  // Parse errors are reported by load_from_json, which refuses such a snapshot; a snapshot built
+  // directly keeps the repositories that did parse.
+  repositories_ = std::make_shared<const repository_set>(parse_repositories(*this).set);
+}
 
 const nlohmann::json* snapshot::find(std::string_view key) const {
   auto it = entries_.find(key);
@@ -134,8 +138,9 @@ nlohmann::json snapshot::describe() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [name, e] : entries_) {
     const key_spec* spec = find_key(name);
-    nlohmann::json item = {{"value", log::is_secret_key(name) && !e.value.is_null() ? nlohmann::json("***") : e.value},
-                           {"source", e.source}};
+    nlohmann::json item = {
+        {"value", log::is_secret_key(name) && !e.value.is_null() ? nlohmann::json("***") : log::mask_secrets(e.value)},
+        {"source", e.source}};
     if (spec) item["reload"] = spec->reload == reload_kind::hot ? "hot" : "restart";
     out[name] = std::move(item);
   }
@@ -276,7 +281,14 @@ load_result load_from_json(const nlohmann::json& doc, const env_lookup& env) {
     }
     entries[std::string(spec.name)] = {*parsed, "env"};
   }
-  if (result.errors.empty()) result.snap = std::make_shared<const snapshot>(std::move(entries));
+  if (!result.errors.empty()) return result;
+  auto snap = std::make_shared<const snapshot>(std::move(entries));
+  auto repos = parse_repositories(*snap);
+  if (!repos.errors.empty()) {
+    result.errors = std::move(repos.errors);
+    return result;
+  }
+  result.snap = std::move(snap);
   return result;
 }
 

@@ -6,6 +6,8 @@
 // fallback rule. A key may be cleared (null or "") in the file: typed getters then answer nullopt
 // and each consumer applies the fallback documented for that key.
 
+#include "config/repositories.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -74,7 +76,11 @@ class snapshot {
     return get_string(key).value_or(std::move(fallback));
   }
 
-  /// Effective configuration with sources; secrets are masked.
+  /// The GitLab repositories (the `repositories` section, or the global gitlab.* keys as the one
+  /// repository), parsed once per snapshot: a hot reload installs a new set with the new snapshot.
+  const repository_set& repositories() const { return *repositories_; }
+
+  /// Effective configuration with sources; secrets are masked (inside sections too).
   nlohmann::json describe() const;
   /// True when `other` differs in a key that needs a restart.
   std::vector<std::string> restart_keys_changed(const snapshot& other) const;
@@ -82,6 +88,7 @@ class snapshot {
  private:
   const nlohmann::json* find(std::string_view key) const;
   std::map<std::string, entry, std::less<>> entries_;
+  std::shared_ptr<const repository_set> repositories_;
 };
 
 using env_lookup = std::function<std::optional<std::string>(const std::string&)>;

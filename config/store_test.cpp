@@ -66,3 +66,24 @@ TEST(ConfigStore, WatcherPicksUpChange) {
   s.stop_watching();
   std::filesystem::remove(path);
 }
+
+// The repositories are part of the snapshot: a reload installs the new set, a malformed section is
+// refused as a whole and the last good set stays.
+TEST(ConfigStore, ReloadInstallsRepositoriesAndKeepsTheLastGoodSetOnError) {
+  auto path = temp_file(R"({"repositories": {"team/a": {"branches": ["main"]}}})");
+  auto initial = load_from_file(path, no_env);
+  ASSERT_TRUE(initial.snap);
+  store s(initial.snap, path, no_env);
+  ASSERT_EQ(s.current()->repositories().all.size(), 1u);
+
+  write_file(path, R"({"repositories": {"team/a": {"branches": ["main"]}, "team/b": {"branches": ["release"]}}})");
+  ASSERT_TRUE(s.reload());
+  ASSERT_EQ(s.current()->repositories().all.size(), 2u);
+  ASSERT_NE(s.current()->repositories().find("team/b"), nullptr);
+  EXPECT_TRUE(s.current()->repositories().find("team/b")->has_branch("release"));
+
+  write_file(path, R"({"repositories": {"team/c": {"branches": []}}})");
+  EXPECT_FALSE(s.reload());
+  EXPECT_EQ(s.current()->repositories().all.size(), 2u) << "a malformed section keeps the last good set";
+  EXPECT_EQ(s.reload_error_count(), 1u);
+}

@@ -20,6 +20,7 @@ json to_wire(const http::dto::submit_request& r) {
   for (const auto& f : r.files) {
     json one = {{"path", f.path}, {"action", f.action}};
     if (f.action != "delete") one["content"] = f.content;
+    if (f.last_commit_id) one["lastCommitId"] = *f.last_commit_id;
     files.push_back(one);
   }
   json j = {{"subject", r.subject}, {"target", r.target}, {"title", r.title}, {"files", files}};
@@ -33,7 +34,8 @@ bool same(const http::dto::submit_request& a, const http::dto::submit_request& b
     return false;
   for (std::size_t i = 0; i < a.files.size(); ++i) {
     const auto &x = a.files[i], &y = b.files[i];
-    if (x.path != y.path || x.action != y.action || x.content != y.content) return false;
+    if (x.path != y.path || x.action != y.action || x.content != y.content || x.last_commit_id != y.last_commit_id)
+      return false;
   }
   return true;
 }
@@ -61,7 +63,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(!seg.empty() && seg != "." && seg != "..", "no empty, '.' or '..' path segment");
       start = slash + 1;
     }
-    FUZZ_CHECK(f.action == "create" || f.action == "update" || f.action == "delete", "known action");
+    FUZZ_CHECK(f.action == "create" || f.action == "update" || f.action == "delete" || f.action == "upsert",
+               "known action");
+    if (f.last_commit_id) {
+      FUZZ_CHECK(f.action != "create", "a create carries no base");
+      FUZZ_CHECK(f.last_commit_id->size() == 40 || f.last_commit_id->size() == 64, "base is a commit id");
+    }
     FUZZ_CHECK(f.content.size() <= 256 * 1024, "content size");
   }
   // Round trip: what we accepted, re-sent, is accepted as the same request.

@@ -47,6 +47,8 @@ constexpr const char* document_text = R"json({
           "operationId": {"type": "string", "format": "uuid"},
           "subject": {"type": "string"},
           "target": {"type": "string"},
+          "repository": {"type": "string", "description": "GitLab project path (group/project), one of the configured repositories; may be omitted when exactly one is configured"},
+          "targetBranch": {"type": "string", "description": "branch the change merges into, one of the repository's configured branches; may be omitted when the repository has exactly one"},
           "title": {"type": "string"},
           "files": {"type": "array", "items": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "content": {"type": "string", "description": "required unless action is delete"}, "action": {"type": "string", "enum": ["create", "update", "delete", "upsert"], "default": "upsert", "description": "upsert: make the file look like this (create or update, picked from the target branch when the change is committed)"}, "lastCommitId": {"type": "string", "pattern": "^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$", "description": "The file's last commit the change is based on (update, delete, upsert). A newer version on the target ends the change CONTENT_CONFLICT instead of overwriting it. Absent: the target's version when the change first reaches GitLab."}}}}
         }
@@ -79,10 +81,10 @@ constexpr const char* document_text = R"json({
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
         "responses": {
           "202": {"description": "ACCEPTED (new) or DUPLICATE_SUBMIT (this operation exists already: keep the form locked); data {operationId, statusUrl, phase?, step?}"},
-          "400": {"description": "BAD_REQUEST: the message says what to fix"},
+          "400": {"description": "BAD_REQUEST: the message says what to fix (an unknown or missing repository or targetBranch names the configured ones); nothing is stored"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
           "403": {"description": "FORBIDDEN (\"Access denied\": not permitted for this subject, or the permission service failed) or ACCESS_CLOSED (user writes are switched off now)"},
-          "409": {"description": "IN_PROGRESS (another change for this subject and target is running) or REQUEST_IN_FLIGHT (the first request with this idempotency key is still running; retry after Retry-After)"},
+          "409": {"description": "IN_PROGRESS (another change for this subject and target in this repository is running) or REQUEST_IN_FLIGHT (the first request with this idempotency key is still running; retry after Retry-After)"},
           "422": {"description": "IDEMPOTENCY_KEY_REUSED: the key was used for a different body"},
           "429": {"$ref": "#/components/responses/RateLimited"},
           "500": {"$ref": "#/components/responses/ServerError"},
@@ -125,7 +127,7 @@ constexpr const char* document_text = R"json({
     },
     "/api/v1/changes/{id}/revert": {
       "post": {
-        "description": "Reverts a VALIDATED change with a NEW change: same subject and target, title \"Revert: <title>\", its own approval, MR and lifecycle. Each file goes back to its content at the change's base (its MR's diff_refs.base_sha); a file the change created is deleted. Updates and deletes carry the file's current last commit on the target as lastCommitId, so a later edit by someone else ends the revert CONTENT_CONFLICT instead of being overwritten. The new change's status has revertOf, the original's revertedBy, and each timeline an event naming the other. Authorization as a submit for the change's subject (its rule code or an operator code; a caller who may only see the change gets 403, anyone else 404); rate limited and closed by the access switch like a submit. Idempotent like a submit: Idempotency-Key header, else the body's operationId (the key is scoped to the change being reverted).",
+        "description": "Reverts a VALIDATED change with a NEW change: same subject, target, repository and targetBranch, title \"Revert: <title>\", its own approval, MR and lifecycle. Each file goes back to its content at the change's base (its MR's diff_refs.base_sha); a file the change created is deleted. Updates and deletes carry the file's current last commit on the target as lastCommitId, so a later edit by someone else ends the revert CONTENT_CONFLICT instead of being overwritten. The new change's status has revertOf, the original's revertedBy, and each timeline an event naming the other. Authorization as a submit for the change's subject (its rule code or an operator code; a caller who may only see the change gets 403, anyone else 404); rate limited and closed by the access switch like a submit. Idempotent like a submit: Idempotency-Key header, else the body's operationId (the key is scoped to the change being reverted).",
         "security": [{}, {"bearer": []}],
         "parameters": [{"$ref": "#/components/parameters/OperationId"}, {"$ref": "#/components/parameters/IdempotencyKey"}],
         "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {"operationId": {"type": "string", "format": "uuid", "description": "the revert's id"}}}}}},
@@ -135,7 +137,7 @@ constexpr const char* document_text = R"json({
           "401": {"$ref": "#/components/responses/Unauthenticated"},
           "403": {"description": "FORBIDDEN (\"Access denied\": not permitted to submit for the change's subject) or ACCESS_CLOSED"},
           "404": {"description": "NOT_FOUND: no such change, or one the caller may not see"},
-          "409": {"description": "CONFLICT (the change is not VALIDATED, or the target already holds its files as they were: the message says which), ALREADY_REVERTED (data {revertOperationId, statusUrl}: its revert is in flight or took effect; a revert that ended without taking effect allows another), IN_PROGRESS (another change holds the target) or REQUEST_IN_FLIGHT"},
+          "409": {"description": "CONFLICT (the change is not VALIDATED, the target already holds its files as they were, or its repository or target branch is no longer configured: the message says which), ALREADY_REVERTED (data {revertOperationId, statusUrl}: its revert is in flight or took effect; a revert that ended without taking effect allows another), IN_PROGRESS (another change holds the target) or REQUEST_IN_FLIGHT"},
           "422": {"description": "IDEMPOTENCY_KEY_REUSED: the key was used for a different request"},
           "429": {"$ref": "#/components/responses/RateLimited"},
           "500": {"$ref": "#/components/responses/ServerError"},

@@ -31,10 +31,14 @@ std::string_view to_string(claim_kind k) {
   return "preempted";
 }
 
-db_result<bool> admit(session s, const std::string& operation_id) {
+db_result<bool> admit(session s, const std::string& operation_id, const batch_partition& where) {
   return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-    auto st = prepare(conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+    auto st = prepare(conn,
+                      "INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) "
+                      "VALUES (?, ?, ?, NOW(3))");
     st->setString(1, operation_id);
+    st->setString(2, where.repository);
+    st->setString(3, where.target_branch);
     try {
       st->executeUpdate();
     } catch (const sql::SQLException& e) {
@@ -45,11 +49,16 @@ db_result<bool> admit(session s, const std::string& operation_id) {
   });
 }
 
-db_result<bool> has_waiting(session s) {
-  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-    auto st = prepare(conn, "SELECT 1 FROM merge_batch_request WHERE batch_id IS NULL LIMIT 1");
+db_result<std::vector<batch_partition>> waiting_partitions(session s) {
+  using V = std::vector<batch_partition>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    auto st = prepare(conn,
+                      "SELECT DISTINCT repository, target_branch FROM merge_batch_request WHERE batch_id IS NULL "
+                      "ORDER BY repository, target_branch");
     rs_ptr rs(st->executeQuery());
-    return db_result<bool>::success(rs->next());
+    V out;
+    while (rs->next()) out.push_back({detail::str(*rs, "repository"), detail::str(*rs, "target_branch")});
+    return db_result<V>::success(std::move(out));
   });
 }
 
@@ -227,15 +236,18 @@ bool lock_running_batch(sql::Connection& conn, std::int64_t batch_id) {
 }
 }  // namespace
 
-db_result<claim_result> claim(session s, int max_members, const claim_hook& hook) {
+db_result<claim_result> claim(session s, const batch_partition& where, int max_members, const claim_hook& hook) {
   using R = db_result<claim_result>;
   return guarded<claim_result>(s, [&](sql::Connection& conn) -> R {
     remove_abandoned_requests(conn);
     detail::transaction tx(conn);
-    // 1. Take the slot. A duplicate key leaves this transaction usable and with nothing written.
+    // 1. Take the partition's slot. A duplicate key leaves this transaction usable and with nothing
+    // written.
     try {
-      std::unique_ptr<sql::Statement> ins(conn.createStatement());
-      ins->executeUpdate("INSERT INTO merge_batch (status) VALUES (1)");
+      auto ins = prepare(conn, "INSERT INTO merge_batch (status, repository, target_branch) VALUES (1, ?, ?)");
+      ins->setString(1, where.repository);
+      ins->setString(2, where.target_branch);
+      ins->executeUpdate();
     } catch (const sql::SQLException& e) {
       if (e.getErrorCode() == 1062) return R::success({claim_kind::slot_occupied, 0, {}});
       // Several claimers inserting the slot while a holder is still open can deadlock on the unique
@@ -258,10 +270,13 @@ db_result<claim_result> claim(session s, int max_members, const claim_hook& hook
     auto sel = prepare(conn,
                        "SELECT r.id, r.operation_id, r.split_group FROM merge_batch_request r "
                        "LEFT JOIN operation o ON o.operation_id = r.operation_id "
-                       "WHERE r.batch_id IS NULL AND r.created_at < CURRENT_TIMESTAMP(3) "
+                       "WHERE r.repository = ? AND r.target_branch = ? AND r.batch_id IS NULL "
+                       "AND r.created_at < CURRENT_TIMESTAMP(3) "
                        "AND (o.operation_id IS NULL OR o.step = ?) ORDER BY r.created_at, r.id LIMIT ?");
-    sel->setInt(1, workflow::code_of(workflow::step::BATCH_WAITING));
-    sel->setInt(2, max_members);
+    sel->setString(1, where.repository);
+    sel->setString(2, where.target_branch);
+    sel->setInt(3, workflow::code_of(workflow::step::BATCH_WAITING));
+    sel->setInt(4, max_members);
     rs_ptr rs(sel->executeQuery());
     std::vector<batch_member> members;
     while (rs->next()) {
@@ -361,10 +376,20 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
                                [&](const auto& g) { return std::find(g.begin(), g.end(), id) != g.end(); });
           },
           cause, cause);
-      // Fresh group numbers above every existing one; only the slot holder requeues, so no race
-      // here.
-      std::unique_ptr<sql::Statement> q(conn.createStatement());
-      rs_ptr rs(q->executeQuery("SELECT COALESCE(MAX(split_group), 0) FROM merge_batch_request"));
+      // Fresh group numbers above every existing one of this batch's partition; only the
+      // partition's slot holder requeues into it, so no race here (other partitions number their
+      // groups on their own, and every claim and history read below stays inside the partition).
+      auto part = prepare(conn, "SELECT repository, target_branch FROM merge_batch WHERE id = ?");
+      part->setInt64(1, batch_id);
+      rs_ptr prs(part->executeQuery());
+      prs->next();
+      const batch_partition where{detail::str(*prs, "repository"), detail::str(*prs, "target_branch")};
+      auto q = prepare(conn,
+                       "SELECT COALESCE(MAX(split_group), 0) FROM merge_batch_request WHERE repository = ? "
+                       "AND target_branch = ?");
+      q->setString(1, where.repository);
+      q->setString(2, where.target_branch);
+      rs_ptr rs(q->executeQuery());
       rs->next();
       const int base = rs->getInt(1);
       int requeued = 0;
@@ -380,8 +405,13 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
           requeued += st->executeUpdate();
         }
       }
-      append_history(conn, batch_id, "REQUEUED", "batch_id IS NULL AND split_group > ?",
-                     [&](auto& st, int i) { st.setInt(i, base); });
+      append_history(conn, batch_id, "REQUEUED",
+                     "batch_id IS NULL AND split_group > ? AND repository = ? AND target_branch = ?",
+                     [&](auto& st, int i) {
+                       st.setInt(i++, base);
+                       st.setString(i++, where.repository);
+                       st.setString(i, where.target_branch);
+                     });
       append_history(conn, batch_id, "REMOVED", "batch_id = ?", [&](auto& st, int i) { st.setInt64(i, batch_id); });
       auto del = prepare(conn, "DELETE FROM merge_batch_request WHERE batch_id = ?");
       del->setInt64(1, batch_id);
@@ -394,7 +424,7 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
 
 namespace {
 constexpr const char* batch_columns =
-    "SELECT id, status, mr_iid, branch, split_depth, parent_batch_id, failure_reason, "
+    "SELECT id, status, repository, target_branch, mr_iid, branch, split_depth, parent_batch_id, failure_reason, "
     "CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms FROM merge_batch ";
 
@@ -402,6 +432,7 @@ batch_row read_batch(sql::ResultSet& rs) {
   batch_row b;
   b.id = rs.getInt64("id");
   b.status = static_cast<batch_status>(rs.getInt("status"));
+  b.partition = {detail::str(rs, "repository"), detail::str(rs, "target_branch")};
   b.mr_iid = detail::opt_int64(rs, "mr_iid");
   b.branch = detail::opt_string(rs, "branch");
   b.split_depth = rs.getInt("split_depth");
@@ -588,35 +619,40 @@ db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status e
   });
 }
 
-db_result<std::optional<batch_row>> find_active_batch(session s) {
-  using V = std::optional<batch_row>;
-  std::int64_t id = 0;
+db_result<std::vector<batch_row>> find_active_batches(session s) {
+  using V = std::vector<batch_row>;
+  std::vector<std::int64_t> ids;
   auto r = guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     std::unique_ptr<sql::Statement> st(conn.createStatement());
-    rs_ptr rs(st->executeQuery("SELECT id FROM merge_batch WHERE active_slot = 1"));
-    if (rs->next()) id = rs->getInt64(1);
-    return db_result<V>::success(std::nullopt);
+    rs_ptr rs(st->executeQuery("SELECT id FROM merge_batch WHERE active_slot = 1 ORDER BY id"));
+    while (rs->next()) ids.push_back(rs->getInt64(1));
+    return db_result<V>::success({});
   });
-  if (!r.ok() || id == 0) return r;
-  auto b = load_batch(s, id);
-  if (!b.ok()) {
-    if (b.outcome == db_outcome::not_found) return db_result<V>::success(std::nullopt);
-    return db_result<V>::failure(b.error);
+  if (!r.ok()) return r;
+  V out;
+  for (auto id : ids) {
+    auto b = load_batch(s, id);
+    if (b.outcome == db_outcome::not_found) continue;
+    if (!b.ok()) return db_result<V>::failure(b.error);
+    out.push_back(std::move(b.value));
   }
-  return db_result<V>::success(std::move(b.value));
+  return db_result<V>::success(std::move(out));
 }
 
 db_result<std::vector<waiting_row>> list_waiting(session s, int limit) {
   using V = std::vector<waiting_row>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(conn, "SELECT operation_id, split_group, " + detail::ms("created_at") +
+    auto st = prepare(conn, "SELECT operation_id, repository, target_branch, split_group, " + detail::ms("created_at") +
                                 " AS admitted_ms FROM merge_batch_request WHERE batch_id IS NULL "
                                 "ORDER BY created_at, id LIMIT ?");
     st->setInt(1, limit);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next())
-      out.push_back({detail::str(*rs, "operation_id"), rs->getInt("split_group"), rs->getInt64("admitted_ms")});
+      out.push_back({detail::str(*rs, "operation_id"),
+                     {detail::str(*rs, "repository"), detail::str(*rs, "target_branch")},
+                     rs->getInt("split_group"),
+                     rs->getInt64("admitted_ms")});
     return db_result<V>::success(std::move(out));
   });
 }

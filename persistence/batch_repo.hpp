@@ -1,7 +1,8 @@
 #pragma once
 // Batch aggregation (batch/database write-up, sections 3.1-3.4 and 3.7):
-//   I1 the single active slot is merge_batch.active_slot (generated + UNIQUE): RUNNING and BLOCKED
-//      hold it, a terminal status releases it in the same UPDATE;
+//   I1 one active slot per partition (repository, target branch): merge_batch.active_slot
+//      (generated) is UNIQUE together with the partition (migration 7); RUNNING and BLOCKED hold
+//      it, a terminal status releases it in the same UPDATE;
 //   I2 a claim moves waiting rows with a guarded UPDATE whose affected rows must equal the rows
 //   read; I3 the claim reads the waiting set without locks (READ COMMITTED, no FOR UPDATE), so
 //   admission
@@ -11,6 +12,7 @@
 
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
+#include "workflow/batch_decide.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -23,10 +25,16 @@ namespace changeflow::persistence {
 enum class batch_status : int { RUNNING = 1, SUCCEEDED = 2, FAILED = 3, BLOCKED = 4 };
 std::string_view to_string(batch_status s);
 
-/// true = admitted now, false = already admitted (not an error).
-db_result<bool> admit(session s, const std::string& operation_id);
-/// Lock-free pre-check before a claim round: avoids "take the slot, then roll back" churn.
-db_result<bool> has_waiting(session s);
+/// Where a batch merges: (repository, target branch). Each has its own active slot.
+using batch_partition = workflow::batch::partition;
+
+/// true = admitted now, false = already admitted (not an error). The workflow admits through
+/// `transition` (to BATCH_WAITING), which takes the partition from the operation; this is the
+/// bare insert for rows without an operation.
+db_result<bool> admit(session s, const std::string& operation_id, const batch_partition& where = {});
+/// The partitions with at least one waiting row (lock-free, one index scan), in a stable order: the
+/// pre-check of a round, so no partition's slot is taken and rolled back when nothing waits there.
+db_result<std::vector<batch_partition>> waiting_partitions(session s);
 
 struct batch_member {
   std::int64_t request_id = 0;
@@ -49,12 +57,12 @@ using claim_hook = std::function<void(claim_stage)>;
 
 /// Before the transaction, waiting rows of operations that left BATCH_WAITING (closed or forced to
 /// fail while waiting) are removed: they are never claimed nor counted.
-/// One transaction: take the slot (1062 -> slot_occupied), plain read of up to `max_members`
-/// waiting rows admitted before this millisecond (DB clock) ordered by (created_at, id), keep the
-/// split group of the oldest one (bisection halves go separately), guarded claim UPDATE
-/// (mismatch -> rollback -> preempted), membership history, commit. Empty -> rollback, no batch
-/// row.
-db_result<claim_result> claim(session s, int max_members, const claim_hook& hook = {});
+/// One transaction: take the partition's slot (1062 -> slot_occupied), plain read of up to
+/// `max_members` waiting rows of that partition admitted before this millisecond (DB clock)
+/// ordered by (created_at, id), keep the split group of the oldest one (bisection halves go
+/// separately), guarded claim UPDATE (mismatch -> rollback -> preempted), membership history,
+/// commit. Empty -> rollback, no batch row. Claims of different partitions never meet.
+db_result<claim_result> claim(session s, const batch_partition& where, int max_members, const claim_hook& hook = {});
 
 /// Guarded status change: affected rows must be 1 (else preempted). SUCCEEDED/FAILED release the
 /// slot in the same UPDATE; BLOCKED keeps it.
@@ -80,6 +88,7 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
 
 struct batch_row {
   std::int64_t id = 0;
+  batch_partition partition;
   batch_status status = batch_status::RUNNING;
   std::optional<std::int64_t> mr_iid;
   std::optional<std::string> branch;
@@ -123,11 +132,12 @@ db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t m
 db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status expected, std::int64_t mr_iid,
                                 const std::string& cause, const std::string& instance_id);
 
-/// The active batch (RUNNING or BLOCKED), if any, with its members.
-db_result<std::optional<batch_row>> find_active_batch(session s);
+/// The active batches (RUNNING or BLOCKED), at most one per partition, with their members.
+db_result<std::vector<batch_row>> find_active_batches(session s);
 
 struct waiting_row {
   std::string operation_id;
+  batch_partition partition;
   int split_group = 0;
   std::int64_t admitted_at_ms = 0;
 };

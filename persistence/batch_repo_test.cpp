@@ -26,11 +26,11 @@ void age_waiting(const test_database& db) {
       "UPDATE merge_batch_request SET created_at = created_at - INTERVAL 1 SECOND WHERE batch_id "
       "IS NULL");
 }
-std::vector<std::string> admit_many(sql::Connection& c, int n) {
+std::vector<std::string> admit_many(sql::Connection& c, int n, const batch_partition& where = {}) {
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) {
     ids.push_back(ids::new_uuid());
-    EXPECT_TRUE(admit(c, ids.back()).value);
+    EXPECT_TRUE(admit(c, ids.back(), where).value);
   }
   return ids;
 }
@@ -77,7 +77,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
       auto c = db.connect();
       // Bounded loop: a broken claim must end the test, not hang it.
       for (int round = 0; round < 200000 && claimed_total < total && !failure; ++round) {
-        auto r = claim(*c, 7, hold_until_a_rival_waits);
+        auto r = claim(*c, {}, 7, hold_until_a_rival_waits);
         if (!r.ok()) {
           if (r.outcome != db_outcome::retryable) fail("claim: " + r.error.message);
           continue;
@@ -133,7 +133,7 @@ TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
     for (int i = 0; i < racers; ++i) {
       threads.emplace_back([&, i] {
         sync.arrive_and_wait();
-        auto r = claim(*conns[i], 2);
+        auto r = claim(*conns[i], {}, 2);
         ASSERT_TRUE(r.ok()) << r.error.message;
         results[i] = r.value;
       });
@@ -155,6 +155,99 @@ TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
   }
 }
 
+// I1 per partition: racers claim in two partitions at once. Within a partition exactly one wins and
+// the others are told slot_occupied; across partitions both win. The racers are proven to have
+// raced: each winner keeps its claim transaction open (slot row inserted, not committed) until a
+// rival of its own partition is seen waiting on its slot's unique key. The two winners are not
+// required to hold their slots at the same moment: InnoDB's duplicate-key check takes gap locks on
+// the slot index even under READ COMMITTED, so a rival waiting in one partition can briefly hold up
+// the other partition's slot INSERT (for as long as the first claim transaction lasts, milliseconds
+// outside this test). That partitions do batch in parallel is asserted end to end, from the
+// simulator's request log, in tests/e2e/repositories_test.
+TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
+  test_database db;
+  const std::vector<batch_partition> partitions = {{"team/alpha", "main"}, {"team/beta", "main"}};
+  constexpr int per_partition = 3;
+  constexpr int racers = per_partition * 2;
+  std::vector<std::unique_ptr<sql::Connection>> conns;
+  for (int i = 0; i < racers; ++i) conns.push_back(db.connect());
+  const auto rival_waits_on = [&](const batch_partition& p) {
+    return "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '" + db.name() +
+           "' AND INFO LIKE 'INSERT INTO merge_batch (%''" + p.repository + "''%'";
+  };
+  for (int round = 0; round < 5; ++round) {
+    for (const auto& p : partitions) admit_many(*conns[0], 2 * per_partition, p);
+    age_waiting(db);
+    std::barrier sync(racers);
+    std::atomic<int> rival_waited{0};
+    std::vector<claim_result> results(racers);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < racers; ++i) {
+      threads.emplace_back([&, i] {
+        const auto& where = partitions[i % 2];
+        const claim_hook hold = [&](claim_stage stage) {
+          if (stage != claim_stage::members_claimed) return;
+          if (wait_until([&] { return db.scalar(rival_waits_on(where)) != "0"; }, 30s)) ++rival_waited;
+        };
+        sync.arrive_and_wait();
+        auto r = claim(*conns[i], where, 2, hold);
+        ASSERT_TRUE(r.ok()) << r.error.message;
+        results[i] = r.value;
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(rival_waited.load(), 2) << "round " << round
+                                      << ": no rival of a partition waited on its winner's slot (no overlap)";
+    std::map<std::string, int> winners;
+    std::vector<std::int64_t> batch_ids;
+    for (int i = 0; i < racers; ++i) {
+      const auto& r = results[i];
+      if (r.kind == claim_kind::claimed) {
+        ++winners[partitions[i % 2].repository];
+        batch_ids.push_back(r.batch_id);
+      } else {
+        EXPECT_EQ(r.kind, claim_kind::slot_occupied) << "round " << round << " racer " << i;
+      }
+    }
+    EXPECT_EQ(winners["team/alpha"], 1) << "round " << round;
+    EXPECT_EQ(winners["team/beta"], 1) << "round " << round;
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), "2");
+    // Each batch carries only its own partition's waiting rows.
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request r JOIN merge_batch b ON b.id = r.batch_id "
+                        "WHERE b.status = 1 AND (r.repository <> b.repository OR r.target_branch <> b.target_branch)"),
+              "0");
+    for (auto id : batch_ids) {
+      ASSERT_TRUE(finish_batch(*conns[0], id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
+    }
+  }
+}
+
+TEST(BatchRepo, WaitingPartitionsAndActiveBatchesArePerPartition) {
+  test_database db;
+  auto c = db.connect();
+  const batch_partition main_a{"team/a", "main"}, release_a{"team/a", "release"}, main_b{"team/b", "main"};
+  admit_many(*c, 1, main_a);
+  admit_many(*c, 2, release_a);
+  age_waiting(db);
+  auto listed = waiting_partitions(*c);
+  ASSERT_TRUE(listed.ok()) << listed.error.message;
+  EXPECT_EQ(listed.value, (std::vector<batch_partition>{main_a, release_a}));
+  // A partition with nothing waiting claims nothing and holds no slot.
+  EXPECT_EQ(claim(*c, main_b, 10).value.kind, claim_kind::empty);
+  auto a = claim(*c, main_a, 10);
+  auto r = claim(*c, release_a, 10);
+  ASSERT_EQ(a.value.kind, claim_kind::claimed);
+  ASSERT_EQ(r.value.kind, claim_kind::claimed);
+  EXPECT_EQ(r.value.members.size(), 2u);
+  EXPECT_EQ(claim(*c, main_a, 10).value.kind, claim_kind::slot_occupied);
+  auto active = find_active_batches(*c);
+  ASSERT_TRUE(active.ok());
+  ASSERT_EQ(active.value.size(), 2u);
+  EXPECT_EQ(active.value[0].partition, main_a);
+  EXPECT_EQ(active.value[1].partition, release_a);
+  EXPECT_TRUE(waiting_partitions(*c).value.empty());
+}
+
 // I3: admissions complete while a claim transaction is open, at every step of it.
 TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
   test_database db;
@@ -168,7 +261,7 @@ TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
   admit_many(*claimer, 3);
   age_waiting(db);
   std::map<claim_stage, db_result<bool>> during;
-  auto r = claim(*claimer, 10, [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
+  auto r = claim(*claimer, {}, 10, [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
   ASSERT_TRUE(r.ok()) << r.error.message;
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   // The row admitted right after the slot was taken may be old enough for this claim's read.
@@ -212,14 +305,14 @@ TEST(BatchRepo, ConcurrentDuplicateAdmissionsAdmitOnce) {
 TEST(BatchRepo, EmptyClaimLeavesNoBatchRow) {
   test_database db;
   auto c = db.connect();
-  EXPECT_FALSE(has_waiting(*c).value);
-  auto r = claim(*c, 10);
+  EXPECT_TRUE(waiting_partitions(*c).value.empty());
+  auto r = claim(*c, {}, 10);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value.kind, claim_kind::empty);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch"), "0");
   // Admitted in this very millisecond: not claimable yet, and the slot is still not held.
   admit(*c, ids::new_uuid());
-  EXPECT_TRUE(has_waiting(*c).value);
+  EXPECT_EQ(waiting_partitions(*c).value.size(), 1u);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
 }
 
@@ -228,13 +321,13 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
   auto c = db.connect();
   admit_many(*c, 2);
   age_waiting(db);
-  auto first = claim(*c, 1);
+  auto first = claim(*c, {}, 1);
   ASSERT_EQ(first.value.kind, claim_kind::claimed);
-  EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);
+  EXPECT_EQ(claim(*c, {}, 1).value.kind, claim_kind::slot_occupied);
 
   const auto id = first.value.batch_id;
   ASSERT_TRUE(finish_batch(*c, id, batch_status::RUNNING, batch_status::BLOCKED, "pipeline unknown").ok());
-  EXPECT_EQ(claim(*c, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
+  EXPECT_EQ(claim(*c, {}, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
   EXPECT_EQ(finish_batch(*c, id, batch_status::RUNNING, batch_status::FAILED).outcome, db_outcome::preempted);
   ASSERT_TRUE(finish_batch(*c, id, batch_status::BLOCKED, batch_status::SUCCEEDED).ok());
   auto b = load_batch(*c, id);
@@ -242,7 +335,7 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
   EXPECT_EQ(b.value.failure_reason, "pipeline unknown");
   EXPECT_EQ(b.value.members.size(), 1u);
 
-  auto second = claim(*c, 1);
+  auto second = claim(*c, {}, 1);
   ASSERT_EQ(second.value.kind, claim_kind::claimed);
   ASSERT_TRUE(finish_batch(*c, second.value.batch_id, batch_status::RUNNING, batch_status::FAILED, "x").ok());
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
@@ -254,7 +347,7 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   auto c = db.connect();
   auto ops = admit_many(*c, 3);
   age_waiting(db);
-  auto r = claim(*c, 10);
+  auto r = claim(*c, {}, 10);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   auto settled = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING, member_reset::requeue, "MR closed");
   ASSERT_TRUE(settled.ok()) << settled.error.message;
@@ -267,7 +360,7 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REMOVED'"), "0");
 
   // Requeued members keep their place and are claimed by the next batch.
-  auto next = claim(*c, 10);
+  auto next = claim(*c, {}, 10);
   ASSERT_EQ(next.value.kind, claim_kind::claimed);
   ASSERT_EQ(next.value.members.size(), 3u);
   EXPECT_EQ(next.value.members[0].operation_id, ops[0]);
@@ -280,20 +373,20 @@ TEST(BatchRepo, BisectionClaimsOneSplitGroupAtATime) {
   auto c = db.connect();
   auto ops = admit_many(*c, 4);
   age_waiting(db);
-  auto r = claim(*c, 10);
+  auto r = claim(*c, {}, 10);
   ASSERT_EQ(r.value.members.size(), 4u);
   auto q = requeue_members(*c, r.value.batch_id, {{ops[0], ops[1]}, {ops[2]}}, "pipeline failed: bisect");
   ASSERT_TRUE(q.ok()) << q.error.message;
   EXPECT_EQ(q.value, 3);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ops[3] + "'"), "0");
 
-  auto half = claim(*c, 10);
+  auto half = claim(*c, {}, 10);
   ASSERT_EQ(half.value.kind, claim_kind::claimed);
   ASSERT_EQ(half.value.members.size(), 2u);
   EXPECT_EQ(half.value.members[0].operation_id, ops[0]);
   EXPECT_EQ(half.value.members[1].operation_id, ops[1]);
   ASSERT_TRUE(finish_batch(*c, half.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
-  auto other = claim(*c, 10);
+  auto other = claim(*c, {}, 10);
   ASSERT_EQ(other.value.members.size(), 1u);
   EXPECT_EQ(other.value.members[0].operation_id, ops[2]);
 }
@@ -303,7 +396,7 @@ TEST(BatchRepo, SweepFindsOnlyOldRunningBatches) {
   auto c = db.connect();
   admit_many(*c, 1);
   age_waiting(db);
-  auto r = claim(*c, 10);
+  auto r = claim(*c, {}, 10);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   EXPECT_TRUE(sweep_running_older_than(*c, 600).value.empty());
   db.exec("UPDATE merge_batch SET created_at = NOW(3) - INTERVAL 700 SECOND");

@@ -10,7 +10,7 @@ using detail::rs_ptr;
 
 namespace {
 constexpr const char* binding_columns =
-    "SELECT id, subject_id, target_key, operation_id, phase, "
+    "SELECT id, subject_id, repository, target_key, operation_id, phase, "
     "CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms FROM binding ";
 
@@ -20,6 +20,7 @@ db_result<binding_row> read_one(detail::stmt_ptr st, const std::string& what) {
   binding_row b;
   b.id = rs->getInt64("id");
   b.subject_id = detail::str(*rs, "subject_id");
+  b.repository = detail::str(*rs, "repository");
   b.target_key = detail::str(*rs, "target_key");
   b.operation_id = detail::str(*rs, "operation_id");
   auto p = workflow::parse_phase(detail::str(*rs, "phase"));
@@ -31,25 +32,30 @@ db_result<binding_row> read_one(detail::stmt_ptr st, const std::string& what) {
 }
 }  // namespace
 
-db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& target_key) {
+db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& repository,
+                                    const std::string& target_key) {
   return guarded<binding_row>(s, [&](sql::Connection& conn) {
-    auto st = prepare(conn, std::string(binding_columns) + "WHERE subject_id = ? AND target_key = ?");
+    auto st =
+        prepare(conn, std::string(binding_columns) + "WHERE subject_id = ? AND repository = ? AND target_key = ?");
     st->setString(1, subject_id);
-    st->setString(2, target_key);
-    return read_one(std::move(st), subject_id + "/" + target_key);
+    st->setString(2, repository);
+    st->setString(3, target_key);
+    return read_one(std::move(st), subject_id + "/" + repository + "/" + target_key);
   });
 }
 
 db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
+                                                            const std::string& repository,
                                                             const std::string& target_key) {
   using V = std::vector<binding_history_row>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT id, operation_id, replaced_operation_id, replaced_phase, "
                       "CAST(ROUND(UNIX_TIMESTAMP(applied_at) * 1000) AS SIGNED) AS applied_at_ms "
-                      "FROM binding_history WHERE subject_id = ? AND target_key = ? ORDER BY id");
+                      "FROM binding_history WHERE subject_id = ? AND repository = ? AND target_key = ? ORDER BY id");
     st->setString(1, subject_id);
-    st->setString(2, target_key);
+    st->setString(2, repository);
+    st->setString(3, target_key);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) {

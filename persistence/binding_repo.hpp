@@ -15,6 +15,7 @@ namespace changeflow::persistence {
 struct binding_row {
   std::int64_t id = 0;
   std::string subject_id;
+  std::string repository;  // the same target name in two repositories is two relationships
   std::string target_key;
   std::string operation_id;
   workflow::phase phase = workflow::phase::APPROVAL_SENDING;
@@ -23,7 +24,8 @@ struct binding_row {
 };
 
 /// not_found when the relationship has never been applied.
-db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& target_key);
+db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& repository,
+                                    const std::string& target_key);
 
 struct binding_history_row {
   std::int64_t id = 0;
@@ -34,6 +36,7 @@ struct binding_history_row {
 };
 /// Every application of a relationship, oldest first.
 db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
+                                                            const std::string& repository,
                                                             const std::string& target_key);
 
 }  // namespace changeflow::persistence

@@ -25,6 +25,8 @@ std::vector<std::string> schema_v4();
 std::vector<std::string> schema_v5();
 // Migration 6: operation.requester, the verified identity that submitted the change.
 std::vector<std::string> schema_v6();
+// Migration 7: repository and target branch of every change; one batch slot per (repository, branch).
+std::vector<std::string> schema_v7();
 // Migration 9: notification subscriptions and the delivery outbox, written by a trigger on the timeline.
 std::vector<std::string> schema_v9();
 // Migration 10: creation writes its first event through the staging columns too (one timeline writer).
@@ -51,6 +53,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {4, "idempotency record owner and in-flight deadline", schema_v4()},
       {5, "batch attempts per member", schema_v5()},
       {6, "operation requester", schema_v6()},
+      {7, "repositories and per-branch batch slots", schema_v7()},
       {9, "notification subscriptions and delivery outbox", schema_v9()},
       {10, "creation event trigger: one timeline writer", schema_v10()},
       {11, "revert links", schema_v11()},
@@ -95,6 +98,32 @@ db_result<int> current_schema_version(session s) {
     std::unique_ptr<sql::Statement> st(conn.createStatement());
     std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
     return db_result<int>::success(rs->next() ? rs->getInt(1) : 0);
+  });
+}
+
+db_result<int> adopt_rows_without_repository(session s, const std::string& project, const std::string& target_branch) {
+  return detail::guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
+    // Each statement is idempotent on its own (only '' rows match), so no transaction is needed: a
+    // crash half-way leaves the rest for the next start-up.
+    auto ops = detail::prepare(conn,
+                               "UPDATE operation SET repository = ?, target_branch = ?, updated_at = updated_at "
+                               "WHERE repository = ''");
+    ops->setString(1, project);
+    ops->setString(2, target_branch);
+    const int adopted = ops->executeUpdate();
+    for (const char* table : {"binding", "binding_history"}) {
+      auto st = detail::prepare(conn, std::string("UPDATE ") + table + " SET repository = ? WHERE repository = ''");
+      st->setString(1, project);
+      st->executeUpdate();
+    }
+    for (const char* table : {"merge_batch", "merge_batch_request"}) {
+      auto st = detail::prepare(
+          conn, std::string("UPDATE ") + table + " SET repository = ?, target_branch = ? WHERE repository = ''");
+      st->setString(1, project);
+      st->setString(2, target_branch);
+      st->executeUpdate();
+    }
+    return db_result<int>::success(adopted);
   });
 }
 

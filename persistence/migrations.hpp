@@ -35,4 +35,10 @@ migrate_result migrate(session s, const std::vector<migration>& migrations);
 /// Highest applied version, 0 when none.
 db_result<int> current_schema_version(session s);
 
+/// Completes migration 7 with what only the configuration knows: rows written before it (repository
+/// '') belong to the one repository changeflow served then, `project` and `target_branch` (the
+/// global gitlab.project and gitlab.target_branch). Idempotent; timestamps are kept, so the
+/// reconciliation window and the sweeps see the rows as before. Returns the operations assigned.
+db_result<int> adopt_rows_without_repository(session s, const std::string& project, const std::string& target_branch);
+
 }  // namespace changeflow::persistence

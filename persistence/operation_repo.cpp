@@ -23,7 +23,8 @@ const char* const operation_columns =
     "owner_instance, "
     "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
     "created_at_ms, "
-    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester, revert_of, reverted_by";
+    "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester, repository, "
+    "target_branch, revert_of, reverted_by";
 
 namespace {
 step step_or_throw(int code) {
@@ -62,6 +63,8 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.created_at_ms = rs.getInt64("created_at_ms");
   r.updated_at_ms = rs.getInt64("updated_at_ms");
   r.requester = str(rs, "requester");
+  r.repository = str(rs, "repository");
+  r.target_branch = str(rs, "target_branch");
   r.revert_of = opt_string(rs, "revert_of");
   r.reverted_by = opt_string(rs, "reverted_by");
   return r;
@@ -134,9 +137,12 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   // Plain read; the binding write below pins what was read, so a change in between is detected,
   // not lost. Read first because the operation's INSERT carries its first event (created or
   // re-applied) to the creation trigger.
-  auto sel = prepare(conn, "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND target_key = ?");
+  auto sel = prepare(conn,
+                     "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND repository = ? "
+                     "AND target_key = ?");
   sel->setString(1, op.subject_id);
-  sel->setString(2, op.target_key);
+  sel->setString(2, op.repository);
+  sel->setString(3, op.target_key);
   rs_ptr existing(sel->executeQuery());
   std::optional<std::string> replaced_op, replaced_phase;
   if (existing->next()) {
@@ -146,9 +152,9 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
 
   auto ins = prepare(conn,
                      "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-                     "title, payload, owner_instance, lease_epoch, requester, event_cause, event_actor, "
-                     "event_instance, revert_of) "
-                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                     "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
+                     "event_cause, event_actor, event_instance, revert_of) "
+                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   ins->setString(1, op.operation_id);
   ins->setString(2, op.subject_id);
   ins->setString(3, op.target_key);
@@ -160,12 +166,14 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   set_opt_string(*ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
   ins->setInt64(10, op.lease_epoch);
   set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
+  ins->setString(12, op.repository);
+  ins->setString(13, op.target_branch);
   std::string cause = replaced_op ? "re-applied" : "created";
   if (!op.revert_of.empty()) cause += "; revert of " + op.revert_of;
-  ins->setString(12, cause);
-  ins->setString(13, op.actor.substr(0, 160));
-  set_opt_string(*ins, 14, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
-  set_opt_string(*ins, 15, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
+  ins->setString(14, cause);
+  ins->setString(15, op.actor.substr(0, 160));
+  set_opt_string(*ins, 16, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+  set_opt_string(*ins, 17, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
   try {
     ins->executeUpdate();
   } catch (const sql::SQLException& e) {
@@ -174,11 +182,14 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   }
 
   if (!replaced_op) {
-    auto insb = prepare(conn, "INSERT INTO binding (subject_id, target_key, operation_id, phase) VALUES (?, ?, ?, ?)");
+    auto insb = prepare(conn,
+                        "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) "
+                        "VALUES (?, ?, ?, ?, ?)");
     insb->setString(1, op.subject_id);
-    insb->setString(2, op.target_key);
-    insb->setString(3, op.operation_id);
-    insb->setString(4, initial_phase);
+    insb->setString(2, op.repository);
+    insb->setString(3, op.target_key);
+    insb->setString(4, op.operation_id);
+    insb->setString(5, initial_phase);
     try {
       insb->executeUpdate();
     } catch (const sql::SQLException& e) {
@@ -192,24 +203,27 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
     // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
     auto upd = prepare(conn,
                        "UPDATE binding SET operation_id = ?, phase = ? "
-                       "WHERE subject_id = ? AND target_key = ? AND phase = ? AND operation_id = ?");
+                       "WHERE subject_id = ? AND repository = ? AND target_key = ? AND phase = ? "
+                       "AND operation_id = ?");
     upd->setString(1, op.operation_id);
     upd->setString(2, initial_phase);
     upd->setString(3, op.subject_id);
-    upd->setString(4, op.target_key);
-    upd->setString(5, *replaced_phase);
-    upd->setString(6, *replaced_op);
+    upd->setString(4, op.repository);
+    upd->setString(5, op.target_key);
+    upd->setString(6, *replaced_phase);
+    upd->setString(7, *replaced_op);
     if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
   }
 
   auto hist = prepare(conn,
-                      "INSERT INTO binding_history (subject_id, target_key, operation_id, replaced_operation_id, "
-                      "replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, NOW(3))");
+                      "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
+                      "replaced_operation_id, replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
   hist->setString(1, op.subject_id);
-  hist->setString(2, op.target_key);
-  hist->setString(3, op.operation_id);
-  set_opt_string(*hist, 4, replaced_op);
-  set_opt_string(*hist, 5, replaced_phase);
+  hist->setString(2, op.repository);
+  hist->setString(3, op.target_key);
+  hist->setString(4, op.operation_id);
+  set_opt_string(*hist, 5, replaced_op);
+  set_opt_string(*hist, 6, replaced_phase);
   hist->executeUpdate();
   return R::success(create_outcome::created);
 }
@@ -340,8 +354,13 @@ db_result<std::int64_t> transition(session s, const transition_request& req) {
     // Chosen over "the coordinator admits pending BATCH_WAITING operations at round start" because
     // that needs a scan of operation by step every round. A duplicate key means "already admitted"
     // (I4: a requeued member keeps its row, an operator re-trigger after BATCH_FAILED re-inserts).
+    // The waiting row carries the operation's partition (repository, target branch): a claim
+    // reads one partition's waiting set through its index.
     {
-      auto adm = prepare(conn, "INSERT INTO merge_batch_request (operation_id, created_at) VALUES (?, NOW(3))");
+      auto adm = prepare(conn,
+                         "INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) "
+                         "SELECT operation_id, repository, target_branch, NOW(3) FROM operation "
+                         "WHERE operation_id = ?");
       adm->setString(1, req.operation_id);
       detail::insert_unless_duplicate(*adm);  // false = already admitted
     }
@@ -411,16 +430,18 @@ db_result<std::optional<validated_flip>> mark_validated(session s, const std::st
   });
 }
 
-db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age_s, int max_age_s, int limit) {
+db_result<std::vector<merged_candidate>> merged_in_window(session s, const std::string& repository, int min_age_s,
+                                                          int max_age_s, int limit) {
   using V = std::vector<merged_candidate>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     auto st = prepare(conn,
                       "SELECT operation_id, mr_iid FROM operation WHERE phase = 'MERGED' "
                       "AND updated_at > NOW(3) - INTERVAL ? SECOND AND updated_at < NOW(3) - INTERVAL ? SECOND "
-                      "AND mr_iid IS NOT NULL ORDER BY updated_at LIMIT ?");
+                      "AND mr_iid IS NOT NULL AND repository = ? ORDER BY updated_at LIMIT ?");
     st->setInt(1, max_age_s);
     st->setInt(2, min_age_s);
-    st->setInt(3, limit);
+    st->setString(3, repository);
+    st->setInt(4, limit);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) out.push_back({detail::str(*rs, "operation_id"), rs->getInt64("mr_iid")});

@@ -39,6 +39,8 @@ struct operation_row {
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
   std::string requester;                   // verified identity that submitted it; "" for rows older than migration 6
+  std::string repository;                  // GitLab project path every call of the change goes to (migration 7)
+  std::string target_branch;               // branch its MR merges into
   std::optional<std::string> revert_of;    // the validated change this one reverts
   std::optional<std::string> reverted_by;  // this change's current revert
 };
@@ -56,6 +58,10 @@ struct new_operation {
   std::string actor = "workflow";  // label of the first timeline event
   /// Verified identity that submitted it (or "anonymous" where configured); "" stores NULL.
   std::string requester;
+  /// The repository (GitLab project path) and target branch, validated against the configuration by
+  /// the caller. The binding's key is (subject_id, repository, target_key).
+  std::string repository;
+  std::string target_branch;
   /// The change this one reverts ("" for none): stored, and named by the first timeline event.
   /// Created through persistence::create_revert, which links the original in the same transaction.
   std::string revert_of;
@@ -147,8 +153,9 @@ struct merged_candidate {
   std::string operation_id;
   std::int64_t mr_iid = 0;
 };
-/// Reconciliation window: phase MERGED, updated_at inside (now - max_age, now -
-/// min_age) on the DB clock, oldest first, only rows with an MR number.
-db_result<std::vector<merged_candidate>> merged_in_window(session s, int min_age_s, int max_age_s, int limit);
+/// Reconciliation window of one repository (MR numbers are per project): phase MERGED, updated_at
+/// inside (now - max_age, now - min_age) on the DB clock, oldest first, only rows with an MR number.
+db_result<std::vector<merged_candidate>> merged_in_window(session s, const std::string& repository, int min_age_s,
+                                                          int max_age_s, int limit);
 
 }  // namespace changeflow::persistence

@@ -73,7 +73,7 @@ TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
   // Wake time comes from the DB clock: about a minute after the row's own update time.
   EXPECT_NEAR(static_cast<double>(*row.value.next_wake_at_ms - row.value.updated_at_ms), 60'000.0, 1'000.0);
 
-  auto b = find_binding(*c, "alice", "repo/app.yaml");
+  auto b = find_binding(*c, "alice", "", "repo/app.yaml");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b.value.operation_id, id);
   EXPECT_EQ(b.value.phase, phase::APPROVAL_SENT);
@@ -218,11 +218,11 @@ TEST(OperationRepo, ReappliableRowIsResetInPlaceWithHistory) {
   auto first = new_op(*c, "carol", "t");
   walk(*c, first, {S::APPROVAL_REJECTED});
   auto second = new_op(*c, "carol", "t");
-  auto b = find_binding(*c, "carol", "t");
+  auto b = find_binding(*c, "carol", "", "t");
   EXPECT_EQ(b.value.operation_id, second);
   EXPECT_EQ(b.value.phase, phase::APPROVAL_SENDING);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding"), "1");
-  auto h = binding_history(*c, "carol", "t");
+  auto h = binding_history(*c, "carol", "", "t");
   ASSERT_EQ(h.value.size(), 2u);
   EXPECT_EQ(h.value[1].replaced_operation_id, first);
   EXPECT_EQ(h.value[1].replaced_phase, "REJECTED");
@@ -244,7 +244,7 @@ TEST(OperationRepo, EndedChangesFreeTheTargetFailuresHoldIt) {
   walk(*c, first, test::to_merged, 7);
   walk(*c, first, {S::CALLED_BACK});
   auto second = new_op(*c, "gina", "t");  // VALIDATED frees the target
-  ASSERT_EQ(find_binding(*c, "gina", "t").value.operation_id, second);
+  ASSERT_EQ(find_binding(*c, "gina", "", "t").value.operation_id, second);
   EXPECT_EQ(load_operation(*c, first).value.phase, phase::VALIDATED);  // the old one stays readable
 
   walk(*c, second, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_ERROR});
@@ -258,13 +258,13 @@ TEST(OperationRepo, EndedChangesFreeTheTargetFailuresHoldIt) {
   walk(*c, second, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
   EXPECT_EQ(create_operation(*c, third).value, create_outcome::created);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'gina'"), "1");
-  auto h = binding_history(*c, "gina", "t");
+  auto h = binding_history(*c, "gina", "", "t");
   ASSERT_EQ(h.value.size(), 3u);
   EXPECT_EQ(h.value[1].replaced_phase, "VALIDATED");
   EXPECT_EQ(h.value[2].replaced_phase, "CANCELLED");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE operation_id = '" + second + "'"), "0");
   // A late transition of a replaced operation never touches the binding now owned by another.
-  EXPECT_EQ(find_binding(*c, "gina", "t").value.phase, phase::APPROVAL_SENDING);
+  EXPECT_EQ(find_binding(*c, "gina", "", "t").value.phase, phase::APPROVAL_SENDING);
 }
 
 // I5: racing re-applies of one freed relationship -> exactly one winner, one row. The racers must
@@ -339,7 +339,7 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
              "UPDATE must miss";
     }
     preempted_seen += preempted;
-    EXPECT_EQ(find_binding(*conns[0], "dave", target).value.operation_id, winner);
+    EXPECT_EQ(find_binding(*conns[0], "dave", "", target).value.operation_id, winner);
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE target_key = '" + target + "'"), "1");
     // Losers' operation rows were rolled back with their transaction.
     EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE target_key = '" + target + "'"), "2");
@@ -530,7 +530,7 @@ TEST(OperationRepo, ReconciliationWindowUsesDbClock) {
   auto fresh = new_op(*c, "kim", "b");
   walk(*c, fresh, test::to_merged, 8);
   db.exec("UPDATE operation SET updated_at = NOW(3) - INTERVAL 120 SECOND WHERE operation_id = '" + old_op + "'");
-  auto w = merged_in_window(*c, 60, 3600, 100);
+  auto w = merged_in_window(*c, "", 60, 3600, 100);
   ASSERT_TRUE(w.ok());
   ASSERT_EQ(w.value.size(), 1u);
   EXPECT_EQ(w.value[0].operation_id, old_op);

@@ -30,15 +30,16 @@ std::string deploy_ledger_key(const std::string& delivery_id) {
   return "deploy:" + delivery_id;
 }
 
-db_result<std::vector<mr_operation>> operations_for_mr(session s, std::int64_t mr_iid) {
+db_result<std::vector<mr_operation>> operations_for_mr(session s, const std::string& repository, std::int64_t mr_iid) {
   using V = std::vector<mr_operation>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // LEFT JOIN: an operation replaced by a re-apply keeps its mr_iid but has no binding any more.
     auto st = prepare(conn,
                       "SELECT o.operation_id, o.step, b.phase AS binding_phase FROM operation o "
                       "LEFT JOIN binding b ON b.operation_id = o.operation_id "
-                      "WHERE o.mr_iid = ? ORDER BY o.created_at");
-    st->setInt64(1, mr_iid);
+                      "WHERE o.repository = ? AND o.mr_iid = ? ORDER BY o.created_at");
+    st->setString(1, repository);
+    st->setInt64(2, mr_iid);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) {

@@ -28,8 +28,9 @@ struct mr_operation {
   workflow::step step = workflow::step::APPROVAL_SENDING;
   std::optional<workflow::phase> binding_phase;
 };
-/// Every operation whose mr_iid is `mr_iid` (a batch MR carries several), one query.
-db_result<std::vector<mr_operation>> operations_for_mr(session s, std::int64_t mr_iid);
+/// Every operation of `repository` whose mr_iid is `mr_iid` (a batch MR carries several), one
+/// query. MR numbers are per project: the same number in another repository is another MR.
+db_result<std::vector<mr_operation>> operations_for_mr(session s, const std::string& repository, std::int64_t mr_iid);
 
 /// Closed set of deploy-callback outcomes, as recorded in the ledger and counted.
 enum class deploy_outcome {

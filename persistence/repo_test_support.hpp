@@ -21,9 +21,11 @@
 namespace changeflow::persistence::test {
 
 inline std::string new_op(session c, const std::string& subject, const std::string& target,
-                          const std::string& requester = {}) {
+                          const std::string& requester = {}, const std::string& repository = {}) {
   new_operation op;
   op.requester = requester;
+  op.repository = repository;
+  op.target_branch = repository.empty() ? std::string() : "main";
   op.operation_id = ids::new_uuid();
   op.subject_id = subject;
   op.target_key = target;

@@ -1,5 +1,6 @@
 #include "persistence/revert_repo.hpp"
 
+#include "persistence/binding_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -21,8 +22,8 @@ using S = workflow::step;
 namespace {
 
 /// A change walked to VALIDATED the way a deploy confirmation gets it there.
-std::string validated_op(session c, const std::string& target) {
-  auto id = new_op(c, "erin", target, "erin");
+std::string validated_op(session c, const std::string& target, const std::string& repository = {}) {
+  auto id = new_op(c, "erin", target, "erin", repository);
   walk(c, id, test::to_merged, 7);
   auto flipped = mark_validated(c, id, "callback");
   EXPECT_TRUE(flipped.ok() && flipped.value) << flipped.error.message;
@@ -173,4 +174,37 @@ TEST(RevertRepo, RefusalsRetriesAndASecondRevertAfterOneWithoutEffect) {
   EXPECT_EQ(third.value.verdict, revert_verdict::already_reverted);
   EXPECT_EQ(third.value.current_revert, second.operation_id);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE revert_of = '" + original + "'"), "2");
+}
+
+// A revert is created on the original's binding, which is keyed by repository too: the same
+// subject and target in another repository, held by a change in flight there, neither blocks it
+// nor is touched, and the revert's row carries the original's repository and branch.
+TEST(RevertRepo, ARevertTakesTheOriginalsBindingInItsRepository) {
+  test_database db;
+  auto c = db.connect();
+  const std::string target = "repo/placed.yaml";
+  auto original = validated_op(*c, target, "team/beta");
+  auto elsewhere = new_op(*c, "erin", target, "erin", "team/alpha");  // in flight in another repository
+
+  auto revert = revert_of(original, target);
+  revert.repository = "team/beta";
+  revert.target_branch = "main";
+  auto r = create_revert(*c, revert, "user:erin");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(r.value.verdict, revert_verdict::allowed);
+  EXPECT_EQ(r.value.created, create_outcome::created);
+
+  auto row = load_operation(*c, revert.operation_id);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(row.value.repository, "team/beta");
+  EXPECT_EQ(row.value.target_branch, "main");
+  EXPECT_EQ(find_binding(*c, "erin", "team/beta", target).value.operation_id, revert.operation_id);
+  auto other = find_binding(*c, "erin", "team/alpha", target);
+  EXPECT_EQ(other.value.operation_id, elsewhere);
+  EXPECT_EQ(other.value.phase, workflow::phase::APPROVAL_SENDING);
+  auto history = binding_history(*c, "erin", "team/beta", target);
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history.value.size(), 2u);
+  EXPECT_EQ(history.value[1].replaced_operation_id, original);
+  EXPECT_EQ(history.value[1].replaced_phase, "VALIDATED");
 }

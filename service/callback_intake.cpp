@@ -41,8 +41,9 @@ persistence::db_result<deploy_intake> fail_deploys(persistence::session db, cons
 }
 
 /// Runs after the delivery was recorded. The candidates are the operations the pipeline named, or
-/// else the operations carrying this MR number in our project (the MR -> operation mapping is ours,
-/// so this is an exact match, not an inference).
+/// else the operations carrying this MR number in the callback's project when it is one of ours
+/// (the MR -> operation mapping is ours, so this is an exact match, not an inference; MR numbers
+/// are per project, so the project is part of the match).
 persistence::db_result<deploy_intake> apply_deploy(persistence::session db, const persistence::deploy_callback_in& cb,
                                                    const std::vector<std::string>& named_ids,
                                                    const std::string& our_project, metrics::registry& metrics) {
@@ -55,8 +56,8 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
     return R::success(out);
   }
   std::vector<std::string> candidates = named_ids;
-  if (candidates.empty() && cb.project == our_project) {
-    auto by_mr = persistence::operations_for_mr(db, cb.mr_iid);
+  if (candidates.empty() && !our_project.empty()) {
+    auto by_mr = persistence::operations_for_mr(db, our_project, cb.mr_iid);
     if (!by_mr.ok()) return R::failure(by_mr.error);
     for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
   }

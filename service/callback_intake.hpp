@@ -80,7 +80,7 @@ struct deploy_intake {
 
 /// Records the delivery (the MR number and the ledger row commit together), then applies it: a
 /// success validates the named (or matched) operations, a failure moves them to DEPLOY_FAILED.
-/// `our_project` is the GitLab project whose MR numbers are ours. Runs on a database worker.
+/// `our_project` is the callback's project when it is a configured repository, else "". Runs on a database worker.
 deploy_intake take_deploy(persistence::session db, actors::services& svc, delivery_claims& claims,
                           const deploy_delivery& d, const std::string& our_project);
 

@@ -129,7 +129,9 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
     try {
       ec.refresh(*snap);
       auto iid = *row.mr_iid;
-      auto mr = ec.gitlab.get_mr(ec.endpoints.author_token, iid, false);
+      // The MR lives in the change's own repository, reached with that repository's token.
+      auto repo = ec.repository(*snap, row.repository);
+      auto mr = repo.gitlab.get_mr(repo.author_token, iid, false);
       if (!mr) {
         return finish(run,
                       status_only(end_status::unavailable, "The merge request could not be read; try again shortly",
@@ -141,7 +143,7 @@ void close_mr_first(run_ptr run, persistence::operation_row row, end_plan plan) 
         }
         target = step::HANDLE_ALREADY_MERGED;
       } else if (mr->state == "opened" || mr->state == "locked") {
-        auto closed = ec.gitlab.close_mr(ec.endpoints.author_token, iid);
+        auto closed = repo.gitlab.close_mr(repo.author_token, iid);
         if (!closed) {
           return finish(run,
                         status_only(end_status::unavailable, "The merge request could not be closed; try again shortly",

@@ -26,7 +26,8 @@ file_preview preview_file(const preview_input& in, const std::optional<clients::
   return out;
 }
 
-void preview_change(actors::services& svc, std::vector<preview_input> files, std::function<void(preview_result)> done) {
+void preview_change(actors::services& svc, const std::string& repository, const std::string& target_branch,
+                    std::vector<preview_input> files, std::function<void(preview_result)> done) {
   auto snap = svc.config->current();
   auto answer = std::make_shared<std::function<void(preview_result)>>(std::move(done));
   auto unavailable = [answer](std::string reason) {
@@ -35,14 +36,15 @@ void preview_change(actors::services& svc, std::vector<preview_input> files, std
     r.reason = std::move(reason);
     (*answer)(std::move(r));
   };
-  bool queued =
-      svc.external->try_submit([snap, files = std::move(files), answer, unavailable](clients::external_context& ec) {
+  bool queued = svc.external->try_submit(
+      [snap, repository, target_branch, files = std::move(files), answer, unavailable](clients::external_context& ec) {
         try {
           ec.refresh(*snap);
-          const auto target = snap->text("gitlab.target_branch");
+          auto repo = ec.repository(*snap, repository);
+          const auto target = repo.target_branch(target_branch);
           preview_result r;
           for (const auto& f : files) {
-            auto current = ec.gitlab.get_file(ec.endpoints.author_token, f.path, target);
+            auto current = repo.gitlab.get_file(repo.author_token, f.path, target);
             if (!current) {
               log::info("preview.read_failed", {{"path", f.path}, {"error", clients::describe(current.error())}});
               return unavailable("GitLab could not be read (" + clients::describe(current.error()) +

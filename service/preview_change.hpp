@@ -40,6 +40,8 @@ struct preview_result {
 file_preview preview_file(const preview_input& in, const std::optional<clients::repository_file>& current);
 
 /// Reads every file on the target branch (stopping at the first failed read) and answers once.
-void preview_change(actors::services& svc, std::vector<preview_input> files, std::function<void(preview_result)> done);
+/// Reads each file on `target_branch` of `repository` (a configured repository) and previews it.
+void preview_change(actors::services& svc, const std::string& repository, const std::string& target_branch,
+                    std::vector<preview_input> files, std::function<void(preview_result)> done);
 
 }  // namespace changeflow::service

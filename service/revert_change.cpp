@@ -2,6 +2,8 @@
 
 #include "actors/file_actions.hpp"
 #include "base/log.hpp"
+#include "config/repositories.hpp"
+#include "config/snapshot.hpp"
 #include "persistence/revert_repo.hpp"
 #include "workflow/revert_rule.hpp"
 
@@ -84,9 +86,10 @@ void conclude_elsewhere(const run_ptr& run, revert_result r) {
   run->done(std::nullopt);
 }
 
-/// The refusals that need no GitLab read (pure over what the database holds), so a change that
-/// cannot be reverted is told so while GitLab is down.
-std::optional<revert_result> refusal(persistence::session db, const persistence::operation_row& original) {
+/// The refusals that need no GitLab read (over what the database holds and the configuration), so
+/// a change that cannot be reverted is told so while GitLab is down.
+std::optional<revert_result> refusal(persistence::session db, const config::repository_set& repositories,
+                                     const persistence::operation_row& original) {
   auto current = persistence::find_revert(db, original);
   if (auto ended = ends_request(current)) return ended;
   std::optional<workflow::earlier_revert> state;
@@ -108,6 +111,16 @@ std::optional<revert_result> refusal(persistence::session db, const persistence:
       return r;
     }
   }
+  // A revert is a new change, and a new change goes only to a configured repository and branch (a
+  // submit naming any other is refused). "" is a row from before migration 7 that start-up could
+  // not assign: its calls use gitlab.project, as the original's did.
+  if (!original.repository.empty()) {
+    auto where = config::resolve_target(repositories, {original.repository, original.target_branch});
+    if (auto* gone = std::get_if<config::target_refusal>(&where)) {
+      return status_only(revert_status::not_configured,
+                         "Change " + original.operation_id + " cannot be reverted here: " + gone->message);
+    }
+  }
   if (!original.mr_iid) {
     return status_only(revert_status::nothing_to_revert,
                        "Change " + original.operation_id + " has no merge request recorded to read its base from");
@@ -126,6 +139,9 @@ void write_revert(const run_ptr& run, const persistence::operation_row& original
     auto op = run->req.revert;
     op.subject_id = original.subject_id;
     op.target_key = original.target_key;
+    // Where the original went, so the revert lands on the same binding and the same files.
+    op.repository = original.repository;
+    op.target_branch = original.target_branch;
     op.title = revert_title(original.title);
     op.payload_json = actors::payload_of(actions);
     op.revert_of = original.operation_id;
@@ -167,8 +183,10 @@ using read_outcome = std::variant<std::vector<clients::commit_action>, revert_re
 /// the revert's files from them. Blocking: an external worker only.
 read_outcome read_previous_contents(clients::external_context& ec, const config::snapshot& snap,
                                     const persistence::operation_row& original) {
-  const auto& token = ec.endpoints.author_token;
-  auto mr = ec.gitlab.get_mr(token, *original.mr_iid, false);
+  // The original's own repository, reached with that repository's token; its MR number is per project.
+  auto repo = ec.repository(snap, original.repository);
+  const auto& token = repo.author_token;
+  auto mr = repo.gitlab.get_mr(token, *original.mr_iid, false);
   if (!mr) return gitlab_unreadable(mr.error(), "read MR !" + std::to_string(*original.mr_iid));
   if (mr->base_sha.empty()) {
     auto r = status_only(revert_status::unavailable,
@@ -177,12 +195,12 @@ read_outcome read_previous_contents(clients::external_context& ec, const config:
     r.retry_after_s = default_retry_after_s;
     return r;
   }
-  const auto target = snap.text("gitlab.target_branch");
+  const auto target = repo.target_branch(original.target_branch);
   std::vector<file_versions> files;
   for (const auto& path : actors::paths_of(actors::commit_actions_of(original.payload_json))) {
-    auto then = ec.gitlab.get_file(token, path, mr->base_sha);
+    auto then = repo.gitlab.get_file(token, path, mr->base_sha);
     if (!then) return gitlab_unreadable(then.error(), "read " + path + " at " + mr->base_sha);
-    auto now = ec.gitlab.get_file(token, path, target);
+    auto now = repo.gitlab.get_file(token, path, target);
     if (!now) return gitlab_unreadable(now.error(), "read " + path + " on " + target);
     files.push_back({path, std::move(then.value()), std::move(now.value())});
   }
@@ -261,7 +279,9 @@ void revert_change(actors::services& svc, revert_request req, revert_render rend
     }
     auto row = persistence::load_operation(db, run->req.original_id);
     if (auto ended = ends_request(row)) return conclude(db, run, *ended);
-    if (auto refused = refusal(db, row.value)) return conclude(db, run, *refused);
+    if (auto refused = refusal(db, run->svc->config->current()->repositories(), row.value)) {
+      return conclude(db, run, *refused);
+    }
     read_then_write(run, row.value);
   });
   if (!queued) {

@@ -1,10 +1,11 @@
 #pragma once
-// Reverting a VALIDATED change: a NEW change (same subject and target, title "Revert: <title>") with
-// its own approval, MR and lifecycle, whose files put back what the original replaced. The content
-// to put back is each file at the original's base, the commit its MR's branch forked from
-// (`diff_refs.base_sha`); a file the original created is deleted. Every update and delete is based
-// on (pinned to) the file's current last commit on the target, so an edit that lands after the
-// revert was asked for ends the revert CONTENT_CONFLICT instead of being overwritten.
+// Reverting a VALIDATED change: a NEW change (same subject, target, repository and target branch,
+// title "Revert: <title>") with its own approval, MR and lifecycle, whose files put back what the
+// original replaced. The content to put back is each file at the original's base, the commit its
+// MR's branch forked from (`diff_refs.base_sha`); a file the original created is deleted. Every
+// update and delete is based on (pinned to) the file's current last commit on the target, so an
+// edit that lands after the revert was asked for ends the revert CONTENT_CONFLICT instead of being
+// overwritten.
 //
 //   [idempotency gate] ─> load + check the original (pure rule) ─> GitLab: the MR's fork point, each
 //   file there and on the target ─> the revert's files (pure) ─> ONE transaction: create the revert,
@@ -31,7 +32,7 @@ struct revert_request {
   std::string original_id;
   /// The revert's own row as a submission would start it: id (the client's, derived from the key,
   /// or fresh), flow and initial step, owner, requester and actor. The use case fills in subject,
-  /// target, title, files and revert_of from the original.
+  /// target, repository, target branch, title, files and revert_of from the original.
   persistence::new_operation revert;
   idempotent_request idem;  // key "": not deduplicated beyond the revert's id
 };
@@ -42,6 +43,7 @@ enum class revert_status {
   not_validated,      // only a VALIDATED change can be reverted (`message` names its step)
   already_reverted,   // its current revert is in flight or took effect: `current_revert`
   nothing_to_revert,  // the target's files already hold what the change replaced, or it has no MR to read
+  not_configured,     // the change's repository or target branch is no longer configured: no new change goes there
   unavailable,        // GitLab could not be read: nothing written, retry after `retry_after_s`
   overloaded,         // a worker pool was full: nothing written
   failed,             // the database failed: `error`

@@ -14,7 +14,7 @@ namespace {
 submit_result blocked(persistence::session db, const persistence::new_operation& op) {
   submit_result r;
   r.status = submit_status::blocked;
-  auto binding = persistence::find_binding(db, op.subject_id, op.target_key);
+  auto binding = persistence::find_binding(db, op.subject_id, op.repository, op.target_key);
   if (!binding.ok()) return r;
   r.blocking_id = binding.value.operation_id;
   auto holder = persistence::load_operation(db, binding.value.operation_id);
@@ -44,6 +44,8 @@ submit_result start_created(persistence::session db, actors::services& svc, cons
       row.title = op.title;
       row.payload_json = op.payload_json;
       row.requester = op.requester;
+      row.repository = op.repository;
+      row.target_branch = op.target_branch;
       if (!op.revert_of.empty()) row.revert_of = op.revert_of;
       row.updated_at_ms = svc.now_ms();
       actors::spawn_request_actor(svc, actors::seed_from_row(row, svc.now_ms()));

@@ -42,6 +42,25 @@ std::map<std::string, std::int64_t> parse_token_map(const std::string& spec) {
   return out;
 }
 
+std::map<std::string, std::vector<std::string>> parse_project_map(const std::string& spec) {
+  std::map<std::string, std::vector<std::string>> out;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ';')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) return {};
+    std::vector<std::string> branches;
+    std::stringstream bs(item.substr(eq + 1));
+    std::string branch;
+    while (std::getline(bs, branch, ',')) {
+      if (branch.empty()) return {};
+      branches.push_back(branch);
+    }
+    out[item.substr(0, eq)] = std::move(branches);
+  }
+  return out;
+}
+
 namespace {
 
 // -- wire helpers
@@ -136,6 +155,7 @@ struct sim_mr {
 };
 
 struct sim_project {
+  std::int64_t id = 0;  // GitLab's numeric project id
   std::map<std::string, sim_branch> branches;
   std::map<std::string, file_map> commits;  // every commit's files, so `ref` may name a commit
   std::map<std::int64_t, sim_mr> mrs;
@@ -194,6 +214,28 @@ struct check_item_def {
   std::string id, title;
 };
 
+// Every GitLab request in arrival order, refused and lost ones included (status 0: the response was
+// dropped by a fault): the history a test judges "two MRs were never open at once" or "every MR went
+// to its project and branch" on. `mr_state` is the MR's state right after the request.
+struct request_entry {
+  std::uint64_t seq = 0;
+  std::string endpoint, project;
+  unsigned status = 0;
+  std::int64_t iid = 0;  // the MR the request was about, or the one create_mr opened
+  std::string source_branch, target_branch, mr_state;
+  json to_json() const {
+    return {{"seq", seq},
+            {"endpoint", endpoint},
+            {"project", project},
+            {"status", status},
+            {"iid", iid},
+            {"sourceBranch", source_branch},
+            {"targetBranch", target_branch},
+            {"mrState", mr_state}};
+  }
+};
+constexpr std::size_t request_log_limit = 200000;
+
 }  // namespace
 
 struct simulator::impl {
@@ -204,8 +246,10 @@ struct simulator::impl {
   std::mutex mutex;              // guards everything below
   std::uint64_t generation = 0;  // bumped by reset: tasks of an older generation do nothing
   std::uint64_t counter = 0;
-  std::int64_t next_mr_id = 1000, next_pipeline_id = 5000, next_approval = 1;
+  std::int64_t next_mr_id = 1000, next_pipeline_id = 5000, next_approval = 1, next_project_id = 1;
   std::map<std::string, sim_project> projects;
+  std::vector<request_entry> request_log;
+  std::uint64_t next_request_seq = 0;
   std::map<std::int64_t, sim_pipeline> pipelines;
   std::map<std::string, sim_approval> approvals;  // by approvalId
   std::map<std::string, std::string> approval_by_request;
@@ -217,7 +261,21 @@ struct simulator::impl {
   stats counters;
   clients::http_client sender;  // used only on the scheduler thread
 
-  explicit impl(sim_options o) : opts(std::move(o)) {}
+  explicit impl(sim_options o) : opts(std::move(o)) { seed_projects(); }
+
+  /// The configured projects exist from the start, each with its branches.
+  void seed_projects() {
+    for (const auto& [name, branches] : opts.projects) {
+      auto& p = projects[name];
+      p.id = next_project_id++;
+      for (const auto& b : branches) {
+        auto sha = next_sha();
+        p.branches[b].head_sha = sha;
+        p.branches[b].head_message = "Initial commit";
+        p.commits[sha] = {};
+      }
+    }
+  }
 
   // ---- ids (deterministic per seed)
   std::string next_sha() {
@@ -229,15 +287,21 @@ struct simulator::impl {
            h.substr(20, 12);
   }
 
-  sim_project& project(const std::string& name) {
+  /// nullptr when the project does not exist (only configured projects exist when some are).
+  sim_project* project(const std::string& name) {
+    if (!opts.projects.empty()) {
+      auto it = projects.find(name);
+      return it == projects.end() ? nullptr : &it->second;
+    }
     auto [it, inserted] = projects.try_emplace(name);
     if (inserted) {
+      it->second.id = next_project_id++;
       auto sha = next_sha();
       it->second.branches["main"].head_sha = sha;
       it->second.branches["main"].head_message = "Initial commit";
       it->second.commits[sha] = {};
     }
-    return it->second;
+    return &it->second;
   }
 
   // ---- files: what a branch changed since its fork, and whether its target changed them too
@@ -380,9 +444,10 @@ struct simulator::impl {
 
   json mr_json(const std::string& project_name, const sim_mr& mr, clock_type::time_point now) const {
     auto detailed = detailed_status(mr, now);
+    auto p = projects.find(project_name);
     json j = {{"id", mr.id},
               {"iid", mr.iid},
-              {"project_id", 1},
+              {"project_id", p == projects.end() ? 0 : p->second.id},
               {"title", mr.title},
               {"description", mr.description},
               {"state", mr.state},
@@ -433,6 +498,7 @@ struct simulator::impl {
   struct outcome {
     hs::response res;
     ms delay{0};
+    std::string endpoint;  // GitLab requests: the endpoint name of the request log and the stats
   };
 
   // Generic faults common to every endpoint: slow, status, garbage. Returns a response to send instead.
@@ -498,7 +564,44 @@ struct simulator::impl {
     return out;
   }
 
+  /// Serves one GitLab request and appends it to the request log with its answer.
   outcome gitlab(const hs::request& req, const std::vector<std::string>& parts) {
+    auto out = gitlab_call(req, parts);
+    request_entry e;
+    e.seq = ++next_request_seq;
+    e.project = parts[3];
+    e.status = out.res.status;
+    e.endpoint = out.endpoint;
+    std::vector<std::string> rest(parts.begin() + 4, parts.end());
+    if (e.endpoint == "create_mr") {
+      auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
+      if (body.is_object()) {
+        e.source_branch = body.value("source_branch", "");
+        e.target_branch = body.value("target_branch", "");
+      }
+      // A 201, or one whose answer a fault dropped (status 0): the MR exists either way.
+      auto answer = json::parse(out.res.body, nullptr, false);
+      if ((out.res.status == 201 || out.res.status == 0) && answer.is_object() && answer.contains("iid"))
+        e.iid = answer.value("iid", std::int64_t{0});
+    } else if (rest.size() >= 2 && rest[0] == "merge_requests") {
+      e.iid = to_int(rest[1]).value_or(0);
+    }
+    if (e.iid) {
+      auto p = projects.find(e.project);
+      if (p != projects.end()) {
+        auto m = p->second.mrs.find(e.iid);
+        if (m != p->second.mrs.end()) {
+          e.mr_state = m->second.state;
+          e.source_branch = m->second.source;
+          e.target_branch = m->second.target;
+        }
+      }
+    }
+    if (request_log.size() < request_log_limit) request_log.push_back(std::move(e));
+    return out;
+  }
+
+  outcome gitlab_call(const hs::request& req, const std::vector<std::string>& parts) {
     const std::string& project_name = parts[3];
     std::vector<std::string> rest(parts.begin() + 4, parts.end());
     const auto& m = req.method;
@@ -536,6 +639,7 @@ struct simulator::impl {
     }
     ++counters.requests[endpoint];
     outcome out;
+    out.endpoint = endpoint;
     if (endpoint == "unknown") {
       out.res = message(404, "404 Not Found");
       return out;
@@ -545,7 +649,12 @@ struct simulator::impl {
       out.res = message(401, "401 Unauthorized");
       return out;
     }
-    auto& proj = project(project_name);
+    auto* known = project(project_name);
+    if (!known) {
+      out.res = message(404, "404 Project Not Found");
+      return out;
+    }
+    auto& proj = *known;
     auto now = clock_type::now();
     auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object()) body = json::object();
@@ -1206,6 +1315,11 @@ struct simulator::impl {
       return json_response(200, {{"faults", json::array()}});
     }
     if (what == "faults" && req.method == "GET") return json_response(200, {{"faults", faults.describe()}});
+    if (what == "requests" && req.method == "GET") {
+      json list = json::array();
+      for (const auto& e : request_log) list.push_back(e.to_json());
+      return json_response(200, {{"requests", list}, {"truncated", request_log.size() >= request_log_limit}});
+    }
     if (what == "stats" && req.method == "GET") {
       json fired = json::object();
       for (const auto& [k, v] : faults.fired()) fired[k] = v;
@@ -1229,6 +1343,8 @@ struct simulator::impl {
     if (what == "reset" && req.method == "POST") {
       ++generation;
       projects.clear();
+      request_log.clear();
+      seed_projects();
       pipelines.clear();
       approvals.clear();
       approval_by_request.clear();

@@ -4,7 +4,8 @@
 //   approval system            /api/approvals             (+ signed result callbacks)
 //   permission service         /api/permissions/check
 //   CI + deploy pipeline       pipelines finish after pipeline_duration; a merge triggers the deploy callback
-//   admin (loopback only)      /_sim/faults, /_sim/stats, /_sim/reset, /_sim/check_items, /_sim/permissions
+//   admin (loopback only)      /_sim/faults, /_sim/stats, /_sim/requests, /_sim/reset, /_sim/check_items,
+//                              /_sim/permissions
 // The contract is written down in docs/external-contracts.md. State lives under one mutex; timed
 // behaviour (pipelines, rebases) is evaluated lazily on read, callbacks run on a scheduler thread.
 
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace changeflow::sim {
 
@@ -31,6 +33,10 @@ struct sim_options {
   int callback_attempts = 4;                         // deliveries per callback before giving up
   std::map<std::string, std::int64_t> tokens = {
       {"author-token", 1}, {"approver-1-token", 101}, {"approver-2-token", 102}};
+  /// The GitLab projects and their branches. Empty: any project path exists, created with a `main`
+  /// branch on first use. Set: only these exist (others answer 404 Project Not Found), each with
+  /// its own branches, MRs and MR numbers.
+  std::map<std::string, std::vector<std::string>> projects;
 };
 
 class simulator {
@@ -54,5 +60,7 @@ class simulator {
 
 /// Parses "author-token=1,approver-1-token=101"; empty map when malformed.
 std::map<std::string, std::int64_t> parse_token_map(const std::string& spec);
+/// Parses "config/changes=main;team/payments=main,release"; empty map when malformed.
+std::map<std::string, std::vector<std::string>> parse_project_map(const std::string& spec);
 
 }  // namespace changeflow::sim

@@ -1,8 +1,26 @@
 #include "workflow/batch_decide.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace changeflow::workflow::batch {
+
+std::string to_string(const partition& p) {
+  return p.repository + "@" + p.target_branch;
+}
+
+std::vector<partition> partitions_to_claim(const std::vector<partition>& waiting,
+                                           const std::vector<std::pair<partition, partition_activity>>& here) {
+  std::set<partition> busy;
+  for (const auto& [p, activity] : here) {
+    if (activity != partition_activity::idle) busy.insert(p);
+  }
+  std::set<partition> chosen;
+  for (const auto& p : waiting) {
+    if (!busy.count(p)) chosen.insert(p);
+  }
+  return {chosen.begin(), chosen.end()};
+}
 
 std::string_view describe(failure_cause c) {
   switch (c) {

@@ -15,9 +15,39 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace changeflow::workflow::batch {
+
+/// Where a batch merges: one GitLab repository (project path) and one of its target branches. Each
+/// partition has at most one active batch (I1 per partition); partitions batch independently.
+struct partition {
+  std::string repository;
+  std::string target_branch;
+  friend bool operator==(const partition& a, const partition& b) {
+    return a.repository == b.repository && a.target_branch == b.target_branch;
+  }
+  friend bool operator!=(const partition& a, const partition& b) { return !(a == b); }
+  friend bool operator<(const partition& a, const partition& b) {
+    return a.repository != b.repository ? a.repository < b.repository : a.target_branch < b.target_branch;
+  }
+};
+/// "repository@branch", for logs, metrics and the ops view.
+std::string to_string(const partition& p);
+
+/// What one coordinator is doing with a partition when a round starts.
+enum class partition_activity {
+  idle,      // nothing: a claim may start
+  claiming,  // its claim (or adoption) job is under way
+  driving,   // it drives the partition's batch
+};
+/// A round's plan: which partitions with waiting changes get a claim now, in a stable order. A
+/// partition this coordinator is claiming or driving gets none (one partition never twice), every
+/// other one does, so partitions batch in parallel; duplicates are claimed once. Pure, so the
+/// round's choice is tested without a database or an actor.
+std::vector<partition> partitions_to_claim(const std::vector<partition>& waiting,
+                                           const std::vector<std::pair<partition, partition_activity>>& here);
 
 /// Why a batch failed, set where the failure is seen (typed: the settlement never parses text).
 enum class failure_cause {
@@ -124,6 +154,7 @@ struct member {
 /// The batch being driven.
 struct drive {
   std::int64_t batch_id = 0;
+  partition where;  // every call of the drive goes to this repository and target branch
   int depth = 0;
   std::vector<member> members;
   std::int64_t mr_iid = 0;

@@ -294,3 +294,37 @@ TEST(BatchDecide, SettlementsAndOperatorRequests) {
   EXPECT_EQ(begin(running_batch(2, 9), t0).act.what, K::read_mr) << "a resumed batch with its MR reads it";
   EXPECT_EQ(on_rebase_requested(running_batch(), opened(), s, t0).act.what, K::poll_later);
 }
+
+// A round claims in every partition with waiting changes that this coordinator neither claims nor
+// drives: partitions batch in parallel, one partition never twice.
+TEST(BatchDecide, ARoundClaimsEveryIdlePartitionOnce) {
+  const partition alpha{"team/alpha", "main"}, beta_main{"team/beta", "main"}, beta_rel{"team/beta", "release"};
+  using A = partition_activity;
+  struct round_case {
+    const char* name;
+    std::vector<partition> waiting;
+    std::vector<std::pair<partition, partition_activity>> here;
+    std::vector<partition> claims;
+  };
+  const round_case cases[] = {
+      {"nothing waits", {}, {}, {}},
+      {"every waiting partition, in order", {beta_rel, alpha, beta_main}, {}, {alpha, beta_main, beta_rel}},
+      {"a driven partition is skipped", {alpha, beta_main}, {{alpha, A::driving}}, {beta_main}},
+      {"a partition being claimed is skipped", {alpha, beta_main}, {{beta_main, A::claiming}}, {alpha}},
+      {"an idle entry does not block", {alpha}, {{alpha, A::idle}}, {alpha}},
+      {"listed twice, claimed once", {alpha, alpha}, {}, {alpha}},
+      {"branches of one repository are separate partitions",
+       {beta_main, beta_rel},
+       {{beta_main, A::driving}},
+       {beta_rel}},
+      {"the same branch name in two repositories is two partitions",
+       {alpha, beta_main},
+       {{alpha, A::driving}},
+       {beta_main}},
+      {"everything busy", {alpha, beta_main}, {{alpha, A::driving}, {beta_main, A::claiming}}, {}},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(partitions_to_claim(c.waiting, c.here), c.claims) << c.name;
+  }
+  EXPECT_EQ(to_string(beta_rel), "team/beta@release");
+}

@@ -17,7 +17,9 @@ void usage() {
                "         [--deploy-secret Y] [--deploy-callback-url URL] [--callback-delay-ms D]\n"
                "         [--callback-attempts N]  deliveries per callback (backoff 100 ms doubling, capped at 2 s)\n"
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
-               "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n";
+               "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n"
+               "         [--projects config/changes=main;team/payments=main,release]  the GitLab projects and\n"
+               "           their branches (default: any project path, with a main branch)\n";
 }
 
 bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::string& port_file) {
@@ -56,6 +58,12 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
         o.tokens = changeflow::sim::parse_token_map(value);
         if (o.tokens.empty()) {
           std::cerr << "--tokens: expected token=userid[,token=userid...]\n";
+          return false;
+        }
+      } else if (arg == "--projects") {
+        o.projects = changeflow::sim::parse_project_map(value);
+        if (o.projects.empty()) {
+          std::cerr << "--projects: expected path=branch[,branch...][;path=branch...]\n";
           return false;
         }
       } else {

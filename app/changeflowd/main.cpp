@@ -115,7 +115,7 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
 
 // Connectivity problems are retried for a while (the database may still be starting); a migration
 // that fails on its SQL stops start-up at once.
-bool run_migrations(const persistence::db_settings& s) {
+bool run_migrations(const persistence::db_settings& s, const config::snapshot& snap) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     persistence::db_context db(s);
@@ -129,7 +129,15 @@ bool run_migrations(const persistence::db_settings& s) {
     if (r.ok) {
       auto version = persistence::current_schema_version(db);
       if (version.ok()) {
-        log::info("startup.migrated", {{"applied", r.applied}, {"schema_version", version.value}});
+        // Rows from before migration 7 belong to the one repository changeflow served then. A
+        // failure here does not stop start-up: such rows are still served (their GitLab calls fall
+        // back to gitlab.project and gitlab.target_branch) and the next start-up assigns them.
+        auto adopted = persistence::adopt_rows_without_repository(db, snap.text("gitlab.project"),
+                                                                  snap.text("gitlab.target_branch"));
+        if (!adopted.ok()) log::warn("startup.adoption_deferred", {{"error", adopted.error.message}});
+        log::info("startup.migrated", {{"applied", r.applied},
+                                       {"schema_version", version.value},
+                                       {"rows_adopted", adopted.ok() ? adopted.value : 0}});
         return true;
       }
       error = version.error.message;
@@ -192,7 +200,7 @@ int main(int argc, char** argv) {
 
   persistence::init_driver();
   auto db_settings = db_settings_from(*snap);
-  if (!run_migrations(db_settings)) return 1;
+  if (!run_migrations(db_settings, *snap)) return 1;
 
   metrics::registry metrics;
   metrics.set("changeflow_build_info", "Build information", {{"version", "0.1.0"}}, 1);

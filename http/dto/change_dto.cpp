@@ -86,6 +86,18 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
   if (auto e = str("subject", r.subject, 128)) return *e;
   if (auto e = str("target", r.target, 255)) return *e;
   if (auto e = str("title", r.title, 255)) return *e;
+  // Optional: the repository (GitLab project path) and target branch. Only their shape is checked
+  // here; whether they are configured is the handler's question (the configuration is hot).
+  auto optional_str = [&](const char* key, std::optional<std::string>& out) -> std::optional<parse_error> {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_string() || !valid_text(j[key].get<std::string>(), 255)) {
+      return parse_error{std::string("'") + key + "' must be 1-255 characters without control characters"};
+    }
+    out = j[key].get<std::string>();
+    return std::nullopt;
+  };
+  if (auto e = optional_str("repository", r.repository)) return *e;
+  if (auto e = optional_str("targetBranch", r.target_branch)) return *e;
   if (auto e = read_operation_id(j, r.operation_id)) return *e;
   if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return parse_error{"'files' is required: a non-empty array of {path, content}"};
@@ -145,6 +157,8 @@ nlohmann::json to_json(const persistence::operation_row& row) {
           {"subject", row.subject_id},
           {"requester", row.requester.empty() ? nlohmann::json(nullptr) : nlohmann::json(row.requester)},
           {"target", row.target_key},
+          {"repository", row.repository},
+          {"targetBranch", row.target_branch},
           {"title", row.title},
           {"flow", row.flow},
           {"phase", workflow::to_string(phase)},

@@ -31,6 +31,10 @@ struct submit_request {
   std::string target;
   std::string title;
   std::vector<file_change> files;
+  /// Where the change goes; validated against the configured repositories by the handler
+  /// (config::resolve_target). Absent: the one configured repository and branch, if there is one.
+  std::optional<std::string> repository;
+  std::optional<std::string> target_branch;
 };
 
 /// Parses and validates; on failure returns the actionable message for the client.

@@ -20,6 +20,8 @@ nlohmann::json batch_json(const persistence::batch_row& b) {
   nlohmann::json j = {
       {"id", b.id},
       {"status", std::string(persistence::to_string(b.status))},
+      {"repository", b.partition.repository},
+      {"targetBranch", b.partition.target_branch},
       {"mrIid", b.mr_iid ? nlohmann::json(*b.mr_iid) : nlohmann::json(nullptr)},
       {"branch", b.branch.value_or("")},
       {"splitDepth", b.split_depth},
@@ -110,6 +112,8 @@ void add_batch_routes(router& r, service_context& ctx, std::optional<actors::bat
              nlohmann::json w = nlohmann::json::array();
              for (const auto& x : waiting.value)
                w.push_back({{"operationId", x.operation_id},
+                            {"repository", x.partition.repository},
+                            {"targetBranch", x.partition.target_branch},
                             {"splitGroup", x.split_group},
                             {"admittedAtMs", x.admitted_at_ms}});
              j["waiting"] = w;

@@ -87,7 +87,8 @@ void deploy_callback(service_context& ctx, std::shared_ptr<service::delivery_cla
   d.cb = fields.cb;
   d.operation_ids = fields.operation_ids;
   d.payload = fields.payload;
-  std::string our_project = snap->string_or("gitlab.project", "");
+  // The callback's project when it is one of the configured repositories (exact path), else "".
+  const std::string our_project = snap->repositories().find(d.cb.project) ? d.cb.project : std::string();
   auto* svc = ctx.services;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.

@@ -98,16 +98,33 @@ http_server::response submit_response(const service::submit_result& r, const std
 void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
                       const std::string& requester, http_server::responder reply);
 
+/// A submit body (also a preview's), parsed, with its repository and branch resolved against the
+/// configured ones: refused (400) before anything is asked or written, with the configured choices
+/// in the message.
+std::variant<dto::submit_request, http_server::response> parse_placed(service_context& ctx, const std::string& body) {
+  auto parsed = dto::parse_submit(body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed))
+    return outcome_response(api_outcome::bad_request, err->message);
+  auto request = std::get<dto::submit_request>(std::move(parsed));
+  auto where =
+      config::resolve_target(ctx.config.current()->repositories(), {request.repository, request.target_branch});
+  if (auto* refusal = std::get_if<config::target_refusal>(&where)) {
+    return outcome_response(api_outcome::bad_request, refusal->message);
+  }
+  const auto& target = std::get<config::resolved_target>(where);
+  request.repository = target.repository;
+  request.target_branch = target.target_branch;
+  return request;
+}
+
 /// A submission is for a subject the requester is permitted for (its rule code, or an operator
 /// code), checked in one round trip after the body is parsed; denied -> 403 "Access denied".
 void submit(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
-  auto parsed = dto::parse_submit(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(outcome_response(api_outcome::bad_request, err->message));
-  }
-  auto request = std::get<dto::submit_request>(std::move(parsed));
+  auto placed = parse_placed(ctx, req.body);
+  if (auto* refused = std::get_if<http_server::response>(&placed)) return reply(std::move(*refused));
+  auto request = std::get<dto::submit_request>(std::move(placed));
   if (!caller.account) {
     return store_submission(ctx, req, request, std::string(middleware::anonymous_requester), std::move(reply));
   }
@@ -190,6 +207,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.target_key = request.target;
   op.title = request.title;
   op.payload_json = dto::payload_json(request);
+  op.repository = request.repository.value_or("");
+  op.target_branch = request.target_branch.value_or("");
   auto idem = idempotent(ctx, req, scoped_key, submit_route, "submit");
   auto* svc = ctx.services;
   bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
@@ -215,30 +234,30 @@ void store_submission(service_context& ctx, const http_server::request& req, con
 void preview(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
-  auto parsed = dto::parse_submit(req.body);
-  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
-    return reply(outcome_response(api_outcome::bad_request, err->message));
-  }
-  auto request = std::get<dto::submit_request>(std::move(parsed));
-  auto run = [&ctx, request, reply] {
+  auto placed = parse_placed(ctx, req.body);
+  if (auto* refused = std::get_if<http_server::response>(&placed)) return reply(std::move(*refused));
+  auto request = std::get<dto::submit_request>(std::move(placed));
+  const config::resolved_target target{*request.repository, *request.target_branch};
+  auto run = [&ctx, request, target, reply] {
     std::vector<service::preview_input> files;
     for (const auto& f : request.files) files.push_back({f.path, f.content, f.action, f.last_commit_id});
-    service::preview_change(*ctx.services, std::move(files), [reply](service::preview_result r) {
-      if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
-      nlohmann::json files = nlohmann::json::array();
-      bool valid = true;
-      for (const auto& f : r.files) {
-        valid = valid && f.problem.empty();
-        files.push_back({{"path", f.path},
-                         {"action", f.action},
-                         {"exists", f.exists},
-                         {"lastCommitId", f.exists ? nlohmann::json(f.last_commit_id) : nlohmann::json(nullptr)},
-                         {"diff", f.diff},
-                         {"problem", f.problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.problem)}});
-      }
-      reply(outcome_response(api_outcome::ok, valid ? "The change is valid" : "The change would be refused",
-                             {{"valid", valid}, {"files", files}}));
-    });
+    service::preview_change(
+        *ctx.services, target.repository, target.target_branch, std::move(files), [reply](service::preview_result r) {
+          if (!r.available) return reply(outcome_response(api_outcome::ok, r.reason, {{"reason", r.reason}}));
+          nlohmann::json files = nlohmann::json::array();
+          bool valid = true;
+          for (const auto& f : r.files) {
+            valid = valid && f.problem.empty();
+            files.push_back({{"path", f.path},
+                             {"action", f.action},
+                             {"exists", f.exists},
+                             {"lastCommitId", f.exists ? nlohmann::json(f.last_commit_id) : nlohmann::json(nullptr)},
+                             {"diff", f.diff},
+                             {"problem", f.problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.problem)}});
+          }
+          reply(outcome_response(api_outcome::ok, valid ? "The change is valid" : "The change would be refused",
+                                 {{"valid", valid}, {"files", files}}));
+        });
   };
   if (!caller.account) return run();
   auto rules = middleware::rules_for_subject(*ctx.config.current(), request.subject);
@@ -410,6 +429,7 @@ http_server::response revert_response(const service::revert_result& r, const std
     case service::revert_status::not_found: return no_such_operation();
     case service::revert_status::not_validated:
     case service::revert_status::nothing_to_revert:
+    case service::revert_status::not_configured:
       return outcome_response(api_outcome::conflict, r.message, {{"operationId", original_id}});
     case service::revert_status::already_reverted:
       return outcome_response(api_outcome::already_reverted, r.message,

@@ -87,11 +87,11 @@ TEST(Content, AnEditAfterTheCapturedBaseStopsTheMerge) {
   // A long pipeline keeps the change between its commit and its merge while main moves.
   flow_env env(json::object(), {"--pipeline-duration-ms", "4000"});
   const std::string path = "config/captured-base.yaml";
-  commit_on_main(env, "create", path, "mode: a\n");
+  commit_outside(env, "create", path, "mode: a\n");
   auto id = submit_files(env, "mode b", "captured", json::array({file_change(path, "mode: b\n", "update")}));
   auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
   ASSERT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
-  commit_on_main(env, "update", path, "mode: outside\n");
+  commit_outside(env, "update", path, "mode: outside\n");
   auto c = wait_settled(env, id);
   EXPECT_EQ(c["step"]["name"], "CONTENT_CONFLICT") << c.dump(2);
   EXPECT_EQ(read_repo_file(env, path)->content, "mode: outside\n");

@@ -190,7 +190,7 @@ TEST(Revert, ALaterEditEndsTheRevertContentConflictInsteadOfBeingOverwritten) {
   auto r = revert(env, original.id);
   ASSERT_EQ(r.status, 202) << r.body;
   const auto first = body_of(r)["data"]["operationId"].get<std::string>();
-  commit_on_main(env, "update", updated, "limit: outside\n");
+  commit_outside(env, "update", updated, "limit: outside\n");
 
   auto ended = wait_settled(env, first);
   EXPECT_EQ(ended["step"]["name"], "CONTENT_CONFLICT") << ended.dump(2);
@@ -217,4 +217,105 @@ TEST(Revert, ALaterEditEndsTheRevertContentConflictInsteadOfBeingOverwritten) {
   EXPECT_EQ(std::count(c.begin(), c.end(), "reverted by " + first), 1);
   EXPECT_EQ(std::count(c.begin(), c.end(), "reverted by " + second), 1);
   EXPECT_EQ(env.get_change(first)["revertOf"], original.id) << "the ended revert keeps its link";
+}
+
+// With several repositories configured (and the sim serving each as its own project, with its own
+// files and MR numbers), a revert goes where the change it reverts went: it carries the original's
+// repository and target branch, reads the original's MR and files in that project, commits and
+// merges there, and restores the files on that branch only; the same path in another project or on
+// another branch of the same project is left as it was. Judged on the sim's request log: every
+// GitLab request the revert caused names the original's project. Once the original's branch is no
+// longer configured, a revert of a change there is refused before anything is read or written.
+TEST(Revert, GoesToTheOriginalsRepositoryAndBranch) {
+  const json config = {
+      {"repositories",
+       {{"config/changes", {{"branches", {"main"}}}}, {"team/beta", {{"branches", {"main", "release"}}}}}}};
+  flow_env env(config, {"--projects", "config/changes=main;team/beta=main,release"});
+  const sim_place release{"team/beta", "release"};
+  const sim_place beta_main{"team/beta", "main"};
+  const sim_place other{"config/changes", "main"};
+  const std::string updated = "config/revert-placed.yaml";
+  const std::string created = "config/revert-placed-new.yaml";
+  // The same path elsewhere, with other contents: a revert in the wrong place would touch it.
+  seed_repo_file(env, updated, "limit: other project\n", other);
+  seed_repo_file(env, updated, "limit: other branch\n", beta_main);
+  const auto before = seed_repo_file(env, updated, "limit: 1\n", release);
+
+  auto original = submit_files(env, "raise the release limit", "revert-placed",
+                               json::array({file_change(updated, "limit: 2\n", "update", before.last_commit_id),
+                                            file_change(created, "extra: true\n", "create")}),
+                               release);
+  ASSERT_FALSE(original.empty());
+  // A second change on the branch, reverted after the branch left the configuration.
+  auto stranded =
+      submit_files(env, "another release setting", "revert-stranded",
+                   json::array({file_change("config/revert-stranded.yaml", "on: true\n", "create")}), release);
+  ASSERT_FALSE(stranded.empty());
+  auto validated = env.wait_for_phase(original, "VALIDATED");
+  ASSERT_EQ(validated["phase"], "VALIDATED") << validated.dump(2);
+  ASSERT_EQ(validated["repository"], "team/beta");
+  ASSERT_EQ(validated["targetBranch"], "release");
+  auto updated_now = read_repo_file(env, updated, release);
+  auto created_now = read_repo_file(env, created, release);
+  ASSERT_TRUE(updated_now && created_now);
+  ASSERT_EQ(updated_now->content, "limit: 2\n");
+  const auto log_before = json::parse(env.sim_call("GET", "/_sim/requests").body)["requests"].size();
+
+  auto r = revert(env, original, "revert-placed-1");
+  ASSERT_EQ(r.status, 202) << r.body;
+  const auto revert_id = body_of(r)["data"]["operationId"].get<std::string>();
+  auto done = env.wait_for_phase(revert_id, "VALIDATED");
+  ASSERT_EQ(done["phase"], "VALIDATED") << done.dump(2);
+  EXPECT_EQ(done["repository"], "team/beta");
+  EXPECT_EQ(done["targetBranch"], "release");
+  EXPECT_EQ(done["revertOf"], original);
+  EXPECT_EQ(env.get_change(original)["revertedBy"], revert_id);
+
+  // What the revert attempted: its reads, commit, MR and merge all in the original's project, its
+  // MR into the original's branch, its commit pinned to the release branch's versions.
+  auto log = json::parse(env.sim_call("GET", "/_sim/requests").body);
+  ASSERT_FALSE(log["truncated"].get<bool>());
+  const auto& requests = log["requests"];
+  ASSERT_GT(requests.size(), log_before);
+  std::size_t mr_creates = 0, file_reads = 0;
+  for (std::size_t i = log_before; i < requests.size(); ++i) {
+    const auto& e = requests[i];
+    EXPECT_EQ(e["project"], "team/beta") << e.dump();
+    if (e["endpoint"] == "create_mr") {
+      ++mr_creates;
+      EXPECT_EQ(e["sourceBranch"], "changeflow/" + revert_id) << e.dump();
+      EXPECT_EQ(e["targetBranch"], "release") << e.dump();
+    }
+    if (e["endpoint"] == "get_file") ++file_reads;
+  }
+  EXPECT_GE(mr_creates, 1u);
+  EXPECT_GE(file_reads, 4u) << "each file at the original's base and on the release branch";
+  EXPECT_EQ(commit_actions(sim_stats(env), "changeflow/" + revert_id, "team/beta"),
+            (std::vector<std::string>{"update " + updated + " @" + updated_now->last_commit_id,
+                                      "delete " + created + " @" + created_now->last_commit_id}));
+
+  // What it finished: the release branch holds the old content and lost the created file; the same
+  // path in the other project and on the other branch is untouched.
+  auto restored = read_repo_file(env, updated, release);
+  ASSERT_TRUE(restored);
+  EXPECT_EQ(restored->content, "limit: 1\n");
+  EXPECT_FALSE(read_repo_file(env, created, release));
+  EXPECT_EQ(read_repo_file(env, updated, beta_main)->content, "limit: other branch\n");
+  EXPECT_EQ(read_repo_file(env, updated, other)->content, "limit: other project\n");
+
+  ASSERT_EQ(env.wait_for_phase(stranded, "VALIDATED")["phase"], "VALIDATED");
+  env.restart_service({{"repositories", {{"team/beta", {{"branches", {"main"}}}}}}});
+  const auto rows = env.db().scalar("SELECT COUNT(*) FROM operation");
+  const auto log_at_refusal = json::parse(env.sim_call("GET", "/_sim/requests").body)["requests"].size();
+  auto refused = revert(env, stranded, "revert-stranded-1");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_EQ(body_of(refused)["code"], "CONFLICT") << refused.body;
+  EXPECT_NE(refused.body.find("release"), std::string::npos) << "the message names the branch: " << refused.body;
+  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation"), rows) << "nothing written";
+  EXPECT_TRUE(env.get_change(stranded)["revertedBy"].is_null());
+  const auto after_refusal = json::parse(env.sim_call("GET", "/_sim/requests").body)["requests"];
+  for (std::size_t i = log_at_refusal; i < after_refusal.size(); ++i) {
+    EXPECT_NE(after_refusal[i]["endpoint"], "get_file")
+        << "the refused revert read GitLab: " << after_refusal[i].dump();
+  }
 }

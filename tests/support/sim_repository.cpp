@@ -8,7 +8,6 @@ namespace changeflow::testing {
 
 namespace {
 
-const std::string project_path = "/api/v4/projects/config%2Fchanges";
 const std::vector<std::pair<std::string, std::string>> author = {{"PRIVATE-TOKEN", "author-token"}};
 
 std::string encode_path(const std::string& path) {
@@ -17,10 +16,16 @@ std::string encode_path(const std::string& path) {
   return out;
 }
 
+std::string project_path(const std::string& project) {
+  return "/api/v4/projects/" + encode_path(project);
+}
+
 }  // namespace
 
-std::optional<repo_file> read_repo_file(flow_env& env, const std::string& path, const std::string& ref) {
-  auto r = env.sim_call("GET", project_path + "/repository/files/" + encode_path(path) + "?ref=" + ref, {}, author);
+std::optional<repo_file> read_repo_file(flow_env& env, const std::string& path, const std::string& ref,
+                                        const std::string& project) {
+  auto r =
+      env.sim_call("GET", project_path(project) + "/repository/files/" + encode_path(path) + "?ref=" + ref, {}, author);
   if (r.status == 404) return std::nullopt;
   EXPECT_EQ(r.status, 200) << r.body;
   auto j = nlohmann::json::parse(r.body);
@@ -41,17 +46,22 @@ std::optional<repo_file> read_repo_file(flow_env& env, const std::string& path, 
   return repo_file{out, j["last_commit_id"].get<std::string>()};
 }
 
-void commit_on_main(flow_env& env, const std::string& action, const std::string& path, const std::string& content) {
-  nlohmann::json body = {{"branch", "main"},
+std::optional<repo_file> read_repo_file(flow_env& env, const std::string& path, const sim_place& at) {
+  return read_repo_file(env, path, at.branch, at.project);
+}
+
+void commit_outside(flow_env& env, const std::string& action, const std::string& path, const std::string& content,
+                    const sim_place& at) {
+  nlohmann::json body = {{"branch", at.branch},
                          {"commit_message", "outside edit of " + path},
                          {"actions", {{{"action", action}, {"file_path", path}, {"content", content}}}}};
-  auto r = env.sim_call("POST", project_path + "/repository/commits", body.dump(), author);
+  auto r = env.sim_call("POST", project_path(at.project) + "/repository/commits", body.dump(), author);
   ASSERT_EQ(r.status, 201) << r.body;
 }
 
-repo_file seed_repo_file(flow_env& env, const std::string& path, const std::string& content) {
-  commit_on_main(env, "create", path, content);
-  auto f = read_repo_file(env, path);
+repo_file seed_repo_file(flow_env& env, const std::string& path, const std::string& content, const sim_place& at) {
+  commit_outside(env, "create", path, content, at);
+  auto f = read_repo_file(env, path, at);
   EXPECT_TRUE(f) << path;
   return f.value_or(repo_file{});
 }
@@ -65,8 +75,12 @@ nlohmann::json file_change(const std::string& path, const std::string& content, 
 }
 
 std::string submit_files(flow_env& env, const std::string& title, const std::string& target,
-                         const nlohmann::json& files) {
+                         const nlohmann::json& files, const std::optional<sim_place>& at) {
   nlohmann::json body = {{"subject", "alice"}, {"target", target}, {"title", title}, {"files", files}};
+  if (at) {
+    body["repository"] = at->project;
+    body["targetBranch"] = at->branch;
+  }
   auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump());
   EXPECT_EQ(r.status, 202) << r.body;
   auto j = nlohmann::json::parse(r.body, nullptr, false);
@@ -87,9 +101,10 @@ nlohmann::json wait_settled(flow_env& env, const std::string& id) {
   return last;
 }
 
-std::vector<std::string> commit_actions(const nlohmann::json& stats, const std::string& branch) {
+std::vector<std::string> commit_actions(const nlohmann::json& stats, const std::string& branch,
+                                        const std::string& project) {
   std::vector<std::string> out;
-  const auto key = "config/changes:" + branch;
+  const auto key = project + ":" + branch;
   if (!stats.contains("attempts") || !stats["attempts"]["commit_actions"].contains(key)) return out;
   for (const auto& a : stats["attempts"]["commit_actions"][key]) out.push_back(a.get<std::string>());
   return out;
