@@ -43,6 +43,10 @@ inline constexpr route_spec get_change{
 inline constexpr route_spec cancel_change{"POST", "/api/v1/changes/{id}/cancel", route_access::user_cancel,
                                           "Cancel a change that has not merged: withdraws the pending approval, closes "
                                           "the open MR, ends in CANCELLED (repeat: 200 alreadyCancelled)"};
+inline constexpr route_spec revert_change{
+    "POST", "/api/v1/changes/{id}/revert", route_access::user_submit,
+    "Revert a VALIDATED change: a new change (own approval and lifecycle) restoring each file's content at the "
+    "change's base, linked both ways (revertOf / revertedBy)"};
 inline constexpr route_spec list_changes{
     "GET", "/api/v1/changes", route_access::user_read,
     "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)"};
@@ -180,6 +184,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::healthz,
                                           &routes::readyz,
                                           &routes::metrics,
-                                          &routes::openapi};
+                                          &routes::openapi,
+                                          &routes::revert_change};
 
 }  // namespace changeflow::http

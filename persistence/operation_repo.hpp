@@ -38,9 +38,11 @@ struct operation_row {
   std::optional<std::string> last_error;
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
-  std::string requester;      // verified identity that submitted it; "" for rows older than migration 6
-  std::string repository;     // GitLab project path every call of the change goes to (migration 7)
-  std::string target_branch;  // branch its MR merges into
+  std::string requester;                   // verified identity that submitted it; "" for rows older than migration 6
+  std::string repository;                  // GitLab project path every call of the change goes to (migration 7)
+  std::string target_branch;               // branch its MR merges into
+  std::optional<std::string> revert_of;    // the validated change this one reverts
+  std::optional<std::string> reverted_by;  // this change's current revert
 };
 
 struct new_operation {
@@ -60,6 +62,9 @@ struct new_operation {
   /// the caller. The binding's key is (subject_id, repository, target_key).
   std::string repository;
   std::string target_branch;
+  /// The change this one reverts ("" for none): stored, and named by the first timeline event.
+  /// Created through persistence::create_revert, which links the original in the same transaction.
+  std::string revert_of;
 };
 
 enum class create_outcome {

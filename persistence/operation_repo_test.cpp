@@ -22,18 +22,13 @@ using namespace changeflow;
 using namespace changeflow::persistence;
 using namespace std::chrono_literals;
 using changeflow::testing::test_database;
+using test::connection_id;
 using test::new_op;
 using test::walk;
 using workflow::phase;
 using S = workflow::step;
 
 namespace {
-std::int64_t connection_id(sql::Connection& c) {
-  std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
-  rs->next();
-  return rs->getInt64(1);
-}
 std::string count_events(const test_database& db, const std::string& id) {
   return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
 }
@@ -281,12 +276,8 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
   test_database db;
   constexpr int rounds = 30;
   constexpr int racers = 4;
-  std::vector<std::unique_ptr<sql::Connection>> conns;
-  std::string racer_connections;
-  for (int i = 0; i < racers; ++i) {
-    conns.push_back(db.connect());
-    racer_connections += (i ? ", " : "") + std::to_string(connection_id(*conns.back()));
-  }
+  test::racer_connections racing(db, racers);
+  auto& conns = racing.conns;
   int preempted_seen = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::string target = "t" + std::to_string(round);
@@ -324,12 +315,7 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
     }
     bool all_waited = true;
     if (gated) {
-      all_waited = changeflow::testing::wait_until(
-          [&] {
-            return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + racer_connections +
-                             ") AND INFO LIKE 'UPDATE binding %'") == std::to_string(racers);
-          },
-          60s);
+      all_waited = racing.all_waiting_in(db, "UPDATE binding ");
       gate->rollback();
     }
     for (auto& t : threads) t.join();

@@ -1,5 +1,5 @@
 import { call, get, newIdempotencyKey } from '../api';
-import { age, errorBox, fmtTime, h, table } from '../dom';
+import { age, errorBox, fmtTime, h, link, table } from '../dom';
 import type { PageContext } from '../main';
 
 const LABELS: Record<string, string> = {
@@ -33,6 +33,8 @@ export async function renderOperation(ctx: PageContext): Promise<void> {
     ['step', h('span', { id: 'op-step' }, `${o.step.name} (${o.step.code})`)],
     ['flow', o.flow],
     ['merge request', o.mrUrl ? h('a', { href: o.mrUrl, target: '_blank', rel: 'noopener' }, `!${o.mrIid}`) : '—'],
+    ['revert of', opLink(o.revertOf, 'op-revert-of')],
+    ['reverted by', opLink(o.revertedBy, 'op-reverted-by')],
     ['owner instance', `${o.ownerInstance ?? '—'} (lease epoch ${o.leaseEpoch})`],
     ['next wake', o.nextWakeAtMs ? fmtTime(o.nextWakeAtMs) : '—'],
     ['attempts', o.attempts],
@@ -63,6 +65,11 @@ export async function renderOperation(ctx: PageContext): Promise<void> {
     h('h3', {}, 'Timeline'), timeline,
     h('h3', {}, 'Callbacks'), callbacks,
     h('h3', {}, 'Live actor'), live);
+}
+
+/** The console page of a linked change (a revert and the change it reverts name each other). */
+function opLink(id: string | null | undefined, elementId: string): HTMLElement | string {
+  return id ? link(`/operations/${id}`, id.slice(0, 8), { id: elementId, class: 'op-link', 'data-op': id }) : '—';
 }
 
 function confirmAction(ctx: PageContext, o: any, action: string, target: string): void {
