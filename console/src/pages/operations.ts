@@ -1,10 +1,10 @@
 import { get } from '../api';
-import { age, errorBox, h, link, table } from '../dom';
-import type { PageContext } from '../main';
+import { age, errorBox, h, link, patchChildren, table } from '../dom';
+import type { PageContext, PageResult } from '../main';
 
 const FIELDS = ['phase', 'step', 'flow', 'owner', 'subject', 'target', 'older_than_s'];
 
-export async function renderOperations(ctx: PageContext): Promise<void> {
+export async function renderOperations(ctx: PageContext): Promise<PageResult> {
   // The filter form is built once per visit; polls only refresh the result table.
   let results = ctx.root.querySelector('#op-results') as HTMLElement | null;
   if (!results) {
@@ -30,10 +30,10 @@ export async function renderOperations(ctx: PageContext): Promise<void> {
     if (v) q.set(f, v);
   }
   const r = await get('/api/v1/ops/operations?' + q.toString());
-  if (!ctx.alive()) return;
+  if (!ctx.alive()) return { status: r.status };
   if (r.status !== 200) {
-    results.replaceChildren(errorBox(r.status, r.body.message));
-    return;
+    if (!results.querySelector('#op-table')) results.replaceChildren(errorBox(r.status, r.body.message));
+    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
   }
   const items = r.body.data.items as any[];
   const rows = items.map((o) => [
@@ -44,9 +44,10 @@ export async function renderOperations(ctx: PageContext): Promise<void> {
   const next = r.body.data.nextAfter as string | null;
   const nextQ = new URLSearchParams(q);
   if (next) nextQ.set('after', next);
-  results.replaceChildren(...([
+  patchChildren(results, [
     table(['id', 'title', 'subject', 'target', 'step', 'phase', 'flow', 'owner', 'unchanged for', 'attempts'], rows, { id: 'op-table' }),
     items.length === 0 ? h('p', { class: 'muted' }, 'No operations match.') : null,
     next ? link('/operations?' + nextQ.toString(), 'Next page →') : null,
-  ].filter(Boolean) as Node[]));
+  ].filter(Boolean) as Node[]);
+  return { status: 200 };
 }
