@@ -78,10 +78,12 @@ export function fmtTime(ms: number | null | undefined): string {
   return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC');
 }
 
-/** "42 s", "7 min", "3.5 h", "2.1 d" */
+/** "250 ms", "4.2 s", "42 s", "7 min", "3.5 h", "2.1 d" */
 export function fmtDuration(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return '—';
-  const s = Math.max(0, Math.round(ms / 1000));
+  if (ms < 1000) return Math.max(0, Math.round(ms)) + ' ms';
+  if (ms < 10000) return (ms / 1000).toFixed(1) + ' s';
+  const s = Math.round(ms / 1000);
   if (s < 90) return s + ' s';
   if (s < 5400) return Math.round(s / 60) + ' min';
   if (s < 172800) return (s / 3600).toFixed(1) + ' h';
@@ -112,6 +114,7 @@ export function link(href: string, text: string, attrs: Record<string, any> = {}
 }
 
 export function errorBox(status: number, message: string): HTMLElement {
+  if (status === 429) return h('div', { class: 'error', role: 'status' }, 'Too many reads right now: the console slows down and retries on its own.');
   const hint = status === 401 ? ' — paste a valid operator token above.' : status === 403 ? ' — your account lacks the ops permission.' : '';
   return h('div', { class: 'error', role: 'alert' }, `${status || 'network'}: ${message}${hint}`);
 }

@@ -56,7 +56,7 @@ export async function renderAttention(ctx: PageContext): Promise<PageResult> {
     reasonFilter ? h('p', {}, 'Showing only: ', h('b', {}, REASONS[reasonFilter]), ' ',
       h('button', { type: 'button', class: 'linklike', onclick: () => { reasonFilter = ''; void renderAttention(ctx); } }, 'show all')) : null,
     items.length
-      ? table(['waiting for', 'reason', 'change', 'step', 'waits for', 'since (UTC)', 'deadline / next try', 'last error'], rows, { id: 'attention-table', class: 'attention' })
+      ? table(['age', 'reason', 'change', 'step', 'waits for', 'since (UTC)', 'deadline / next try', 'last error'], rows, { id: 'attention-table', class: 'attention' })
       : h('p', { id: 'attention-empty', class: 'muted' }, 'Nothing needs attention.'),
   );
   return { status: 200 };
