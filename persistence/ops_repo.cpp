@@ -18,13 +18,32 @@ using binder = std::function<void(detail::statement&, int)>;
 
 struct where_clause {
   std::string sql;
-  std::vector<binder> binds;
-  void add(const std::string& cond, binder b = nullptr) {
+  std::vector<std::pair<binder, int>> binds;  // each binder fills `int` placeholders from its index
+  void add(const std::string& cond, binder b = nullptr, int placeholders = 1) {
     sql += sql.empty() ? " WHERE " : " AND ";
     sql += cond;
-    if (b) binds.push_back(std::move(b));
+    if (b) binds.emplace_back(std::move(b), placeholders);
+  }
+  /// Binds every value from placeholder 1; returns the next free placeholder.
+  int bind(detail::statement& st) const {
+    int i = 1;
+    for (const auto& [b, n] : binds) {
+      b(st, i);
+      i += n;
+    }
+    return i;
   }
 };
+
+/// LIKE pattern text: the user's %, _ and \ match themselves.
+std::string like_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '%' || c == '_' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 /// "<ms>:<id>" -> (ms, id); nullopt when malformed (the caller answers 400 before this runs).
 std::optional<std::pair<std::int64_t, std::string>> parse_cursor(const std::string& c) {
@@ -64,6 +83,32 @@ where_clause build_where(const ops_operation_filter& f) {
     w.add("updated_at < NOW(3) - INTERVAL ? SECOND", [s](auto& st, int i) { st.setInt(i, s); });
   }
   if (f.only_nonterminal) w.add("phase NOT IN (" + detail::terminal_phase_list() + ")");
+  if (!f.search.empty()) {
+    const auto text = f.search.substr(0, 200);
+    const bool number =
+        text.size() <= 18 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const auto prefix = like_escaped(text) + "%";
+    const auto anywhere = "%" + like_escaped(text) + "%";
+    if (number) {
+      const auto mr = std::stoll(text);
+      w.add(
+          "(mr_iid = ? OR operation_id LIKE ? OR title LIKE ?)",
+          [mr, prefix, anywhere](auto& st, int i) {
+            st.setInt64(i, mr);
+            st.setString(i + 1, prefix);
+            st.setString(i + 2, anywhere);
+          },
+          3);
+    } else {
+      w.add(
+          "(operation_id LIKE ? OR title LIKE ?)",
+          [prefix, anywhere](auto& st, int i) {
+            st.setString(i, prefix);
+            st.setString(i + 1, anywhere);
+          },
+          2);
+    }
+  }
   return w;
 }
 
@@ -96,23 +141,19 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
       if (!cursor) return db_result<V>::failure(db_outcome::not_found, "malformed cursor");
       // Row-value comparison on the epoch-ms form of updated_at: the cursor carries milliseconds.
       auto [ms, id] = *cursor;
-      w.add("(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
-            [ms, id](auto& st, int i) {
-              st.setInt64(i, ms);
-              st.setInt64(i + 1, ms);
-              st.setString(i + 2, id);
-            });
+      w.add(
+          "(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
+          [ms, id](auto& st, int i) {
+            st.setInt64(i, ms);
+            st.setInt64(i + 1, ms);
+            st.setString(i + 2, id);
+          },
+          3);
     }
     int limit = std::clamp(f.limit, 1, 500);
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation" + w.sql +
                                 " ORDER BY updated_at, operation_id LIMIT ?");
-    int i = 1;
-    for (std::size_t b = 0; b < w.binds.size(); ++b) {
-      w.binds[b](*st, i);
-      // The cursor binder fills three placeholders; every other binder one.
-      i += (!f.after.empty() && b + 1 == w.binds.size()) ? 3 : 1;
-    }
-    st->setInt(i, limit + 1);
+    st->setInt(w.bind(*st), limit + 1);
     rs_ptr rs(st->executeQuery());
     V page;
     while (rs->next()) page.items.push_back(detail::read_operation(*rs));
@@ -122,6 +163,16 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
       page.next_after = std::to_string(last.updated_at_ms) + ":" + last.operation_id;
     }
     return db_result<V>::success(std::move(page));
+  });
+}
+
+db_result<std::int64_t> count_ops_operations(session s, const ops_operation_filter& f) {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> db_result<std::int64_t> {
+    auto w = build_where(f);
+    auto st = prepare(conn, "SELECT COUNT(*) AS n FROM operation" + w.sql);
+    w.bind(*st);
+    rs_ptr rs(st->executeQuery());
+    return db_result<std::int64_t>::success(rs->next() ? rs->getInt64("n") : 0);
   });
 }
 

@@ -24,9 +24,11 @@ struct ops_operation_filter {
   std::optional<workflow::step> step;
   std::vector<workflow::step> steps_in;  // any of these steps (the overview's "stuck" set)
   std::string flow;
-  std::string owner;     // owner_instance exact match
-  std::string subject;   // subject_id exact match
-  std::string target;    // target_key exact match
+  std::string owner;    // owner_instance exact match
+  std::string subject;  // subject_id exact match
+  std::string target;   // target_key exact match
+  std::string search;   // an operation id prefix, an MR number, or text of the title
+
   int older_than_s = 0;  // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
   bool only_nonterminal = false;
   int limit = 50;  // clamped to 1..500
@@ -40,6 +42,8 @@ struct ops_operation_page {
 };
 
 db_result<ops_operation_page> list_ops_operations(session s, const ops_operation_filter& f);
+/// How many operations match the filter (its cursor and limit ignored): the list's total.
+db_result<std::int64_t> count_ops_operations(session s, const ops_operation_filter& f);
 /// Operation ids matching the filter (no paging, at most `cap`), for bulk actions and dry runs.
 db_result<std::vector<operation_row>> select_ops_operations(session s, ops_operation_filter f, int cap);
 

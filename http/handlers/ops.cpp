@@ -260,11 +260,14 @@ void list_operations(service_context& ctx, http_server::request& req, http_serve
       return reply(outcome_response(api_outcome::bad_request, "'after' is not a cursor this API returned"));
     }
     if (!page.ok()) return reply(db_failure(page.error));
+    auto total = persistence::count_ops_operations(db, f);
+    if (!total.ok()) return reply(db_failure(total.error));
     json items = json::array();
     for (const auto& r : page.value.items) items.push_back(ops_row_json(r));
     reply(
         outcome_response(api_outcome::ok, {},
                          {{"items", items},
+                          {"total", total.value},
                           {"nextAfter", page.value.next_after.empty() ? json(nullptr) : json(page.value.next_after)}}));
   });
 }
