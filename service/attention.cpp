@@ -156,12 +156,30 @@ persistence::db_result<attention_report> read_attention_report(persistence::sess
     i.due_label = "deadline";
     out.items.push_back(std::move(i));
   }
+  // The stored wake is the durable copy of a wait; while an actor polls (a pipeline, a merge) its
+  // timer lives in memory and the row's wake falls behind on purpose (a write per poll would cost a
+  // commit each). So a passed wake means "late" only where no actor can be driving the change: no
+  // live actor here for a change this instance owns, or an owner whose lease has expired. A live
+  // actor here whose own timer is late is listed below as a stuck actor; an actor of another live
+  // instance is that instance's to report.
+  auto instances = persistence::list_instances(db);
+  if (!instances.ok()) return R::failure(instances.error);
+  std::set<std::string> live_owners;
+  for (const auto& i : instances.value) {
+    if (i.lease_live) live_owners.insert(i.instance_id);
+  }
   for (const auto& r : rows.value.late_waits) {
+    if (!workflow::needs_actor(r.step)) continue;  // driven through the database, not a timer
+    const auto owner = r.owner_instance.value_or("");
+    if (owner == svc.instance_id ? svc.actors->summary(r.operation_id).has_value() : live_owners.count(owner) > 0)
+      continue;
     if (!listed.insert(r.operation_id).second) continue;
     auto i = from_row(attention_reason::late_wait, r);
-    i.waits_for = "its timer: " + waits_for(r.step) +
-                  "; the stored wake passed and nothing ran (no live actor, or its owner is gone); re-trigger "
-                  "resumes it";
+    i.waits_for = "its timer: " + waits_for(r.step) + "; the stored wake passed and nothing ran (" +
+                  (owner.empty()              ? std::string("no owner")
+                   : owner == svc.instance_id ? "no live actor on " + owner
+                                              : "its owner " + owner + " is gone") +
+                  "); a re-trigger resumes it";
     i.due_ms = r.next_wake_at_ms;
     i.due_label = "was due";
     out.items.push_back(std::move(i));
