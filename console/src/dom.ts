@@ -1,5 +1,8 @@
 // Tiny DOM helpers: the console is plain TypeScript, no framework.
 
+import type { ApiResult } from './api';
+import type { PageContext, PageResult } from './main';
+
 type Child = Node | string | number | null | undefined | false;
 
 /** Event handlers are set as properties (el.onclick = f), not listeners, so that patch() can hand
@@ -123,4 +126,15 @@ export function errorBox(status: number, message: string): HTMLElement {
 export function errorLine(message: string | null | undefined, status: number | null | undefined, atMs: number | null | undefined): string {
   if (!message && !status) return '—';
   return [status ? String(status) : null, message || null, atMs ? when(atMs) : null].filter(Boolean).join(' · ');
+}
+
+/** A page's read failed: what is on screen stays (the poller marks it stale); only a first load,
+ *  with nothing matching `shownSelector` in `into` yet, shows the error under `title`. */
+export function failedRead(ctx: PageContext, r: ApiResult, title: string, shownSelector: string, into: HTMLElement = ctx.root): PageResult {
+  if (!into.querySelector(shownSelector)) {
+    const box = errorBox(r.status, r.body.message);
+    if (into === ctx.root) ctx.show(h('h2', {}, title), box);
+    else into.replaceChildren(box);
+  }
+  return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
 }

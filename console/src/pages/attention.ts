@@ -1,5 +1,5 @@
 import { get } from '../api';
-import { age, errorBox, errorLine, fmtTime, h, link, syncServerClock, table, when } from '../dom';
+import { age, errorLine, fmtTime, h, link, syncServerClock, table, when, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 import { setPollInterval } from '../main';
 
@@ -19,11 +19,7 @@ let reasonFilter = '';
 export async function renderAttention(ctx: PageContext): Promise<PageResult> {
   const r = await get('/api/v1/ops/attention');
   if (!ctx.alive()) return { status: r.status };
-  if (r.status !== 200) {
-    // Keep what is on screen (the poller marks it stale); only a first load shows the error.
-    if (!ctx.root.querySelector('#attention-table, #attention-empty')) ctx.show(h('h2', {}, 'Needs attention'), errorBox(r.status, r.body.message));
-    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
-  }
+  if (r.status !== 200) return failedRead(ctx, r, 'Needs attention', '#attention-table, #attention-empty');
   const d = r.body.data;
   syncServerClock(d.nowMs);
   setPollInterval(d.pollMs);

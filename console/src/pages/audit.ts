@@ -1,14 +1,11 @@
 import { get } from '../api';
-import { errorBox, fmtTime, h, table } from '../dom';
+import { fmtTime, h, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 export async function renderAudit(ctx: PageContext): Promise<PageResult> {
   const r = await get('/api/v1/ops/audit?limit=200');
   if (!ctx.alive()) return { status: r.status };
-  if (r.status !== 200) {
-    if (!ctx.root.querySelector('#audit-table')) ctx.show(h('h2', {}, 'Audit log'), errorBox(r.status, r.body.message));
-    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
-  }
+  if (r.status !== 200) return failedRead(ctx, r, 'Audit log', '#audit-table');
   const rows = (r.body.data.items as any[]).map((a) => [
     fmtTime(a.atMs), a.operator, a.action, h('span', { class: 'mono' }, a.target),
     h('span', { class: a.outcome === 'OK' || String(a.outcome).startsWith('APPLIED') || String(a.outcome).startsWith('DRY_RUN') ? 'outcome-ok' : 'outcome-refused' }, a.outcome),

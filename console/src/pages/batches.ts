@@ -1,5 +1,5 @@
 import { call, get, newIdempotencyKey } from '../api';
-import { age, errorBox, fmtTime, h, link, syncServerClock, table } from '../dom';
+import { age, errorBox, fmtTime, h, link, syncServerClock, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 const STATUS_CLASS: Record<string, string> = { RUNNING: 'st-running', BLOCKED: 'st-blocked', FAILED: 'st-failed', SUCCEEDED: 'st-ok' };
@@ -34,10 +34,7 @@ export async function renderBatches(ctx: PageContext): Promise<PageResult> {
     ctx.show(h('h2', {}, 'Batches'), h('p', { class: 'muted' }, 'Batching is not available on this server.'), h('h3', {}, 'Reconciliation'), controls, outcome);
     return { status: 200 };
   }
-  if (r.status !== 200) {
-    if (!ctx.root.querySelector('#batches')) ctx.show(h('h2', {}, 'Batches'), errorBox(r.status, r.body.message));
-    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
-  }
+  if (r.status !== 200) return failedRead(ctx, r, 'Batches', '#batches');
   const items = r.body.data.items as any[];
   const totals: Record<string, number> = {};
   for (const b of items) totals[b.status] = (totals[b.status] ?? 0) + 1;

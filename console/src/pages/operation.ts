@@ -1,5 +1,5 @@
 import { call, get, newIdempotencyKey } from '../api';
-import { errorBox, errorLine, fmtDuration, fmtTime, h, link, patch, syncServerClock, table, when } from '../dom';
+import { errorLine, fmtDuration, fmtTime, h, link, patch, syncServerClock, table, when, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 const LABELS: Record<string, string> = {
@@ -42,10 +42,7 @@ export async function renderOperation(ctx: PageContext): Promise<PageResult> {
   if (lastOutcomeFor !== id) lastOutcome = null;
   const r = await get(`/api/v1/ops/operations/${id}`);
   if (!ctx.alive()) return { status: r.status };
-  if (r.status !== 200) {
-    if (!ctx.root.querySelector('#op-facts')) ctx.show(h('h2', {}, 'Change ' + id), errorBox(r.status, r.body.message));
-    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
-  }
+  if (r.status !== 200) return failedRead(ctx, r, 'Change ' + id, '#op-facts');
   const o = r.body.data;
   syncServerClock(o.nowMs);
   const attemptsByStep: Record<string, any> = {};

@@ -1,5 +1,5 @@
 import { get } from '../api';
-import { age, errorBox, h, link, patchChildren, table } from '../dom';
+import { age, h, link, patchChildren, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 const FIELDS = ['q', 'phase', 'step', 'flow', 'owner', 'subject', 'target', 'older_than_s'];
@@ -32,10 +32,7 @@ export async function renderOperations(ctx: PageContext): Promise<PageResult> {
   }
   const r = await get('/api/v1/ops/operations?' + q.toString());
   if (!ctx.alive()) return { status: r.status };
-  if (r.status !== 200) {
-    if (!results.querySelector('#op-table')) results.replaceChildren(errorBox(r.status, r.body.message));
-    return { status: r.status, message: r.body.message, retryAfterMs: r.retryAfterMs };
-  }
+  if (r.status !== 200) return failedRead(ctx, r, 'Changes', '#op-table', results);
   const items = r.body.data.items as any[];
   const rows = items.map((o) => [
     link(`/operations/${o.operationId}`, o.operationId.slice(0, 8), { class: 'op-link', 'data-op': o.operationId }),

@@ -1,14 +1,11 @@
 import { get } from '../api';
-import { age, errorBox, h, link, syncServerClock, table } from '../dom';
+import { age, h, link, syncServerClock, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 export async function renderOverview(ctx: PageContext): Promise<PageResult> {
   const ov = await get('/api/v1/ops/overview');
   if (!ctx.alive()) return { status: ov.status };
-  if (ov.status !== 200) {
-    if (!ctx.root.querySelector('#phase-counts')) ctx.show(h('h2', {}, 'Overview'), errorBox(ov.status, ov.body.message));
-    return { status: ov.status, message: ov.body.message, retryAfterMs: ov.retryAfterMs };
-  }
+  if (ov.status !== 200) return failedRead(ctx, ov, 'Overview', '#phase-counts');
   const d = ov.body.data;
   syncServerClock(d.nowMs);
   const phases = Object.entries(d.byPhase as Record<string, number>);
