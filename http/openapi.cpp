@@ -197,6 +197,12 @@ constexpr const char* document_text = R"json({
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
       }
     },
+    "/api/v1/ops/attention": {
+      "get": {
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK; data {nowMs, pollMs, counts {FAILED, OUTCOME_UNKNOWN, LATE_WAIT, OVERDUE_APPROVAL, STUCK_ACTOR, CALLBACK_UNAPPLIED}, truncated, items: [{reason, waitsFor, operationId, title, step {code, name}, phase, sinceMs, ageMs, dueMs, dueLabel, lastError, lastErrorStatus, lastErrorAtMs, deliveryId, callbackKind, callbackOutcome}]} (oldest first)"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
     "/api/v1/ops/actors": {
       "get": {
         "security": [{"bearer": []}],

@@ -71,6 +71,10 @@ inline constexpr route_spec ops_whoami{
 inline constexpr route_spec ops_overview{
     "GET", "/api/v1/ops/overview", route_access::ops,
     "Counts by phase, stuck-looking operations first, callback outcomes, batch status"};
+inline constexpr route_spec ops_attention{
+    "GET", "/api/v1/ops/attention", route_access::ops,
+    "Everything that needs a human or is late: failures, unknown outcomes, late waits, overdue approvals, stuck "
+    "actors, unapplied callbacks; each with what it waits for, since when, due time and last error; oldest first"};
 inline constexpr route_spec ops_actors{"GET", "/api/v1/ops/actors", route_access::ops,
                                        "Live request actors on this instance with their summaries"};
 inline constexpr route_spec ops_operations{"GET", "/api/v1/ops/operations", route_access::ops,
@@ -154,6 +158,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::deploy_callback,
                                           &routes::ops_whoami,
                                           &routes::ops_overview,
+                                          &routes::ops_attention,
                                           &routes::ops_actors,
                                           &routes::ops_operations,
                                           &routes::ops_operation,

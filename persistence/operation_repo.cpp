@@ -24,7 +24,8 @@ const char* const operation_columns =
     "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
     "created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester, repository, "
-    "target_branch, revert_of, reverted_by";
+    "target_branch, revert_of, reverted_by, last_error_status, "
+    "CAST(ROUND(UNIX_TIMESTAMP(last_error_at) * 1000) AS SIGNED) AS last_error_at_ms";
 
 namespace {
 step step_or_throw(int code) {
@@ -67,6 +68,8 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.target_branch = str(rs, "target_branch");
   r.revert_of = opt_string(rs, "revert_of");
   r.reverted_by = opt_string(rs, "reverted_by");
+  if (auto status = opt_int64(rs, "last_error_status")) r.last_error_status = static_cast<int>(*status);
+  r.last_error_at_ms = opt_int64(rs, "last_error_at_ms");
   return r;
 }
 
@@ -79,8 +82,16 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
   std::string q;
   q.reserve(512);
-  q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
-  q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+  if (req.retry_in_step) {
+    // Same step, no event: the failed attempt, its error and the next try. updated_at keeps the
+    // time of the last step change (the poll schedule and "unchanged since" are measured from it).
+    q += "UPDATE operation SET version = version + 1, attempts = attempts + 1, updated_at = updated_at";
+  } else {
+    q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
+    q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+    // Attempts count the tries of the current step; a new step starts from none.
+    if (!req.attempts && req.to != req.from) q += ", attempts = 0";
+  }
   if (req.mr_iid) q += ", mr_iid = " + std::to_string(*req.mr_iid);
   if (req.mr_url) q += ", mr_url = " + t.quote(*req.mr_url);
   if (req.approval_id) q += ", approval_id = " + t.quote(*req.approval_id);
@@ -95,15 +106,23 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   } else if (req.clear_wake) {
     q += ", next_wake_at = NULL";
   }
-  if (req.attempts) q += ", attempts = " + std::to_string(*req.attempts);
+  if (req.attempts && !req.retry_in_step) q += ", attempts = " + std::to_string(*req.attempts);
   if (req.last_error) {
     q += ", last_error = " + t.quote(req.last_error->substr(0, 1024));
   } else if (req.clear_last_error) {
     q += ", last_error = NULL";
   }
-  q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
-  q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
-  q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+  if (req.failed_attempt || req.retry_in_step) {
+    // errors_recorded + 1 is what the trigger of migration 13 counts for the step left or retried.
+    const int status = req.last_error_status.value_or(0);
+    q += ", last_error_status = " + (status > 0 ? std::to_string(status) : std::string("NULL"));
+    q += ", last_error_at = NOW(3), errors_recorded = errors_recorded + 1";
+  }
+  if (!req.retry_in_step) {
+    q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
+    q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
+    q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+  }
   q += " WHERE operation_id = " + t.quote(req.operation_id);
   q += " AND version = " + std::to_string(req.expected_version);
   q += " AND step = " + std::to_string(workflow::code_of(req.from));
@@ -336,7 +355,10 @@ db_result<std::vector<operation_event_row>> list_events(session s, const std::st
 
 db_result<std::int64_t> transition(session s, const transition_request& req) {
   using R = db_result<std::int64_t>;
-  if (!workflow::is_allowed(req.from, req.to, req.by)) {
+  if (req.retry_in_step && req.from != req.to) {
+    return R::failure(db_outcome::illegal_transition, "a retry stays in its step");
+  }
+  if (!req.retry_in_step && !workflow::is_allowed(req.from, req.to, req.by)) {
     return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) + " -> " +
                                                           std::string(workflow::to_string(req.to)) +
                                                           " is not in the transition table");
