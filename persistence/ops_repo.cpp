@@ -141,8 +141,10 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
       if (!cursor) return db_result<V>::failure(db_outcome::not_found, "malformed cursor");
       // Row-value comparison on the epoch-ms form of updated_at: the cursor carries milliseconds.
       auto [ms, id] = *cursor;
+      const char* beyond = f.newest_first ? " < " : " > ";
       w.add(
-          "(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
+          "(" + detail::ms("updated_at") + beyond + "? OR (" + detail::ms("updated_at") + " = ? AND operation_id" +
+              beyond + "?))",
           [ms, id](auto& st, int i) {
             st.setInt64(i, ms);
             st.setInt64(i + 1, ms);
@@ -152,7 +154,8 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
     }
     int limit = std::clamp(f.limit, 1, 500);
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation" + w.sql +
-                                " ORDER BY updated_at, operation_id LIMIT ?");
+                                (f.newest_first ? " ORDER BY updated_at DESC, operation_id DESC LIMIT ?"
+                                                : " ORDER BY updated_at, operation_id LIMIT ?"));
     st->setInt(w.bind(*st), limit + 1);
     rs_ptr rs(st->executeQuery());
     V page;

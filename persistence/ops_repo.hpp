@@ -31,7 +31,8 @@ struct ops_operation_filter {
 
   int older_than_s = 0;  // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
   bool only_nonterminal = false;
-  int limit = 50;  // clamped to 1..500
+  bool newest_first = false;  // order by last update, newest first (the cursor then walks backwards)
+  int limit = 50;             // clamped to 1..500
   /// Cursor from the previous page: "<updated_at_ms>:<operation_id>"; "" = first page.
   std::string after;
 };

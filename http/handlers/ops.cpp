@@ -62,6 +62,7 @@ json ops_row_json(const persistence::operation_row& row) {
   j["updatedAtMs"] = row.updated_at_ms;
   j["createdAtMs"] = row.created_at_ms;
   j["terminal"] = workflow::is_terminal(row.phase);
+  j["waitsFor"] = service::waits_for(row.step);
   return j;
 }
 
@@ -290,7 +291,6 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
     if (!now.ok()) return reply(db_failure(now.error));
     auto data = ops_row_json(row.value);
     data["nowMs"] = now.value;
-    data["waitsFor"] = service::waits_for(row.value.step);
     std::map<int, const persistence::step_attempt_row*> attempts_by_step;
     json step_attempts = json::array();
     for (const auto& a : attempts.value) {

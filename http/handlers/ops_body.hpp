@@ -83,6 +83,12 @@ inline std::optional<persistence::ops_operation_filter> parse_ops_filter(const n
     return std::nullopt;
   }
   if (auto v = text("active"); v == "true" || v == "1") f.only_nonterminal = true;
+  if (auto v = text("order"); v == "newest") {
+    f.newest_first = true;
+  } else if (!v.empty() && v != "oldest") {
+    error = "'order' must be newest or oldest";
+    return std::nullopt;
+  }
   return f;
 }
 

@@ -1,6 +1,7 @@
 // What the ops API shows an operator about actions: the console's buttons and the ops policy.
 
 #include "http/handlers/ops.hpp"
+#include "http/handlers/ops_body.hpp"
 #include "http/route_table.hpp"
 
 #include <gtest/gtest.h>
@@ -54,4 +55,20 @@ TEST(OpsCore, OpsReadsAndActionsHaveSeparateBuckets) {
   EXPECT_EQ(act.limit_key, "rate_limit.ops");
   EXPECT_EQ(read.required_rules, act.required_rules);
   EXPECT_TRUE(read.requires_identity);
+}
+
+TEST(OpsCore, ListFilterReadsOrderActiveAndRefusesWhatItDoesNotKnow) {
+  std::string error;
+  auto f = http::parse_ops_filter(nlohmann::json{{"order", "newest"}, {"active", "true"}, {"phase", "MERGED"}}, error);
+  ASSERT_TRUE(f) << error;
+  EXPECT_TRUE(f->newest_first);
+  EXPECT_TRUE(f->only_nonterminal);
+  EXPECT_EQ(f->phase, workflow::phase::MERGED);
+  auto oldest = http::parse_ops_filter(nlohmann::json{{"order", "oldest"}}, error);
+  ASSERT_TRUE(oldest) << error;
+  EXPECT_FALSE(oldest->newest_first);
+  EXPECT_FALSE(oldest->only_nonterminal);
+  EXPECT_FALSE(http::parse_ops_filter(nlohmann::json{{"order", "sideways"}}, error));
+  EXPECT_NE(error.find("'order'"), std::string::npos) << error;
+  EXPECT_FALSE(http::parse_ops_filter(nlohmann::json{{"phase", "NOPE"}}, error));
 }

@@ -311,7 +311,72 @@ async function actions(page) {
   console.log('PASS actions: deterministic re-trigger warned; a refused close shown and audited');
 }
 
-const scenarios = { retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
+/** Ids of the changes table's rows, in order. */
+async function listedIds(page) {
+  return page.evaluate(() => [...document.querySelectorAll('#op-table tbody tr a.op-link')].map((a) => a.dataset.op));
+}
+
+/** Submits the filter form and waits for the list of the new URL. */
+async function applyFilter(page, expectUrlPart) {
+  await page.click('#op-filters button[type="submit"]');
+  await page.waitForFunction((part) => location.search.includes(part) || part === '', expectUrlPart);
+  await page.waitForFunction(() => !!document.querySelector('#op-total'));
+  await waitRefreshes(page, 1);
+}
+
+async function lists(page) {
+  const hanging = [env.HANG_A, env.HANG_B];
+  await signIn(page);
+  await page.goto(CONSOLE_URL + 'operations?q=browser-list');
+  await page.locator('#op-table').waitFor();
+  // Active only by default: the ended change is not listed, the two waiting ones are.
+  let ids = await listedIds(page);
+  if (ids.includes(env.DONE_ID)) fail('an ended change is listed by default: ' + ids);
+  for (const id of hanging) if (!ids.includes(id)) fail('a waiting change is missing: ' + id + ' in ' + ids);
+  const total = await page.locator('#op-total').innerText();
+  if (!total.startsWith('2 change(s) match (not ended only)')) fail('the total does not say what it counts: ' + total);
+  // The reason column says in words what each waits for.
+  const reasons = (await rowsOf(page, '#op-table')).map((r) => r[5]);
+  if (!reasons.every((r) => r && r.length > 10 && r !== 'ended')) fail('a waiting change has no reason: ' + JSON.stringify(reasons));
+  await shot(page, 'active');
+  // All changes, oldest update first, then newest first: the same rows in reverse.
+  await page.uncheck('#filter-active');
+  await applyFilter(page, 'active=0');
+  const oldest = await listedIds(page);
+  if (oldest.length !== 3 || !oldest.includes(env.DONE_ID)) fail('all three changes expected: ' + oldest);
+  await page.selectOption('#filter-order', 'newest');
+  await applyFilter(page, 'order=newest');
+  const newest = await listedIds(page);
+  if (JSON.stringify(newest) !== JSON.stringify([...oldest].reverse())) fail(`newest first is not the reverse: ${oldest} vs ${newest}`);
+  // The phase dropdown.
+  await page.selectOption('#filter-phase', 'VALIDATED');
+  await applyFilter(page, 'phase=VALIDATED');
+  ids = await listedIds(page);
+  if (JSON.stringify(ids) !== JSON.stringify([env.DONE_ID])) fail('phase VALIDATED should list only the ended change: ' + ids);
+  await shot(page, 'filtered');
+  // A bulk re-trigger over "waiting, title browser-list": the dry run's count comes first.
+  await page.goto(CONSOLE_URL + 'operations?q=browser-list-hang');
+  await page.locator('#op-table').waitFor();
+  await page.click('#bulk summary');
+  await page.selectOption('#bulk-action', 'retrigger');
+  if (await page.locator('#bulk-apply').isVisible()) fail('the bulk action is offered before its dry run');
+  await page.click('#bulk-count');
+  await page.waitForFunction(() => document.querySelector('#bulk-result')?.textContent?.includes('match'));
+  const dry = await page.locator('#bulk-result').innerText();
+  if (!dry.includes('2 change(s) match this filter; 2 can be moved') || !dry.includes('Nothing has been done yet')) fail('dry run: ' + dry);
+  const before = await Promise.all(hanging.map((id) => fetch(new URL('/api/v1/ops/operations/' + id, CONSOLE_URL),
+    { headers: { Authorization: 'Bearer ' + OPS_TOKEN } }).then((r) => r.json())));
+  if (!before.every((b) => b.data.step.name === 'CREATE_PIPELINE_PENDING')) fail('the dry run moved something');
+  await shot(page, 'bulk-dry-run');
+  await page.click('#bulk-apply');
+  await page.waitForFunction(() => document.querySelector('#bulk-result')?.textContent?.startsWith('Done'));
+  const done = await page.locator('#bulk-result').innerText();
+  if (!done.includes('Done over 2 matching change(s)')) fail('bulk result: ' + done);
+  await shot(page, 'bulk-done');
+  console.log('PASS lists: active-only default, order toggle, phase dropdown, reasons, bulk dry run first');
+}
+
+const scenarios = { lists, retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
 if (!scenarios[SCENARIO]) {
   console.error('FAIL: unknown SCENARIO ' + SCENARIO);
   process.exit(1);

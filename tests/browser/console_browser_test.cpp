@@ -236,4 +236,26 @@ TEST_F(ConsoleBrowser, HonestActionsWarnAndAuditRefusals) {
   EXPECT_EQ(closes, 1) << c.dump(2);
 }
 
+TEST_F(ConsoleBrowser, ListsForTriageAndABulkActionCountedFirst) {
+  start();
+  ASSERT_TRUE(env);
+  auto done = submit_ok("browser-list-done change", "svc-b-list-1");
+  ASSERT_EQ(env->wait_for_phase(done, "VALIDATED")["phase"], "VALIDATED");
+  env->add_fault({{"kind", "pipeline_hang"}, {"match", "browser-list-hang"}});
+  auto a = submit_ok("browser-list-hang change a", "svc-b-list-2");
+  auto b = submit_ok("browser-list-hang change b", "svc-b-list-3");
+  for (const auto& id : {a, b})
+    ASSERT_EQ(env->wait_for_step(id, "CREATE_PIPELINE_PENDING")["step"]["name"], "CREATE_PIPELINE_PENDING");
+  EXPECT_EQ(run_spec("lists", {{"DONE_ID", done}, {"HANG_A", a}, {"HANG_B", b}}), 0);
+  // The server agrees: the bulk re-trigger moved both waiting changes, as alice, and not the ended one.
+  for (const auto& id : {a, b}) {
+    auto c = env->get_change(id);
+    int retriggers = 0;
+    for (const auto& e : c["timeline"])
+      retriggers += e["from"] == "CREATE_PIPELINE_PENDING" && e["actor"] == "operator:alice";
+    EXPECT_EQ(retriggers, 1) << c.dump(2);
+  }
+  EXPECT_EQ(env->get_change(done)["phase"], "VALIDATED");
+}
+
 }  // namespace
