@@ -61,6 +61,9 @@ inline constexpr route_spec approval_callback{
 inline constexpr route_spec deploy_callback{
     "POST", "/api/v1/callbacks/deploy", route_access::callback,
     "Deploy pipeline callback {deliveryId, mrIid, project?, pipelineId?, status, operationIds?}"};
+inline constexpr route_spec gitlab_webhook{
+    "POST", "/api/v1/webhooks/gitlab", route_access::callback,
+    "GitLab's own Pipeline, Merge Request and Deployment Hooks (X-Gitlab-Token = the project's webhook_secret)"};
 inline constexpr route_spec ops_whoami{
     "GET", "/api/v1/ops/whoami", route_access::ops,
     "The operator as resolved by the server (a client-sent __authenticatedOperator is overwritten)"};

@@ -31,6 +31,8 @@ std::vector<std::string> schema_v7();
 std::vector<std::string> schema_v9();
 // Migration 10: creation writes its first event through the staging columns too (one timeline writer).
 std::vector<std::string> schema_v10();
+// Migration 12: merge commit -> MR per project (a Deployment Hook names only the commit).
+std::vector<std::string> schema_v12();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -54,6 +56,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {7, "repositories and per-branch batch slots", schema_v7()},
       {9, "notification subscriptions and delivery outbox", schema_v9()},
       {10, "creation event trigger: one timeline writer", schema_v10()},
+      {12, "merge commits of GitLab merge events", schema_v12()},
   };
   return migrations;
 }
