@@ -686,7 +686,8 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
                 auto* d = st.find_drive(t.drive);
                 if (!d || t.generation != d->poll_timer) return;
                 d->poll_armed = false;
-                apply(self, *d, core::on_poll_tick(d->state, settings_of(self, d->state.where.repository), now_ms(self)));
+                apply(self, *d,
+                      core::on_poll_tick(d->state, settings_of(self, d->state.where.repository), now_ms(self)));
                 return;
               }
               if (t.generation != st.round_timer) return;

@@ -111,7 +111,8 @@ using batch_coordinator = caf::typed_actor<
     caf::reacts_to<batch_adopt_atom, std::int64_t>,
     /// GitLab said (webhook) that the MR `mr_iid` of project `project` changed (pipeline finished,
     /// merged, closed): the drive of that MR reads it now instead of at its next poll.
-    caf::reacts_to<batch_webhook_atom, std::string, std::int64_t>, caf::reacts_to<batch_tick>, caf::reacts_to<batch_job_result>>;
+    caf::reacts_to<batch_webhook_atom, std::string, std::int64_t>, caf::reacts_to<batch_tick>,
+    caf::reacts_to<batch_job_result>>;
 
 struct batch_coordinator_options {
   bool scheduled_rounds = true;  // false: manual rounds only (tests)

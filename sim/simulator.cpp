@@ -1085,8 +1085,8 @@ struct simulator::impl {
     }
     if (mode == "forged") {
       // One attempt only: a 401 is final for a forged sender.
-      deliver(opts.webhook_url, body.dump(), headers_for(next_uuid(), secret->second + "-forged"),
-              endpoint + "_forged", delay + step, opts.callback_attempts);
+      deliver(opts.webhook_url, body.dump(), headers_for(next_uuid(), secret->second + "-forged"), endpoint + "_forged",
+              delay + step, opts.callback_attempts);
     }
   }
 

@@ -19,8 +19,8 @@ gitlab_event mr(std::string action) {
 
 TEST(WebhookRule, FinalPipelineStatusesAreGitLabsCompletedOnes) {
   for (auto s : {"success", "failed", "canceled", "skipped"}) EXPECT_TRUE(workflow::is_final_pipeline_status(s)) << s;
-  for (auto s : {"created", "waiting_for_resource", "preparing", "pending", "running", "manual", "scheduled", "",
-                 "SUCCESS"}) {
+  for (auto s :
+       {"created", "waiting_for_resource", "preparing", "pending", "running", "manual", "scheduled", "", "SUCCESS"}) {
     EXPECT_FALSE(workflow::is_final_pipeline_status(s)) << s;
   }
 }

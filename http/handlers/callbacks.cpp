@@ -128,8 +128,7 @@ service::gitlab_delivery::kind delivery_kind(gitlab_hook k) {
 }
 
 void gitlab_webhook(service_context& ctx, std::shared_ptr<service::delivery_claims> claims,
-                    const service::tell_batch_fn& tell_batch, http_server::request& req,
-                    http_server::responder reply) {
+                    const service::tell_batch_fn& tell_batch, http_server::request& req, http_server::responder reply) {
   // Parsing: gitlab_webhook_body.hpp (pure). The secret is the project's, so the project is read
   // first; every other field is judged only once the sender is authenticated.
   auto hook = parse_gitlab_hook_body(req.body, req.header("x-gitlab-event-uuid"), req.header("idempotency-key"));
@@ -225,9 +224,8 @@ void add_gitlab_webhook_route(router& r, service_context& ctx, std::optional<act
       caf::anon_send(coordinator, actors::batch_webhook_atom::value, project, mr_iid);
     };
   }
-  r.add({routes::gitlab_webhook,
-         [&ctx, claims = std::make_shared<service::delivery_claims>(), tell_batch](
-             http_server::request& req, const path_params&, http_server::responder reply) {
+  r.add({routes::gitlab_webhook, [&ctx, claims = std::make_shared<service::delivery_claims>(), tell_batch](
+                                     http_server::request& req, const path_params&, http_server::responder reply) {
            gitlab_webhook(ctx, claims, tell_batch, req, std::move(reply));
          }});
 }

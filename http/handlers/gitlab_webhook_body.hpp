@@ -31,8 +31,8 @@ struct gitlab_hook_body {
   std::string error;  // non-empty: a 400 for the sender (after authentication)
   // pipeline
   std::int64_t pipeline_id = 0;
-  std::string sha;     // pipeline: object_attributes.sha; deployment: the deployed commit
-  std::string status;  // pipeline: object_attributes.status; deployment: status
+  std::string sha;                     // pipeline: object_attributes.sha; deployment: the deployed commit
+  std::string status;                  // pipeline: object_attributes.status; deployment: status
   std::optional<std::int64_t> mr_iid;  // pipeline: merge_request.iid; merge request: object_attributes.iid
   // merge request
   std::string action;  // object_attributes.action: open, update, merge, close, ...
@@ -139,7 +139,8 @@ inline gitlab_hook_body parse_gitlab_hook_body(const std::string& body, std::opt
       out.error = "'object_attributes.iid' must be a positive integer";
     } else if (out.action.size() > 32 || out.state.size() > 32) {
       out.error = "'object_attributes.action' and 'state' must be at most 32 characters";
-    } else if (!out.merge_commit_sha.empty() && (!detail::is_hex(out.merge_commit_sha) || out.merge_commit_sha.size() > 64)) {
+    } else if (!out.merge_commit_sha.empty() &&
+               (!detail::is_hex(out.merge_commit_sha) || out.merge_commit_sha.size() > 64)) {
       out.error = "'object_attributes.merge_commit_sha' must be a commit sha";
     } else {
       out.mr_iid = iid;

@@ -84,7 +84,8 @@ TEST(GitlabHookBody, DeploymentHookTakesTheFullShaFromCommitUrl) {
 }
 
 TEST(GitlabHookBody, OtherKindsParseAsOther) {
-  auto h = parse_gitlab_hook_body(R"({"object_kind":"push","project":{"path_with_namespace":"a/b"}})", "u", std::nullopt);
+  auto h =
+      parse_gitlab_hook_body(R"({"object_kind":"push","project":{"path_with_namespace":"a/b"}})", "u", std::nullopt);
   EXPECT_EQ(h.error, "");
   EXPECT_EQ(h.kind, gitlab_hook::other);
 }

@@ -33,19 +33,16 @@ std::string outcome_of(const http_result& r) {
 /// Two repositories side by side: only `team/hooked` has a webhook secret (and the sim sends hooks
 /// only for it). Polls as flow_env's (fast), slowed to `webhook_interval_ms` for the hooked one.
 json two_repositories(std::int64_t webhook_interval_ms) {
-  return json{{"repositories",
-               {{hooked, {{"branches", {"main"}}, {"webhook_secret", hook_secret}}},
-                {polled, {{"branches", {"main"}}}}}},
-              {"poll", {{"webhook_interval_ms", webhook_interval_ms}}}};
+  return json{
+      {"repositories",
+       {{hooked, {{"branches", {"main"}}, {"webhook_secret", hook_secret}}}, {polled, {{"branches", {"main"}}}}}},
+      {"poll", {{"webhook_interval_ms", webhook_interval_ms}}}};
 }
 
 std::vector<std::string> sim_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--projects",
-                                   std::string(hooked) + "=main;" + polled + "=main",
-                                   "--webhook-url",
-                                   "{service}/api/v1/webhooks/gitlab",
-                                   "--webhook-secrets",
-                                   std::string(hooked) + "=" + hook_secret};
+  std::vector<std::string> args = {"--projects",        std::string(hooked) + "=main;" + polled + "=main",
+                                   "--webhook-url",     "{service}/api/v1/webhooks/gitlab",
+                                   "--webhook-secrets", std::string(hooked) + "=" + hook_secret};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -126,8 +123,7 @@ std::string mr_head(flow_env& env, const std::string& project, std::int64_t iid)
 // Pipeline Hook, so it reads GitLab less often than the polled one, whose every poll is a read.
 TEST(GitlabWebhooks, AChangeNeedsFewerGitlabReadsWithWebhooks) {
   // A pipeline long enough for the polled change to poll several times (40 ms, then 200 ms).
-  flow_env env(two_repositories(30000),
-               sim_args({"--pipeline-duration-ms", "1500"}));
+  flow_env env(two_repositories(30000), sim_args({"--pipeline-duration-ms", "1500"}));
   auto with_hooks = submit_to(env, hooked, "hooked change", "svc-a");
   auto without = submit_to(env, polled, "polled change", "svc-b");
   for (const auto& id : {with_hooks, without}) {
@@ -146,28 +142,43 @@ TEST(GitlabWebhooks, AChangeNeedsFewerGitlabReadsWithWebhooks) {
 
 // (2) Redelivered, stale, foreign and forged hooks move nothing.
 TEST(GitlabWebhooks, DuplicateOutOfOrderUnknownAndForgedHooksAreHarmless) {
-  flow_env env(two_repositories(30000),
-               sim_args({"--pipeline-duration-ms", "600"}));
+  flow_env env(two_repositories(120000), sim_args({"--pipeline-duration-ms", "600"}));
   // The sim's own faults on a live flow (one rule fires per hook, the first that matches): the
   // "running" pipeline hook twice with one UUID, the final one followed by a stale "running", the
   // merge hook also for a project we do not serve, the deployment hook also with a forged token.
   const std::pair<const char*, const char*> rules[] = {{"pipeline_hook", "duplicate"},
-                                                        {"pipeline_hook", "reorder"},
-                                                        {"merge_request_hook", "unknown_project"},
-                                                        {"deployment_hook", "forged"}};
+                                                       {"pipeline_hook", "reorder"},
+                                                       {"merge_request_hook", "unknown_project"},
+                                                       {"deployment_hook", "forged"}};
   for (const auto& [endpoint, mode] : rules) {
-    env.add_fault({{"kind", "gitlab_webhook"}, {"endpoint", endpoint}, {"mode", mode}, {"match", "faulty"}, {"count", 1}});
+    env.add_fault(
+        {{"kind", "gitlab_webhook"}, {"endpoint", endpoint}, {"mode", mode}, {"match", "faulty"}, {"count", 1}});
   }
   auto faulty = submit_to(env, hooked, "faulty hooks change", "svc-f");
   auto c = env.wait_for_phase(faulty, "VALIDATED", std::chrono::seconds(90));
   ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
   // Each step once: no hook made a step repeat.
+  const auto events_of_validated = events_of(env, faulty);
   auto steps = timeline_steps(c);
   std::set<std::string> distinct(steps.begin(), steps.end());
   EXPECT_EQ(distinct.size(), steps.size()) << c.dump(2);
+  // The forged copy follows the real deployment hook: wait until the sim has given up on it.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return body_of(env.sim_call("GET", "/_sim/stats"))["callbacks"].value("deployment_hook_forged_failed", 0) > 0;
+      },
+      std::chrono::seconds(30)));
   EXPECT_GT(metric(env, "changeflow_callbacks_total", "kind=\"gitlab\",outcome=\"DUPLICATE\""), 0);
   EXPECT_GT(metric(env, "changeflow_callbacks_total", "kind=\"gitlab\",outcome=\"UNAUTHENTICATED\""), 0);
   EXPECT_GT(metric(env, "changeflow_callbacks_total", "kind=\"gitlab\",outcome=\"IGNORED\""), 0);
+  EXPECT_EQ(events_of(env, faulty), events_of_validated);
+
+  // A merge hook for the MR of a change that has ended: no actor waits on it, nothing moves.
+  const auto faulty_events = events_of(env, faulty);
+  auto late_merge =
+      post_hook(env, mr_hook(hooked, c["mrIid"].get<std::int64_t>(), "merge"), "Merge Request Hook", "t-late-merge");
+  EXPECT_EQ(outcome_of(late_merge), "IGNORED") << late_merge.body;
+  EXPECT_EQ(events_of(env, faulty), faulty_events);
 
   // The test's own hooks against a change waiting for a pipeline that never finishes.
   env.add_fault({{"kind", "pipeline_hang"}, {"match", "waiting change"}, {"count", 1}});
@@ -207,14 +218,13 @@ TEST(GitlabWebhooks, DuplicateOutOfOrderUnknownAndForgedHooksAreHarmless) {
   auto after = env.get_change(waiting);
   EXPECT_EQ(events_of(env, waiting), before);
   EXPECT_EQ(after["step"]["name"], "CREATE_MR_OPENED") << after.dump(2);
-  // Nor did any of them make the actor read early: its slow poll is 30 s away.
+  // Nor did any of them make the actor read early: its slow poll is 120 s away.
   EXPECT_EQ(mr_reads(env, hooked), reads_before);
 }
 
 // (3) A lost hook is covered by the slow poll.
 TEST(GitlabWebhooks, ALostHookIsCoveredByTheSlowPoll) {
-  flow_env env(two_repositories(1500),
-               sim_args({"--pipeline-duration-ms", "300"}));
+  flow_env env(two_repositories(1500), sim_args({"--pipeline-duration-ms", "300"}));
   env.add_fault(
       {{"kind", "gitlab_webhook"}, {"endpoint", "pipeline_hook"}, {"mode", "drop"}, {"match", "lost"}, {"count", -1}});
   auto id = submit_to(env, hooked, "lost hooks change", "svc-l");
@@ -231,8 +241,7 @@ TEST(GitlabWebhooks, ALostHookIsCoveredByTheSlowPoll) {
 
 // (4) The Deployment Hook confirms or fails the deploy (no deploy callback in this run).
 TEST(GitlabWebhooks, DeploymentHookValidatesOrFailsAMergedChange) {
-  flow_env env(two_repositories(30000),
-               sim_args({"--deploy-callback-url", ""}));
+  flow_env env(two_repositories(30000), sim_args({"--deploy-callback-url", ""}));
   env.add_fault({{"kind", "deploy_callback"}, {"mode", "failed"}, {"match", "broken deploy"}, {"count", 1}});
   auto good = submit_to(env, hooked, "good deploy", "svc-g");
   auto bad = submit_to(env, hooked, "broken deploy", "svc-x");
