@@ -46,16 +46,27 @@ void approval(const std::string& body) {
              "approval round trip is stable");
 }
 
-void deploy(const std::string& rest) {
-  auto nl = rest.find('\n');
+/// "<header value>\n<body>": an empty first line, or none, means no header.
+struct header_and_body {
   std::optional<std::string> header;
-  std::string body = rest;
-  if (nl != std::string::npos) {
-    if (nl > 0) header = rest.substr(0, nl);
-    body = rest.substr(nl + 1);
+  std::string body;
+  std::optional<std::string_view> header_view() const {
+    return header ? std::optional<std::string_view>(*header) : std::nullopt;
   }
-  auto parsed = http::parse_deploy_callback_body(
-      body, header ? std::optional<std::string_view>(*header) : std::optional<std::string_view>());
+};
+header_and_body split_header(const std::string& rest) {
+  header_and_body out{std::nullopt, rest};
+  auto nl = rest.find('\n');
+  if (nl != std::string::npos) {
+    if (nl > 0) out.header = rest.substr(0, nl);
+    out.body = rest.substr(nl + 1);
+  }
+  return out;
+}
+
+void deploy(const std::string& rest) {
+  auto in = split_header(rest);
+  auto parsed = http::parse_deploy_callback_body(in.body, in.header_view());
   if (auto* e = std::get_if<http::callback_body_error>(&parsed)) {
     FUZZ_CHECK(!e->message.empty(), "a refusal names its reason");
     return;
@@ -90,15 +101,8 @@ void deploy(const std::string& rest) {
 }
 
 void gitlab_hook(const std::string& rest) {
-  auto nl = rest.find('\n');
-  std::optional<std::string> header;
-  std::string body = rest;
-  if (nl != std::string::npos) {
-    if (nl > 0) header = rest.substr(0, nl);
-    body = rest.substr(nl + 1);
-  }
-  auto h = http::parse_gitlab_hook_body(
-      body, header ? std::optional<std::string_view>(*header) : std::optional<std::string_view>(), std::nullopt);
+  auto in = split_header(rest);
+  auto h = http::parse_gitlab_hook_body(in.body, in.header_view(), std::nullopt);
   FUZZ_CHECK(h.project.size() <= 255 && fuzz::valid_utf8(h.project), "project length and UTF-8");
   if (!h.error.empty()) return;
   FUZZ_CHECK(!h.project.empty(), "an accepted hook names its project");

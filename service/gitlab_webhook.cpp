@@ -25,54 +25,29 @@ messages::gitlab_event signal_of(const gitlab_delivery& d) {
   return e;
 }
 
-/// A Deployment Hook: the deploy callback's intake, once its commit is mapped to an MR. A commit no
-/// merge event named (the merge hook was lost, or the deploy is of something else) is recorded as
-/// IGNORED; reconciliation still converges the change.
+/// A Deployment Hook whose commit a merge event mapped to an MR: the deploy callback's intake,
+/// matched by project + MR number as that intake does.
 gitlab_intake take_deployment(persistence::session db, actors::services& svc, delivery_claims& claims,
-                              const gitlab_delivery& d) {
+                              const gitlab_delivery& d, std::int64_t mr_iid) {
   gitlab_intake out;
-  auto mr = persistence::mr_of_merge_commit(db, d.project, d.sha);
-  if (!mr.ok()) {
-    out.error = mr.error;
-    return out;
+  deploy_delivery dd;
+  dd.cb.delivery_id = d.delivery_id;
+  dd.cb.project = d.project;
+  dd.cb.mr_iid = mr_iid;
+  dd.cb.pipeline_id = d.pipeline_id;
+  dd.cb.status = d.status;
+  dd.payload = d.payload;
+  out.deploy = take_deploy(db, svc, claims, dd, d.project);
+  out.error = out.deploy.error;
+  switch (out.deploy.status) {
+    case deploy_intake_status::applied:
+      out.status = gitlab_intake_status::answered;
+      out.outcome = std::string(persistence::to_string(out.deploy.outcome));
+      break;
+    case deploy_intake_status::duplicate: out.status = gitlab_intake_status::duplicate; break;
+    case deploy_intake_status::record_failed: out.status = gitlab_intake_status::record_failed; break;
+    case deploy_intake_status::apply_failed: out.status = gitlab_intake_status::apply_failed; break;
   }
-  if (mr.value) {
-    deploy_delivery dd;
-    dd.cb.delivery_id = d.delivery_id;
-    dd.cb.project = d.project;
-    dd.cb.mr_iid = *mr.value;
-    dd.cb.pipeline_id = d.pipeline_id;
-    dd.cb.status = d.status;
-    dd.payload = d.payload;
-    out.deploy = take_deploy(db, svc, claims, dd, d.project);
-    out.error = out.deploy.error;
-    switch (out.deploy.status) {
-      case deploy_intake_status::applied:
-        out.status = gitlab_intake_status::answered;
-        out.outcome = std::string(persistence::to_string(out.deploy.outcome));
-        break;
-      case deploy_intake_status::duplicate: out.status = gitlab_intake_status::duplicate; break;
-      case deploy_intake_status::record_failed: out.status = gitlab_intake_status::record_failed; break;
-      case deploy_intake_status::apply_failed: out.status = gitlab_intake_status::apply_failed; break;
-    }
-    return out;
-  }
-  auto recorded = persistence::record_gitlab_delivery(db, d.delivery_id, d.payload, std::nullopt);
-  if (!recorded.ok()) {
-    out.error = recorded.error;
-    return out;
-  }
-  if (recorded.value == persistence::record_outcome::duplicate) {
-    count_callback(*svc.metrics, "gitlab", "DUPLICATE");
-    out.status = gitlab_intake_status::duplicate;
-    return out;
-  }
-  persistence::set_gitlab_outcome(db, d.delivery_id, ignored);
-  count_callback(*svc.metrics, "gitlab", ignored);
-  log::info("webhook.gitlab",
-            {{"delivery_id", d.delivery_id}, {"kind", "deployment"}, {"sha", d.sha}, {"outcome", "IGNORED: no MR"}});
-  out.status = gitlab_intake_status::answered;
-  out.outcome = ignored;
   return out;
 }
 
@@ -80,8 +55,17 @@ gitlab_intake take_deployment(persistence::session db, actors::services& svc, de
 
 gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, delivery_claims& claims,
                                 const gitlab_delivery& d, const tell_batch_fn& tell_batch) {
-  if (d.what == gitlab_delivery::kind::deployment) return take_deployment(db, svc, claims, d);
   gitlab_intake out;
+  if (d.what == gitlab_delivery::kind::deployment) {
+    // A commit no merge event named (the merge hook was lost, or the deploy is of something else)
+    // is recorded below as IGNORED; reconciliation still converges the change.
+    auto mr = persistence::mr_of_merge_commit(db, d.project, d.sha);
+    if (!mr.ok()) {
+      out.error = mr.error;
+      return out;
+    }
+    if (mr.value) return take_deployment(db, svc, claims, d, *mr.value);
+  }
   const std::string claim_key = "gitlab:" + d.delivery_id;
   if (!claims.claim(claim_key)) {
     count_callback(*svc.metrics, "gitlab", "DUPLICATE");
@@ -113,7 +97,8 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
   }
 
   const auto signal = signal_of(d);
-  if (d.what != gitlab_delivery::kind::other && workflow::worth_delivering(signal)) {
+  const bool may_wait = d.what == gitlab_delivery::kind::pipeline || d.what == gitlab_delivery::kind::merge_request;
+  if (may_wait && workflow::worth_delivering(signal)) {
     if (d.mr_iid) {
       auto ops = persistence::operations_for_mr(db, d.project, *d.mr_iid);
       if (!ops.ok()) {
@@ -121,14 +106,20 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
         out.error = ops.error;
         return out;
       }
+      bool batch_mr = false;
       for (const auto& op : ops.value) {
+        batch_mr = batch_mr || op.step == workflow::step::BATCH_CLAIMED;
         if (auto actor = svc.actors->find(op.operation_id)) {
           caf::anon_send(caf::actor_cast<actors::request_actor>(*actor), signal);
           ++out.delivered;
         }
       }
-      // A batch MR is driven by the coordinator, which has no request actors to tell.
-      if (tell_batch) tell_batch(d.project, *d.mr_iid);
+      // A batch MR (its members carry its number while claimed) is driven by the coordinator, not
+      // by request actors: the coordinator's drive of that MR is told.
+      if (batch_mr && tell_batch) {
+        tell_batch(d.project, *d.mr_iid);
+        ++out.delivered;
+      }
     } else {
       // A branch pipeline names no MR: the live actors whose MR head is this commit.
       auto live = svc.actors->list(

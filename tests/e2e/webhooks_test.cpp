@@ -20,16 +20,6 @@ constexpr const char* hooked = "team/hooked";
 constexpr const char* polled = "team/polled";
 constexpr const char* hook_secret = "hooked-webhook-secret";
 
-json body_of(const http_result& r) {
-  auto j = json::parse(r.body, nullptr, false);
-  return j.is_discarded() ? json::object() : j;
-}
-
-std::string outcome_of(const http_result& r) {
-  auto j = body_of(r);
-  return j.contains("data") && j["data"].contains("outcome") ? j["data"]["outcome"].get<std::string>() : "";
-}
-
 /// Two repositories side by side: only `team/hooked` has a webhook secret (and the sim sends hooks
 /// only for it). Polls as flow_env's (fast), slowed to `webhook_interval_ms` for the hooked one.
 json two_repositories(std::int64_t webhook_interval_ms) {
@@ -57,7 +47,7 @@ std::string submit_to(flow_env& env, const std::string& repository, const std::s
                {"files", {{{"path", "config/" + target + ".yaml"}, {"content", "v: " + title + "\n"}}}}};
   auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump());
   EXPECT_EQ(r.status, 202) << r.body << r.error;
-  auto j = body_of(r);
+  auto j = r.json_body();
   return j.contains("data") ? j["data"].value("operationId", "") : "";
 }
 
@@ -98,10 +88,11 @@ int mr_reads(flow_env& env, const std::string& project) {
 
 double metric(flow_env& env, const std::string& name, const std::string& labels) {
   auto r = http_call("127.0.0.1", env.port(), "GET", "/metrics");
-  std::regex line("^" + name + "\\{" + labels + "\\} ([0-9.e+]+)$", std::regex::multiline);
+  const std::string selector = labels.empty() ? "(\\{\\})?" : "\\{" + labels + "\\}";
+  std::regex line("^" + name + selector + " ([0-9.e+]+)$", std::regex::multiline);
   std::smatch m;
   if (!std::regex_search(r.body, m, line)) return 0;
-  return std::stod(m[1].str());
+  return std::stod(m[m.size() - 1].str());
 }
 
 std::string events_of(flow_env& env, const std::string& operation_id) {
@@ -114,7 +105,7 @@ std::string mr_head(flow_env& env, const std::string& project, std::int64_t iid)
   std::string encoded = std::regex_replace(project, std::regex("/"), "%2F");
   auto r = env.sim_call("GET", "/api/v4/projects/" + encoded + "/merge_requests/" + std::to_string(iid), "",
                         {{"PRIVATE-TOKEN", "author-token"}});
-  return body_of(r).value("sha", "");
+  return r.json_body().value("sha", "");
 }
 
 }  // namespace
@@ -165,7 +156,8 @@ TEST(GitlabWebhooks, DuplicateOutOfOrderUnknownAndForgedHooksAreHarmless) {
   // The forged copy follows the real deployment hook: wait until the sim has given up on it.
   EXPECT_TRUE(wait_until(
       [&] {
-        return body_of(env.sim_call("GET", "/_sim/stats"))["callbacks"].value("deployment_hook_forged_failed", 0) > 0;
+        return env.sim_call("GET", "/_sim/stats").json_body()["callbacks"].value("deployment_hook_forged_failed", 0) >
+               0;
       },
       std::chrono::seconds(30)));
   EXPECT_GT(metric(env, "changeflow_callbacks_total", "kind=\"gitlab\",outcome=\"DUPLICATE\""), 0);
@@ -177,7 +169,7 @@ TEST(GitlabWebhooks, DuplicateOutOfOrderUnknownAndForgedHooksAreHarmless) {
   const auto faulty_events = events_of(env, faulty);
   auto late_merge =
       post_hook(env, mr_hook(hooked, c["mrIid"].get<std::int64_t>(), "merge"), "Merge Request Hook", "t-late-merge");
-  EXPECT_EQ(outcome_of(late_merge), "IGNORED") << late_merge.body;
+  EXPECT_EQ(late_merge.outcome(), "IGNORED") << late_merge.body;
   EXPECT_EQ(events_of(env, faulty), faulty_events);
 
   // The test's own hooks against a change waiting for a pipeline that never finishes.
@@ -202,15 +194,15 @@ TEST(GitlabWebhooks, DuplicateOutOfOrderUnknownAndForgedHooksAreHarmless) {
   // A project we do not serve: 2xx IGNORED, nothing recorded.
   auto foreign = post_hook(env, pipeline_hook("someone/else", iid, head, "success"), "Pipeline Hook", "t-foreign");
   EXPECT_EQ(foreign.status, 200) << foreign.body;
-  EXPECT_EQ(outcome_of(foreign), "IGNORED");
+  EXPECT_EQ(foreign.outcome(), "IGNORED");
   // A pipeline still running, and one of an old sha: nothing to end.
   auto running = post_hook(env, pipeline_hook(hooked, iid, head, "running"), "Pipeline Hook", "t-running");
-  EXPECT_EQ(outcome_of(running), "IGNORED") << running.body;
+  EXPECT_EQ(running.outcome(), "IGNORED") << running.body;
   auto old_sha = post_hook(env, pipeline_hook(hooked, iid, std::string(40, 'a'), "failed"), "Pipeline Hook", "t-old");
   EXPECT_EQ(old_sha.status, 200) << old_sha.body;
   // The same event again: DUPLICATE.
   auto again = post_hook(env, pipeline_hook(hooked, iid, head, "running"), "Pipeline Hook", "t-running");
-  EXPECT_EQ(outcome_of(again), "DUPLICATE") << again.body;
+  EXPECT_EQ(again.outcome(), "DUPLICATE") << again.body;
   // Recorded durably, by event UUID.
   EXPECT_EQ(env.db().scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'gitlab:t-running'"), "IGNORED");
   EXPECT_EQ(env.db().scalar("SELECT kind FROM callback_ledger WHERE delivery_id = 'gitlab:t-old'"), "gitlab");
@@ -230,7 +222,7 @@ TEST(GitlabWebhooks, ALostHookIsCoveredByTheSlowPoll) {
   auto id = submit_to(env, hooked, "lost hooks change", "svc-l");
   auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(90));
   ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
-  auto stats = body_of(env.sim_call("GET", "/_sim/stats"));
+  auto stats = env.sim_call("GET", "/_sim/stats").json_body();
   EXPECT_GT(stats["callbacks"].value("pipeline_hook_dropped", 0), 0) << stats.dump();
   EXPECT_EQ(stats["callbacks"].value("pipeline_hook_sent", 0), 0) << stats.dump();
   // Every pipeline wait ended by a poll: no pipeline hook reached the service.
@@ -251,8 +243,29 @@ TEST(GitlabWebhooks, DeploymentHookValidatesOrFailsAMergedChange) {
   auto b = env.wait_for_step(bad, "DEPLOY_FAILED", std::chrono::seconds(90));
   ASSERT_EQ(b["step"]["name"], "DEPLOY_FAILED") << b.dump(2);
   // Both through the deploy intake, recorded under the hooks' event UUIDs; no deploy callback ran.
-  auto stats = body_of(env.sim_call("GET", "/_sim/stats"));
+  auto stats = env.sim_call("GET", "/_sim/stats").json_body();
   EXPECT_EQ(stats["callbacks"].value("deploy_sent", 0), 0) << stats.dump();
   EXPECT_EQ(stats["callbacks"].value("deployment_hook_sent", 0), 2) << stats.dump();
   EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM deploy_callback WHERE project = 'team/hooked'"), "2");
+}
+
+// A batch MR's hooks go to the batch coordinator: its drive reads the MR when the pipeline
+// finished instead of at its slow poll (30 s here), and the hook is recorded as DELIVERED.
+TEST(GitlabWebhooks, BatchMrHooksWakeTheCoordinatorsDrive) {
+  auto cfg = two_repositories(30000);
+  cfg["batch"] = {{"enabled", true}, {"round_interval_ms", 100}};
+  flow_env env(cfg, sim_args({"--pipeline-duration-ms", "800"}));
+  auto a = submit_to(env, hooked, "batched one", "svc-b1");
+  auto b = submit_to(env, hooked, "batched two", "svc-b2");
+  for (const auto& id : {a, b}) {
+    auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
+    ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+    EXPECT_TRUE(is_subsequence({"BATCH_WAITING", "BATCH_CLAIMED", "BATCH_MERGED"}, timeline_steps(c))) << c.dump(2);
+  }
+  // A final pipeline hook of a batch MR reached the coordinator.
+  EXPECT_NE(env.db().scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'gitlab' AND outcome = 'DELIVERED' "
+                            "AND JSON_UNQUOTE(JSON_EXTRACT(payload, '$.object_kind')) = 'pipeline' AND "
+                            "JSON_UNQUOTE(JSON_EXTRACT(payload, '$.object_attributes.status')) = 'success'"),
+            "0");
+  EXPECT_GT(metric(env, "changeflow_webhook_wakes_total", ""), 0);
 }
