@@ -66,17 +66,12 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
     }
     if (mr.value) return take_deployment(db, svc, claims, d, *mr.value);
   }
-  const std::string claim_key = "gitlab:" + d.delivery_id;
-  if (!claims.claim(claim_key)) {
+  delivery_claims::scoped claim(claims, "gitlab:" + d.delivery_id);
+  if (!claim.held()) {
     count_callback(*svc.metrics, "gitlab", "DUPLICATE");
     out.status = gitlab_intake_status::duplicate;
     return out;
   }
-  struct release_claim {
-    delivery_claims& c;
-    std::string id;
-    ~release_claim() { c.release(id); }
-  } held{claims, claim_key};
 
   // Durable before the 2xx; a merge event also records which commit the MR merged as, for the
   // Deployment Hook that will name only that commit.

@@ -1090,6 +1090,17 @@ struct simulator::impl {
     }
   }
 
+  /// The MR as a pipeline hook's `merge_request` and a merge request hook's `object_attributes` show it.
+  static json mr_hook_attributes(const std::string& project_name, const sim_mr& mr) {
+    return {{"id", mr.id},
+            {"iid", mr.iid},
+            {"title", mr.title},
+            {"source_branch", mr.source},
+            {"target_branch", mr.target},
+            {"state", mr.state},
+            {"url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}};
+  }
+
   json pipeline_hook_body(const std::string& project_name, const sim_mr& mr, const sim_pipeline& p,
                           const std::string& status) const {
     return {{"object_kind", "pipeline"},
@@ -1102,14 +1113,7 @@ struct simulator::impl {
               {"status", status},
               {"detailed_status", status},
               {"finished_at", status == "running" ? json() : json(iso_now())}}},
-            {"merge_request",
-             {{"id", mr.id},
-              {"iid", mr.iid},
-              {"title", mr.title},
-              {"source_branch", mr.source},
-              {"target_branch", mr.target},
-              {"state", mr.state},
-              {"url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}}},
+            {"merge_request", mr_hook_attributes(project_name, mr)},
             {"project", project_json(project_name)}};
   }
 
@@ -1132,17 +1136,13 @@ struct simulator::impl {
     return {{"object_kind", "merge_request"},
             {"event_type", "merge_request"},
             {"project", project_json(project_name)},
-            {"object_attributes",
-             {{"id", mr.id},
-              {"iid", mr.iid},
-              {"title", mr.title},
-              {"source_branch", mr.source},
-              {"target_branch", mr.target},
-              {"state", mr.state},
-              {"action", action},
-              {"merge_commit_sha", mr.merge_commit_sha ? json(*mr.merge_commit_sha) : json()},
-              {"last_commit", {{"id", mr.sha}}},
-              {"url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}}}};
+            {"object_attributes", [&] {
+               auto a = mr_hook_attributes(project_name, mr);
+               a["action"] = action;
+               a["merge_commit_sha"] = mr.merge_commit_sha ? json(*mr.merge_commit_sha) : json();
+               a["last_commit"] = {{"id", mr.sha}};
+               return a;
+             }()}};
   }
 
   void send_mr_hook(const std::string& project_name, const sim_mr& mr, const std::string& action) {
