@@ -23,6 +23,16 @@ std::vector<clients::commit_action> commit_actions_of(const std::string& payload
   return actions;
 }
 
+std::string payload_of(const std::vector<clients::commit_action>& actions) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& a : actions) {
+    nlohmann::json file = {{"path", a.file_path}, {"content", a.content}, {"action", a.action}};
+    if (!a.last_commit_id.empty()) file["lastCommitId"] = a.last_commit_id;
+    files.push_back(std::move(file));
+  }
+  return nlohmann::json{{"files", files}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 clients::result<std::vector<clients::commit_action>> resolve_actions(clients::gitlab_client& gitlab,
                                                                      const std::string& token, const std::string& ref,
                                                                      std::vector<clients::commit_action> actions) {

@@ -14,6 +14,9 @@ namespace changeflow::actors {
 /// The stored payload's files ({"files":[{path, content, action, lastCommitId?}]}) as commit
 /// actions; `upsert` (and a missing action) is kept as "upsert" for resolve_actions.
 std::vector<clients::commit_action> commit_actions_of(const std::string& payload_json);
+/// The stored payload of a change's files, the format commit_actions_of reads (lastCommitId only
+/// when the action has one).
+std::string payload_of(const std::vector<clients::commit_action>& actions);
 
 /// Makes the actions safe to commit onto `ref` (the branch the commit starts from):
 ///  - upsert -> update when `ref` holds the file, else create;

@@ -13,7 +13,6 @@
 namespace changeflow::actors {
 
 namespace {
-using lease_atom = caf::atom_constant<caf::atom("lease_tick")>;
 
 int lease_seconds_of(const services& svc) {
   return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->integer("instance.lease_seconds")));
@@ -30,11 +29,6 @@ bool run_blocking(services& svc, std::chrono::milliseconds timeout, std::functio
   return result.get();
 }
 }  // namespace
-
-struct lease_keeper::shared_state {
-  std::atomic<bool> in_flight{false};
-  std::atomic<bool> stopped{false};
-};
 
 namespace {
 
@@ -67,30 +61,9 @@ void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
   if (rows.ok()) rehydrate->enqueue(std::move(rows.value));
 }
 
-caf::behavior ticker_impl(caf::event_based_actor* self, services* svc, rehydrator* rehydrate,
-                          std::shared_ptr<lease_keeper::shared_state> sh) {
-  self->send(self, lease_atom::value);
-  return {
-      [self, svc, rehydrate, sh](lease_atom) {
-        if (sh->stopped) return;
-        // One job at a time: a slow database must not pile up heartbeats.
-        if (!sh->in_flight.exchange(true)) {
-          bool queued = svc->db->try_submit([svc, rehydrate, sh](persistence::db_context& db) {
-            if (!sh->stopped) tick(db, svc, rehydrate);
-            sh->in_flight = false;
-          });
-          if (!queued) sh->in_flight = false;
-        }
-        auto interval = std::max<std::int64_t>(200, lease_seconds_of(*svc) * 1000 / 3);
-        self->delayed_send(self, std::chrono::milliseconds(interval), lease_atom::value);
-      },
-  };
-}
-
 }  // namespace
 
-lease_keeper::lease_keeper(services& svc, rehydrator& rehydrate)
-    : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
+lease_keeper::lease_keeper(services& svc, rehydrator& rehydrate) : svc_(svc), rehydrate_(rehydrate) {}
 
 lease_keeper::~lease_keeper() {
   stop();
@@ -110,15 +83,20 @@ bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
 }
 
 void lease_keeper::start() {
-  ticker_ = svc_.system->spawn(ticker_impl, &svc_, &rehydrate_, shared_);
+  auto* svc = &svc_;
+  auto* rehydrate = &rehydrate_;
+  periodic_spec spec;
+  spec.name = "lease";
+  spec.interval_ms = [svc] { return std::max<std::int64_t>(200, lease_seconds_of(*svc) * 1000 / 3); };
+  spec.start_pass = db_pass(*svc_.db, ticker_.stop_flag(), spec.name, [svc, rehydrate](persistence::db_context& db) {
+    tick(db, svc, rehydrate);
+    return false;
+  });
+  ticker_.start(*svc_.system, std::move(spec));
 }
 
 void lease_keeper::stop() {
-  shared_->stopped = true;
-  if (ticker_) {
-    caf::anon_send_exit(ticker_, caf::exit_reason::user_shutdown);
-    ticker_ = nullptr;
-  }
+  ticker_.stop();
 }
 
 bool lease_keeper::release_now(std::chrono::milliseconds timeout) {

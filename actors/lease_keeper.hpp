@@ -5,6 +5,7 @@
 // Taken rows go to the rehydrator for a paced resume. On a graceful stop the lease is released at
 // once so peers take over without waiting for it to expire.
 
+#include "actors/periodic_job.hpp"
 #include "actors/rehydrator.hpp"
 #include "actors/services.hpp"
 
@@ -33,13 +34,10 @@ class lease_keeper {
   /// then take over when the lease expires instead).
   bool release_now(std::chrono::milliseconds timeout);
 
-  struct shared_state;
-
  private:
   services& svc_;
   rehydrator& rehydrate_;
-  std::shared_ptr<shared_state> shared_;
-  caf::actor ticker_;
+  periodic_job ticker_;
 };
 
 }  // namespace changeflow::actors

@@ -15,10 +15,7 @@
 namespace changeflow::actors {
 
 namespace {
-using notify_tick_atom = caf::atom_constant<caf::atom("nt_tick")>;
-using notify_done_atom = caf::atom_constant<caf::atom("nt_done")>;
 
-constexpr auto paused_recheck = std::chrono::milliseconds(1000);
 constexpr std::int64_t max_connect_timeout_ms = 2000;
 
 std::int64_t positive_or(std::int64_t v, std::int64_t fallback) {
@@ -255,51 +252,34 @@ void run_dispatch_pass(persistence::session db, services& svc, const notificatio
   }
 }
 
-namespace {
-caf::behavior dispatcher_impl(caf::event_based_actor* self, services* svc, notification_documents docs) {
-  auto interval = [svc]() -> std::int64_t {
-    return svc->config->current()->integer("notifications.dispatch_interval_ms");
-  };
-  auto arm = [self](std::chrono::milliseconds after) { self->delayed_send(self, after, notify_tick_atom::value); };
-  auto first = interval();
-  arm(first > 0 ? std::chrono::milliseconds(first) : paused_recheck);
+void start_notification_dispatcher(services& svc, notification_documents docs, periodic_job& job) {
   auto shared_docs = std::make_shared<notification_documents>(std::move(docs));
-  return {
-      [=](notify_tick_atom) {
-        auto every = interval();
-        if (every <= 0) return arm(paused_recheck);
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        bool queued = svc->db->try_submit([svc, shared_docs, me](persistence::db_context& db) {
-          try {
-            run_dispatch_pass(db, *svc, *shared_docs, [me](dispatch_report r) {
-              if (r.claimed > 0) {
-                log::info("notify.pass", {{"claimed", r.claimed},
-                                          {"delivered", r.delivered},
-                                          {"retrying", r.retrying},
-                                          {"failed", r.failed},
-                                          {"not_sent", r.not_sent}});
-              }
-              caf::anon_send(me, notify_done_atom::value, r.delivered);
-            });
-          } catch (const std::exception& e) {
-            log::warn("notify.pass_failed", {{"error", e.what()}});
-            caf::anon_send(me, notify_done_atom::value, 0);
+  periodic_spec spec;
+  spec.name = "notify";
+  spec.interval_ms = [&svc] { return svc.config->current()->integer("notifications.dispatch_interval_ms"); };
+  spec.first_at_once = false;
+  spec.start_pass = [&svc, shared_docs, stopped = job.stop_flag()](pass_done done) {
+    return svc.db->try_submit([&svc, shared_docs, stopped, done](persistence::db_context& db) {
+      if (*stopped) return done(false);
+      try {
+        run_dispatch_pass(db, svc, *shared_docs, [done](dispatch_report r) {
+          if (r.claimed > 0) {
+            log::info("notify.pass", {{"claimed", r.claimed},
+                                      {"delivered", r.delivered},
+                                      {"retrying", r.retrying},
+                                      {"failed", r.failed},
+                                      {"not_sent", r.not_sent}});
           }
+          // A delivery made the next event of its stream due: go on at once while there is progress.
+          done(r.delivered > 0);
         });
-        if (!queued) arm(std::chrono::milliseconds(every));
-      },
-      [=](notify_done_atom, int delivered) {
-        // A delivery made the next event of its stream due: go on at once while there is progress.
-        if (delivered > 0) return self->send(self, notify_tick_atom::value);
-        auto every = interval();
-        arm(every > 0 ? std::chrono::milliseconds(every) : paused_recheck);
-      },
+      } catch (const std::exception& e) {
+        log::warn("notify.pass_failed", {{"error", e.what()}});
+        done(false);
+      }
+    });
   };
-}
-}  // namespace
-
-caf::actor spawn_notification_dispatcher(services& svc, notification_documents docs) {
-  return svc.system->spawn(dispatcher_impl, &svc, std::move(docs));
+  job.start(*svc.system, std::move(spec));
 }
 
 }  // namespace changeflow::actors

@@ -18,6 +18,7 @@
 // At least once: a delivery whose 2xx was lost (or whose result could not be recorded) is sent
 // again once its lease expires, with the same delivery id; subscribers deduplicate on it.
 
+#include "actors/periodic_job.hpp"
 #include "actors/services.hpp"
 #include "persistence/notification_repo.hpp"
 #include "persistence/operation_repo.hpp"
@@ -79,8 +80,8 @@ struct dispatch_report {
 void run_dispatch_pass(persistence::session db, services& svc, const notification_documents& docs,
                        std::function<void(dispatch_report)> done);
 
-/// The timer: a pass every notifications.dispatch_interval_ms (hot; <= 0 pauses, re-checked every
-/// second). Stop it with an exit message.
-caf::actor spawn_notification_dispatcher(services& svc, notification_documents docs);
+/// The periodic job: a pass every notifications.dispatch_interval_ms (hot; <= 0 pauses), the next one
+/// at once when a pass delivered something (actors/periodic_job.hpp).
+void start_notification_dispatcher(services& svc, notification_documents docs, periodic_job& job);
 
 }  // namespace changeflow::actors

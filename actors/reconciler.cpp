@@ -13,7 +13,6 @@ namespace {
 using reconcile_tick_atom = caf::atom_constant<caf::atom("rc_tick")>;
 using reconcile_done_atom = caf::atom_constant<caf::atom("rc_done")>;
 
-constexpr auto disabled_recheck = std::chrono::milliseconds(1000);
 }  // namespace
 
 std::string_view to_string(validation_path p) {
@@ -170,34 +169,17 @@ bool submit_reconciliation(services& svc, std::string trigger, std::function<voi
       });
 }
 
-namespace {
-caf::behavior reconciler_impl(caf::event_based_actor* self, services* svc) {
-  auto interval = [svc]() -> std::int64_t { return svc->config->current()->integer("reconcile.interval_ms"); };
-  auto arm = [self](std::chrono::milliseconds after) { self->delayed_send(self, after, reconcile_tick_atom::value); };
+void start_reconciler(services& svc, periodic_job& job) {
+  periodic_spec spec;
+  spec.name = "reconcile";
+  spec.interval_ms = [&svc] { return svc.config->current()->integer("reconcile.interval_ms"); };
   // The first run waits one interval: start-up has enough to do, and min_age skips fresh rows anyway.
-  auto first = interval();
-  arm(first > 0 ? std::chrono::milliseconds(first) : disabled_recheck);
-  return {
-      [=](reconcile_tick_atom) {
-        auto every = interval();
-        if (every <= 0) return arm(disabled_recheck);  // disabled; the key is hot, look again later
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        // The DB work runs on the db pool; the actor only hears back when it is done, so the next
-        // timer run never overlaps the previous one.
-        bool queued = submit_reconciliation(
-            *svc, "timer", [me](reconcile_report r) { caf::anon_send(me, reconcile_done_atom::value, r.ok); });
-        if (!queued) arm(std::chrono::milliseconds(every));
-      },
-      [=](reconcile_done_atom, bool) {
-        auto every = interval();
-        arm(every > 0 ? std::chrono::milliseconds(every) : disabled_recheck);
-      },
+  spec.first_at_once = false;
+  spec.start_pass = [&svc, stopped = job.stop_flag()](pass_done done) {
+    if (*stopped) return false;
+    return submit_reconciliation(svc, "timer", [done](const reconcile_report&) { done(false); });
   };
-}
-}  // namespace
-
-caf::actor spawn_reconciler(services& svc) {
-  return svc.system->spawn(reconciler_impl, &svc);
+  job.start(*svc.system, std::move(spec));
 }
 
 }  // namespace changeflow::actors

@@ -22,6 +22,7 @@
 // then binding); only the caller whose call flipped MERGED -> VALIDATED gets a value and counts
 // changeflow_validated_total{via}, after mark_validated committed.
 
+#include "actors/periodic_job.hpp"
 #include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
 
@@ -102,8 +103,8 @@ reconcile_report run_reconciliation(persistence::session db, const reconcile_set
 /// False when the pool is full or stopping. Timer and manual runs may overlap safely.
 bool submit_reconciliation(services& svc, std::string trigger, std::function<void(reconcile_report)> done);
 
-/// The timer: a run every reconcile.interval_ms (hot; <= 0 -> disabled, re-checked every second),
-/// the next one armed only after the previous finished. Stop it with an exit message.
-caf::actor spawn_reconciler(services& svc);
+/// The periodic job: a run every reconcile.interval_ms (hot; <= 0 -> disabled), the next one armed
+/// only after the previous finished (actors/periodic_job.hpp).
+void start_reconciler(services& svc, periodic_job& job);
 
 }  // namespace changeflow::actors

@@ -17,7 +17,6 @@
 namespace changeflow::actors {
 
 namespace {
-using pace_atom = caf::atom_constant<caf::atom("rh_pace")>;
 constexpr std::int64_t tick_ms = 50;
 // Actors started per tick for rows that make no external call at start (40,000/s).
 constexpr std::size_t quiet_per_tick = 2000;
@@ -68,45 +67,40 @@ std::vector<persistence::operation_row> resumable(std::vector<persistence::opera
   return out;
 }
 
-caf::behavior pacer_impl(caf::event_based_actor* self, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
-  self->send(self, pace_atom::value);
-  return {
-      [self, svc, sh](pace_atom) {
-        auto& carry = sh->pace_credit;
-        if (sh->stopped) return;
-        auto rate = svc->config->current()->integer("rehydrate.rate_per_second");
-        if (rate <= 0) rate = 200;
-        carry += static_cast<double>(rate) * tick_ms / 1000.0;
-        std::vector<rehydrator::shared_state::item> batch;
-        {
-          // The pace protects the external systems from a restart's burst of calls. A row whose
-          // next wake-up is far off makes no call when its actor starts, so it costs no credit:
-          // only a cap per tick keeps the actor threads free.
-          std::lock_guard lock(sh->mutex);
-          for (std::size_t n = 0; n < quiet_per_tick && !sh->quiet.empty(); ++n) {
-            batch.push_back(std::move(sh->quiet.front()));
-            sh->quiet.pop_front();
-          }
-          while (carry >= 1.0 && !sh->due.empty()) {
-            batch.push_back(std::move(sh->due.front()));
-            sh->due.pop_front();
-            carry -= 1.0;
-          }
-          if (sh->due.empty()) carry = std::min(carry, 1.0);  // no credit saved up while idle
-        }
-        for (auto& it : batch) {
-          auto now = svc->now_ms();
-          if (spawn_request_actor(*svc, seed_from_row(it.row, now))) {
-            svc->metrics->inc("changeflow_rehydrated_total", "Request actors resumed from their stored row");
-          }
-          if (it.initial && ++sh->initial_done == sh->initial_total && !sh->loading) {
-            log::info("rehydrate.done",
-                      {{"operations", sh->initial_total.load()}, {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
-          }
-        }
-        self->delayed_send(self, std::chrono::milliseconds(tick_ms), pace_atom::value);
-      },
-  };
+/// One pacing pass, on the pacer job's actor: spawns what the credit of one tick allows.
+void pace(services* svc, const std::shared_ptr<rehydrator::shared_state>& sh) {
+  auto& carry = sh->pace_credit;
+  if (sh->stopped) return;
+  auto rate = svc->config->current()->integer("rehydrate.rate_per_second");
+  if (rate <= 0) rate = 200;
+  carry += static_cast<double>(rate) * tick_ms / 1000.0;
+  std::vector<rehydrator::shared_state::item> batch;
+  {
+    // The pace protects the external systems from a restart's burst of calls. A row whose
+    // next wake-up is far off makes no call when its actor starts, so it costs no credit:
+    // only a cap per tick keeps the actor threads free.
+    std::lock_guard lock(sh->mutex);
+    for (std::size_t n = 0; n < quiet_per_tick && !sh->quiet.empty(); ++n) {
+      batch.push_back(std::move(sh->quiet.front()));
+      sh->quiet.pop_front();
+    }
+    while (carry >= 1.0 && !sh->due.empty()) {
+      batch.push_back(std::move(sh->due.front()));
+      sh->due.pop_front();
+      carry -= 1.0;
+    }
+    if (sh->due.empty()) carry = std::min(carry, 1.0);  // no credit saved up while idle
+  }
+  for (auto& it : batch) {
+    auto now = svc->now_ms();
+    if (spawn_request_actor(*svc, seed_from_row(it.row, now))) {
+      svc->metrics->inc("changeflow_rehydrated_total", "Request actors resumed from their stored row");
+    }
+    if (it.initial && ++sh->initial_done == sh->initial_total && !sh->loading) {
+      log::info("rehydrate.done",
+                {{"operations", sh->initial_total.load()}, {"elapsed_ms", svc->now_ms() - sh->load_started_ms}});
+    }
+  }
 }
 
 /// The start-up load, on a database worker: pages of owned rows, then takeovers. Retries a
@@ -194,9 +188,17 @@ rehydrator::~rehydrator() {
 
 void rehydrator::start() {
   shared_->load_started_ms = svc_.now_ms();
-  pacer_ = svc_.system->spawn(pacer_impl, &svc_, shared_);
   auto* svc = &svc_;
   auto sh = shared_;
+  periodic_spec spec;
+  spec.name = "rehydrate_pacer";
+  spec.interval_ms = [] { return tick_ms; };
+  spec.start_pass = [svc, sh](pass_done done) {
+    pace(svc, sh);
+    done(false);
+    return true;
+  };
+  pacer_.start(*svc_.system, std::move(spec));
   bool queued = svc_.db->try_submit([svc, sh](persistence::db_context& db) { load_backlog(db, svc, sh); });
   if (!queued) {
     // Cannot happen at start (the queue is empty); if it does, the sweeper resumes the rows later.
@@ -234,10 +236,7 @@ std::size_t rehydrator::queued() const {
 
 void rehydrator::stop() {
   shared_->stopped = true;
-  if (pacer_) {
-    caf::anon_send_exit(pacer_, caf::exit_reason::user_shutdown);
-    pacer_ = nullptr;
-  }
+  pacer_.stop();
 }
 
 }  // namespace changeflow::actors

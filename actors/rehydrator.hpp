@@ -4,10 +4,11 @@
 // so a backlog of thousands does not hit GitLab and the approval system all at once; readiness
 // reports "rehydrating N/M" until the start-up backlog is resumed.
 //
-// Loading runs on the database pool (paged reads); spawning runs on a small CAF actor (the pacer)
+// Loading runs on the database pool (paged reads); spawning runs on a periodic job (the pacer, actors/periodic_job.hpp)
 // that takes rows from a mutex-protected queue on each tick. The queue is shared with the lease
 // keeper (takeovers) and the sweeper (owned operations found without an actor).
 
+#include "actors/periodic_job.hpp"
 #include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
 
@@ -45,7 +46,7 @@ class rehydrator {
  private:
   services& svc_;
   std::shared_ptr<shared_state> shared_;
-  caf::actor pacer_;
+  periodic_job pacer_;
 };
 
 }  // namespace changeflow::actors

@@ -285,11 +285,29 @@ void process(self_ptr self, const workflow::event& e) {
   if (d.sha_seen && !d.sha_seen->empty()) st.op.mr_sha = *d.sha_seen;
   if (d.count_poll) ++st.op.polls;
   if (d.count_merge_attempt) ++st.op.merge_attempts;
-  if (!d.next) {
+  if (!d.next && !d.failed) {
     run_effects(self, std::move(d.effects));
     return;
   }
   persistence::transition_request req;
+  if (!d.next) {
+    // A failed call retried in the same step: the attempt, its error and the next try are written
+    // (guarded like a transition) before the retry timer runs, so they outlive this actor.
+    req.operation_id = st.op.operation_id;
+    req.expected_version = st.op.version;
+    req.from = req.to = st.op.current;
+    req.retry_in_step = true;
+    req.last_error = d.failed->error;
+    req.last_error_status = d.failed->http_status;
+    req.fence = persistence::owner_fence{st.owner_instance, st.lease_epoch};
+    for (const auto& e : d.effects) {
+      if (e.what == workflow::effect::kind::timer) req.wake_in_ms = e.delay_ms;
+    }
+    st.pending_write = std::make_unique<persistence::transition_request>(std::move(req));
+    st.after_commit = std::move(d.effects);
+    submit_persist(self);
+    return;
+  }
   req.operation_id = st.op.operation_id;
   req.expected_version = st.op.version;
   req.from = st.op.current;
@@ -304,6 +322,12 @@ void process(self_ptr self, const workflow::event& e) {
   req.wake_in_ms = d.next->wake_in_ms;
   req.clear_wake = d.next->clear_wake || !d.next->wake_in_ms;
   if (!d.next->last_error.empty()) req.last_error = d.next->last_error;
+  if (d.failed) {
+    // The call that ended this step failed: counted for the step left, with its status and time.
+    req.failed_attempt = true;
+    req.last_error_status = d.failed->http_status;
+    if (!req.last_error) req.last_error = d.failed->error;
+  }
   st.pending_write = std::make_unique<persistence::transition_request>(std::move(req));
   st.after_commit = std::move(d.effects);
   submit_persist(self);
@@ -313,6 +337,16 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
   auto& st = self->state;
   st.busy = false;
   auto outcome = static_cast<db_outcome>(p.outcome);
+  if (outcome == db_outcome::ok && st.pending_write && st.pending_write->retry_in_step) {
+    st.op.version = p.new_version;
+    if (st.pending_write->last_error) st.last_error = *st.pending_write->last_error;
+    st.pending_write.reset();
+    st.persist_failures = 0;
+    auto effects = std::move(st.after_commit);
+    st.after_commit.clear();
+    run_effects(self, std::move(effects));
+    return;
+  }
   if (outcome == db_outcome::ok && st.pending_write) {
     // Moved out before the reset below: `w` is still read afterwards (metrics, log line).
     const auto w = std::move(*st.pending_write);

@@ -227,6 +227,12 @@ TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
   ASSERT_TRUE(external_pool_.drop_oldest());
   run_messages();
   EXPECT_EQ(row().step, S::HANDLE_STARTED);
+  ASSERT_EQ(queued_db(), 1u) << "the failed attempt is written before the retry is armed";
+  EXPECT_FALSE(sched_.has_pending_timeout());
+  run_db();
+  EXPECT_EQ(row().step, S::HANDLE_STARTED);
+  EXPECT_EQ(row().attempts, 1);
+  EXPECT_EQ(row().last_error, "the job ended without an answer (it threw or was dropped); see worker_pool.job_failed");
   ASSERT_TRUE(sched_.has_pending_timeout()) << "the lost call is retried later, like any failed call";
   ASSERT_TRUE(fire_next_timer());
   ASSERT_EQ(queued_external(), 1u) << "the step runs again (it reads the MR before approving)";

@@ -8,20 +8,10 @@
 
 #include <caf/all.hpp>
 
-#include <atomic>
-
 namespace changeflow::actors {
 
-namespace {
-using inbox_atom = caf::atom_constant<caf::atom("inbox_tick")>;
-using sweep_atom = caf::atom_constant<caf::atom("sweep_tick")>;
-}  // namespace
-
 struct sweeper::shared_state {
-  std::atomic<bool> inbox_in_flight{false};
-  std::atomic<bool> sweep_in_flight{false};
-  std::atomic<bool> stopped{false};
-  std::string stuck_cursor;  // sweep job only (one at a time): keyset position of the stuck scan
+  std::string stuck_cursor;  // sweep job only (passes never overlap): keyset position of the stuck scan
 };
 
 namespace {
@@ -118,27 +108,6 @@ void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, st
   rehydrate->enqueue(std::move(orphans));
 }
 
-template <class Atom, class Job>
-caf::behavior ticker(caf::event_based_actor* self, services* svc, std::shared_ptr<sweeper::shared_state> sh,
-                     std::atomic<bool> sweeper::shared_state::*in_flight, const char* interval_key,
-                     std::int64_t default_ms, Job job) {
-  self->send(self, Atom::value);
-  return {
-      [=](Atom) {
-        if (sh->stopped) return;
-        auto& flag = (*sh).*in_flight;
-        if (!flag.exchange(true)) {
-          bool queued = svc->db->try_submit([sh, in_flight, job](persistence::db_context& db) {
-            if (!sh->stopped) job(db);
-            ((*sh).*in_flight) = false;
-          });
-          if (!queued) flag = false;
-        }
-        self->delayed_send(self, std::chrono::milliseconds(positive_or(*svc, interval_key, default_ms)), Atom::value);
-      },
-  };
-}
-
 }  // namespace
 
 sweeper::sweeper(services& svc, rehydrator& rehydrate)
@@ -151,28 +120,29 @@ sweeper::~sweeper() {
 void sweeper::start() {
   auto* svc = &svc_;
   auto* rh = &rehydrate_;
-  inbox_ = svc_.system->spawn(
-      [=](caf::event_based_actor* self, std::shared_ptr<shared_state> sh) {
-        return ticker<inbox_atom>(self, svc, sh, &shared_state::inbox_in_flight, "durability.inbox_poll_ms", 500,
-                                  [svc, rh](persistence::db_context& db) { poll_inbox(db, svc, rh); });
-      },
-      shared_);
-  sweep_ = svc_.system->spawn(
-      [=](caf::event_based_actor* self, std::shared_ptr<shared_state> sh) {
-        return ticker<sweep_atom>(self, svc, sh, &shared_state::sweep_in_flight, "durability.sweep_interval_ms", 5000,
-                                  [svc, rh, sh](persistence::db_context& db) { sweep(db, svc, rh, sh->stuck_cursor); });
-      },
-      shared_);
+  auto sh = shared_;
+  periodic_spec inbox;
+  inbox.name = "inbox";
+  inbox.interval_ms = [svc] { return positive_or(*svc, "durability.inbox_poll_ms", 500); };
+  inbox.start_pass = db_pass(*svc_.db, inbox_.stop_flag(), inbox.name, [svc, rh](persistence::db_context& db) {
+    poll_inbox(db, svc, rh);
+    return false;
+  });
+  inbox_.start(*svc_.system, std::move(inbox));
+  periodic_spec sweep_spec;
+  sweep_spec.name = "sweep";
+  sweep_spec.interval_ms = [svc] { return positive_or(*svc, "durability.sweep_interval_ms", 5000); };
+  sweep_spec.start_pass =
+      db_pass(*svc_.db, sweep_.stop_flag(), sweep_spec.name, [svc, rh, sh](persistence::db_context& db) {
+        sweep(db, svc, rh, sh->stuck_cursor);
+        return false;
+      });
+  sweep_.start(*svc_.system, std::move(sweep_spec));
 }
 
 void sweeper::stop() {
-  shared_->stopped = true;
-  for (auto* a : {&inbox_, &sweep_}) {
-    if (*a) {
-      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-      *a = nullptr;
-    }
-  }
+  inbox_.stop();
+  sweep_.stop();
 }
 
 }  // namespace changeflow::actors

@@ -1,5 +1,5 @@
 #pragma once
-// Periodic durability jobs, one CAF ticker each, SQL on the database pool:
+// Periodic durability jobs (actors/periodic_job.hpp), SQL on the database pool:
 //  - the owner's inbox poll: operations this instance owns whose row changed without its actor
 //    knowing (an approval callback applied by a peer instance, an operator): the live actor is told
 //    to reload, or an actor is spawned when none lives and the step needs one;
@@ -9,6 +9,7 @@
 // Nothing stays "processing" forever: every in-progress step either has a live actor (whose waits
 // end in an explicit state by poll.timeout_ms) or is moved by this sweep.
 
+#include "actors/periodic_job.hpp"
 #include "actors/rehydrator.hpp"
 #include "actors/services.hpp"
 
@@ -34,8 +35,8 @@ class sweeper {
   services& svc_;
   rehydrator& rehydrate_;
   std::shared_ptr<shared_state> shared_;
-  caf::actor inbox_;
-  caf::actor sweep_;
+  periodic_job inbox_;
+  periodic_job sweep_;
 };
 
 }  // namespace changeflow::actors

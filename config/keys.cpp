@@ -39,6 +39,13 @@ std::vector<key_spec> make_keys() {
        "polling work stealing: idle threads spin and nap, which costs CPU at moderate load); unknown -> sharing."},
       {"log.level", S, "info", H, "debug|info|warn|error; unknown -> info."},
       {"console.dir", S, J(), R, "Directory of the built console; missing -> console served as 404."},
+      {"console.poll_ms", I, 5000, H,
+       "How often a console page refreshes (one ops read per refresh); <1000 -> 1000, missing -> 5000."},
+      {"ops.attention_late_after_s", I, 60, H,
+       "The attention view lists a wait whose stored wake (next try or deadline) passed this long ago without the "
+       "change moving; <0 -> 0."},
+      {"ops.attention_approval_after_s", I, 86400, H,
+       "The attention view lists an approval request unanswered this long (before its hard deadline); <0 -> 0."},
 
       // -- database (restart)
       {"db.host", S, "127.0.0.1", R, "MariaDB/MySQL host (ignored when db.socket is set)."},

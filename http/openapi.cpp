@@ -126,6 +126,26 @@ constexpr const char* document_text = R"json({
         "responses": {"200": {"description": "OK; data {phase: CANCELLED, withdrawn: [...]} or {alreadyCancelled: true}"}, "400": {"description": "BAD_REQUEST"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND"}, "409": {"description": "ALREADY_MERGED (merged wins) or CONFLICT (cannot be cancelled at this step)"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
+    "/api/v1/changes/{id}/revert": {
+      "post": {
+        "description": "Reverts a VALIDATED change with a NEW change: same subject, target, repository and targetBranch, title \"Revert: <title>\", its own approval, MR and lifecycle. Each file goes back to its content at the change's base (its MR's diff_refs.base_sha); a file the change created is deleted. Updates and deletes carry the file's current last commit on the target as lastCommitId, so a later edit by someone else ends the revert CONTENT_CONFLICT instead of being overwritten. The new change's status has revertOf, the original's revertedBy, and each timeline an event naming the other. Authorization as a submit for the change's subject (its rule code or an operator code; a caller who may only see the change gets 403, anyone else 404); rate limited and closed by the access switch like a submit. Idempotent like a submit: Idempotency-Key header, else the body's operationId (the key is scoped to the change being reverted).",
+        "security": [{}, {"bearer": []}],
+        "parameters": [{"$ref": "#/components/parameters/OperationId"}, {"$ref": "#/components/parameters/IdempotencyKey"}],
+        "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object", "additionalProperties": false, "properties": {"operationId": {"type": "string", "format": "uuid", "description": "the revert's id"}}}}}},
+        "responses": {
+          "202": {"description": "ACCEPTED; data {operationId (the revert), revertOf, statusUrl, phase, step}; or DUPLICATE_SUBMIT (this revert exists already)"},
+          "400": {"description": "BAD_REQUEST: a body field other than operationId, a malformed operationId or Idempotency-Key"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"description": "FORBIDDEN (\"Access denied\": not permitted to submit for the change's subject) or ACCESS_CLOSED"},
+          "404": {"description": "NOT_FOUND: no such change, or one the caller may not see"},
+          "409": {"description": "CONFLICT (the change is not VALIDATED, the target already holds its files as they were, or its repository or target branch is no longer configured: the message says which), ALREADY_REVERTED (data {revertOperationId, statusUrl}: its revert is in flight or took effect; a revert that ended without taking effect allows another), IN_PROGRESS (another change holds the target) or REQUEST_IN_FLIGHT"},
+          "422": {"description": "IDEMPOTENCY_KEY_REUSED: the key was used for a different request"},
+          "429": {"$ref": "#/components/responses/RateLimited"},
+          "500": {"$ref": "#/components/responses/ServerError"},
+          "503": {"description": "UNAVAILABLE with Retry-After: GitLab could not be read for the previous contents, nothing was written; or OVERLOADED"}
+        }
+      }
+    },
     "/api/v1/subscriptions": {
       "post": {
         "description": "Subscribe a URL to the phase changes of a subject's changes (subject) or of one change (operationId), see docs/notifications.md. Rate limited like a submit; identity required unless auth.required is false; never closed by the access switch. A change needs the right to see it (else 404 as for reads), a subject its rule code or an operator code (else 403). The secret (the client's, or 64 generated hex characters) is answered only here.",
@@ -182,6 +202,12 @@ constexpr const char* document_text = R"json({
       "get": {
         "security": [{"bearer": []}],
         "responses": {"200": {"description": "OK"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "409": {"description": "Refused in the current state"}, "429": {"$ref": "#/components/responses/RateLimited"}}
+      }
+    },
+    "/api/v1/ops/attention": {
+      "get": {
+        "security": [{"bearer": []}],
+        "responses": {"200": {"description": "OK; data {nowMs, pollMs, counts {FAILED, OUTCOME_UNKNOWN, LATE_WAIT, OVERDUE_APPROVAL, STUCK_ACTOR, CALLBACK_UNAPPLIED}, truncated, items: [{reason, waitsFor, operationId, title, step {code, name}, phase, sinceMs, ageMs, dueMs, dueLabel, lastError, lastErrorStatus, lastErrorAtMs, deliveryId, callbackKind, callbackOutcome}]} (oldest first)"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "403": {"$ref": "#/components/responses/Forbidden"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/ops/actors": {

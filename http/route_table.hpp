@@ -43,6 +43,10 @@ inline constexpr route_spec get_change{
 inline constexpr route_spec cancel_change{"POST", "/api/v1/changes/{id}/cancel", route_access::user_cancel,
                                           "Cancel a change that has not merged: withdraws the pending approval, closes "
                                           "the open MR, ends in CANCELLED (repeat: 200 alreadyCancelled)"};
+inline constexpr route_spec revert_change{
+    "POST", "/api/v1/changes/{id}/revert", route_access::user_submit,
+    "Revert a VALIDATED change: a new change (own approval and lifecycle) restoring each file's content at the "
+    "change's base, linked both ways (revertOf / revertedBy)"};
 inline constexpr route_spec list_changes{
     "GET", "/api/v1/changes", route_access::user_read,
     "The caller's own operations, or with subject that subject's (its rule code or an operator code needed)"};
@@ -70,6 +74,10 @@ inline constexpr route_spec ops_whoami{
 inline constexpr route_spec ops_overview{
     "GET", "/api/v1/ops/overview", route_access::ops,
     "Counts by phase, stuck-looking operations first, callback outcomes, batch status"};
+inline constexpr route_spec ops_attention{
+    "GET", "/api/v1/ops/attention", route_access::ops,
+    "Everything that needs a human or is late: failures, unknown outcomes, late waits, overdue approvals, stuck "
+    "actors, unapplied callbacks; each with what it waits for, since when, due time and last error; oldest first"};
 inline constexpr route_spec ops_actors{"GET", "/api/v1/ops/actors", route_access::ops,
                                        "Live request actors on this instance with their summaries"};
 inline constexpr route_spec ops_operations{"GET", "/api/v1/ops/operations", route_access::ops,
@@ -154,6 +162,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::gitlab_webhook,
                                           &routes::ops_whoami,
                                           &routes::ops_overview,
+                                          &routes::ops_attention,
                                           &routes::ops_actors,
                                           &routes::ops_operations,
                                           &routes::ops_operation,
@@ -184,6 +193,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::healthz,
                                           &routes::readyz,
                                           &routes::metrics,
-                                          &routes::openapi};
+                                          &routes::openapi,
+                                          &routes::revert_change};
 
 }  // namespace changeflow::http

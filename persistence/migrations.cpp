@@ -31,8 +31,12 @@ std::vector<std::string> schema_v7();
 std::vector<std::string> schema_v9();
 // Migration 10: creation writes its first event through the staging columns too (one timeline writer).
 std::vector<std::string> schema_v10();
+// Migration 11: a change and its revert name each other (operation.revert_of, operation.reverted_by).
+std::vector<std::string> schema_v11();
 // Migration 12: merge commit -> MR per project (a Deployment Hook names only the commit).
 std::vector<std::string> schema_v12();
+// Migration 13: failed attempts and the last external error per step (retries are durable).
+std::vector<std::string> schema_v13();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -56,7 +60,9 @@ CREATE TABLE IF NOT EXISTS instance (
       {7, "repositories and per-branch batch slots", schema_v7()},
       {9, "notification subscriptions and delivery outbox", schema_v9()},
       {10, "creation event trigger: one timeline writer", schema_v10()},
+      {11, "revert links", schema_v11()},
       {12, "merge commits of GitLab merge events", schema_v12()},
+      {13, "failed attempts and last external error per step", schema_v13()},
   };
   return migrations;
 }

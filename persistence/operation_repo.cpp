@@ -24,7 +24,8 @@ const char* const operation_columns =
     "lease_epoch, last_error, CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS "
     "created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester, repository, "
-    "target_branch";
+    "target_branch, revert_of, reverted_by, last_error_status, "
+    "CAST(ROUND(UNIX_TIMESTAMP(last_error_at) * 1000) AS SIGNED) AS last_error_at_ms";
 
 namespace {
 step step_or_throw(int code) {
@@ -65,6 +66,10 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.requester = str(rs, "requester");
   r.repository = str(rs, "repository");
   r.target_branch = str(rs, "target_branch");
+  r.revert_of = opt_string(rs, "revert_of");
+  r.reverted_by = opt_string(rs, "reverted_by");
+  if (auto status = opt_int64(rs, "last_error_status")) r.last_error_status = static_cast<int>(*status);
+  r.last_error_at_ms = opt_int64(rs, "last_error_at_ms");
   return r;
 }
 
@@ -77,8 +82,16 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
   std::string q;
   q.reserve(512);
-  q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
-  q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+  if (req.retry_in_step) {
+    // Same step, no event: the failed attempt, its error and the next try. updated_at keeps the
+    // time of the last step change (the poll schedule and "unchanged since" are measured from it).
+    q += "UPDATE operation SET version = version + 1, attempts = attempts + 1, updated_at = updated_at";
+  } else {
+    q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
+    q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+    // Attempts count the tries of the current step; a new step starts from none.
+    if (!req.attempts && req.to != req.from) q += ", attempts = 0";
+  }
   if (req.mr_iid) q += ", mr_iid = " + std::to_string(*req.mr_iid);
   if (req.mr_url) q += ", mr_url = " + t.quote(*req.mr_url);
   if (req.approval_id) q += ", approval_id = " + t.quote(*req.approval_id);
@@ -93,15 +106,23 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   } else if (req.clear_wake) {
     q += ", next_wake_at = NULL";
   }
-  if (req.attempts) q += ", attempts = " + std::to_string(*req.attempts);
+  if (req.attempts && !req.retry_in_step) q += ", attempts = " + std::to_string(*req.attempts);
   if (req.last_error) {
     q += ", last_error = " + t.quote(req.last_error->substr(0, 1024));
   } else if (req.clear_last_error) {
     q += ", last_error = NULL";
   }
-  q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
-  q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
-  q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+  if (req.failed_attempt || req.retry_in_step) {
+    // errors_recorded + 1 is what the trigger of migration 13 counts for the step left or retried.
+    const int status = req.last_error_status.value_or(0);
+    q += ", last_error_status = " + (status > 0 ? std::to_string(status) : std::string("NULL"));
+    q += ", last_error_at = NOW(3), errors_recorded = errors_recorded + 1";
+  }
+  if (!req.retry_in_step) {
+    q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
+    q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
+    q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+  }
   q += " WHERE operation_id = " + t.quote(req.operation_id);
   q += " AND version = " + std::to_string(req.expected_version);
   q += " AND step = " + std::to_string(workflow::code_of(req.from));
@@ -123,6 +144,109 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   return db_result<std::int64_t>::success(req.expected_version + 1);
 }
 
+std::optional<db_error> refuse_initial_step(const new_operation& op) {
+  if (workflow::is_initial_step(op.initial_step)) return std::nullopt;
+  return db_error{db_outcome::illegal_transition, 0,
+                  std::string(workflow::to_string(op.initial_step)) + " is not an initial step"};
+}
+
+db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op) {
+  using R = db_result<create_outcome>;
+  const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
+  // Plain read; the binding write below pins what was read, so a change in between is detected,
+  // not lost. Read first because the operation's INSERT carries its first event (created or
+  // re-applied) to the creation trigger.
+  auto sel = prepare(conn,
+                     "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND repository = ? "
+                     "AND target_key = ?");
+  sel->setString(1, op.subject_id);
+  sel->setString(2, op.repository);
+  sel->setString(3, op.target_key);
+  rs_ptr existing(sel->executeQuery());
+  std::optional<std::string> replaced_op, replaced_phase;
+  if (existing->next()) {
+    replaced_op = str(*existing, "operation_id");
+    replaced_phase = str(*existing, "phase");
+  }
+
+  auto ins = prepare(conn,
+                     "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
+                     "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
+                     "event_cause, event_actor, event_instance, revert_of) "
+                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  ins->setString(1, op.operation_id);
+  ins->setString(2, op.subject_id);
+  ins->setString(3, op.target_key);
+  ins->setString(4, std::string(workflow::to_string(op.flow)));
+  ins->setInt(5, workflow::code_of(op.initial_step));
+  ins->setString(6, initial_phase);
+  ins->setString(7, op.title.substr(0, 512));
+  set_opt_string(*ins, 8, op.payload_json.empty() ? std::nullopt : std::optional(op.payload_json));
+  set_opt_string(*ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+  ins->setInt64(10, op.lease_epoch);
+  set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
+  ins->setString(12, op.repository);
+  ins->setString(13, op.target_branch);
+  std::string cause = replaced_op ? "re-applied" : "created";
+  if (!op.revert_of.empty()) cause += "; revert of " + op.revert_of;
+  ins->setString(14, cause);
+  ins->setString(15, op.actor.substr(0, 160));
+  set_opt_string(*ins, 16, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+  set_opt_string(*ins, 17, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
+  try {
+    ins->executeUpdate();
+  } catch (const sql::SQLException& e) {
+    if (e.getErrorCode() == 1062) return R::success(create_outcome::duplicate_operation);
+    throw;
+  }
+
+  if (!replaced_op) {
+    auto insb = prepare(conn,
+                        "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) "
+                        "VALUES (?, ?, ?, ?, ?)");
+    insb->setString(1, op.subject_id);
+    insb->setString(2, op.repository);
+    insb->setString(3, op.target_key);
+    insb->setString(4, op.operation_id);
+    insb->setString(5, initial_phase);
+    try {
+      insb->executeUpdate();
+    } catch (const sql::SQLException& e) {
+      if (e.getErrorCode() == 1062) return R::success(create_outcome::preempted);  // a concurrent first apply
+      throw;
+    }
+  } else {
+    auto p = workflow::parse_phase(*replaced_phase);
+    if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
+    // Pin the exact phase AND operation id read: with several re-appliable phases, and with
+    // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
+    auto upd = prepare(conn,
+                       "UPDATE binding SET operation_id = ?, phase = ? "
+                       "WHERE subject_id = ? AND repository = ? AND target_key = ? AND phase = ? "
+                       "AND operation_id = ?");
+    upd->setString(1, op.operation_id);
+    upd->setString(2, initial_phase);
+    upd->setString(3, op.subject_id);
+    upd->setString(4, op.repository);
+    upd->setString(5, op.target_key);
+    upd->setString(6, *replaced_phase);
+    upd->setString(7, *replaced_op);
+    if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
+  }
+
+  auto hist = prepare(conn,
+                      "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
+                      "replaced_operation_id, replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
+  hist->setString(1, op.subject_id);
+  hist->setString(2, op.repository);
+  hist->setString(3, op.target_key);
+  hist->setString(4, op.operation_id);
+  set_opt_string(*hist, 5, replaced_op);
+  set_opt_string(*hist, 6, replaced_phase);
+  hist->executeUpdate();
+  return R::success(create_outcome::created);
+}
+
 }  // namespace detail
 
 std::string_view to_string(create_outcome o) {
@@ -137,103 +261,12 @@ std::string_view to_string(create_outcome o) {
 
 db_result<create_outcome> create_operation(session s, const new_operation& op) {
   using R = db_result<create_outcome>;
-  if (!workflow::is_initial_step(op.initial_step)) {
-    return R::failure(db_outcome::illegal_transition,
-                      std::string(workflow::to_string(op.initial_step)) + " is not an initial step");
-  }
+  if (auto refused = detail::refuse_initial_step(op)) return R::failure(*refused);
   return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
-    const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
     detail::transaction tx(conn);
-    // Plain read; the binding write below pins what was read, so a change in between is detected,
-    // not lost. Read first because the operation's INSERT carries its first event (created or
-    // re-applied) to the creation trigger.
-    auto sel = prepare(conn,
-                       "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND repository = ? "
-                       "AND target_key = ?");
-    sel->setString(1, op.subject_id);
-    sel->setString(2, op.repository);
-    sel->setString(3, op.target_key);
-    rs_ptr existing(sel->executeQuery());
-    std::optional<std::string> replaced_op, replaced_phase;
-    if (existing->next()) {
-      replaced_op = detail::str(*existing, "operation_id");
-      replaced_phase = detail::str(*existing, "phase");
-    }
-
-    auto ins = prepare(conn,
-                       "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-                       "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
-                       "event_cause, event_actor, event_instance) "
-                       "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    ins->setString(1, op.operation_id);
-    ins->setString(2, op.subject_id);
-    ins->setString(3, op.target_key);
-    ins->setString(4, std::string(workflow::to_string(op.flow)));
-    ins->setInt(5, workflow::code_of(op.initial_step));
-    ins->setString(6, initial_phase);
-    ins->setString(7, op.title.substr(0, 512));
-    detail::set_opt_string(*ins, 8, op.payload_json.empty() ? std::nullopt : std::optional(op.payload_json));
-    detail::set_opt_string(*ins, 9, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
-    ins->setInt64(10, op.lease_epoch);
-    detail::set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
-    ins->setString(12, op.repository);
-    ins->setString(13, op.target_branch);
-    ins->setString(14, replaced_op ? "re-applied" : "created");
-    ins->setString(15, op.actor.substr(0, 160));
-    detail::set_opt_string(*ins, 16, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
-    try {
-      ins->executeUpdate();
-    } catch (const sql::SQLException& e) {
-      if (e.getErrorCode() == 1062) return R::success(create_outcome::duplicate_operation);
-      throw;
-    }
-
-    if (!replaced_op) {
-      auto insb = prepare(conn,
-                          "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) "
-                          "VALUES (?, ?, ?, ?, ?)");
-      insb->setString(1, op.subject_id);
-      insb->setString(2, op.repository);
-      insb->setString(3, op.target_key);
-      insb->setString(4, op.operation_id);
-      insb->setString(5, initial_phase);
-      try {
-        insb->executeUpdate();
-      } catch (const sql::SQLException& e) {
-        if (e.getErrorCode() == 1062) return R::success(create_outcome::preempted);  // a concurrent first apply
-        throw;
-      }
-    } else {
-      auto p = workflow::parse_phase(*replaced_phase);
-      if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
-      // Pin the exact phase AND operation id read: with several re-appliable phases, and with
-      // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
-      auto upd = prepare(conn,
-                         "UPDATE binding SET operation_id = ?, phase = ? "
-                         "WHERE subject_id = ? AND repository = ? AND target_key = ? AND phase = ? "
-                         "AND operation_id = ?");
-      upd->setString(1, op.operation_id);
-      upd->setString(2, initial_phase);
-      upd->setString(3, op.subject_id);
-      upd->setString(4, op.repository);
-      upd->setString(5, op.target_key);
-      upd->setString(6, *replaced_phase);
-      upd->setString(7, *replaced_op);
-      if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
-    }
-
-    auto hist = prepare(conn,
-                        "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
-                        "replaced_operation_id, replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
-    hist->setString(1, op.subject_id);
-    hist->setString(2, op.repository);
-    hist->setString(3, op.target_key);
-    hist->setString(4, op.operation_id);
-    detail::set_opt_string(*hist, 5, replaced_op);
-    detail::set_opt_string(*hist, 6, replaced_phase);
-    hist->executeUpdate();
-    tx.commit();
-    return R::success(create_outcome::created);
+    auto r = detail::insert_operation(conn, op);
+    if (r.ok() && r.value == create_outcome::created) tx.commit();
+    return r;
   });
 }
 
@@ -322,7 +355,10 @@ db_result<std::vector<operation_event_row>> list_events(session s, const std::st
 
 db_result<std::int64_t> transition(session s, const transition_request& req) {
   using R = db_result<std::int64_t>;
-  if (!workflow::is_allowed(req.from, req.to, req.by)) {
+  if (req.retry_in_step && req.from != req.to) {
+    return R::failure(db_outcome::illegal_transition, "a retry stays in its step");
+  }
+  if (!req.retry_in_step && !workflow::is_allowed(req.from, req.to, req.by)) {
     return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) + " -> " +
                                                           std::string(workflow::to_string(req.to)) +
                                                           " is not in the transition table");

@@ -36,11 +36,15 @@ struct operation_row {
   std::optional<std::string> owner_instance;
   std::int64_t lease_epoch = 0;
   std::optional<std::string> last_error;
+  std::optional<int> last_error_status;          // HTTP status of the last external error (migration 13)
+  std::optional<std::int64_t> last_error_at_ms;  // when it was met (DB clock); unset for operator notes
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
-  std::string requester;      // verified identity that submitted it; "" for rows older than migration 6
-  std::string repository;     // GitLab project path every call of the change goes to (migration 7)
-  std::string target_branch;  // branch its MR merges into
+  std::string requester;                   // verified identity that submitted it; "" for rows older than migration 6
+  std::string repository;                  // GitLab project path every call of the change goes to (migration 7)
+  std::string target_branch;               // branch its MR merges into
+  std::optional<std::string> revert_of;    // the validated change this one reverts
+  std::optional<std::string> reverted_by;  // this change's current revert
 };
 
 struct new_operation {
@@ -60,6 +64,9 @@ struct new_operation {
   /// the caller. The binding's key is (subject_id, repository, target_key).
   std::string repository;
   std::string target_branch;
+  /// The change this one reverts ("" for none): stored, and named by the first timeline event.
+  /// Created through persistence::create_revert, which links the original in the same transaction.
+  std::string revert_of;
 };
 
 enum class create_outcome {
@@ -124,10 +131,18 @@ struct transition_request {
   std::optional<int> attempts;
   std::optional<std::string> last_error;  // truncated to 1024 characters
   bool clear_last_error = false;
+  /// `last_error` is what an external call of `from` answered: it is stamped with the database time
+  /// and `last_error_status`, and counted as a failed attempt of `from` (operation_step_attempt).
+  bool failed_attempt = false;
+  std::optional<int> last_error_status;  // with failed_attempt; 0 or unset = no HTTP answer
+  /// Stay in `from` (to == from) and try again later: a failed attempt is recorded and the next try
+  /// stored as next_wake_at (wake_in_ms), with no timeline event and no change of `updated_at`.
+  bool retry_in_step = false;
   std::optional<owner_fence> fence;
 };
 
 /// One transaction: guarded UPDATE operation, UPDATE binding phase, INSERT event, commit.
+/// With `retry_in_step`: the same guard, one UPDATE that records the failed attempt and the next try.
 /// Returns the new version. illegal_transition (no SQL ran), preempted (version/step/owner moved),
 /// not_found, retryable, fatal.
 db_result<std::int64_t> transition(session s, const transition_request& req);

@@ -22,18 +22,13 @@ using namespace changeflow;
 using namespace changeflow::persistence;
 using namespace std::chrono_literals;
 using changeflow::testing::test_database;
+using test::connection_id;
 using test::new_op;
 using test::walk;
 using workflow::phase;
 using S = workflow::step;
 
 namespace {
-std::int64_t connection_id(sql::Connection& c) {
-  std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
-  rs->next();
-  return rs->getInt64(1);
-}
 std::string count_events(const test_database& db, const std::string& id) {
   return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
 }
@@ -281,12 +276,8 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
   test_database db;
   constexpr int rounds = 30;
   constexpr int racers = 4;
-  std::vector<std::unique_ptr<sql::Connection>> conns;
-  std::string racer_connections;
-  for (int i = 0; i < racers; ++i) {
-    conns.push_back(db.connect());
-    racer_connections += (i ? ", " : "") + std::to_string(connection_id(*conns.back()));
-  }
+  test::racer_connections racing(db, racers);
+  auto& conns = racing.conns;
   int preempted_seen = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::string target = "t" + std::to_string(round);
@@ -324,12 +315,7 @@ TEST(OperationRepo, ConcurrentReappliesHaveOneWinner) {
     }
     bool all_waited = true;
     if (gated) {
-      all_waited = changeflow::testing::wait_until(
-          [&] {
-            return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + racer_connections +
-                             ") AND INFO LIKE 'UPDATE binding %'") == std::to_string(racers);
-          },
-          60s);
+      all_waited = racing.all_waiting_in(db, "UPDATE binding ");
       gate->rollback();
     }
     for (auto& t : threads) t.join();
@@ -678,4 +664,70 @@ TEST(InstanceRepo, TakeOverExpiredOwnersAndPageOwned) {
   auto page2 = list_owned_nonterminal(*c, "b", page1.value.back().operation_id, 3);
   ASSERT_EQ(page2.value.size(), 1u);
   EXPECT_EQ(heartbeat(*c, "zzz", 30).outcome, db_outcome::not_found);
+}
+
+TEST(OperationRepo, RetriesAndTheFailureThatEndsAStepAreCountedForThatStep) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "alice", "repo/retries.yaml");
+  auto v = walk(*c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED});
+  auto row = load_operation(*c, id);
+  ASSERT_TRUE(row.ok());
+  const auto updated_before = row.value.updated_at_ms;
+  const auto events_before = count_events(db, id);
+
+  transition_request retry;
+  retry.operation_id = id;
+  retry.from = retry.to = S::CREATE_STARTED;
+  retry.retry_in_step = true;
+  retry.last_error = "GitLab answered 503";
+  retry.last_error_status = 503;
+  retry.wake_in_ms = 60000;
+  for (int i = 0; i < 2; ++i) {
+    retry.expected_version = v;
+    auto r = transition(*c, retry);
+    ASSERT_TRUE(r.ok()) << r.error.message;
+    v = r.value;
+  }
+  // A stale retry (the version moved on) writes nothing.
+  retry.expected_version = v - 1;
+  EXPECT_EQ(transition(*c, retry).outcome, db_outcome::preempted);
+
+  row = load_operation(*c, id);
+  EXPECT_EQ(row.value.step, S::CREATE_STARTED);
+  EXPECT_EQ(row.value.attempts, 2);
+  EXPECT_EQ(row.value.last_error_status, 503);
+  ASSERT_TRUE(row.value.last_error_at_ms);
+  ASSERT_TRUE(row.value.next_wake_at_ms);
+  EXPECT_EQ(row.value.updated_at_ms, updated_before) << "a retry is not a step change";
+  EXPECT_EQ(count_events(db, id), events_before) << "a retry writes no timeline event";
+  EXPECT_EQ(db.scalar("SELECT failed_attempts FROM operation_step_attempt WHERE operation_id = '" + id +
+                      "' AND step = " + std::to_string(workflow::code_of(S::CREATE_STARTED))),
+            "2");
+
+  // The failure that ends the step is its third failed attempt; the new step starts from none.
+  transition_request fail;
+  fail.operation_id = id;
+  fail.expected_version = v;
+  fail.from = S::CREATE_STARTED;
+  fail.to = S::CREATE_GITLAB_REFUSED;
+  fail.cause = "GitLab refused";
+  fail.failed_attempt = true;
+  fail.last_error = "GitLab answered 422";
+  fail.last_error_status = 422;
+  fail.clear_wake = true;
+  ASSERT_TRUE(transition(*c, fail).ok());
+  row = load_operation(*c, id);
+  EXPECT_EQ(row.value.attempts, 0);
+  EXPECT_EQ(row.value.last_error_status, 422);
+  EXPECT_EQ(db.scalar("SELECT CONCAT(failed_attempts, ' ', last_error_status) FROM operation_step_attempt WHERE "
+                      "operation_id = '" +
+                      id + "' AND step = " + std::to_string(workflow::code_of(S::CREATE_STARTED))),
+            "3 422");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_step_attempt WHERE operation_id = '" + id + "'"), "1");
+
+  // A retry can only stay in its step.
+  retry.expected_version = v + 1;
+  retry.to = S::CREATE_MR_OPENED;
+  EXPECT_EQ(transition(*c, retry).outcome, db_outcome::illegal_transition);
 }

@@ -12,6 +12,13 @@ namespace changeflow::persistence::detail {
 /// transition table: callers check `workflow::is_allowed` first, before any SQL.
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req);
 
+/// A creation whose first step is not `workflow::is_initial_step` is refused before any SQL.
+std::optional<db_error> refuse_initial_step(const new_operation& op);
+
+/// create_operation's statements, inside a transaction the caller owns and commits only on
+/// `created` (any other answer wrote nothing the caller should keep).
+db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op);
+
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;
 operation_row read_operation(sql::ResultSet& rs);

@@ -18,13 +18,32 @@ using binder = std::function<void(detail::statement&, int)>;
 
 struct where_clause {
   std::string sql;
-  std::vector<binder> binds;
-  void add(const std::string& cond, binder b = nullptr) {
+  std::vector<std::pair<binder, int>> binds;  // each binder fills `int` placeholders from its index
+  void add(const std::string& cond, binder b = nullptr, int placeholders = 1) {
     sql += sql.empty() ? " WHERE " : " AND ";
     sql += cond;
-    if (b) binds.push_back(std::move(b));
+    if (b) binds.emplace_back(std::move(b), placeholders);
+  }
+  /// Binds every value from placeholder 1; returns the next free placeholder.
+  int bind(detail::statement& st) const {
+    int i = 1;
+    for (const auto& [b, n] : binds) {
+      b(st, i);
+      i += n;
+    }
+    return i;
   }
 };
+
+/// LIKE pattern text: the user's %, _ and \ match themselves.
+std::string like_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '%' || c == '_' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 /// "<ms>:<id>" -> (ms, id); nullopt when malformed (the caller answers 400 before this runs).
 std::optional<std::pair<std::int64_t, std::string>> parse_cursor(const std::string& c) {
@@ -64,6 +83,32 @@ where_clause build_where(const ops_operation_filter& f) {
     w.add("updated_at < NOW(3) - INTERVAL ? SECOND", [s](auto& st, int i) { st.setInt(i, s); });
   }
   if (f.only_nonterminal) w.add("phase NOT IN (" + detail::terminal_phase_list() + ")");
+  if (!f.search.empty()) {
+    const auto text = f.search.substr(0, 200);
+    const bool number =
+        text.size() <= 18 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const auto prefix = like_escaped(text) + "%";
+    const auto anywhere = "%" + like_escaped(text) + "%";
+    if (number) {
+      const auto mr = std::stoll(text);
+      w.add(
+          "(mr_iid = ? OR operation_id LIKE ? OR title LIKE ?)",
+          [mr, prefix, anywhere](auto& st, int i) {
+            st.setInt64(i, mr);
+            st.setString(i + 1, prefix);
+            st.setString(i + 2, anywhere);
+          },
+          3);
+    } else {
+      w.add(
+          "(operation_id LIKE ? OR title LIKE ?)",
+          [prefix, anywhere](auto& st, int i) {
+            st.setString(i, prefix);
+            st.setString(i + 1, anywhere);
+          },
+          2);
+    }
+  }
   return w;
 }
 
@@ -96,23 +141,19 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
       if (!cursor) return db_result<V>::failure(db_outcome::not_found, "malformed cursor");
       // Row-value comparison on the epoch-ms form of updated_at: the cursor carries milliseconds.
       auto [ms, id] = *cursor;
-      w.add("(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
-            [ms, id](auto& st, int i) {
-              st.setInt64(i, ms);
-              st.setInt64(i + 1, ms);
-              st.setString(i + 2, id);
-            });
+      w.add(
+          "(" + detail::ms("updated_at") + " > ? OR (" + detail::ms("updated_at") + " = ? AND operation_id > ?))",
+          [ms, id](auto& st, int i) {
+            st.setInt64(i, ms);
+            st.setInt64(i + 1, ms);
+            st.setString(i + 2, id);
+          },
+          3);
     }
     int limit = std::clamp(f.limit, 1, 500);
     auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation" + w.sql +
                                 " ORDER BY updated_at, operation_id LIMIT ?");
-    int i = 1;
-    for (std::size_t b = 0; b < w.binds.size(); ++b) {
-      w.binds[b](*st, i);
-      // The cursor binder fills three placeholders; every other binder one.
-      i += (!f.after.empty() && b + 1 == w.binds.size()) ? 3 : 1;
-    }
-    st->setInt(i, limit + 1);
+    st->setInt(w.bind(*st), limit + 1);
     rs_ptr rs(st->executeQuery());
     V page;
     while (rs->next()) page.items.push_back(detail::read_operation(*rs));
@@ -122,6 +163,16 @@ db_result<ops_operation_page> list_ops_operations(session s, const ops_operation
       page.next_after = std::to_string(last.updated_at_ms) + ":" + last.operation_id;
     }
     return db_result<V>::success(std::move(page));
+  });
+}
+
+db_result<std::int64_t> count_ops_operations(session s, const ops_operation_filter& f) {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> db_result<std::int64_t> {
+    auto w = build_where(f);
+    auto st = prepare(conn, "SELECT COUNT(*) AS n FROM operation" + w.sql);
+    w.bind(*st);
+    rs_ptr rs(st->executeQuery());
+    return db_result<std::int64_t>::success(rs->next() ? rs->getInt64("n") : 0);
   });
 }
 
@@ -156,9 +207,14 @@ db_result<std::map<std::string, std::int64_t>> count_operations_by_phase(session
 db_result<std::vector<callback_ledger_row>> list_callbacks_for_operation(session s, const std::string& operation_id) {
   using V = std::vector<callback_ledger_row>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(
-        conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE operation_id = ? ORDER BY id LIMIT 200");
+    // Approval deliveries name their operation; deploy deliveries are linked to the operations they
+    // were matched to (callback_operation).
+    auto st = prepare(conn, "SELECT " + callback_columns() +
+                                " FROM callback_ledger WHERE operation_id = ? UNION SELECT " + callback_columns() +
+                                " FROM callback_ledger WHERE id IN (SELECT ledger_id FROM callback_operation WHERE "
+                                "operation_id = ?) ORDER BY id LIMIT 200");
     st->setString(1, operation_id);
+    st->setString(2, operation_id);
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) out.push_back(read_callback(*rs));
@@ -190,6 +246,94 @@ db_result<std::vector<callback_ledger_row>> recent_callbacks(session s, const st
     rs_ptr rs(st->executeQuery());
     V out;
     while (rs->next()) out.push_back(read_callback(*rs));
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::vector<step_attempt_row>> list_step_attempts(session s, const std::string& operation_id) {
+  using V = std::vector<step_attempt_row>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    auto st =
+        prepare(conn, "SELECT step, failed_attempts, last_error, last_error_status, " + detail::ms("first_error_at") +
+                          " AS first_ms, " + detail::ms("last_error_at") +
+                          " AS last_ms FROM operation_step_attempt WHERE operation_id = ? ORDER BY first_error_at");
+    st->setString(1, operation_id);
+    rs_ptr rs(st->executeQuery());
+    V out;
+    while (rs->next()) {
+      auto step = workflow::step_from_code(rs->getInt("step"));
+      if (!step) continue;  // a code this build does not know: nothing to show it as
+      step_attempt_row r;
+      r.step = *step;
+      r.failed_attempts = rs->getInt("failed_attempts");
+      r.last_error = detail::opt_string(*rs, "last_error");
+      if (auto status = detail::opt_int64(*rs, "last_error_status")) r.last_error_status = static_cast<int>(*status);
+      r.first_error_at_ms = rs->getInt64("first_ms");
+      r.last_error_at_ms = rs->getInt64("last_ms");
+      out.push_back(std::move(r));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+namespace {
+std::int64_t read_now_ms(sql::Connection& conn) {
+  auto st = prepare(conn, "SELECT " + detail::ms("NOW(3)") + " AS now_ms");
+  rs_ptr rs(st->executeQuery());
+  return rs->next() ? rs->getInt64("now_ms") : 0;
+}
+
+std::vector<operation_row> read_operations(sql::Connection& conn, const std::string& where, int limit,
+                                           const std::function<void(detail::statement&)>& bind = nullptr) {
+  auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE " + where +
+                              " ORDER BY updated_at, operation_id LIMIT " + std::to_string(std::clamp(limit, 1, 500)));
+  if (bind) bind(*st);
+  rs_ptr rs(st->executeQuery());
+  std::vector<operation_row> out;
+  while (rs->next()) out.push_back(detail::read_operation(*rs));
+  return out;
+}
+}  // namespace
+
+db_result<std::int64_t> database_now_ms(session s) {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> db_result<std::int64_t> {
+    return db_result<std::int64_t>::success(read_now_ms(conn));
+  });
+}
+
+db_result<attention_rows> read_attention(session s, const attention_query& q) {
+  using V = attention_rows;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    V out;
+    out.now_ms = read_now_ms(conn);
+    if (!q.decision_steps.empty()) {
+      std::string list;
+      for (auto st : q.decision_steps) list += (list.empty() ? "" : ", ") + std::to_string(workflow::code_of(st));
+      out.decisions = read_operations(conn, "step IN (" + list + ")", q.limit);  // enum codes, never user text
+    }
+    // A stored wake well in the past on a row that still waits: its timer did not run (no live actor,
+    // an owner that died, a wedged actor). idx_operation_wake.
+    out.late_waits = read_operations(
+        conn, "next_wake_at < NOW(3) - INTERVAL ? SECOND AND phase NOT IN (" + detail::terminal_phase_list() + ")",
+        q.limit, [&](detail::statement& st) { st.setInt(1, std::max(0, q.late_after_s)); });
+    out.overdue_approvals = read_operations(conn, "step = ? AND updated_at < NOW(3) - INTERVAL ? SECOND", q.limit,
+                                            [&](detail::statement& st) {
+                                              st.setInt(1, workflow::code_of(workflow::step::APPROVAL_SENT));
+                                              st.setInt(2, std::max(0, q.approval_after_s));
+                                            });
+    std::string outcomes;
+    for (std::size_t i = 0; i < q.callback_outcomes.size(); ++i) outcomes += i ? ", ?" : "?";
+    std::string where = "received_at > NOW(3) - INTERVAL ? SECOND AND (";
+    if (!outcomes.empty()) where += "outcome IN (" + outcomes + ") OR ";
+    where += "(outcome = 'PENDING' AND received_at < NOW(3) - INTERVAL ? SECOND))";
+    auto st = prepare(conn, "SELECT " + callback_columns() + " FROM callback_ledger WHERE " + where +
+                                " ORDER BY id DESC LIMIT " + std::to_string(std::clamp(q.limit, 1, 500)));
+    int i = 1;
+    st->setInt(i++, std::max(0, q.callback_window_s));
+    for (const auto& o : q.callback_outcomes) st->setString(i++, o);
+    st->setInt(i, std::max(0, q.pending_callback_after_s));
+    rs_ptr rs(st->executeQuery());
+    while (rs->next()) out.callbacks.push_back(read_callback(*rs));
     return db_result<V>::success(std::move(out));
   });
 }

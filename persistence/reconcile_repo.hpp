@@ -51,8 +51,10 @@ std::string deploy_ledger_key(const std::string& delivery_id);
 db_result<record_outcome> record_deploy_delivery(session s, const deploy_callback_in& cb,
                                                  const std::string& payload_json);
 
-/// The classified outcome on the ledger row of a deploy delivery.
-db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome);
+/// The classified outcome on the ledger row of a deploy delivery, and the operations it was matched
+/// to (callback_operation, migration 13), in one transaction; only the first classification counts.
+db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome,
+                                   const std::vector<std::string>& operation_ids = {});
 
 /// The reconciliation watermark of one project: the largest MR number with a successful deploy
 /// callback; nullopt when there is none. MR numbers only increase within a project, so the

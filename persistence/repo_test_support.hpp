@@ -1,13 +1,22 @@
 #pragma once
-// Shared helpers of the persistence tests: create an operation and walk it along allowed edges.
+// Shared helpers of the persistence tests: create an operation and walk it along allowed edges, and
+// line racing connections up behind a lock so a race provably overlaps.
 
 #include "base/ids.hpp"
 #include "persistence/operation_repo.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/test_db.hpp"
 
+#include <cppconn/connection.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <initializer_list>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace changeflow::persistence::test {
 
@@ -57,5 +66,37 @@ inline std::int64_t walk(session c, const std::string& id, std::initializer_list
 using S = workflow::step;
 inline constexpr std::initializer_list<workflow::step> to_merged = {
     S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING, S::HANDLE_MERGED};
+
+/// The server's id of a connection (information_schema.PROCESSLIST.ID).
+inline std::int64_t connection_id(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
+  rs->next();
+  return rs->getInt64(1);
+}
+
+/// One connection per racer. A test that holds a lock the racers' statement needs sees them all
+/// waiting behind it (`all_waiting_in`) before it lets go, so the race provably overlaps however
+/// fast or slow the machine is.
+struct racer_connections {
+  std::vector<std::unique_ptr<sql::Connection>> conns;
+  std::string ids;  // "12, 13, 14": their server ids
+
+  racer_connections(const changeflow::testing::test_database& db, int racers) {
+    for (int i = 0; i < racers; ++i) {
+      conns.push_back(db.connect());
+      ids += (i ? ", " : "") + std::to_string(connection_id(*conns.back()));
+    }
+  }
+  /// True once every racer runs a statement starting with `statement_prefix` (within 60 s).
+  bool all_waiting_in(const changeflow::testing::test_database& db, const std::string& statement_prefix) const {
+    return changeflow::testing::wait_until(
+        [&] {
+          return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + ids +
+                           ") AND INFO LIKE '" + statement_prefix + "%'") == std::to_string(conns.size());
+        },
+        std::chrono::seconds(60));
+  }
+};
 
 }  // namespace changeflow::persistence::test

@@ -62,6 +62,7 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
     for (const auto& m : by_mr.value) candidates.push_back(m.operation_id);
   }
   out.matched = static_cast<int>(candidates.size());
+  out.operation_ids = candidates;
   if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
   std::vector<std::string> not_flipped;
   for (const auto& id : candidates) {
@@ -158,7 +159,8 @@ deploy_intake take_deploy(persistence::session db, actors::services& svc, delive
   }
   out = applied.value;
   auto outcome = std::string(persistence::to_string(out.outcome));
-  auto set = persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome);
+  // The ledger row names the operations it was matched to, so each change lists its deploy results.
+  auto set = persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome, out.operation_ids);
   if (!set.ok()) {
     log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
   }

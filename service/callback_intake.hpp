@@ -91,7 +91,8 @@ struct deploy_intake {
   persistence::deploy_outcome outcome = persistence::deploy_outcome::IGNORED_STALE;
   int matched = 0;
   int validated = 0;
-  int failed = 0;  // moved to DEPLOY_FAILED by this delivery
+  int failed = 0;                          // moved to DEPLOY_FAILED by this delivery
+  std::vector<std::string> operation_ids;  // the operations it was matched to (named, or by MR number)
   persistence::db_error error;
 };
 

@@ -22,10 +22,11 @@ submit_result blocked(persistence::session db, const persistence::new_operation&
   return r;
 }
 
-/// Creates the operation and spawns its actor.
-submit_result create_and_start(persistence::session db, actors::services& svc, const persistence::new_operation& op) {
+}  // namespace
+
+submit_result start_created(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+                            const persistence::db_result<persistence::create_outcome>& created) {
   submit_result r;
-  auto created = persistence::create_operation(db, op);
   if (!created.ok()) {
     r.error = created.error;
     return r;
@@ -45,6 +46,7 @@ submit_result create_and_start(persistence::session db, actors::services& svc, c
       row.requester = op.requester;
       row.repository = op.repository;
       row.target_branch = op.target_branch;
+      if (!op.revert_of.empty()) row.revert_of = op.revert_of;
       row.updated_at_ms = svc.now_ms();
       actors::spawn_request_actor(svc, actors::seed_from_row(row, svc.now_ms()));
       svc.metrics->inc("changeflow_submissions_total", "Accepted change submissions", {{"outcome", "ACCEPTED"}});
@@ -60,6 +62,13 @@ submit_result create_and_start(persistence::session db, actors::services& svc, c
     case persistence::create_outcome::preempted: return blocked(db, op);
   }
   return r;
+}
+
+namespace {
+
+/// Creates the operation and spawns its actor.
+submit_result create_and_start(persistence::session db, actors::services& svc, const persistence::new_operation& op) {
+  return start_created(db, svc, op, persistence::create_operation(db, op));
 }
 
 }  // namespace

@@ -29,6 +29,12 @@ struct submit_result {
   persistence::db_error error;                        // failed
 };
 
+/// What a creation of `op` answered (create_operation, or the creation inside create_revert),
+/// carried out: the actor started for a created operation, the holder of the target read for a
+/// refused one.
+submit_result start_created(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+                            const persistence::db_result<persistence::create_outcome>& created);
+
 /// Turns a result into the wire answer (called once per submission that ran); a 2xx answer is
 /// stored for replay under the key.
 using submit_render = std::function<stored_answer(const submit_result&)>;

@@ -389,6 +389,10 @@ decision decide(const operation_state& s, const event& e, const settings& cfg, s
       case call_kind::read_rebase: d = on_read_rebase(s, r, cfg, now_ms); break;
     }
   }
+  if (const auto* r = std::get_if<reply>(&e); r && r->r.outcome != status::ok && !d.refused) {
+    d.failed = failed_call{r->r.error.empty() ? std::string(messages::to_string(r->r.kind)) + " failed" : r->r.error,
+                           r->r.http_status};
+  }
   // Every decision is checked against the central table: an edge the table does not allow is
   // refused here, never written.
   if (d.next && !is_allowed(s.current, d.next->to, actor_kind::workflow)) {

@@ -78,8 +78,17 @@ struct effect {
   std::int64_t delay_ms = 0;
 };
 
+/// An external call answered with a failure (retryable, refused, or never run for load).
+struct failed_call {
+  std::string error;
+  int http_status = 0;  // 0 = no HTTP answer
+};
+
 struct decision {
   std::optional<transition_out> next;  // persisted (guarded) before any effect runs
+  /// Set when the event was a failed call: a failed attempt of the current step, recorded with the
+  /// transition (`next`) or, when the step is retried, by a write of its own before the retry timer.
+  std::optional<failed_call> failed;
   std::vector<effect> effects;
   bool refused = false;  // the event does not apply to this state (ignored, logged)
   std::string note;      // why, for logs and the console

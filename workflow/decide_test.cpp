@@ -189,6 +189,33 @@ TEST(Decide, ApprovalSubmitOutcomes) {
   EXPECT_EQ(late.next->to, step::APPROVAL_SUBMIT_FAILED);
 }
 
+TEST(Decide, AFailedCallIsAFailedAttemptOfTheStepItWasMadeIn) {
+  auto cfg = test_settings();
+  auto r = ok_reply(call_kind::create_mr);
+  r.mr_iid = 7;
+  EXPECT_FALSE(decide(at(step::CREATE_STARTED), reply_of(r), cfg, 0).failed);  // success: nothing to record
+  r.outcome = status::retryable;
+  r.http_status = 503;
+  r.error = "GitLab answered 503";
+  auto retry = decide(at(step::CREATE_STARTED), reply_of(r), cfg, 0);
+  EXPECT_FALSE(retry.next);   // retried in the same step...
+  ASSERT_TRUE(retry.failed);  // ...and recorded as a failed attempt with its status
+  EXPECT_EQ(retry.failed->http_status, 503);
+  EXPECT_EQ(retry.failed->error, "GitLab answered 503");
+  auto given_up = decide(at(step::CREATE_STARTED), reply_of(r), cfg, 20000);  // past the poll budget
+  ASSERT_TRUE(given_up.next);
+  EXPECT_EQ(given_up.next->to, step::CREATE_ERROR);
+  EXPECT_TRUE(given_up.failed);
+  r.outcome = status::refused;
+  r.http_status = 422;
+  auto refused = decide(at(step::CREATE_STARTED), reply_of(r), cfg, 0);
+  EXPECT_EQ(refused.next->to, step::CREATE_GITLAB_REFUSED);
+  ASSERT_TRUE(refused.failed);
+  EXPECT_EQ(refused.failed->http_status, 422);
+  // A reply the state does not expect is refused, not counted.
+  EXPECT_FALSE(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).failed);
+}
+
 TEST(Decide, ApprovalDeadline) {
   auto cfg = test_settings();
   auto before = decide(at(step::APPROVAL_SENT, 1000), resume{}, cfg, 2000);

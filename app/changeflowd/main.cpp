@@ -316,16 +316,21 @@ int main(int argc, char** argv) {
     m.set("changeflow_rehydrate_queue", "Operations waiting for a paced resume", {},
           static_cast<double>(rehydrate.queued()));
   });
-  actors::idempotency_cleaner idem_cleaner(cfg, *db, metrics);
-  idem_cleaner.start();
+  // Periodic jobs (actors/periodic_job.hpp); each stops when its handle does.
+  actors::periodic_job idem_cleaner;
+  actors::start_idempotency_cleanup(svc, idem_cleaner);
   // Reconciliation of lost deploy callbacks (reconcile.interval_ms, hot; manual trigger via ops).
-  auto reconciler = actors::spawn_reconciler(svc);
+  actors::periodic_job reconciler;
+  actors::start_reconciler(svc, reconciler);
   // Notifications: sends the outbox the timeline trigger fills (notifications.*, hot). The status
   // document comes from http/dto so every event carries exactly what GET /api/v1/changes/{id} shows.
-  auto notifier = actors::spawn_notification_dispatcher(
-      svc, {[](const persistence::operation_row& row, const std::vector<persistence::operation_event_row>& events,
-               bool live) { return http::dto::status_document(row, events, live); },
-            [](const persistence::operation_event_row& e) { return http::dto::to_json(e); }});
+  actors::periodic_job notifier;
+  actors::start_notification_dispatcher(
+      svc,
+      {[](const persistence::operation_row& row, const std::vector<persistence::operation_event_row>& events,
+          bool live) { return http::dto::status_document(row, events, live); },
+       [](const persistence::operation_event_row& e) { return http::dto::to_json(e); }},
+      notifier);
   // One batch coordinator per instance, always running: a round is a lock-free pre-check when
   // nothing waits; batch.enabled only decides whether approved changes enter the waiting set.
   // It resumes a RUNNING batch at start.
@@ -364,8 +369,8 @@ int main(int argc, char** argv) {
   server->stop();
   cfg.stop_watching();
   idem_cleaner.stop();                                                      // api area
-  caf::anon_send_exit(reconciler, caf::exit_reason::user_shutdown);         // callbacks/reconciliation
-  caf::anon_send_exit(notifier, caf::exit_reason::user_shutdown);           // notifications
+  reconciler.stop();                                                        // callbacks/reconciliation
+  notifier.stop();                                                          // notifications
   caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator
   // -- durability: no new work; give in-flight steps until the deadline to finish and
   // persist (whatever is still running then resumes from its stored row at the next owner).

@@ -10,6 +10,8 @@ export interface Envelope<T = any> {
 export interface ApiResult<T = any> {
   status: number;
   body: Envelope<T>;
+  /** From Retry-After on a 429 or 503, in ms; 0 when absent. */
+  retryAfterMs: number;
 }
 
 const TOKEN_KEY = 'cf-console-token';
@@ -23,6 +25,15 @@ export function setToken(t: string): void {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
+function retryAfter(res: Response): number {
+  const v = res.headers.get('Retry-After');
+  if (!v) return 0;
+  const s = Number(v);
+  if (Number.isFinite(s)) return Math.max(0, s * 1000);
+  const at = Date.parse(v);
+  return Number.isFinite(at) ? Math.max(0, at - Date.now()) : 0;
+}
+
 export async function call<T = any>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResult<T>> {
   const h: Record<string, string> = { Accept: 'application/json', ...headers };
   if (token()) h['Authorization'] = 'Bearer ' + token();
@@ -31,7 +42,7 @@ export async function call<T = any>(method: string, path: string, body?: unknown
   try {
     res = await fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), cache: 'no-store' });
   } catch (e) {
-    return { status: 0, body: { code: 'NETWORK', message: 'The server cannot be reached', data: null as any } };
+    return { status: 0, body: { code: 'NETWORK', message: 'The server cannot be reached', data: null as any }, retryAfterMs: 0 };
   }
   let parsed: Envelope<T>;
   try {
@@ -39,7 +50,7 @@ export async function call<T = any>(method: string, path: string, body?: unknown
   } catch {
     parsed = { code: 'BAD_RESPONSE', message: 'HTTP ' + res.status, data: null as any };
   }
-  return { status: res.status, body: parsed };
+  return { status: res.status, body: parsed, retryAfterMs: retryAfter(res) };
 }
 
 export const get = <T = any>(path: string) => call<T>('GET', path);

@@ -1,5 +1,6 @@
 #include "http/dto/change_dto.hpp"
 
+#include "actors/file_actions.hpp"
 #include "base/ids.hpp"
 #include "workflow/status.hpp"
 
@@ -37,6 +38,18 @@ bool valid_path(const std::string& p) {
     start = slash + 1;
   }
   return true;
+}
+
+/// The optional client-chosen operation id (a UUID, lower-cased).
+std::optional<parse_error> read_operation_id(const nlohmann::json& j, std::optional<std::string>& out) {
+  if (!j.contains("operationId") || j["operationId"].is_null()) return std::nullopt;
+  if (!j["operationId"].is_string() || !ids::is_uuid(j["operationId"].get<std::string>())) {
+    return parse_error{"'operationId' must be a UUID"};
+  }
+  auto id = j["operationId"].get<std::string>();
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  out = id;
+  return std::nullopt;
 }
 
 std::string ms_to_iso(std::int64_t ms) {
@@ -85,14 +98,7 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
   };
   if (auto e = optional_str("repository", r.repository)) return *e;
   if (auto e = optional_str("targetBranch", r.target_branch)) return *e;
-  if (j.contains("operationId") && !j["operationId"].is_null()) {
-    if (!j["operationId"].is_string() || !ids::is_uuid(j["operationId"].get<std::string>())) {
-      return parse_error{"'operationId' must be a UUID"};
-    }
-    auto id = j["operationId"].get<std::string>();
-    std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
-    r.operation_id = id;
-  }
+  if (auto e = read_operation_id(j, r.operation_id)) return *e;
   if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return parse_error{"'files' is required: a non-empty array of {path, content}"};
   }
@@ -133,13 +139,16 @@ std::variant<submit_request, parse_error> parse_submit(const std::string& body) 
 }
 
 std::string payload_json(const submit_request& r) {
-  nlohmann::json files = nlohmann::json::array();
+  std::vector<clients::commit_action> actions;
   for (const auto& f : r.files) {
-    nlohmann::json file = {{"path", f.path}, {"content", f.content}, {"action", f.action}};
-    if (f.last_commit_id) file["lastCommitId"] = *f.last_commit_id;
-    files.push_back(std::move(file));
+    clients::commit_action a;
+    a.file_path = f.path;
+    a.content = f.content;
+    a.action = f.action;
+    a.last_commit_id = f.last_commit_id.value_or("");
+    actions.push_back(std::move(a));
   }
-  return nlohmann::json{{"files", files}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return actors::payload_of(actions);
 }
 
 nlohmann::json to_json(const persistence::operation_row& row) {
@@ -159,6 +168,8 @@ nlohmann::json to_json(const persistence::operation_row& row) {
           {"reapplyAllowed", workflow::is_reappliable(phase)},
           {"mrIid", row.mr_iid ? nlohmann::json(*row.mr_iid) : nlohmann::json(nullptr)},
           {"mrUrl", row.mr_url ? nlohmann::json(*row.mr_url) : nlohmann::json(nullptr)},
+          {"revertOf", row.revert_of ? nlohmann::json(*row.revert_of) : nlohmann::json(nullptr)},
+          {"revertedBy", row.reverted_by ? nlohmann::json(*row.reverted_by) : nlohmann::json(nullptr)},
           {"version", row.version},
           {"createdAt", ms_to_iso(row.created_at_ms)},
           {"updatedAt", ms_to_iso(row.updated_at_ms)}};
@@ -183,6 +194,22 @@ nlohmann::json status_document(const persistence::operation_row& row,
   data["timeline"] = std::move(timeline);
   data["live"] = live;
   return data;
+}
+
+std::variant<revert_request, parse_error> parse_revert(const std::string& body) {
+  revert_request r;
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) return r;
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return parse_error{"Request body must be empty or a JSON object"};
+  for (const auto& [key, value] : j.items()) {
+    if (key != "operationId") {
+      return parse_error{"'" + key.substr(0, 64) +
+                         "' is not accepted: a revert takes its subject, target, title and files from the change "
+                         "it reverts (the body may only name the revert's operationId)"};
+    }
+  }
+  if (auto e = read_operation_id(j, r.operation_id)) return *e;
+  return r;
 }
 
 std::variant<cancel_request, parse_error> parse_cancel(const std::string& body) {

@@ -49,6 +49,14 @@ struct cancel_request {
 };
 std::variant<cancel_request, parse_error> parse_cancel(const std::string& body);
 
+/// POST /api/v1/changes/{id}/revert: an empty body, or {"operationId": "<uuid>"} (the revert's id,
+/// also its idempotency key when no Idempotency-Key header is sent). Anything else is refused: the
+/// revert's subject, target, title and files come from the change it reverts.
+struct revert_request {
+  std::optional<std::string> operation_id;
+};
+std::variant<revert_request, parse_error> parse_revert(const std::string& body);
+
 /// The stored payload of an operation (what the MR will carry).
 std::string payload_json(const submit_request& r);
 

@@ -10,6 +10,7 @@
 #include "http/handlers/gitlab_webhook_body.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "messages/messages.hpp"
+#include "persistence/audit_repo.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "service/callback_intake.hpp"
@@ -185,12 +186,37 @@ void gitlab_webhook(service_context& ctx, std::shared_ptr<service::delivery_clai
 
 /// POST /api/v1/ops/reconcile: one reconciliation run now, the same code the timer runs; answers
 /// what it did. Overlapping with a timer run is safe (mark_validated flips exactly once).
-void manual_reconcile(service_context& ctx, http_server::responder reply) {
-  bool queued = actors::submit_reconciliation(*ctx.services, "manual", [reply](actors::reconcile_report r) {
-    if (!r.ok) return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "reconciliation: " + r.error));
-    reply(ok(actors::to_json(r)));
+/// Every run is audited with its result (like every operator action): who ran it and what it did.
+void manual_reconcile(service_context& ctx, const http_server::request& req, http_server::responder reply) {
+  auto who = authenticated_operator(req).value_or("");
+  auto* db = &ctx.db;
+  // The report goes into the entry's params (JSON); the outcome column holds a short word.
+  auto audit = [db, who](std::string outcome, std::string report_json = {}) {
+    persistence::audit_entry e;
+    e.operator_name = who;
+    e.action = "reconcile";
+    e.target = "deploy confirmations";
+    e.outcome = std::move(outcome);
+    e.params_json = std::move(report_json);
+    bool queued = db->try_submit([e](persistence::db_context& c) {
+      auto r = persistence::insert_audit(c, e);
+      if (!r.ok()) log::error("ops.reconcile_audit_failed", {{"error", r.error.message}});
+    });
+    if (!queued) log::error("ops.reconcile_audit_dropped", {{"operator", who}});
+  };
+  bool queued = actors::submit_reconciliation(*ctx.services, "manual", [reply, audit](actors::reconcile_report r) {
+    if (!r.ok) {
+      audit("ERROR");
+      return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "reconciliation: " + r.error));
+    }
+    auto report = actors::to_json(r);
+    audit("APPLIED:" + std::to_string(r.validated), report.dump());
+    reply(ok(report));
   });
-  if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
+  if (!queued) {
+    audit("REFUSED");
+    reply(middleware::outcome_response(middleware::api_outcome::overloaded));
+  }
 }
 
 }  // namespace
@@ -231,8 +257,8 @@ void add_gitlab_webhook_route(router& r, service_context& ctx, std::optional<act
 }
 
 void add_reconcile_route(router& r, service_context& ctx) {
-  r.add({routes::ops_reconcile, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
-           manual_reconcile(ctx, std::move(reply));
+  r.add({routes::ops_reconcile, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
+           manual_reconcile(ctx, req, std::move(reply));
          }});
 }
 

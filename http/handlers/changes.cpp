@@ -15,6 +15,7 @@
 #include "service/end_change.hpp"
 #include "service/idempotency.hpp"
 #include "service/preview_change.hpp"
+#include "service/revert_change.hpp"
 #include "service/submit.hpp"
 
 #include <algorithm>
@@ -56,12 +57,15 @@ std::string what_unblocks(workflow::step s) {
 }
 
 /// The answer to a submission, from the use case's result: the one outcome switch of submit.
-http_server::response submit_response(const service::submit_result& r, const std::string& operation_id) {
+/// `accepted_data` is added to the data of a 202 ACCEPTED.
+http_server::response submit_response(const service::submit_result& r, const std::string& operation_id,
+                                      const nlohmann::json& accepted_data = nlohmann::json::object()) {
   nlohmann::json data = {{"operationId", operation_id}, {"statusUrl", "/api/v1/changes/" + operation_id}};
   switch (r.status) {
     case service::submit_status::accepted:
       data["phase"] = workflow::to_string(r.created.phase);
       data["step"] = workflow::to_string(r.created.step);
+      data.update(accepted_data);
       return outcome_response(api_outcome::accepted, {}, data);
     case service::submit_status::duplicate:
       // Not a replay of a stored response: the client keeps its form locked and polls.
@@ -137,46 +141,75 @@ void submit(service_context& ctx, http_server::request& req, http_server::respon
       });
 }
 
-void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
-                      const std::string& requester, http_server::responder reply) {
-  // Key: the Idempotency-Key header, else the client's operationId. Without either the request
-  // is not deduplicated (a fresh server-side id is generated): clients should send one.
+/// The key a change-creating request is deduplicated by: the Idempotency-Key header, else the
+/// client's operationId; nullopt without either (not deduplicated: clients should send one).
+struct request_key {
   std::optional<std::string> key;
+  bool malformed = false;  // the header is not 1-200 printable ASCII characters: answer 400
+};
+request_key key_of(const http_server::request& req, const std::optional<std::string>& operation_id) {
+  request_key k;
   if (auto h = req.header("idempotency-key")) {
-    if (!service::valid_idempotency_key(*h)) {
-      return reply(
-          outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters"));
-    }
-    key = std::string(*h);
-  } else if (request.operation_id) {
-    key = *request.operation_id;
+    if (!service::valid_idempotency_key(*h)) k.malformed = true;
+    k.key = std::string(*h);
+  } else if (operation_id) {
+    k.key = *operation_id;
   }
-  auto snap = ctx.config.current();
-  auto order = workflow::parse_flow(snap->text("flow.default")).value_or(workflow::flow::approve_then_create);
+  return k;
+}
+
+http_server::response malformed_key() {
+  return outcome_response(api_outcome::bad_request, "'Idempotency-Key' must be 1-200 printable ASCII characters");
+}
+
+/// A change `requester` starts now, as every change-creating request starts it: the configured
+/// flow, its first step, this instance as owner. Its id is the client's, else derived from `name`
+/// (the scoped key, plus whatever else identifies the request), so a retry or the re-run of a
+/// request that died mid-way names the same operation and can never create a second change; a
+/// fresh id when there is no key (`name` empty).
+persistence::new_operation new_change(service_context& ctx, const std::string& requester,
+                                      const std::optional<std::string>& client_id, const std::string& name) {
+  auto order =
+      workflow::parse_flow(ctx.config.current()->text("flow.default")).value_or(workflow::flow::approve_then_create);
   persistence::new_operation op;
-  // Without a client id, the id is derived from the key: a retry (or the re-run of a request that
-  // died mid-way) names the same operation, so it can never create a second change.
-  // Keys are the requester's own: another caller's identical key is another request.
-  std::string scoped_key = key ? service::scoped_idempotency_key("submit", requester, *key) : std::string();
-  op.operation_id = request.operation_id.value_or(key ? ids::uuid_from_name(scoped_key) : ids::new_uuid());
-  op.subject_id = request.subject;
-  op.target_key = request.target;
+  op.operation_id = client_id.value_or(name.empty() ? ids::new_uuid() : ids::uuid_from_name(name));
   op.flow = order;
   op.initial_step =
       order == workflow::flow::approve_then_create ? workflow::step::APPROVAL_SENDING : workflow::step::CREATE_STARTED;
-  op.title = request.title;
-  op.payload_json = dto::payload_json(request);
   op.owner_instance = ctx.services->instance_id;
   op.requester = requester;
-  op.repository = request.repository.value_or("");
-  op.target_branch = request.target_branch.value_or("");
   op.actor = "user:" + requester;
+  return op;
+}
+
+/// The idempotency protocol's view of a request keyed by `scoped_key` ("" = not deduplicated);
+/// `route` is the path its fingerprint is taken over (with the id for per-change routes).
+service::idempotent_request idempotent(service_context& ctx, const http_server::request& req,
+                                       const std::string& scoped_key, std::string_view route, std::string label) {
+  auto snap = ctx.config.current();
   service::idempotent_request idem;
   idem.key = scoped_key;
-  if (key) idem.fingerprint = service::request_fingerprint("POST", submit_route, req.body);
+  if (!scoped_key.empty()) idem.fingerprint = service::request_fingerprint("POST", route, req.body);
   idem.ttl = service::idempotency_ttl(*snap);
   idem.in_flight_timeout = service::idempotency_in_flight_timeout(*snap);
-  idem.route = "submit";
+  idem.route = std::move(label);
+  return idem;
+}
+
+void store_submission(service_context& ctx, const http_server::request& req, const dto::submit_request& request,
+                      const std::string& requester, http_server::responder reply) {
+  auto [key, malformed] = key_of(req, request.operation_id);
+  if (malformed) return reply(malformed_key());
+  // Keys are the requester's own: another caller's identical key is another request.
+  std::string scoped_key = key ? service::scoped_idempotency_key("submit", requester, *key) : std::string();
+  auto op = new_change(ctx, requester, request.operation_id, scoped_key);
+  op.subject_id = request.subject;
+  op.target_key = request.target;
+  op.title = request.title;
+  op.payload_json = dto::payload_json(request);
+  op.repository = request.repository.value_or("");
+  op.target_branch = request.target_branch.value_or("");
+  auto idem = idempotent(ctx, req, scoped_key, submit_route, "submit");
   auto* svc = ctx.services;
   bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
     try {
@@ -386,6 +419,99 @@ void cancel(service_context& ctx, http_server::request& req, const std::string& 
   if (!queued) reply(overloaded());
 }
 
+/// The answer to a revert, from the use case's result: its one outcome switch. A created revert
+/// answers as a submission does (202 ACCEPTED naming the new change, DUPLICATE_SUBMIT, IN_PROGRESS
+/// when another change holds the target).
+http_server::response revert_response(const service::revert_result& r, const std::string& original_id,
+                                      const std::string& revert_id) {
+  switch (r.status) {
+    case service::revert_status::created: return submit_response(r.submitted, revert_id, {{"revertOf", original_id}});
+    case service::revert_status::not_found: return no_such_operation();
+    case service::revert_status::not_validated:
+    case service::revert_status::nothing_to_revert:
+    case service::revert_status::not_configured:
+      return outcome_response(api_outcome::conflict, r.message, {{"operationId", original_id}});
+    case service::revert_status::already_reverted:
+      return outcome_response(api_outcome::already_reverted, r.message,
+                              {{"operationId", original_id},
+                               {"revertOperationId", r.current_revert},
+                               {"statusUrl", "/api/v1/changes/" + r.current_revert}});
+    case service::revert_status::unavailable: {
+      auto res = outcome_response(api_outcome::unavailable, r.message, nullptr, r.detail);
+      res.set_header("Retry-After", std::to_string(r.retry_after_s));
+      return res;
+    }
+    case service::revert_status::overloaded: return overloaded();
+    case service::revert_status::failed: break;
+  }
+  return db_failure(r.error);
+}
+
+/// Runs the revert use case for a caller already authorized, keyed like a submission (scope
+/// "revert", the fingerprint taken over the path, so one key cannot revert two changes).
+void start_revert(service_context& ctx, const http_server::request& req, const std::string& original_id,
+                  const dto::revert_request& request, const std::string& requester, http_server::responder reply) {
+  auto [key, malformed] = key_of(req, request.operation_id);
+  if (malformed) return reply(malformed_key());
+  std::string scoped_key = key ? service::scoped_idempotency_key("revert", requester, *key) : std::string();
+  service::revert_request r;
+  r.original_id = original_id;
+  r.revert = new_change(ctx, requester, request.operation_id, key ? scoped_key + " " + original_id : std::string());
+  const std::string path = "/api/v1/changes/" + original_id + "/revert";
+  r.idem = idempotent(ctx, req, scoped_key, path, "revert");
+  auto revert_id = r.revert.operation_id;
+  auto answer = std::make_shared<http_server::response>();
+  service::revert_change(
+      *ctx.services, std::move(r),
+      [answer, original_id, revert_id](const service::revert_result& result) {
+        *answer = revert_response(result, original_id, revert_id);
+        return service::stored_answer{answer->status, answer->body};
+      },
+      [answer, scoped_key, reply](std::optional<service::gate_result> gate) {
+        reply(gate ? gate_response(*gate, scoped_key) : std::move(*answer));
+      });
+}
+
+/// POST /api/v1/changes/{id}/revert: whoever may submit for the change's subject (its code, or an
+/// operator) reverts a VALIDATED change with a new change (service/revert_change). A caller who may
+/// see the change but not submit for its subject gets 403; anyone else is told it does not exist.
+void revert(service_context& ctx, http_server::request& req, const std::string& id, http_server::responder reply) {
+  auto caller = who_asks(ctx, req);
+  if (caller.refused) return reply(authentication_required());
+  if (!ids::is_uuid(id)) return reply(no_such_operation());
+  auto parsed = dto::parse_revert(req.body);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed)) {
+    return reply(outcome_response(api_outcome::bad_request, err->message));
+  }
+  auto request = std::get<dto::revert_request>(std::move(parsed));
+  if (!caller.account) {
+    return start_revert(ctx, req, id, request, std::string(middleware::anonymous_requester), std::move(reply));
+  }
+  auto shared_req = std::make_shared<http_server::request>(req);
+  bool queued = ctx.read_pool().try_submit(
+      [&ctx, account = *caller.account, id, request, shared_req, reply](persistence::db_context& db) {
+        auto row = persistence::load_operation(db, id);
+        if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
+        if (!row.ok()) return reply(db_failure(row.error));
+        auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
+        ask_permissions(
+            ctx, account, rules.to_ask(),
+            [&ctx, account, op = std::move(row.value), rules, id, request, shared_req,
+             reply](std::optional<std::set<std::string>> granted) {
+              middleware::caller who{account, std::move(granted)};
+              if (middleware::permitted_for_subject(who, rules)) {
+                return start_revert(ctx, *shared_req, id, request, account, reply);
+              }
+              if (middleware::may_use(who, op, rules, middleware::operation_use::view)) {
+                return reply(access_denied("revert: " + account + " not permitted for subject " + op.subject_id));
+              }
+              log::info("http.revert_refused", {{"operation_id", id}, {"caller", account}});
+              reply(no_such_operation());
+            });
+      });
+  if (!queued) reply(overloaded());
+}
+
 }  // namespace
 
 void add_change_routes(router& r, service_context& ctx) {
@@ -400,6 +526,9 @@ void add_change_routes(router& r, service_context& ctx) {
          }});
   r.add({routes::cancel_change, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
            cancel(ctx, req, p.at("id"), std::move(reply));
+         }});
+  r.add({routes::revert_change, [&ctx](http_server::request& req, const path_params& p, http_server::responder reply) {
+           revert(ctx, req, p.at("id"), std::move(reply));
          }});
   r.add({routes::list_changes, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
            list_changes(ctx, req, std::move(reply));

@@ -13,6 +13,7 @@
 #include "persistence/audit_repo.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/ops_repo.hpp"
+#include "service/attention.hpp"
 #include "service/idempotency.hpp"
 #include "service/operator_action.hpp"
 #include "workflow/decide.hpp"
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 namespace changeflow::http {
@@ -53,6 +55,8 @@ json ops_row_json(const persistence::operation_row& row) {
   j["attempts"] = row.attempts;
   j["batchAttempts"] = row.batch_attempts;
   j["lastError"] = null_or(row.last_error);
+  j["lastErrorStatus"] = row.last_error_status ? json(*row.last_error_status) : json(nullptr);
+  j["lastErrorAtMs"] = null_or(row.last_error_at_ms);
   j["batchId"] = null_or(row.batch_id);
   j["approvalId"] = null_or(row.approval_id);
   j["updatedAtMs"] = row.updated_at_ms;
@@ -256,11 +260,14 @@ void list_operations(service_context& ctx, http_server::request& req, http_serve
       return reply(outcome_response(api_outcome::bad_request, "'after' is not a cursor this API returned"));
     }
     if (!page.ok()) return reply(db_failure(page.error));
+    auto total = persistence::count_ops_operations(db, f);
+    if (!total.ok()) return reply(db_failure(total.error));
     json items = json::array();
     for (const auto& r : page.value.items) items.push_back(ops_row_json(r));
     reply(
         outcome_response(api_outcome::ok, {},
                          {{"items", items},
+                          {"total", total.value},
                           {"nextAfter", page.value.next_after.empty() ? json(nullptr) : json(page.value.next_after)}}));
   });
 }
@@ -277,17 +284,54 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
     if (!events.ok()) return reply(db_failure(events.error));
     auto callbacks = persistence::list_callbacks_for_operation(db, id);
     if (!callbacks.ok()) return reply(db_failure(callbacks.error));
+    auto attempts = persistence::list_step_attempts(db, id);
+    if (!attempts.ok()) return reply(db_failure(attempts.error));
+    auto now = persistence::database_now_ms(db);
+    if (!now.ok()) return reply(db_failure(now.error));
     auto data = ops_row_json(row.value);
+    data["nowMs"] = now.value;
+    data["waitsFor"] = service::waits_for(row.value.step);
+    std::map<int, const persistence::step_attempt_row*> attempts_by_step;
+    json step_attempts = json::array();
+    for (const auto& a : attempts.value) {
+      attempts_by_step[workflow::code_of(a.step)] = &a;
+      step_attempts.push_back({{"step", {{"code", workflow::code_of(a.step)}, {"name", workflow::to_string(a.step)}}},
+                               {"failedAttempts", a.failed_attempts},
+                               {"lastError", null_or(a.last_error)},
+                               {"lastErrorStatus", a.last_error_status ? json(*a.last_error_status) : json(nullptr)},
+                               {"firstErrorAtMs", a.first_error_at_ms},
+                               {"lastErrorAtMs", a.last_error_at_ms}});
+    }
+    data["stepAttempts"] = std::move(step_attempts);
+    // Each event opens a stay in its target step; the stay lasts until the next event, or until now
+    // for the current step of a change that has not ended (then it is still running).
+    const bool ended = workflow::is_terminal(row.value.phase);
     json timeline = json::array();
-    for (const auto& e : events.value) {
+    for (std::size_t i = 0; i < events.value.size(); ++i) {
+      const auto& e = events.value[i];
       auto ej = dto::to_json(e);
       ej["instanceId"] = null_or(e.instance_id);
       ej["atMs"] = e.at_ms;
       if (e.from_step) ej["fromCode"] = workflow::code_of(*e.from_step);
       ej["toCode"] = workflow::code_of(e.to_step);
+      const bool last = i + 1 == events.value.size();
+      if (!last) {
+        ej["durationMs"] = events.value[i + 1].at_ms - e.at_ms;
+      } else if (!ended) {
+        ej["durationMs"] = std::max<std::int64_t>(0, now.value - e.at_ms);
+        ej["running"] = true;
+      } else {
+        ej["durationMs"] = nullptr;
+      }
       timeline.push_back(std::move(ej));
     }
     data["timeline"] = std::move(timeline);
+    const auto end_ms = ended && !events.value.empty() ? events.value.back().at_ms : now.value;
+    data["totalMs"] = std::max<std::int64_t>(0, end_ms - row.value.created_at_ms);
+    data["ended"] = ended;
+    // The stored wake is the durable deadline; a live actor's own timer is the truth while it lives.
+    data["nextWake"] =
+        row.value.next_wake_at_ms ? json{{"atMs", *row.value.next_wake_at_ms}, {"source", "row"}} : json(nullptr);
     json cbs = json::array();
     for (const auto& c : callbacks.value) cbs.push_back(callback_json(c));
     data["callbacks"] = std::move(cbs);
@@ -297,6 +341,8 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
     auto actor = svc->actors->find(id);
     if (!summary || !actor) return reply(outcome_response(api_outcome::ok, {}, data));
     data["live"] = {{"instance", svc->instance_id}, {"summary", summary_json(*summary)}, {"snapshot", nullptr}};
+    data["nextWake"] = summary->next_wake_ms > 0 ? json{{"atMs", summary->next_wake_ms}, {"source", "live actor"}}
+                                                 : json{{"atMs", nullptr}, {"source", "live actor"}};
     // Ask the actor itself, bounded, from a short-lived actor: this database worker is released now,
     // and a busy or dying actor only costs the timeout, with the registry summary above as the view.
     svc->system->spawn([actor = *actor, data = std::move(data), reply](caf::event_based_actor* self) mutable {
@@ -313,6 +359,23 @@ void get_operation(service_context& ctx, const std::string& id, http_server::res
               });
     });
   });
+}
+
+json instances_json(const std::vector<persistence::instance_row>& rows, const std::string& self) {
+  json items = json::array();
+  for (const auto& r : rows) {
+    items.push_back({{"instanceId", r.instance_id},
+                     {"startedAtMs", r.started_at_ms},
+                     {"heartbeatAtMs", r.heartbeat_at_ms},
+                     {"leaseUntilMs", r.lease_until_ms},
+                     {"epoch", r.epoch},
+                     {"address", r.address},
+                     {"status", r.status},
+                     {"leaseLive", r.lease_live},
+                     {"ownedActive", r.owned_nonterminal},
+                     {"self", r.instance_id == self}});
+  }
+  return items;
 }
 
 /// Steps an operator should look at first: outcome unknown, refused for load, or unexpected errors.
@@ -348,6 +411,11 @@ void overview(service_context& ctx, http_server::request& req, http_server::resp
     if (!waits.ok()) return reply(db_failure(waits.error));
     auto cb = persistence::callback_outcome_counts(db);
     if (!cb.ok()) return reply(db_failure(cb.error));
+    // The instances come with the overview so the console's overview is one read per refresh.
+    auto instances = persistence::list_instances(db);
+    if (!instances.ok()) return reply(db_failure(instances.error));
+    auto now = persistence::database_now_ms(db);
+    if (!now.ok()) return reply(db_failure(now.error));
     json by_phase = json::object();
     for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
     for (const auto& [p, n] : phases.value) by_phase[p] = n;
@@ -370,7 +438,52 @@ void overview(service_context& ctx, http_server::request& req, http_server::resp
                             {"stuck", stuck_items},
                             {"callbacks", cb.value},
                             {"liveActors", svc->actors->size()},
+                            {"instances", instances_json(instances.value, svc->instance_id)},
+                            {"nowMs", now.value},
                             {"instance", svc->instance_id}}));
+  });
+}
+
+void attention(service_context& ctx, http_server::responder reply) {
+  auto* svc = ctx.services;
+  auto snap = ctx.config.current();
+  auto settings = service::attention_settings_from(*snap);
+  const auto poll_ms = std::max<std::int64_t>(1000, snap->integer("console.poll_ms"));
+  submit_db(ctx, reply, [svc, settings, poll_ms, reply](persistence::db_context& db) {
+    auto report = service::read_attention_report(db, *svc, settings);
+    if (!report.ok()) return reply(db_failure(report.error));
+    const auto& r = report.value;
+    json items = json::array();
+    for (const auto& i : r.items) {
+      json j = {{"reason", service::to_string(i.reason)},
+                {"waitsFor", i.waits_for},
+                {"operationId", i.operation_id.empty() ? json(nullptr) : json(i.operation_id)},
+                {"title", i.title},
+                {"sinceMs", i.since_ms},
+                {"ageMs", std::max<std::int64_t>(0, r.now_ms - i.since_ms)},
+                {"dueMs", null_or(i.due_ms)},
+                {"dueLabel", i.due_label},
+                {"lastError", null_or(i.last_error)},
+                {"lastErrorStatus", i.last_error_status ? json(*i.last_error_status) : json(nullptr)},
+                {"lastErrorAtMs", null_or(i.last_error_at_ms)}};
+      if (i.step) {
+        j["step"] = {{"code", workflow::code_of(*i.step)}, {"name", workflow::to_string(*i.step)}};
+        j["phase"] = workflow::to_string(workflow::phase_of(*i.step));
+      }
+      if (!i.delivery_id.empty()) {
+        j["deliveryId"] = i.delivery_id;
+        j["callbackKind"] = i.callback_kind;
+        j["callbackOutcome"] = i.callback_outcome;
+      }
+      items.push_back(std::move(j));
+    }
+    reply(outcome_response(api_outcome::ok, {},
+                           {{"nowMs", r.now_ms},
+                            {"pollMs", poll_ms},
+                            {"counts", r.counts},
+                            {"truncated", r.truncated},
+                            {"total", r.items.size()},
+                            {"items", items}}));
   });
 }
 
@@ -411,20 +524,8 @@ void list_instances(service_context& ctx, http_server::responder reply) {
   submit_db(ctx, reply, [svc, reply](persistence::db_context& db) {
     auto rows = persistence::list_instances(db);
     if (!rows.ok()) return reply(db_failure(rows.error));
-    json items = json::array();
-    for (const auto& r : rows.value) {
-      items.push_back({{"instanceId", r.instance_id},
-                       {"startedAtMs", r.started_at_ms},
-                       {"heartbeatAtMs", r.heartbeat_at_ms},
-                       {"leaseUntilMs", r.lease_until_ms},
-                       {"epoch", r.epoch},
-                       {"address", r.address},
-                       {"status", r.status},
-                       {"leaseLive", r.lease_live},
-                       {"ownedActive", r.owned_nonterminal},
-                       {"self", r.instance_id == svc->instance_id}});
-    }
-    reply(outcome_response(api_outcome::ok, {}, {{"self", svc->instance_id}, {"items", items}}));
+    reply(outcome_response(api_outcome::ok, {},
+                           {{"self", svc->instance_id}, {"items", instances_json(rows.value, svc->instance_id)}}));
   });
 }
 
@@ -485,11 +586,58 @@ void bulk(service_context& ctx, const operator_source& who, http_server::request
 
 // -- what the console offers -----------------------------------------------------------------
 
+namespace {
+
+/// What an action will do, in the words the confirmation dialog shows.
+std::string effect_of(ops_action a, step current, step target) {
+  const std::string from(workflow::to_string(current)), to(workflow::to_string(target));
+  switch (a) {
+    case ops_action::retrigger:
+      return "Moves the change from " + from + " to " + to +
+             " and runs that step now: the stored wake and the attempt count are cleared and the actor is woken "
+             "(or started).";
+    case ops_action::resend_approval:
+      return "Sends the approval request again (" + to + "); the approval system answers with the same request id.";
+    case ops_action::confirm:
+      return "Records the change as in effect (" + to +
+             ", phase VALIDATED) without a deploy confirmation. Only when you checked the deployment yourself.";
+    case ops_action::fail:
+      return "Ends the step as " + to +
+             " with your reason. The target stays held until the change is closed; nothing is sent to GitLab.";
+    case ops_action::close:
+      return "Closes the change for good: reads the MR first (if it merged, the change is recorded as merged), "
+             "closes it if open, withdraws the approval request, and frees the target for a new change.";
+  }
+  return {};
+}
+
+/// A re-trigger that cannot help: the step failed deterministically, and running it again meets the
+/// same answer unless someone fixed the cause outside changeflow.
+std::string warning_of(ops_action a, step current) {
+  if (a != ops_action::retrigger || !workflow::is_deterministic_failure(current)) return {};
+  if (current == step::CREATE_PIPELINE_FAILED || current == step::HANDLE_PIPELINE_FAILED) {
+    return "The pipeline failed deterministically. A re-trigger reads the same MR and reuses its failed pipeline, "
+           "so it fails again unless a new pipeline was run on the MR (fix the change and run the pipeline "
+           "first), or close the change.";
+  }
+  return std::string(workflow::to_string(current)) +
+         " is a deterministic failure: re-triggering without fixing its cause meets the same refusal again.";
+}
+
+}  // namespace
+
 json allowed_actions_json(step current) {
   json out = json::array();
   for (auto a : workflow::all_ops_actions) {
     auto p = workflow::plan_action(a, current);
-    if (p.target) out.push_back({{"action", workflow::to_string(a)}, {"target", workflow::to_string(*p.target)}});
+    if (!p.target) continue;
+    auto warning = warning_of(a, current);
+    out.push_back({{"action", workflow::to_string(a)},
+                   {"target", workflow::to_string(*p.target)},
+                   {"effect", effect_of(a, current, *p.target)},
+                   {"warning", warning.empty() ? json(nullptr) : json(warning)},
+                   {"destructive", a == ops_action::fail || a == ops_action::close},
+                   {"requiresReason", a == ops_action::fail}});
   }
   return out;
 }
@@ -512,6 +660,9 @@ void add_ops_routes(router& r, service_context& ctx, operator_source who) {
   auto add = [&](const route_spec& spec, route_handler h) { r.add({spec, std::move(h)}); };
   add(routes::ops_overview, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     overview(ctx, req, std::move(reply));
+  });
+  add(routes::ops_attention, [&ctx](http_server::request&, const path_params&, http_server::responder reply) {
+    attention(ctx, std::move(reply));
   });
   add(routes::ops_actors, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
     list_actors(ctx, req, std::move(reply));

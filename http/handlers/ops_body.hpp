@@ -73,6 +73,7 @@ inline std::optional<persistence::ops_operation_filter> parse_ops_filter(const n
   f.owner = text("owner");
   f.subject = text("subject");
   f.target = text("target");
+  f.search = text("q");
   f.after = text("after");
   try {
     if (auto v = text("older_than_s"); !v.empty()) f.older_than_s = std::max(0, std::stoi(v));

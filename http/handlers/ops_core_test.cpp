@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace changeflow;
 using workflow::step;
 
@@ -16,6 +18,23 @@ TEST(OpsCore, AllowedActionsListsButtonsForTheConsole) {
   EXPECT_EQ(names, (std::vector<std::string>{"retrigger", "fail", "close"}));
   EXPECT_EQ(a[0]["target"], "CREATE_MR_OPENED");
   EXPECT_TRUE(http::allowed_actions_json(step::CALLED_BACK).empty());
+  // Fail and close are destructive; fail needs a reason; an unknown outcome is no deterministic failure.
+  EXPECT_TRUE(a[0]["warning"].is_null());
+  EXPECT_FALSE(a[0]["destructive"].get<bool>());
+  EXPECT_TRUE(a[1]["destructive"].get<bool>());
+  EXPECT_TRUE(a[1]["requiresReason"].get<bool>());
+  EXPECT_TRUE(a[2]["destructive"].get<bool>());
+  EXPECT_FALSE(a[2]["requiresReason"].get<bool>());
+}
+
+TEST(OpsCore, ARetriggerAfterADeterministicPipelineFailureIsWarned) {
+  auto a = http::allowed_actions_json(step::CREATE_PIPELINE_FAILED);
+  auto retrigger = std::find_if(a.begin(), a.end(), [](const auto& x) { return x["action"] == "retrigger"; });
+  ASSERT_NE(retrigger, a.end()) << a.dump(2);
+  ASSERT_TRUE((*retrigger)["warning"].is_string());
+  EXPECT_NE((*retrigger)["warning"].get<std::string>().find("reuses its failed pipeline"), std::string::npos);
+  // A transient failure is not warned: a re-trigger may well help.
+  for (const auto& x : http::allowed_actions_json(step::CREATE_ERROR)) EXPECT_TRUE(x["warning"].is_null()) << x.dump();
 }
 
 TEST(OpsCore, OpsPolicyDemandsOpsRules) {

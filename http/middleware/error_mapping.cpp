@@ -40,6 +40,8 @@ status_mapping map_outcome(api_outcome o) {
     case api_outcome::not_blocked: return {409, "NOT_BLOCKED", "The batch is not BLOCKED"};
     case api_outcome::batch_disabled: return {503, "BATCH_DISABLED", "No batch coordinator runs in this instance"};
     case api_outcome::created: return {201, "CREATED", "Created"};
+    case api_outcome::already_reverted:
+      return {409, "ALREADY_REVERTED", "The change is already reverted; its revert is named in data"};
   }
   return {500, "INTERNAL_ERROR", "Internal error"};
 }
@@ -82,6 +84,7 @@ http_server::response outcome_response(api_outcome o, std::string_view message, 
     case api_outcome::not_blocked:
     case api_outcome::batch_disabled:
     case api_outcome::delivery_id_reused:
+    case api_outcome::already_reverted:
     case api_outcome::idempotency_mismatch: {
       if (!log_detail.empty()) {
         log::warn("http.rejected", {{"code", m.code}, {"status", m.status}, {"detail", std::string(log_detail)}});

@@ -35,6 +35,7 @@ enum class api_outcome {
   batch_disabled,        // 503 BATCH_DISABLED: no batch coordinator runs in this instance
   delivery_id_reused,    // 409 DELIVERY_ID_REUSED: a callback id already used for another operation
   created,               // 201 CREATED: a resource was created (a subscription)
+  already_reverted,      // 409 ALREADY_REVERTED: the change has a revert in flight or in effect
 };
 
 struct status_mapping {

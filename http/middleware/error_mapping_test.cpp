@@ -35,6 +35,7 @@ TEST(ErrorMapping, EveryOutcomeTableDriven) {
       {api_outcome::not_blocked, 409, "NOT_BLOCKED"},
       {api_outcome::batch_disabled, 503, "BATCH_DISABLED"},
       {api_outcome::created, 201, "CREATED"},
+      {api_outcome::already_reverted, 409, "ALREADY_REVERTED"},
   };
   for (const auto& c : cases) {
     auto m = map_outcome(c.outcome);

@@ -1,7 +1,8 @@
 // Browser scenarios of the ops console, run by console_browser_test (ctest, label e2e) with:
 //   CONSOLE_URL  http://127.0.0.1:<port>/console/      OPS_TOKEN  operator bearer token
-//   CONSOLE_DIR  the served copy of console/dist        SCENARIO   retrigger | stale-asset
-//   OP_ID        (retrigger) the operation stuck at CREATE_PIPELINE_PENDING
+//   CONSOLE_DIR  the served copy of console/dist        SCENARIO   see `scenarios` at the end
+//   SHOT_DIR     where each page's screenshot is written (the test's build tmp directory)
+//   OP_ID, FAILED_ID, WAITING_ID, DELIVERY_ID, ...     the changes the C++ driver prepared
 // Headless Debian chromium through playwright-core (never `npx playwright install`). Exit 0 = pass;
 // any failure prints what was expected and exits 1. Waits are conditions, never fixed sleeps.
 import { createRequire } from 'node:module';
@@ -18,11 +19,29 @@ try {
   process.exit(1);
 }
 
-const { CONSOLE_URL, OPS_TOKEN, CONSOLE_DIR, SCENARIO, OP_ID } = process.env;
+const { CONSOLE_URL, OPS_TOKEN, CONSOLE_DIR, SCENARIO, OP_ID, SHOT_DIR } = process.env;
+const env = process.env;
 const TIMEOUT = 30000;
 
 function fail(msg) {
   throw new Error(msg);
+}
+
+async function shot(page, name) {
+  if (!SHOT_DIR) return;
+  fs.mkdirSync(SHOT_DIR, { recursive: true });
+  await page.screenshot({ path: path.join(SHOT_DIR, `${SCENARIO}-${name}.png`), fullPage: true });
+}
+
+/** Rows of a table as arrays of cell texts. */
+async function rowsOf(page, selector) {
+  return page.evaluate((sel) => [...document.querySelectorAll(sel + ' tbody tr')].map((r) => [...r.children].map((c) => c.textContent)), selector);
+}
+
+/** Waits until this tab's poller has refreshed `n` more times (window.cfPoll, main.ts). */
+async function waitRefreshes(page, n) {
+  const start = await page.evaluate(() => window.cfPoll.refreshes);
+  await page.waitForFunction((want) => window.cfPoll.refreshes >= want, start + n);
 }
 
 async function withBrowser(fn) {
@@ -55,11 +74,12 @@ async function signIn(page) {
 async function retrigger(page) {
   if (!OP_ID) fail('OP_ID is required');
   await signIn(page);
-  // Overview: the stuck operation is listed among the stuck-looking ones.
-  const stuckLink = page.locator(`#stuck a[data-op="${OP_ID}"]`);
+  // Needs attention: the stuck change is listed, with its step and what it waits for.
+  const stuckLink = page.locator(`#attention-table a[data-op="${OP_ID}"]`);
   await stuckLink.waitFor();
   const row = await stuckLink.locator('xpath=ancestor::tr').innerText();
-  if (!row.includes('CREATE_PIPELINE_PENDING')) fail('stuck row does not show the step: ' + row);
+  if (!row.includes('CREATE_PIPELINE_PENDING')) fail('attention row does not show the step: ' + row);
+  if (!row.includes('Outcome unknown')) fail('attention row does not say why: ' + row);
   await stuckLink.click();
   // Detail: the timeline shows how it got stuck.
   await page.waitForURL(`**/console/operations/${OP_ID}`);
@@ -78,20 +98,20 @@ async function retrigger(page) {
   // The live timeline (polled) shows the operator edge: the step advanced.
   await page.waitForFunction(() => {
     const rows = [...document.querySelectorAll('#timeline tbody tr')].map((r) => [...r.children].map((c) => c.textContent));
-    return rows.some((c) => c[1] === 'CREATE_PIPELINE_PENDING' && c[2] === 'CREATE_MR_OPENED' && c[5] === 'operator:alice');
+    return rows.some((c) => c[1] === 'CREATE_PIPELINE_PENDING' && c[2] === 'CREATE_MR_OPENED' && c[7] === 'operator:alice');
   });
   // And the audit page lists the action under the server-resolved operator.
   await page.click('nav a[href="/console/audit"]');
   await page.waitForFunction((id) => [...document.querySelectorAll('#audit-table tbody tr')]
     .some((r) => r.textContent.includes(id) && r.textContent.includes('retrigger') && r.children[1].textContent === 'alice'), OP_ID);
-  console.log('PASS retrigger: overview -> stuck operation -> timeline -> re-trigger -> CREATE_MR_OPENED, audited');
+  console.log('PASS retrigger: needs attention -> stuck change -> timeline -> re-trigger -> CREATE_MR_OPENED, audited');
 }
 
 async function staleAsset(page) {
   let loads = 0;
   page.on('load', () => loads++);
   await signIn(page);
-  await page.locator('#phase-counts').waitFor();
+  await page.locator('#attention-counts').waitFor();
   // A release removed the lazily loaded config chunk after this page loaded.
   const assets = path.join(CONSOLE_DIR, 'assets');
   const chunk = fs.readdirSync(assets).find((f) => /^config-.*\.js$/.test(f));
@@ -117,7 +137,181 @@ async function staleAsset(page) {
   console.log('PASS stale-asset: reloaded once with a cache-buster, then offered "Refresh page"');
 }
 
-const scenarios = { retrigger, 'stale-asset': staleAsset };
+/** The attention view lists a failed change, an overdue approval and unapplied callbacks, each
+ *  with its reason in words; a selection (an id being copied) survives the polls. */
+async function attention(page) {
+  await signIn(page);
+  const failedRow = page.locator(`#attention-table a[data-op="${env.FAILED_ID}"]`).first().locator('xpath=ancestor::tr');
+  const waitingRow = page.locator(`#attention-table a[data-op="${env.WAITING_ID}"]`).first().locator('xpath=ancestor::tr');
+  await failedRow.waitFor();
+  await waitingRow.waitFor();
+  const failedText = await failedRow.innerText();
+  for (const want of ['Failed: waits for an operator', 'APPROVAL_SUBMIT_FAILED', 'an operator', '422', 'UTC']) {
+    if (!failedText.includes(want)) fail(`failed row lacks "${want}": ${failedText}`);
+  }
+  const waitingText = await waitingRow.innerText();
+  for (const want of ['Approval overdue', 'APPROVAL_SENT', 'approver', 'deadline', 'in ', 'UTC']) {
+    if (!waitingText.includes(want)) fail(`overdue approval row lacks "${want}": ${waitingText}`);
+  }
+  const rows = await rowsOf(page, '#attention-table');
+  const deploy = rows.find((c) => c.join(' ').includes(env.DELIVERY_ID));
+  if (!deploy) fail('the ignored deploy callback is not listed: ' + JSON.stringify(rows));
+  if (!deploy[1].includes('Callback not applied') || !deploy.join(' ').includes('ignored as stale')) fail('callback row: ' + deploy.join(' | '));
+  const refused = rows.find((c) => c.join(' ').includes(env.APPROVAL_DELIVERY_ID));
+  if (!refused) fail('the ignored approval callback is not listed: ' + JSON.stringify(rows));
+  // Counts per reason: each listed reason has a non-zero card.
+  for (const reason of ['FAILED', 'OVERDUE_APPROVAL', 'CALLBACK_UNAPPLIED']) {
+    const n = Number(await page.locator(`#attention-counts [data-reason="${reason}"] .n`).innerText());
+    if (!(n >= 1)) fail(`count card ${reason} shows ${n}`);
+  }
+  await shot(page, 'attention');
+  // Select the failed change's id as an operator copying it would; polls must not destroy it.
+  await page.evaluate((id) => {
+    const a = document.querySelector(`#attention-table a[data-op="${id}"]`);
+    const range = document.createRange();
+    range.selectNodeContents(a);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+  }, env.FAILED_ID);
+  await waitRefreshes(page, 2);
+  const selected = await page.evaluate(() => window.getSelection().toString());
+  if (selected !== env.FAILED_ID) fail(`the selection did not survive the refreshes: "${selected}"`);
+  // The filter by reason shows only that reason.
+  await page.click('#attention-counts [data-reason="OVERDUE_APPROVAL"]');
+  await page.waitForFunction(() => [...document.querySelectorAll('#attention-table tbody tr')].every((r) => r.children[1].textContent.includes('Approval overdue')));
+  console.log('PASS attention: failed change, overdue approval, unapplied callbacks listed with reasons; selection kept across polls');
+}
+
+/** The change page after two 503s on MR creation: attempts and the last error of that step,
+ *  durations, and every callback (approval and deploy) with its outcome. */
+async function changePage(page) {
+  await signIn(page);
+  await page.goto(CONSOLE_URL + 'operations/' + OP_ID);
+  await page.locator('#step-attempts').waitFor();
+  await page.waitForFunction(() => document.querySelector('#op-phase')?.textContent === 'VALIDATED');
+  const attempts = await rowsOf(page, '#step-attempts');
+  const create = attempts.find((c) => c[0] === 'CREATE_STARTED');
+  if (!create) fail('no CREATE_STARTED row in the attempts: ' + JSON.stringify(attempts));
+  if (create[1] !== '2') fail('failed attempts of CREATE_STARTED: ' + create[1]);
+  if (!create[2].startsWith('503')) fail('last error of CREATE_STARTED does not show its status: ' + create[2]);
+  if (!create[2].includes('UTC')) fail('last error has no UTC time: ' + create[2]);
+  const timeline = await rowsOf(page, '#timeline');
+  if (!timeline.some((c) => c[2] === 'CREATE_STARTED' && c[4] === '2' && /\d+ (ms|s|min)/.test(c[3]))) fail('timeline lacks the attempts or the time in CREATE_STARTED: ' + JSON.stringify(timeline));
+  const callbacks = await rowsOf(page, '#callbacks');
+  if (!callbacks.some((c) => c[1] === 'deploy' && c[3] === 'APPLIED')) fail('the deploy callback is not listed: ' + JSON.stringify(callbacks));
+  if (!callbacks.some((c) => c[1] === 'approval' && c[3] === 'APPLIED')) fail('the approval callback is not listed: ' + JSON.stringify(callbacks));
+  const facts = await page.locator('#op-facts').innerText();
+  for (const want of ['DONE', 'total time', '(ended)', 'merge request', 'approval id']) if (!facts.includes(want)) fail(`facts lack "${want}": ${facts}`);
+  if (!(await page.locator('#op-mr').getAttribute('href'))) fail('no MR link');
+  await shot(page, 'change');
+  console.log('PASS change page: 2 failed attempts with 503 and when, durations, approval and deploy callbacks');
+}
+
+/** Three tabs poll at a short interval under small read limits: none shows a 429, and an action
+ *  (its own bucket) is still accepted; its reason is validated in the dialog first. */
+async function tabs(page) {
+  const context = page.context();
+  const pages = [page, await context.newPage(), await context.newPage()];
+  for (const p of pages) {
+    p.setDefaultTimeout(TIMEOUT);
+    await signIn(p);
+    await p.locator('#attention-counts').waitFor();
+  }
+  for (const p of pages) await waitRefreshes(p, 4);
+  for (const [i, p] of pages.entries()) {
+    const shown = await p.evaluate(() => document.body.innerText);
+    if (shown.includes('429') || shown.includes('RATE_LIMITED')) fail(`tab ${i} shows a rate limit: ${shown.slice(0, 400)}`);
+    const poll = await p.evaluate(() => window.cfPoll);
+    if (poll.rateLimited !== 0) fail(`tab ${i} was rate limited ${poll.rateLimited} times`);
+  }
+  // An action from the first tab: force-fail the waiting change; the reason is required.
+  await page.goto(CONSOLE_URL + 'operations/' + env.WAITING_ID);
+  await page.click('button[data-action="fail"]');
+  await page.locator('#confirm-dialog').waitFor();
+  if (!(await page.locator('#confirm-yes').getAttribute('class'))?.includes('destructive')) fail('force failure is not styled destructive');
+  await page.click('#confirm-yes');
+  await page.locator('#reason-invalid').waitFor({ state: 'visible' });
+  if (!(await page.locator('#confirm-dialog').isVisible())) fail('the dialog closed without a reason');
+  await page.fill('#action-reason', 'approver left the company');
+  await page.click('#confirm-yes');
+  await page.waitForFunction(() => document.querySelector('#action-outcome')?.textContent?.includes('200 OK'));
+  await shot(page, 'action-accepted');
+
+  // A hidden tab does not poll, and refreshes when shown again.
+  const hidden = pages[2];
+  const setHidden = (p, value) => p.evaluate((v) => {
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => v });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, value);
+  await setHidden(hidden, true);
+  await hidden.waitForFunction(() => window.cfPoll.skippedHidden >= 1);
+  const frozenAt = await hidden.evaluate(() => window.cfPoll.refreshes);
+  await waitRefreshes(pages[1], 3);
+  const whileHidden = await hidden.evaluate(() => window.cfPoll.refreshes);
+  if (whileHidden !== frozenAt) fail(`a hidden tab kept polling: ${frozenAt} -> ${whileHidden}`);
+  await setHidden(hidden, false);
+  await waitRefreshes(hidden, 1);
+
+  // The operator's read budget is used up elsewhere (another client with the same identity): the
+  // tab keeps its data, says since when it is stale, backs off for the server's Retry-After, and
+  // recovers on its own. The words never show a raw 429.
+  await page.goto(CONSOLE_URL);  // the attention page, signed in (sessionStorage survives)
+  await page.locator('#attention-counts').waitFor();
+  const attentionUrl = new URL('/api/v1/ops/attention', CONSOLE_URL);
+  let retryAfter = null;
+  for (let i = 0; i < 500 && retryAfter === null; i++) {
+    const res = await fetch(attentionUrl, { headers: { Authorization: 'Bearer ' + OPS_TOKEN } });
+    if (res.status === 429) retryAfter = Number(res.headers.get('Retry-After'));
+  }
+  if (retryAfter === null) fail('the read limit was never reached');
+  await page.waitForFunction(() => window.cfPoll.rateLimited >= 1 && document.querySelector('#freshness')?.classList.contains('stale'));
+  const banner = await page.locator('#freshness').innerText();
+  if (!banner.includes('Stale since') || !banner.includes('UTC') || banner.includes('429')) fail('stale banner: ' + banner);
+  const delay = await page.evaluate(() => window.cfPoll.delayMs);
+  if (delay < 2000) fail(`after a 429 the next refresh is due in ${delay} ms: no back-off`);
+  if (!(await page.locator('#attention-counts').isVisible())) fail('the last good data was not kept on screen');
+  await shot(page, 'rate-limited');
+  await page.waitForFunction(() => !document.querySelector('#freshness')?.classList.contains('stale') && document.querySelector('#attention-table, #attention-empty'),
+    null, { timeout: 90000 });
+  console.log('PASS tabs: three tabs polled without a 429 shown; the action was accepted after its reason was given; ' +
+    `a hidden tab paused; a 429 (Retry-After ${retryAfter} s) backed off to ${delay} ms under a stale banner and recovered`);
+}
+
+/** Honest actions: a re-trigger after a deterministic pipeline failure is warned; an action refused
+ *  because the change moved on is shown as refused and is in the audit log. */
+async function actions(page) {
+  await signIn(page);
+  await page.goto(CONSOLE_URL + 'operations/' + env.PIPELINE_FAILED_ID);
+  await page.locator('#actions').waitFor();
+  await page.click('button[data-action="retrigger"]');
+  await page.locator('#confirm-dialog').waitFor();
+  const warning = await page.locator('#action-warning').innerText();
+  if (!warning.includes('reuses its failed pipeline')) fail('the re-trigger is not warned: ' + warning);
+  const effect = await page.locator('#action-effect').innerText();
+  if (!effect.includes('CREATE_STARTED')) fail('the dialog does not say what will happen: ' + effect);
+  await shot(page, 'retrigger-warning');
+  await page.click('#confirm-no');
+  // Refused: the dialog was opened on version N, then the change moved on (closed elsewhere).
+  await page.click('button[data-action="close"]');
+  await page.locator('#confirm-dialog').waitFor();
+  const closed = await fetch(new URL(`/api/v1/ops/operations/${env.PIPELINE_FAILED_ID}/close`, CONSOLE_URL), {
+    method: 'POST', headers: { Authorization: 'Bearer ' + OPS_TOKEN, 'Content-Type': 'application/json' }, body: '{"reason":"closed from another desk"}' });
+  if (closed.status !== 200) fail('closing from the side answered ' + closed.status);
+  await page.fill('#action-reason', 'duplicate of another change');
+  await page.click('#confirm-yes');
+  await page.waitForFunction(() => document.querySelector('#action-outcome')?.classList.contains('error'));
+  const outcome = await page.locator('#action-outcome').innerText();
+  if (!outcome.includes('409') || !outcome.includes('audit')) fail('the refusal is not shown as such: ' + outcome);
+  await shot(page, 'refused');
+  await page.click('nav a[href="/console/audit"]');
+  await page.waitForFunction((id) => [...document.querySelectorAll('#audit-table tbody tr')].some((r) =>
+    r.textContent.includes(id) && r.children[2].textContent === 'close' && r.children[4].textContent !== 'OK' && r.children[1].textContent === 'alice'), env.PIPELINE_FAILED_ID);
+  await shot(page, 'audit');
+  console.log('PASS actions: deterministic re-trigger warned; a refused close shown and audited');
+}
+
+const scenarios = { retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
 if (!scenarios[SCENARIO]) {
   console.error('FAIL: unknown SCENARIO ' + SCENARIO);
   process.exit(1);

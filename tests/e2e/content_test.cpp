@@ -5,112 +5,15 @@
 
 #include "tests/support/flow_env.hpp"
 #include "tests/support/sim_attempts.hpp"
+#include "tests/support/sim_repository.hpp"
 
 #include <gtest/gtest.h>
 
 #include <map>
-#include <optional>
 #include <thread>
 
 using namespace changeflow::testing;
 using nlohmann::json;
-
-namespace {
-
-const std::string project_path = "/api/v4/projects/config%2Fchanges";
-const std::vector<std::pair<std::string, std::string>> author = {{"PRIVATE-TOKEN", "author-token"}};
-
-std::string encode_path(const std::string& path) {
-  std::string out;
-  for (char c : path) out += c == '/' ? std::string("%2F") : std::string(1, c);
-  return out;
-}
-
-struct repo_file {
-  std::string content;
-  std::string last_commit_id;
-};
-
-/// The file on `ref` as GitLab's repository files API answers it; nullopt on a 404.
-std::optional<repo_file> read_file(flow_env& env, const std::string& path, const std::string& ref = "main") {
-  auto r = env.sim_call("GET", project_path + "/repository/files/" + encode_path(path) + "?ref=" + ref, {}, author);
-  if (r.status == 404) return std::nullopt;
-  EXPECT_EQ(r.status, 200) << r.body;
-  auto j = json::parse(r.body);
-  // The sim answers base64 like GitLab; decode the simple way (test inputs are short ASCII).
-  static const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int bits = 0, value = 0;
-  for (char c : j["content"].get<std::string>()) {
-    auto pos = alphabet.find(c);
-    if (pos == std::string::npos) break;
-    value = (value << 6) | static_cast<int>(pos);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((value >> bits) & 0xff);
-    }
-  }
-  return repo_file{out, j["last_commit_id"].get<std::string>()};
-}
-
-/// Someone else's commit straight onto main (not through changeflow).
-void commit_on_main(flow_env& env, const std::string& action, const std::string& path, const std::string& content) {
-  json body = {{"branch", "main"},
-               {"commit_message", "outside edit of " + path},
-               {"actions", {{{"action", action}, {"file_path", path}, {"content", content}}}}};
-  auto r = env.sim_call("POST", project_path + "/repository/commits", body.dump(), author);
-  ASSERT_EQ(r.status, 201) << r.body;
-}
-
-/// `path` created on main with `content`, as the repository files API then reports it.
-repo_file seed(flow_env& env, const std::string& path, const std::string& content) {
-  commit_on_main(env, "create", path, content);
-  auto f = read_file(env, path);
-  EXPECT_TRUE(f) << path;
-  return f.value_or(repo_file{});
-}
-
-json file_change(const std::string& path, const std::string& content, const std::string& action = {},
-                 const std::string& last_commit_id = {}) {
-  json f = {{"path", path}, {"content", content}};
-  if (!action.empty()) f["action"] = action;
-  if (!last_commit_id.empty()) f["lastCommitId"] = last_commit_id;
-  return f;
-}
-
-std::string submit_files(flow_env& env, const std::string& title, const std::string& target, const json& files) {
-  json body = {{"subject", "alice"}, {"target", target}, {"title", title}, {"files", files}};
-  auto r = http_call("127.0.0.1", env.port(), "POST", "/api/v1/changes", body.dump());
-  EXPECT_EQ(r.status, 202) << r.body;
-  auto j = json::parse(r.body, nullptr, false);
-  if (j.is_discarded() || !j.contains("data")) return {};
-  return j["data"]["operationId"].get<std::string>();
-}
-
-/// Waits until the change has ended or failed (no actor needed any more), and returns it.
-json wait_settled(flow_env& env, const std::string& id) {
-  json last;
-  wait_until(
-      [&] {
-        last = env.get_change(id);
-        if (!last.contains("phase")) return false;
-        auto phase = last["phase"].get<std::string>();
-        return phase == "VALIDATED" || phase == "CREATE_FAILED" || phase == "HANDLE_FAILED" || phase == "CLOSED";
-      },
-      std::chrono::seconds(60));
-  return last;
-}
-
-std::vector<std::string> commit_actions(const json& stats, const std::string& branch) {
-  std::vector<std::string> out;
-  const auto key = "config/changes:" + branch;
-  if (!stats.contains("attempts") || !stats["attempts"]["commit_actions"].contains(key)) return out;
-  for (const auto& a : stats["attempts"]["commit_actions"][key]) out.push_back(a.get<std::string>());
-  return out;
-}
-
-}  // namespace
 
 // Two changes (two targets) edit one file, both based on the same version of it, submitted at the
 // same moment. Whichever reaches GitLab second ends CONTENT_CONFLICT -- refused by GitLab at its
@@ -120,7 +23,7 @@ std::vector<std::string> commit_actions(const json& stats, const std::string& br
 TEST(Content, TwoChangesBasedOnOneVersionCannotBothWin) {
   flow_env env;
   const std::string path = "config/shared-limits.yaml";
-  const auto base = seed(env, path, "limit: 1\n");
+  const auto base = seed_repo_file(env, path, "limit: 1\n");
 
   std::string a, b;
   std::thread ta([&] {
@@ -150,7 +53,7 @@ TEST(Content, TwoChangesBasedOnOneVersionCannotBothWin) {
   // The winner's content is intact on main; only the winner's MR merged. The loser may have asked
   // for a merge in the window between its check and its merge call (GitLab refused it: the target
   // had moved); then it checked again, and its MR was closed, never rebased over the winner.
-  auto now = read_file(env, path);
+  auto now = read_repo_file(env, path);
   ASSERT_TRUE(now);
   EXPECT_EQ(now->content, a_won ? "limit: 2\n" : "limit: 3\n");
   auto stats = sim_stats(env);
@@ -174,7 +77,7 @@ TEST(Content, TwoChangesBasedOnOneVersionCannotBothWin) {
   auto rebased = submit_files(env, "limit four, rebased", loser["target"].get<std::string>(),
                               json::array({file_change(path, "limit: 4\n", "update", now->last_commit_id)}));
   EXPECT_EQ(env.wait_for_phase(rebased, "VALIDATED")["phase"], "VALIDATED");
-  EXPECT_EQ(read_file(env, path)->content, "limit: 4\n");
+  EXPECT_EQ(read_repo_file(env, path)->content, "limit: 4\n");
 }
 
 // A change that names no base is based on main as it is when the change first reaches GitLab; an
@@ -184,14 +87,14 @@ TEST(Content, AnEditAfterTheCapturedBaseStopsTheMerge) {
   // A long pipeline keeps the change between its commit and its merge while main moves.
   flow_env env(json::object(), {"--pipeline-duration-ms", "4000"});
   const std::string path = "config/captured-base.yaml";
-  commit_on_main(env, "create", path, "mode: a\n");
+  commit_outside(env, "create", path, "mode: a\n");
   auto id = submit_files(env, "mode b", "captured", json::array({file_change(path, "mode: b\n", "update")}));
   auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
   ASSERT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
-  commit_on_main(env, "update", path, "mode: outside\n");
+  commit_outside(env, "update", path, "mode: outside\n");
   auto c = wait_settled(env, id);
   EXPECT_EQ(c["step"]["name"], "CONTENT_CONFLICT") << c.dump(2);
-  EXPECT_EQ(read_file(env, path)->content, "mode: outside\n");
+  EXPECT_EQ(read_repo_file(env, path)->content, "mode: outside\n");
   auto stats = sim_stats(env);
   EXPECT_EQ(total_attempts(stats, "merge"), 0u) << stats["attempts"].dump();
   // The MR that must never merge was closed.
@@ -206,13 +109,13 @@ TEST(Content, UpsertPicksCreateThenUpdate) {
   const std::string path = "config/upserted.yaml";
   auto first = submit_files(env, "upsert one", "upsert", json::array({file_change(path, "n: 1\n", "upsert")}));
   EXPECT_EQ(env.wait_for_phase(first, "VALIDATED")["phase"], "VALIDATED");
-  auto after_first = read_file(env, path);
+  auto after_first = read_repo_file(env, path);
   ASSERT_TRUE(after_first);
   EXPECT_EQ(after_first->content, "n: 1\n");
   // No action at all means upsert too.
   auto second = submit_files(env, "upsert two", "upsert", json::array({file_change(path, "n: 2\n")}));
   EXPECT_EQ(env.wait_for_phase(second, "VALIDATED")["phase"], "VALIDATED");
-  EXPECT_EQ(read_file(env, path)->content, "n: 2\n");
+  EXPECT_EQ(read_repo_file(env, path)->content, "n: 2\n");
 
   auto stats = sim_stats(env);
   EXPECT_EQ(commit_actions(stats, "changeflow/" + first), (std::vector<std::string>{"create " + path}));
@@ -257,7 +160,7 @@ std::map<std::string, std::string> row_counts(flow_env& env) {
 TEST(Preview, DiffsAgainstTheTargetAndWritesNothing) {
   flow_env env;
   const std::string path = "config/previewed.yaml";
-  const auto base = seed(env, path, "a: 1\nb: 2\n");
+  const auto base = seed_repo_file(env, path, "a: 1\nb: 2\n");
   auto tables_before = row_counts(env);
   ASSERT_TRUE(tables_before.count("operation")) << "the service's schema is in place";
   auto attempts_before = sim_stats(env)["attempts"];
@@ -293,7 +196,7 @@ TEST(Preview, DiffsAgainstTheTargetAndWritesNothing) {
 
   EXPECT_EQ(row_counts(env), tables_before);
   EXPECT_EQ(sim_stats(env)["attempts"], attempts_before) << "no mutating GitLab request";
-  EXPECT_EQ(read_file(env, path)->content, "a: 1\nb: 2\n");
+  EXPECT_EQ(read_repo_file(env, path)->content, "a: 1\nb: 2\n");
 }
 
 // GitLab failing (any read) gives an empty preview with the reason: 200, never a 5xx.

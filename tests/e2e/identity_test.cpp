@@ -234,6 +234,43 @@ TEST(Identity, OnlyTheRequesterOrAnOperatorCancels) {
   EXPECT_EQ(actor_of(other), "operator:olga");
 }
 
+// A revert is a submission for the change's subject: whoever may submit for it reverts (a teammate,
+// an operator), not merely whoever submitted the original. The requester who lost the subject may
+// still see the change (403), another team is told it does not exist (404), and both timelines
+// name who reverted.
+TEST(Identity, WhoeverMaySubmitForTheSubjectReverts) {
+  flow_env env(identity_config());
+  grant(env, "alice", {"subject:team-a"});
+  grant(env, "carol", {"subject:team-a"});
+  grant(env, "bob", {"subject:team-b"});
+  grant(env, "olga", {"changeflow.ops"});
+  const std::string original = submit_ok(env, "alice", "team-a", "svc-revert-1");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return env.db().scalar("SELECT phase FROM operation WHERE operation_id = '" + original + "'") == "VALIDATED";
+      },
+      60s));
+  const std::string path = "/api/v1/changes/" + original + "/revert";
+  EXPECT_EQ(call(env, "POST", path, {}).status, 401);
+  EXPECT_EQ(call(env, "POST", path, as("bob")).status, 404);
+  grant(env, "alice", json::array());
+  auto by_alice = call(env, "POST", path, as("alice"));
+  EXPECT_EQ(by_alice.status, 403) << by_alice.body;
+  EXPECT_EQ(env.db().scalar("SELECT COUNT(*) FROM operation"), "1") << "a refused revert writes nothing";
+
+  auto by_carol = call(env, "POST", path, as("carol"));
+  ASSERT_EQ(by_carol.status, 202) << by_carol.body;
+  const auto revert = body_of(by_carol)["data"]["operationId"].get<std::string>();
+  EXPECT_EQ(env.db().scalar("SELECT requester FROM operation WHERE operation_id = '" + revert + "'"), "carol");
+  EXPECT_EQ(env.db().scalar("SELECT actor FROM operation_event WHERE operation_id = '" + original +
+                            "' AND cause = 'reverted by " + revert + "'"),
+            "user:carol");
+  // An operator passes the same check; the change is reverted already.
+  auto by_olga = call(env, "POST", path, as("olga"));
+  EXPECT_EQ(by_olga.status, 409) << by_olga.body;
+  EXPECT_EQ(body_of(by_olga)["code"], "ALREADY_REVERTED");
+}
+
 TEST(Identity, PermissionServiceFailureDenies) {
   flow_env env(identity_config());
   grant(env, "alice", {"subject:team-a"});
