@@ -48,6 +48,8 @@ struct drive {
   std::string mr_url;
   std::int64_t started_ms = 0;
   std::uint64_t poll_timer = 0;  // generation of this drive's poll timer
+  bool poll_armed = false;       // the drive waits for its poll timer (no job in flight)
+  bool poll_now = false;         // a webhook came while a job was in flight: the next poll is at once
   core::drive state;
 };
 
@@ -215,7 +217,7 @@ bool load_members(session conn, const std::vector<std::string>& ids, batch_job_r
 }
 
 /// The core's numbers from the configuration snapshot (read per decision: hot reload applies).
-core::settings settings_of(self_ptr self) {
+core::settings settings_of(self_ptr self, const std::string& repository) {
   auto snap = self->state.svc->config->current();
   core::settings s;
   s.max_splits = static_cast<int>(snap->integer("batch.max_splits"));
@@ -225,6 +227,7 @@ core::settings settings_of(self_ptr self) {
   s.polls.short_attempts = static_cast<int>(snap->integer("poll.short_attempts"));
   s.polls.long_interval_ms = snap->integer("poll.long_interval_ms");
   s.polls.timeout_ms = snap->integer("poll.timeout_ms");
+  apply_webhook_interval(s.polls, *snap, repository);
   return s;
 }
 
@@ -234,6 +237,11 @@ void arm_round_timer(self_ptr self, std::int64_t delay_ms) {
 }
 
 void arm_poll(self_ptr self, drive& d, std::int64_t delay_ms) {
+  if (d.poll_now) {
+    d.poll_now = false;
+    delay_ms = 0;
+  }
+  d.poll_armed = true;
   auto gen = ++d.poll_timer;
   self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), batch_tick{gen, true, d.id});
 }
@@ -587,7 +595,7 @@ void on_round_prepared(self_ptr self, const batch_job_result& r) {
 
 /// A job's result for a driven batch, handed to the core.
 void on_result(self_ptr self, drive& d, batch_job_result& r) {
-  const auto s = settings_of(self);
+  const auto s = settings_of(self, d.state.where.repository);
   const auto now = now_ms(self);
   switch (r.what) {
     case kind::mr_opened:
@@ -655,12 +663,31 @@ batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_optio
               if (self->state.drive_of_batch(batch_id)) return;
               adopt(self, batch_id, round_outcome::resume);
             },
+            [self](batch_webhook_atom, const std::string& project, std::int64_t mr_iid) {
+              for (auto& [where, d] : self->state.drives) {
+                if (where.repository != project || d.state.mr_iid != mr_iid) continue;
+                self->state.svc->metrics->inc("changeflow_webhook_wakes_total",
+                                              "Waits a GitLab webhook ended before their poll");
+                if (!d.poll_armed) {
+                  d.poll_now = true;  // a job is in flight: its answer arms the next poll, at once
+                  return;
+                }
+                // The webhook makes the next poll "now": a tick of the current generation, the
+                // armed timer's later tick then finds the generation moved on.
+                d.poll_armed = false;
+                auto gen = ++d.poll_timer;
+                self->send(self, batch_tick{gen, true, d.id});
+                return;
+              }
+            },
             [self](batch_tick t) {
               auto& st = self->state;
               if (t.poll) {
                 auto* d = st.find_drive(t.drive);
                 if (!d || t.generation != d->poll_timer) return;
-                apply(self, *d, core::on_poll_tick(d->state, settings_of(self), now_ms(self)));
+                d->poll_armed = false;
+                apply(self, *d,
+                      core::on_poll_tick(d->state, settings_of(self, d->state.where.repository), now_ms(self)));
                 return;
               }
               if (t.generation != st.round_timer) return;

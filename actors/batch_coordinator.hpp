@@ -38,6 +38,7 @@ namespace changeflow::actors {
 using batch_round_atom = caf::atom_constant<caf::atom("b_round")>;
 using batch_settle_atom = caf::atom_constant<caf::atom("b_settle")>;
 using batch_adopt_atom = caf::atom_constant<caf::atom("b_adopt")>;
+using batch_webhook_atom = caf::atom_constant<caf::atom("b_webhook")>;
 
 /// Timer message; `generation` lets the actor ignore timers it has replaced.
 struct batch_tick {
@@ -107,7 +108,11 @@ using batch_coordinator = caf::typed_actor<
     /// and requeue. "settling" | "busy" | "not_active".
     caf::replies_to<batch_settle_atom, std::int64_t>::with<std::string>,
     /// Drive this (RUNNING) batch again: after an operator unblocked it.
-    caf::reacts_to<batch_adopt_atom, std::int64_t>, caf::reacts_to<batch_tick>, caf::reacts_to<batch_job_result>>;
+    caf::reacts_to<batch_adopt_atom, std::int64_t>,
+    /// GitLab said (webhook) that the MR `mr_iid` of project `project` changed (pipeline finished,
+    /// merged, closed): the drive of that MR reads it now instead of at its next poll.
+    caf::reacts_to<batch_webhook_atom, std::string, std::int64_t>, caf::reacts_to<batch_tick>,
+    caf::reacts_to<batch_job_result>>;
 
 struct batch_coordinator_options {
   bool scheduled_rounds = true;  // false: manual rounds only (tests)

@@ -24,6 +24,8 @@ struct live_summary {
   std::string flow;
   std::int64_t version = 0;
   std::int64_t mr_iid = 0;
+  std::string repository;         // GitLab project path of the change
+  std::string mr_sha;             // MR head last seen: a webhook's pipeline without an MR is routed by it
   std::int64_t next_wake_ms = 0;  // epoch ms, 0 = none
   int polls = 0;
   int merge_attempts = 0;

@@ -5,6 +5,7 @@
 #include "base/answer_guard.hpp"
 #include "base/log.hpp"
 #include "persistence/errors.hpp"
+#include "workflow/webhook_rule.hpp"
 
 #include <caf/all.hpp>
 #include <caf/stateful_actor.hpp>
@@ -34,6 +35,8 @@ struct request_state {
   bool busy = false;
   bool reload_pending = false;
   bool resume_pending = false;
+  // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
+  bool wake_now = false;
   std::uint64_t timer_generation = 0;
   // Effects waiting for the transition that precedes them to commit.
   std::vector<workflow::effect> after_commit;
@@ -62,6 +65,8 @@ live_summary summary_of(const request_state& st) {
   s.flow = std::string(workflow::to_string(st.op.order));
   s.version = st.op.version;
   s.mr_iid = st.op.mr_iid.value_or(0);
+  s.repository = st.repository;
+  s.mr_sha = st.op.mr_sha;
   s.next_wake_ms = st.op.wake_at_ms;
   s.polls = st.op.polls;
   s.merge_attempts = st.op.merge_attempts;
@@ -97,6 +102,10 @@ Answer lost_job(const std::string& operation_id, const char* job) {
 }
 
 void arm_timer(self_ptr self, std::int64_t delay_ms) {
+  if (self->state.wake_now) {
+    self->state.wake_now = false;
+    delay_ms = 0;
+  }
   auto gen = ++self->state.timer_generation;
   self->state.op.wake_at_ms = self->state.svc->now_ms() + delay_ms;
   self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), messages::wake{gen});
@@ -255,7 +264,7 @@ void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
 
 void process(self_ptr self, const workflow::event& e) {
   auto& st = self->state;
-  auto cfg = workflow_settings_from(*st.svc->config->current());
+  auto cfg = workflow_settings_from(*st.svc->config->current(), st.repository);
   workflow::decision d;
   try {
     d = workflow::decide(st.op, e, cfg, st.svc->now_ms());
@@ -574,6 +583,21 @@ request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, re
           return;
         }
         submit_reload(self);
+      },
+      [self](const messages::gitlab_event& e) {
+        auto& s = self->state;
+        if (!workflow::ends_wait(s.op.current, s.op.mr_sha, e)) return;
+        s.svc->metrics->inc("changeflow_webhook_wakes_total", "Waits a GitLab webhook ended before their poll");
+        if (s.busy || s.pending_write || s.reload_pending) {
+          // A read or write is under way; its answer decides and arms the next wait, which then
+          // fires at once.
+          s.wake_now = true;
+          return;
+        }
+        // The webhook makes the next wake "now": the timer of the wait it replaces is ignored.
+        ++s.timer_generation;
+        s.last_note = "GitLab webhook: reading the MR now";
+        process(self, workflow::resume{});
       },
       [self](const messages::inspect_request&) {
         return messages::actor_snapshot{describe(self->state, self->mailbox().count())};

@@ -20,7 +20,7 @@ namespace changeflow::actors {
 
 using request_actor = caf::typed_actor<caf::reacts_to<messages::wake>, caf::reacts_to<messages::external_reply>,
                                        caf::reacts_to<messages::persisted>, caf::reacts_to<messages::row_loaded>,
-                                       caf::reacts_to<messages::row_changed>,
+                                       caf::reacts_to<messages::row_changed>, caf::reacts_to<messages::gitlab_event>,
                                        caf::replies_to<messages::inspect_request>::with<messages::actor_snapshot>>;
 
 /// Everything an actor starts from: the operation row as stored.

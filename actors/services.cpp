@@ -16,4 +16,20 @@ workflow::settings workflow_settings_from(const config::snapshot& snap) {
   return s;
 }
 
+void apply_webhook_interval(workflow::poll_schedule& polls, const config::snapshot& snap,
+                            const std::string& repository) {
+  const auto interval = snap.integer("poll.webhook_interval_ms");
+  if (interval <= 0) return;
+  const auto* repo = snap.repositories().find(repository);
+  if (!repo || repo->webhook_secret.empty()) return;
+  polls.short_interval_ms = std::max(polls.short_interval_ms, interval);
+  polls.long_interval_ms = std::max(polls.long_interval_ms, interval);
+}
+
+workflow::settings workflow_settings_from(const config::snapshot& snap, const std::string& repository) {
+  auto s = workflow_settings_from(snap);
+  apply_webhook_interval(s.polls, snap, repository);
+  return s;
+}
+
 }  // namespace changeflow::actors

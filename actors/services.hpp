@@ -43,5 +43,12 @@ struct services {
 /// The workflow settings in force in a config snapshot (read per decision: hot reload applies to the
 /// next decision of every actor).
 workflow::settings workflow_settings_from(const config::snapshot& snap);
+/// The same for a change of `repository`: when it has a webhook_secret, GitLab's hooks end the
+/// waits, and polling slows to poll.webhook_interval_ms as the fallback for a lost hook.
+workflow::settings workflow_settings_from(const config::snapshot& snap, const std::string& repository);
+/// Slows `polls` to poll.webhook_interval_ms when `repository` has a webhook_secret (and the key
+/// is > 0); the timeout stays, so a wait still ends when it would have.
+void apply_webhook_interval(workflow::poll_schedule& polls, const config::snapshot& snap,
+                            const std::string& repository);
 
 }  // namespace changeflow::actors

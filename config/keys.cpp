@@ -116,6 +116,9 @@ std::vector<key_spec> make_keys() {
       {"poll.short_attempts", I, 10, H, "Number of short-interval polls."},
       {"poll.long_interval_ms", I, 15000, H, "Poll interval after the short ones."},
       {"poll.timeout_ms", I, 3600000, H, "Polling gives up after this long: outcome 'timed out'."},
+      {"poll.webhook_interval_ms", I, 60000, H,
+       "Poll interval of changes and batches whose repository has a webhook_secret: GitLab's hooks end their waits, "
+       "so polling is only the fallback for a lost hook; <=0 -> the normal tiered intervals."},
       {"merge.max_attempts", I, 5, H, "Merge attempts (each may rebase) before HANDLE_FAILED."},
       {"timeouts.approval_wait_seconds", I, 604800, H,
        "Longest wait for the approval callback before APPROVAL_TIMEOUT."},

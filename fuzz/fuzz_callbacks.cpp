@@ -1,12 +1,14 @@
-// fuzz_callbacks: approval and deploy callback bodies through the handlers' parsers
-// (http/handlers/callback_body.hpp). Input: 'A' + approval body, or 'D' + Idempotency-Key header
-// value + '\n' + deploy body (an empty header line means no header).
+// fuzz_callbacks: approval and deploy callback bodies and GitLab webhook payloads through the
+// handlers' parsers (http/handlers/callback_body.hpp, gitlab_webhook_body.hpp). Input: 'A' +
+// approval body, 'D' + Idempotency-Key header value + '\n' + deploy body (an empty header line
+// means no header), or 'G' + X-Gitlab-Event-UUID header value + '\n' + webhook body.
 // Invariants: never throws; accepted fields satisfy the documented limits; every string that the
 // handler writes to the database is valid UTF-8 (utf8mb4 columns refuse anything else, and the
 // sender would retry a 500 forever); accepted -> serialize -> parse gives the same value.
 
 #include "fuzz/fuzz_support.hpp"
 #include "http/handlers/callback_body.hpp"
+#include "http/handlers/gitlab_webhook_body.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -44,16 +46,27 @@ void approval(const std::string& body) {
              "approval round trip is stable");
 }
 
-void deploy(const std::string& rest) {
-  auto nl = rest.find('\n');
+/// "<header value>\n<body>": an empty first line, or none, means no header.
+struct header_and_body {
   std::optional<std::string> header;
-  std::string body = rest;
-  if (nl != std::string::npos) {
-    if (nl > 0) header = rest.substr(0, nl);
-    body = rest.substr(nl + 1);
+  std::string body;
+  std::optional<std::string_view> header_view() const {
+    return header ? std::optional<std::string_view>(*header) : std::nullopt;
   }
-  auto parsed = http::parse_deploy_callback_body(
-      body, header ? std::optional<std::string_view>(*header) : std::optional<std::string_view>());
+};
+header_and_body split_header(const std::string& rest) {
+  header_and_body out{std::nullopt, rest};
+  auto nl = rest.find('\n');
+  if (nl != std::string::npos) {
+    if (nl > 0) out.header = rest.substr(0, nl);
+    out.body = rest.substr(nl + 1);
+  }
+  return out;
+}
+
+void deploy(const std::string& rest) {
+  auto in = split_header(rest);
+  auto parsed = http::parse_deploy_callback_body(in.body, in.header_view());
   if (auto* e = std::get_if<http::callback_body_error>(&parsed)) {
     FUZZ_CHECK(!e->message.empty(), "a refusal names its reason");
     return;
@@ -87,6 +100,23 @@ void deploy(const std::string& rest) {
              "deploy round trip is stable");
 }
 
+void gitlab_hook(const std::string& rest) {
+  auto in = split_header(rest);
+  auto h = http::parse_gitlab_hook_body(in.body, in.header_view(), std::nullopt);
+  FUZZ_CHECK(h.project.size() <= 255 && fuzz::valid_utf8(h.project), "project length and UTF-8");
+  if (!h.error.empty()) return;
+  FUZZ_CHECK(!h.project.empty(), "an accepted hook names its project");
+  FUZZ_CHECK(http::detail::printable_id(h.delivery_id), "delivery id is printable ASCII, 1-128");
+  FUZZ_CHECK(fuzz::valid_utf8(h.payload) && json::parse(h.payload, nullptr, false).is_object(), "payload");
+  FUZZ_CHECK(fuzz::valid_utf8(h.status) && fuzz::valid_utf8(h.action), "status/action are valid UTF-8");
+  if (h.kind == http::gitlab_hook::pipeline || h.kind == http::gitlab_hook::deployment) {
+    FUZZ_CHECK(http::detail::is_hex(h.sha) && h.sha.size() <= 64, "sha is hex");
+    FUZZ_CHECK(!h.status.empty() && h.status.size() <= 32, "status length");
+  }
+  if (h.kind == http::gitlab_hook::merge_request) FUZZ_CHECK(h.mr_iid && *h.mr_iid > 0, "MR iid positive");
+  if (h.mr_iid) FUZZ_CHECK(*h.mr_iid > 0, "iid positive");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -94,6 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] == 'D') {
     deploy(rest);
+  } else if (data[0] == 'G') {
+    gitlab_hook(rest);
   } else {
     approval(rest);
   }

@@ -230,6 +230,7 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
   add_subscription_routes(plain, ctx);
   add_callback_routes(plain, ctx);
   add_reconcile_route(plain, ctx);
+  add_gitlab_webhook_route(plain, ctx, batch);
   add_whoami_route(plain, ctx);
   add_ops_routes(plain, ctx);
   add_batch_routes(plain, ctx, std::move(batch));

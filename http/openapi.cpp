@@ -23,7 +23,8 @@ constexpr const char* document_text = R"json({
     "securitySchemes": {
       "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT (HS256, exp required)"},
       "approvalSignature": {"type": "apiKey", "in": "header", "name": "X-Signature", "description": "sha256=<hex HMAC-SHA256(body, callbacks.approval_secret)>"},
-      "deployToken": {"type": "apiKey", "in": "header", "name": "X-Gitlab-Token"}
+      "deployToken": {"type": "apiKey", "in": "header", "name": "X-Gitlab-Token"},
+      "gitlabToken": {"type": "apiKey", "in": "header", "name": "X-Gitlab-Token", "description": "the webhook_secret of the repository named by project.path_with_namespace"}
     },
     "parameters": {
       "IdempotencyKey": {"name": "Idempotency-Key", "in": "header", "required": false, "schema": {"type": "string", "maxLength": 200}, "description": "Key of this write; defaults to the body's operationId. A retry with the same key and body replays the original response byte for byte; the same key with another body is 422; while the first request runs, 409 REQUEST_IN_FLIGHT."},
@@ -183,6 +184,12 @@ constexpr const char* document_text = R"json({
       "post": {
         "security": [{"deployToken": []}],
         "responses": {"200": {"description": "OK"}, "400": {"description": "BAD_REQUEST"}, "401": {"description": "UNAUTHENTICATED: token missing or invalid"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
+      }
+    },
+    "/api/v1/webhooks/gitlab": {
+      "post": {
+        "security": [{"gitlabToken": []}],
+        "responses": {"200": {"description": "OK; data.outcome DELIVERED | IGNORED | DUPLICATE, or for a Deployment Hook the deploy callback's outcome (APPLIED | DEPLOY_FAILED | IGNORED_STALE | OUT_OF_ORDER)"}, "400": {"description": "BAD_REQUEST: not a JSON object, or a hook without the fields it needs"}, "401": {"description": "UNAUTHENTICATED: X-Gitlab-Token missing or not the project's webhook_secret"}, "429": {"$ref": "#/components/responses/RateLimited"}, "503": {"$ref": "#/components/responses/ServerError"}}
       }
     },
     "/api/v1/ops/whoami": {

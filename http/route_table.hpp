@@ -65,6 +65,9 @@ inline constexpr route_spec approval_callback{
 inline constexpr route_spec deploy_callback{
     "POST", "/api/v1/callbacks/deploy", route_access::callback,
     "Deploy pipeline callback {deliveryId, mrIid, project?, pipelineId?, status, operationIds?}"};
+inline constexpr route_spec gitlab_webhook{
+    "POST", "/api/v1/webhooks/gitlab", route_access::callback,
+    "GitLab's own Pipeline, Merge Request and Deployment Hooks (X-Gitlab-Token = the project's webhook_secret)"};
 inline constexpr route_spec ops_whoami{
     "GET", "/api/v1/ops/whoami", route_access::ops,
     "The operator as resolved by the server (a client-sent __authenticatedOperator is overwritten)"};
@@ -156,6 +159,7 @@ inline constexpr std::array all_routes = {&routes::submit_change,
                                           &routes::unsubscribe,
                                           &routes::approval_callback,
                                           &routes::deploy_callback,
+                                          &routes::gitlab_webhook,
                                           &routes::ops_whoami,
                                           &routes::ops_overview,
                                           &routes::ops_attention,

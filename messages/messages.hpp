@@ -78,6 +78,21 @@ typename Inspector::result_type inspect(Inspector& f, row_changed& x) {
   return f(caf::meta::type_name("row_changed"), x.cause);
 }
 
+/// GitLab said, through a webhook, that something this operation waits for happened: a pipeline
+/// reached a status, or its MR was merged or closed. The actor decides whether its current wait
+/// ends now (workflow::ends_wait); the MR is then read at once instead of at the next poll.
+struct gitlab_event {
+  enum kind : int { pipeline = 0, merge_request = 1 };
+  int what = pipeline;
+  std::string sha;     // pipeline: the commit it ran on
+  std::string status;  // pipeline: success, failed, running, ...
+  std::string action;  // merge request: merge, close, update, ...
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gitlab_event& x) {
+  return f(caf::meta::type_name("gitlab_event"), x.what, x.sha, x.status, x.action);
+}
+
 // -- inspection
 
 struct inspect_request {};
@@ -106,4 +121,5 @@ CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_loaded))
 CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::row_changed))
 CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::inspect_request))
 CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::actor_snapshot))
+CAF_ADD_TYPE_ID(changeflow, (changeflow::messages::gitlab_event))
 CAF_END_TYPE_ID_BLOCK(changeflow)

@@ -12,7 +12,12 @@ using detail::rs_ptr;
 using workflow::step;
 
 std::string_view to_string(callback_kind k) {
-  return k == callback_kind::approval ? "approval" : "deploy";
+  switch (k) {
+    case callback_kind::approval: return "approval";
+    case callback_kind::deploy: return "deploy";
+    case callback_kind::gitlab: return "gitlab";
+  }
+  return "deploy";
 }
 
 std::string_view to_string(callback_outcome o) {
@@ -130,6 +135,68 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
     auto applied = detail::apply_transition(conn, req);
     if (!applied.ok()) return R::failure(applied.error);  // cannot happen under the row lock; rolled back
     return finish({callback_outcome::APPLIED, target, applied.value});
+  });
+}
+
+namespace {
+std::string gitlab_ledger_key(const std::string& delivery_id) {
+  return "gitlab:" + delivery_id;
+}
+}  // namespace
+
+db_result<record_outcome> record_gitlab_delivery(session s, const std::string& delivery_id,
+                                                 const std::string& payload_json,
+                                                 const std::optional<merge_commit>& merged) {
+  using R = db_result<record_outcome>;
+  return guarded<record_outcome>(s, [&](sql::Connection& conn) -> R {
+    detail::transaction tx(conn);
+    auto ins = ledger_insert(conn, gitlab_ledger_key(delivery_id), callback_kind::gitlab, "", payload_json);
+    if (!detail::insert_unless_duplicate(*ins)) {
+      tx.rollback();
+      auto pending = prepare(conn, "SELECT outcome = 'PENDING' FROM callback_ledger WHERE delivery_id = ?");
+      pending->setString(1, gitlab_ledger_key(delivery_id));
+      rs_ptr rs(pending->executeQuery());
+      bool unapplied = rs->next() && rs->getBoolean(1);
+      return R::success(unapplied ? record_outcome::duplicate_unapplied : record_outcome::duplicate);
+    }
+    if (merged) {
+      auto mc = prepare(conn, "INSERT IGNORE INTO gitlab_merge_commit (project, sha, mr_iid) VALUES (?, ?, ?)");
+      mc->setString(1, merged->project);
+      mc->setString(2, merged->sha);
+      mc->setInt64(3, merged->mr_iid);
+      mc->executeUpdate();
+    }
+    tx.commit();
+    return R::success(record_outcome::inserted);
+  });
+}
+
+db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
+    auto st = prepare(conn,
+                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
+                      "AND outcome = 'PENDING'");
+    st->setString(1, std::string(outcome));
+    st->setString(2, gitlab_ledger_key(delivery_id));
+    st->executeUpdate();
+    return db_result<done>::success({});
+  });
+}
+
+db_result<std::optional<std::int64_t>> mr_of_merge_commit(session s, const std::string& project,
+                                                          const std::string& sha) {
+  using V = std::optional<std::int64_t>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    // A prefix match serves GitLab's short_sha; the caller passes hex digits only, so LIKE has no
+    // wildcard of the sender's making. Two rows: an ambiguous prefix matches nothing.
+    auto st = prepare(conn, "SELECT mr_iid FROM gitlab_merge_commit WHERE project = ? AND sha LIKE ? LIMIT 2");
+    st->setString(1, project);
+    st->setString(2, sha + "%");
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return db_result<V>::success(std::nullopt);
+    auto iid = rs->getInt64("mr_iid");
+    if (rs->next()) return db_result<V>::success(std::nullopt);
+    return db_result<V>::success(iid);
   });
 }
 

@@ -14,7 +14,7 @@
 
 namespace changeflow::persistence {
 
-enum class callback_kind { approval, deploy };
+enum class callback_kind { approval, deploy, gitlab };
 /// ID_REUSED: the delivery id was seen before for another operation (an approval system that
 /// restarted and reissued ids): refused loudly and recorded for that operation, never taken for a
 /// duplicate of the first one.
@@ -52,5 +52,31 @@ struct deploy_callback_in {
   std::string status;                             // as sent by the deploy pipeline, e.g. "success"
   std::optional<std::string> operation_ids_json;  // JSON array when the sender knows them
 };
+
+// -- GitLab's own webhooks (Pipeline and Merge Request Hooks; Deployment Hooks go through the
+// deploy delivery above)
+
+/// A merge event's MR and the commit it merged as, kept so a Deployment Hook (which names only the
+/// deployed commit) finds its MR.
+struct merge_commit {
+  std::string project;
+  std::string sha;
+  std::int64_t mr_iid = 0;
+};
+
+/// One transaction: the ledger row (kind gitlab, key "gitlab:<delivery_id>", PENDING) and, for a
+/// merge event, the merge commit. A repeated delivery id writes nothing: `duplicate`, or
+/// `duplicate_unapplied` while the first copy's outcome is still PENDING.
+db_result<record_outcome> record_gitlab_delivery(session s, const std::string& delivery_id,
+                                                 const std::string& payload_json,
+                                                 const std::optional<merge_commit>& merged);
+
+/// The classified outcome on a gitlab ledger row (the first classification wins).
+db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome);
+
+/// The MR a merge event recorded for `sha` in `project` (a full sha, or a prefix of at least 8
+/// hex digits as GitLab's `short_sha`); nullopt when none was recorded or the prefix is ambiguous.
+db_result<std::optional<std::int64_t>> mr_of_merge_commit(session s, const std::string& project,
+                                                          const std::string& sha);
 
 }  // namespace changeflow::persistence

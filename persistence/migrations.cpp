@@ -33,6 +33,8 @@ std::vector<std::string> schema_v9();
 std::vector<std::string> schema_v10();
 // Migration 11: a change and its revert name each other (operation.revert_of, operation.reverted_by).
 std::vector<std::string> schema_v11();
+// Migration 12: merge commit -> MR per project (a Deployment Hook names only the commit).
+std::vector<std::string> schema_v12();
 // Migration 13: failed attempts and the last external error per step (retries are durable).
 std::vector<std::string> schema_v13();
 
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {9, "notification subscriptions and delivery outbox", schema_v9()},
       {10, "creation event trigger: one timeline writer", schema_v10()},
       {11, "revert links", schema_v11()},
+      {12, "merge commits of GitLab merge events", schema_v12()},
       {13, "failed attempts and last external error per step", schema_v13()},
   };
   return migrations;

@@ -130,16 +130,12 @@ deploy_intake take_deploy(persistence::session db, actors::services& svc, delive
   const auto& cb = d.cb;
   deploy_intake out;
   // A copy of a delivery this process is applying right now: answered at once, nothing read.
-  if (!claims.claim(cb.delivery_id)) {
+  delivery_claims::scoped claim(claims, cb.delivery_id);
+  if (!claim.held()) {
     count_callback(*svc.metrics, "deploy", "DUPLICATE");
     out.status = deploy_intake_status::duplicate;
     return out;
   }
-  struct release_claim {
-    delivery_claims& c;
-    std::string id;
-    ~release_claim() { c.release(id); }
-  } held{claims, cb.delivery_id};
   // Durable before anything else: the MR number (watermark) and the ledger row commit together.
   auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);
   if (!recorded.ok()) {

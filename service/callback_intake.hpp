@@ -51,6 +51,23 @@ class delivery_claims {
   bool claim(const std::string& id);
   void release(const std::string& id);
 
+  /// A claim released when it goes out of scope; `held()` is false when another copy holds the id.
+  class scoped {
+   public:
+    scoped(delivery_claims& claims, std::string id) : claims_(claims), id_(std::move(id)), held_(claims.claim(id_)) {}
+    ~scoped() {
+      if (held_) claims_.release(id_);
+    }
+    scoped(const scoped&) = delete;
+    scoped& operator=(const scoped&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    delivery_claims& claims_;
+    std::string id_;
+    bool held_;
+  };
+
  private:
   std::mutex mutex_;
   std::set<std::string> ids_;

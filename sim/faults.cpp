@@ -20,7 +20,8 @@ std::optional<fault> parse_fault(const json& j, std::string& error) {
                                               "pipeline_fail",
                                               "pipeline_hang",
                                               "approval_callback",
-                                              "deploy_callback"};
+                                              "deploy_callback",
+                                              "gitlab_webhook"};
   if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string()) {
     error = "a fault needs a string 'kind'";
     return std::nullopt;
@@ -55,8 +56,10 @@ std::optional<fault> parse_fault(const json& j, std::string& error) {
   }
   static const std::set<std::string> approval_modes = {"duplicate", "delay", "reorder", "old_operation", "drop"};
   static const std::set<std::string> deploy_modes = {"drop", "no_operation_ids", "failed", "duplicate"};
+  static const std::set<std::string> webhook_modes = {"drop", "duplicate", "reorder", "unknown_project", "forged"};
   if ((f.kind == "approval_callback" && !approval_modes.count(f.mode)) ||
-      (f.kind == "deploy_callback" && !deploy_modes.count(f.mode))) {
+      (f.kind == "deploy_callback" && !deploy_modes.count(f.mode)) ||
+      (f.kind == "gitlab_webhook" && !webhook_modes.count(f.mode))) {
     error = "unknown mode '" + f.mode + "' for " + f.kind;
     return std::nullopt;
   }

@@ -20,6 +20,10 @@
 //   pipeline_fail | pipeline_hang           the next pipeline of the MR fails / never finishes
 //   approval_callback {mode: duplicate|delay|reorder|old_operation|drop, delay_ms?, operation_id?}
 //   deploy_callback {mode: drop|no_operation_ids|failed|duplicate}
+//   gitlab_webhook {mode: drop|duplicate|reorder|unknown_project|forged}, endpoint pipeline_hook |
+//     merge_request_hook | deployment_hook: the hook is not sent / sent `copies` times with one
+//     event UUID / (pipeline) followed by a stale "running" of the same pipeline / also sent as
+//     an event of a project the receiver does not know / also sent with a wrong X-Gitlab-Token
 //   duplicate (both kinds) {copies? = 2, concurrent? = false, gap_ms? = 0}: the same delivery
 //     `copies` times; concurrent sends them from separate threads at once (copy k starts k * gap_ms
 //     later), as a sender whose retry overlaps its first attempt or two sender replicas do.

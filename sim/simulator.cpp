@@ -42,6 +42,18 @@ std::map<std::string, std::int64_t> parse_token_map(const std::string& spec) {
   return out;
 }
 
+std::map<std::string, std::string> parse_secret_map(const std::string& spec) {
+  std::map<std::string, std::string> out;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ';')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) return {};
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
 std::map<std::string, std::vector<std::string>> parse_project_map(const std::string& spec) {
   std::map<std::string, std::vector<std::string>> out;
   std::stringstream in(spec);
@@ -390,7 +402,7 @@ struct simulator::impl {
       p.outcome = "hang";
     pipelines[p.id] = p;
     mr.pipelines.push_back(p.id);
-    (void)project_name;
+    send_pipeline_hooks(project_name, mr, p, at);
     return p.id;
   }
 
@@ -752,7 +764,10 @@ struct simulator::impl {
         land(proj, project_name, *mr);
       }
       // GitLab ignores an impossible transition (closing a merged MR) and answers with the MR as is.
-      if (state_event == "close" && mr->state == "opened") mr->state = "closed";
+      if (state_event == "close" && mr->state == "opened") {
+        mr->state = "closed";
+        send_mr_hook(project_name, *mr, "close");
+      }
       out.res = json_response(200, mr_json(project_name, *mr, now));
     } else if (endpoint == "get_approvals") {
       out.res = json_response(200, approvals_json(*mr, *user));
@@ -1016,7 +1031,143 @@ struct simulator::impl {
     move_head(proj, mr.target, *mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'",
               std::move(merged));
     ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
+    send_mr_hook(project_name, mr, "merge");
     schedule_deploy(project_name, mr);
+  }
+
+  // ---- GitLab's own webhooks (Pipeline, Merge Request and Deployment Hooks), per project
+
+  json project_json(const std::string& project_name) const {
+    auto p = projects.find(project_name);
+    return {{"id", p == projects.end() ? 0 : p->second.id},
+            {"name", project_name.substr(project_name.rfind('/') + 1)},
+            {"path_with_namespace", project_name},
+            {"web_url", "http://sim/" + project_name}};
+  }
+
+  /// Queues one hook with GitLab's headers, applying the gitlab_webhook fault of `endpoint`.
+  /// `stale` (reorder): a body sent after the real one, as an older event arriving late.
+  /// Called with the mutex held.
+  void send_hook(const std::string& project_name, const std::string& endpoint, const std::string& event,
+                 const std::string& subject, json body, ms delay, const json& stale = json()) {
+    auto secret = opts.webhook_secrets.find(project_name);
+    if (opts.webhook_url.empty() || secret == opts.webhook_secrets.end()) return;
+    auto f = faults.take("gitlab_webhook", endpoint, subject);
+    std::string mode = f ? f->mode : "";
+    if (mode == "drop") {
+      ++counters.callbacks[endpoint + "_dropped"];
+      return;
+    }
+    auto headers_for = [&](const std::string& uuid, const std::string& token) -> headers_type {
+      return {{"X-Gitlab-Event", event},
+              {"X-Gitlab-Token", token},
+              {"X-Gitlab-Event-UUID", uuid},
+              {"Idempotency-Key", uuid}};
+    };
+    auto uuid = next_uuid();
+    int copies = mode == "duplicate" ? f->copies : 1;
+    ms step(0);
+    for (int k = 0; k < copies; ++k) {
+      // Same event UUID each time: a redelivery, not a new event.
+      deliver(opts.webhook_url, body.dump(), headers_for(uuid, secret->second), endpoint, delay + step, 1);
+      step += ms(20);
+    }
+    if (mode == "reorder" && !stale.is_null()) {
+      deliver(opts.webhook_url, stale.dump(), headers_for(next_uuid(), secret->second), endpoint, delay + step, 1);
+      step += ms(20);
+    }
+    if (mode == "unknown_project") {
+      json other = body;
+      other["project"] = project_json("unknown/" + project_name);
+      deliver(opts.webhook_url, other.dump(), headers_for(next_uuid(), secret->second), endpoint + "_unknown",
+              delay + step, 1);
+      step += ms(20);
+    }
+    if (mode == "forged") {
+      // One attempt only: a 401 is final for a forged sender.
+      deliver(opts.webhook_url, body.dump(), headers_for(next_uuid(), secret->second + "-forged"), endpoint + "_forged",
+              delay + step, opts.callback_attempts);
+    }
+  }
+
+  /// The MR as a pipeline hook's `merge_request` and a merge request hook's `object_attributes` show it.
+  static json mr_hook_attributes(const std::string& project_name, const sim_mr& mr) {
+    return {{"id", mr.id},
+            {"iid", mr.iid},
+            {"title", mr.title},
+            {"source_branch", mr.source},
+            {"target_branch", mr.target},
+            {"state", mr.state},
+            {"url", "http://sim/" + project_name + "/-/merge_requests/" + std::to_string(mr.iid)}};
+  }
+
+  json pipeline_hook_body(const std::string& project_name, const sim_mr& mr, const sim_pipeline& p,
+                          const std::string& status) const {
+    return {{"object_kind", "pipeline"},
+            {"object_attributes",
+             {{"id", p.id},
+              {"iid", p.id - 4999},
+              {"ref", p.ref},
+              {"sha", p.sha},
+              {"source", "merge_request_event"},
+              {"status", status},
+              {"detailed_status", status},
+              {"finished_at", status == "running" ? json() : json(iso_now())}}},
+            {"merge_request", mr_hook_attributes(project_name, mr)},
+            {"project", project_json(project_name)}};
+  }
+
+  /// A pipeline's hooks: "running" when it starts, its final status when it finishes (never, for
+  /// a hanging one). Called with the mutex held.
+  void send_pipeline_hooks(const std::string& project_name, const sim_mr& mr, const sim_pipeline& p,
+                           clock_type::time_point started) {
+    if (opts.webhook_url.empty() || !opts.webhook_secrets.count(project_name)) return;
+    auto now = clock_type::now();
+    auto running = pipeline_hook_body(project_name, mr, p, "running");
+    send_hook(project_name, "pipeline_hook", "Pipeline Hook", mr.subject(), running, ms(0));
+    if (p.outcome == "hang") return;
+    auto finish = std::chrono::duration_cast<ms>(started + opts.pipeline_duration - now);
+    // The hook leaves once the pipeline reads as finished (GitLab sends it after the status changed).
+    send_hook(project_name, "pipeline_hook", "Pipeline Hook", mr.subject(),
+              pipeline_hook_body(project_name, mr, p, p.outcome), std::max(ms(0), finish) + ms(5), running);
+  }
+
+  json mr_hook_body(const std::string& project_name, const sim_mr& mr, const std::string& action) const {
+    return {{"object_kind", "merge_request"},
+            {"event_type", "merge_request"},
+            {"project", project_json(project_name)},
+            {"object_attributes", [&] {
+               auto a = mr_hook_attributes(project_name, mr);
+               a["action"] = action;
+               a["merge_commit_sha"] = mr.merge_commit_sha ? json(*mr.merge_commit_sha) : json();
+               a["last_commit"] = {{"id", mr.sha}};
+               return a;
+             }()}};
+  }
+
+  void send_mr_hook(const std::string& project_name, const sim_mr& mr, const std::string& action) {
+    send_hook(project_name, "merge_request_hook", "Merge Request Hook", mr.subject(),
+              mr_hook_body(project_name, mr, action), ms(0));
+  }
+
+  /// The deploy pipeline's Deployment Hook for a merged MR: it names the deployed commit (the merge
+  /// commit), never the MR, as GitLab's does.
+  void send_deployment_hook(const std::string& project_name, const sim_mr& mr, const std::string& status) {
+    if (!mr.merge_commit_sha) return;
+    const auto& sha = *mr.merge_commit_sha;
+    json body = {{"object_kind", "deployment"},
+                 {"status", status},
+                 {"status_changed_at", iso_now()},
+                 {"deployment_id", next_pipeline_id++},
+                 {"deployable_id", next_pipeline_id++},
+                 {"environment", "production"},
+                 {"environment_tier", "production"},
+                 {"project", project_json(project_name)},
+                 {"short_sha", sha.substr(0, 8)},
+                 {"commit_url", "http://sim/" + project_name + "/-/commit/" + sha},
+                 {"commit_title", "Merge branch '" + mr.source + "' into '" + mr.target + "'"},
+                 {"ref", mr.target}};
+    send_hook(project_name, "deployment_hook", "Deployment Hook", mr.subject(), body, opts.pipeline_duration);
   }
 
   // ---- approval system
@@ -1160,9 +1311,11 @@ struct simulator::impl {
   }
 
   void schedule_deploy(const std::string& project_name, const sim_mr& mr) {
-    if (opts.deploy_callback_url.empty()) return;
+    // The deploy fault `failed` fails the deploy pipeline itself: both its reports say so.
     auto f = faults.take("deploy_callback", "deploy", mr.subject());
     std::string mode = f ? f->mode : "";
+    send_deployment_hook(project_name, mr, mode == "failed" ? "failed" : "success");
+    if (opts.deploy_callback_url.empty()) return;
     if (mode == "drop") return;
     json body = {{"deliveryId", next_uuid()},
                  {"project", project_name},

@@ -37,6 +37,10 @@ struct sim_options {
   /// branch on first use. Set: only these exist (others answer 404 Project Not Found), each with
   /// its own branches, MRs and MR numbers.
   std::map<std::string, std::vector<std::string>> projects;
+  /// GitLab's own webhooks: where to POST them, and each project's secret (X-Gitlab-Token). Only
+  /// the projects listed here send Pipeline, Merge Request and Deployment Hooks.
+  std::string webhook_url;
+  std::map<std::string, std::string> webhook_secrets;
 };
 
 class simulator {
@@ -60,6 +64,8 @@ class simulator {
 
 /// Parses "author-token=1,approver-1-token=101"; empty map when malformed.
 std::map<std::string, std::int64_t> parse_token_map(const std::string& spec);
+/// Parses "config/changes=secret-a;team/payments=secret-b"; empty map when malformed.
+std::map<std::string, std::string> parse_secret_map(const std::string& spec);
 /// Parses "config/changes=main;team/payments=main,release"; empty map when malformed.
 std::map<std::string, std::vector<std::string>> parse_project_map(const std::string& spec);
 

@@ -19,7 +19,9 @@ void usage() {
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
                "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n"
                "         [--projects config/changes=main;team/payments=main,release]  the GitLab projects and\n"
-               "           their branches (default: any project path, with a main branch)\n";
+               "           their branches (default: any project path, with a main branch)\n"
+               "         [--webhook-url URL --webhook-secrets config/changes=secret;team/payments=secret2]\n"
+               "           GitLab's Pipeline, Merge Request and Deployment Hooks for the listed projects\n";
 }
 
 bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::string& port_file) {
@@ -58,6 +60,14 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
         o.tokens = changeflow::sim::parse_token_map(value);
         if (o.tokens.empty()) {
           std::cerr << "--tokens: expected token=userid[,token=userid...]\n";
+          return false;
+        }
+      } else if (arg == "--webhook-url") {
+        o.webhook_url = value;
+      } else if (arg == "--webhook-secrets") {
+        o.webhook_secrets = changeflow::sim::parse_secret_map(value);
+        if (o.webhook_secrets.empty()) {
+          std::cerr << "--webhook-secrets: expected path=secret[;path=secret...]\n";
           return false;
         }
       } else if (arg == "--projects") {

@@ -7,12 +7,16 @@
 #include "config/test_hooks.hpp"
 #include "http/envelope.hpp"
 #include "http/handlers/callback_body.hpp"
+#include "http/handlers/gitlab_webhook_body.hpp"
 #include "http/middleware/error_mapping.hpp"
 #include "messages/messages.hpp"
 #include "persistence/audit_repo.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "service/callback_intake.hpp"
+#include "service/gitlab_webhook.hpp"
+
+#include <caf/send.hpp>
 
 namespace changeflow::http {
 
@@ -114,6 +118,72 @@ void deploy_callback(service_context& ctx, std::shared_ptr<service::delivery_cla
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
+service::gitlab_delivery::kind delivery_kind(gitlab_hook k) {
+  switch (k) {
+    case gitlab_hook::pipeline: return service::gitlab_delivery::kind::pipeline;
+    case gitlab_hook::merge_request: return service::gitlab_delivery::kind::merge_request;
+    case gitlab_hook::deployment: return service::gitlab_delivery::kind::deployment;
+    case gitlab_hook::other: break;
+  }
+  return service::gitlab_delivery::kind::other;
+}
+
+void gitlab_webhook(service_context& ctx, std::shared_ptr<service::delivery_claims> claims,
+                    const service::tell_batch_fn& tell_batch, http_server::request& req, http_server::responder reply) {
+  // Parsing: gitlab_webhook_body.hpp (pure). The secret is the project's, so the project is read
+  // first; every other field is judged only once the sender is authenticated.
+  auto hook = parse_gitlab_hook_body(req.body, req.header("x-gitlab-event-uuid"), req.header("idempotency-key"));
+  if (hook.project.empty()) return reply(outcome_response(api_outcome::bad_request, hook.error));
+  auto snap = ctx.config.current();
+  const auto* repo = snap->repositories().find(hook.project);
+  if (!repo) {
+    // Not ours (a hook left configured on another project): answered 2xx so GitLab does not
+    // disable the hook after repeated failures, and nothing is recorded.
+    count_callback(ctx.metrics, "gitlab", "IGNORED");
+    return reply(outcome_response("IGNORED", {{"reason", "unknown project"}}));
+  }
+  auto token = req.header("x-gitlab-token");
+  if (repo->webhook_secret.empty() || !token || !ids::constant_time_equal(*token, repo->webhook_secret)) {
+    count_callback(ctx.metrics, "gitlab", "UNAUTHENTICATED");
+    return reply(outcome_response(api_outcome::unauthenticated, {}, nullptr, "webhook token missing or invalid"));
+  }
+  if (!hook.error.empty()) return reply(outcome_response(api_outcome::bad_request, hook.error));
+  service::gitlab_delivery d;
+  d.what = delivery_kind(hook.kind);
+  d.delivery_id = hook.delivery_id;
+  d.project = hook.project;
+  d.mr_iid = hook.mr_iid;
+  d.pipeline_id = hook.kind == gitlab_hook::deployment ? hook.deployment_id : hook.pipeline_id;
+  d.sha = hook.sha;
+  d.status = hook.status;
+  d.action = hook.action;
+  d.merge_commit_sha = hook.merge_commit_sha;
+  d.payload = std::move(hook.payload);
+  auto* svc = ctx.services;
+  // Callbacks' reserved share of the queue, as the other callbacks: GitLab gives up on a hook that
+  // keeps failing.
+  bool queued = ctx.db.try_submit(
+      [svc, claims, tell_batch, d = std::move(d), reply](persistence::db_context& db) {
+        auto r = service::take_gitlab_event(db, *svc, *claims, d, tell_batch);
+        switch (r.status) {
+          case service::gitlab_intake_status::duplicate: return reply(outcome_response("DUPLICATE"));
+          case service::gitlab_intake_status::record_failed:
+            return reply(
+                internal_error("database: " + r.error.message, r.error.outcome == db_outcome::retryable ? 503 : 500));
+          case service::gitlab_intake_status::apply_failed:
+            return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
+          case service::gitlab_intake_status::answered: break;
+        }
+        nlohmann::json extra = {{"delivered", r.delivered}};
+        if (d.what == service::gitlab_delivery::kind::deployment) {
+          extra = {{"matched", r.deploy.matched}, {"validated", r.deploy.validated}, {"failed", r.deploy.failed}};
+        }
+        reply(outcome_response(r.outcome, extra));
+      },
+      persistence::db_pool::lane::reserved);
+  if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
+}
+
 /// POST /api/v1/ops/reconcile: one reconciliation run now, the same code the timer runs; answers
 /// what it did. Overlapping with a timer run is safe (mark_validated flips exactly once).
 /// Every run is audited with its result (like every operator action): who ran it and what it did.
@@ -170,6 +240,19 @@ void add_callback_routes(router& r, service_context& ctx) {
   r.add({routes::deploy_callback, [&ctx, claims = std::make_shared<service::delivery_claims>()](
                                       http_server::request& req, const path_params&, http_server::responder reply) {
            deploy_callback(ctx, claims, req, std::move(reply));
+         }});
+}
+
+void add_gitlab_webhook_route(router& r, service_context& ctx, std::optional<actors::batch_coordinator> batch) {
+  service::tell_batch_fn tell_batch;
+  if (batch) {
+    tell_batch = [coordinator = *batch](const std::string& project, std::int64_t mr_iid) {
+      caf::anon_send(coordinator, actors::batch_webhook_atom::value, project, mr_iid);
+    };
+  }
+  r.add({routes::gitlab_webhook, [&ctx, claims = std::make_shared<service::delivery_claims>(), tell_batch](
+                                     http_server::request& req, const path_params&, http_server::responder reply) {
+           gitlab_webhook(ctx, claims, tell_batch, req, std::move(reply));
          }});
 }
 

@@ -1,5 +1,8 @@
 #pragma once
+#include "actors/batch_coordinator.hpp"
 #include "http/api.hpp"
+
+#include <optional>
 
 namespace changeflow::http {
 /// POST /api/v1/callbacks/approval and /api/v1/callbacks/deploy. Every authenticated, well-formed
@@ -8,6 +11,12 @@ namespace changeflow::http {
 /// DEPLOY_FAILED); counted as changeflow_callbacks_total{kind,outcome}. Unauthenticated -> 401,
 /// nothing recorded. See docs/callbacks.md.
 void add_callback_routes(router& r, service_context& ctx);
+
+/// POST /api/v1/webhooks/gitlab: GitLab's Pipeline, Merge Request and Deployment Hooks. The project
+/// (project.path_with_namespace) must be a configured repository (else 2xx IGNORED, counted) and
+/// X-Gitlab-Token its webhook_secret (else 401, counted, nothing recorded); deduplicated by
+/// X-Gitlab-Event-UUID, durable before the 2xx. See service/gitlab_webhook.hpp, docs/callbacks.md.
+void add_gitlab_webhook_route(router& r, service_context& ctx, std::optional<actors::batch_coordinator> batch);
 
 /// POST /api/v1/ops/reconcile: runs one reconciliation pass now (the timer's code, on the db pool)
 /// and answers {trigger, scanned, validated, alreadyValidated, waiting, failed, watermark}.

@@ -13,6 +13,10 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
                                    "--callback-delay-ms",    "30",
                                    "--pipeline-duration-ms", "60",
                                    "--rebase-duration-ms",   "30"};
+  // "{service}" in a sim argument is this service's base URL (webhook and callback URLs).
+  for (auto& a : sim_args) {
+    for (auto pos = a.find("{service}"); pos != std::string::npos; pos = a.find("{service}")) a.replace(pos, 9, base);
+  }
   args.insert(args.end(), sim_args.begin(), sim_args.end());
   sim_ = std::make_unique<sim_process>(dir_, args);
   const auto& s = db_.settings();

@@ -15,7 +15,8 @@ namespace changeflow::testing {
 
 class flow_env {
  public:
-  /// `config` is merged over the test defaults: fast polls, sim URLs, test_secrets(), user writes
+  /// `sim_args` follow the defaults (a repeated option wins); "{service}" in one is replaced by
+  /// changeflowd's base URL. `config` is merged over the test defaults: fast polls, sim URLs, test_secrets(), user writes
   /// open (access.mode OPEN) and anonymous use allowed (auth.required false).
   explicit flow_env(const nlohmann::json& config = nlohmann::json::object(), std::vector<std::string> sim_args = {});
 

@@ -1,6 +1,8 @@
 #pragma once
 // A plain blocking HTTP/1.1 client for tests: one request per call, its own connection, a deadline.
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -17,6 +19,18 @@ struct http_result {
   std::string header(const std::string& lower_name) const {
     auto it = headers.find(lower_name);
     return it == headers.end() ? std::string() : it->second;
+  }
+  /// The body parsed as JSON; an empty object when it is not JSON.
+  nlohmann::json json_body() const {
+    auto j = nlohmann::json::parse(body, nullptr, false);
+    return j.is_discarded() ? nlohmann::json::object() : j;
+  }
+  /// `data.outcome` of an enveloped answer (callbacks, webhooks); "" when absent.
+  std::string outcome() const {
+    auto j = json_body();
+    return j.contains("data") && j["data"].contains("outcome") && j["data"]["outcome"].is_string()
+               ? j["data"]["outcome"].get<std::string>()
+               : std::string();
   }
 };
 
