@@ -171,16 +171,37 @@ db_result<record_outcome> record_gitlab_delivery(session s, const std::string& d
   });
 }
 
-db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome) {
+db_result<done> set_ledger_outcome(session s, const std::string& ledger_key, std::string_view outcome,
+                                   const std::vector<std::string>& operation_ids) {
   return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
+    std::optional<detail::transaction> tx;
+    if (!operation_ids.empty()) tx.emplace(conn);
+    // First classification wins: a redelivery that applied a PENDING delivery again does not
+    // overwrite the outcome its first application recorded.
     auto st = prepare(conn,
                       "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
                       "AND outcome = 'PENDING'");
     st->setString(1, std::string(outcome));
-    st->setString(2, gitlab_ledger_key(delivery_id));
-    st->executeUpdate();
+    st->setString(2, ledger_key);
+    const bool first = st->executeUpdate() == 1;
+    if (first && tx) {
+      auto link = prepare(conn,
+                          "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, ? FROM "
+                          "callback_ledger WHERE delivery_id = ?");
+      for (const auto& id : operation_ids) {
+        link->setString(1, id);
+        link->setString(2, ledger_key);
+        link->executeUpdate();
+      }
+    }
+    if (tx) tx->commit();
     return db_result<done>::success({});
   });
+}
+
+db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome,
+                                   const std::vector<std::string>& operation_ids) {
+  return set_ledger_outcome(s, gitlab_ledger_key(delivery_id), outcome, operation_ids);
 }
 
 db_result<std::optional<std::int64_t>> mr_of_merge_commit(session s, const std::string& project,

@@ -72,7 +72,14 @@ db_result<record_outcome> record_gitlab_delivery(session s, const std::string& d
                                                  const std::optional<merge_commit>& merged);
 
 /// The classified outcome on a gitlab ledger row (the first classification wins).
-db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome);
+db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome,
+                                   const std::vector<std::string>& operation_ids = {});
+
+/// The classified outcome on a PENDING ledger row (only the first classification counts) and, in the
+/// same transaction, the operations the delivery was routed to (callback_operation), so the change
+/// page lists every delivery that concerned the change.
+db_result<done> set_ledger_outcome(session s, const std::string& ledger_key, std::string_view outcome,
+                                   const std::vector<std::string>& operation_ids);
 
 /// The MR a merge event recorded for `sha` in `project` (a full sha, or a prefix of at least 8
 /// hex digits as GitLab's `short_sha`); nullopt when none was recorded or the prefix is ambiguous.

@@ -1,5 +1,7 @@
 #include "persistence/reconcile_repo.hpp"
 
+#include "persistence/callback_repo.hpp"
+
 #include <optional>
 
 #include "persistence/sql_util.hpp"
@@ -96,30 +98,7 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
 
 db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome,
                                    const std::vector<std::string>& operation_ids) {
-  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
-    std::optional<detail::transaction> tx;
-    if (!operation_ids.empty()) tx.emplace(conn);
-    // First classification wins: a redelivery that applied a PENDING delivery again does not
-    // overwrite the outcome its first application recorded.
-    auto st = prepare(conn,
-                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
-                      "AND outcome = 'PENDING'");
-    st->setString(1, std::string(to_string(outcome)));
-    st->setString(2, deploy_ledger_key(delivery_id));
-    const bool first = st->executeUpdate() == 1;
-    if (first && tx) {
-      auto link = prepare(conn,
-                          "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, ? FROM "
-                          "callback_ledger WHERE delivery_id = ?");
-      for (const auto& id : operation_ids) {
-        link->setString(1, id);
-        link->setString(2, deploy_ledger_key(delivery_id));
-        link->executeUpdate();
-      }
-    }
-    if (tx) tx->commit();
-    return db_result<done>::success({});
-  });
+  return set_ledger_outcome(s, deploy_ledger_key(delivery_id), to_string(outcome), operation_ids);
 }
 
 db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::string& project) {

@@ -92,6 +92,7 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
   }
 
   const auto signal = signal_of(d);
+  std::vector<std::string> concerned;  // listed with the delivery on each change's page
   const bool may_wait = d.what == gitlab_delivery::kind::pipeline || d.what == gitlab_delivery::kind::merge_request;
   if (may_wait && workflow::worth_delivering(signal)) {
     if (d.mr_iid) {
@@ -103,6 +104,7 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
       }
       bool batch_mr = false;
       for (const auto& op : ops.value) {
+        concerned.push_back(op.operation_id);
         batch_mr = batch_mr || op.step == workflow::step::BATCH_CLAIMED;
         if (auto actor = svc.actors->find(op.operation_id)) {
           caf::anon_send(caf::actor_cast<actors::request_actor>(*actor), signal);
@@ -120,6 +122,7 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
       auto live = svc.actors->list(
           [&](const actors::live_summary& s) { return s.repository == d.project && s.mr_sha == d.sha; }, 16);
       for (const auto& s : live) {
+        concerned.push_back(s.operation_id);
         if (auto actor = svc.actors->find(s.operation_id)) {
           caf::anon_send(caf::actor_cast<actors::request_actor>(*actor), signal);
           ++out.delivered;
@@ -129,7 +132,7 @@ gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, 
   }
   out.status = gitlab_intake_status::answered;
   out.outcome = out.delivered > 0 ? delivered : ignored;
-  auto set = persistence::set_gitlab_outcome(db, d.delivery_id, out.outcome);
+  auto set = persistence::set_gitlab_outcome(db, d.delivery_id, out.outcome, concerned);
   if (!set.ok()) {
     log::warn("webhook.gitlab_outcome_not_recorded", {{"delivery_id", d.delivery_id}, {"error", set.error.message}});
   }

@@ -14,6 +14,7 @@ import { renderOverview } from './pages/overview';
 import { renderOperations } from './pages/operations';
 import { renderOperation } from './pages/operation';
 import { renderAudit } from './pages/audit';
+import { renderNotifications } from './pages/notifications';
 import { renderBatches } from './pages/batches';
 
 declare global {
@@ -56,6 +57,7 @@ const routes: { pattern: RegExp; keys: string[]; page: Page; poll: boolean }[] =
   { pattern: /^\/operations\/([0-9a-fA-F-]{36})\/?$/, keys: ['id'], page: renderOperation, poll: true },
   { pattern: /^\/batches\/?$/, keys: [], page: renderBatches, poll: true },
   { pattern: /^\/audit\/?$/, keys: [], page: renderAudit, poll: true },
+  { pattern: /^\/notifications\/?$/, keys: [], page: renderNotifications, poll: true },
   // Lazy chunk: the config page loads on demand (and shows the stale-asset recovery in action).
   {
     pattern: /^\/config\/?$/,
@@ -220,6 +222,7 @@ function shell(): void {
     h('a', { href: '/console/overview', 'data-nav': '1' }, 'Overview'),
     h('a', { href: '/console/operations', 'data-nav': '1' }, 'Changes'),
     h('a', { href: '/console/batches', 'data-nav': '1' }, 'Batches'),
+    h('a', { href: '/console/notifications', 'data-nav': '1' }, 'Notifications'),
     h('a', { href: '/console/audit', 'data-nav': '1' }, 'Audit'),
     h('a', { href: '/console/config', 'data-nav': '1', id: 'nav-config' }, 'Config'));
   const app = document.getElementById('app')!;

@@ -336,7 +336,9 @@ async function lists(page) {
   const total = await page.locator('#op-total').innerText();
   if (!total.startsWith('2 change(s) match (not ended only)')) fail('the total does not say what it counts: ' + total);
   // The reason column says in words what each waits for.
-  const reasons = (await rowsOf(page, '#op-table')).map((r) => r[5]);
+  const reasons = (await rowsOf(page, '#op-table')).map((r) => r[6]);
+  const places = (await rowsOf(page, '#op-table')).map((r) => r[3]);
+  if (!places.every((p) => p === 'config/changes → main')) fail('the repository and branch are not shown: ' + JSON.stringify(places));
   if (!reasons.every((r) => r && r.length > 10 && r !== 'ended')) fail('a waiting change has no reason: ' + JSON.stringify(reasons));
   await shot(page, 'active');
   // All changes, oldest update first, then newest first: the same rows in reverse.
@@ -376,7 +378,25 @@ async function lists(page) {
   console.log('PASS lists: active-only default, order toggle, phase dropdown, reasons, bulk dry run first');
 }
 
-const scenarios = { lists, retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
+async function notifications(page) {
+  await signIn(page);
+  await page.goto(CONSOLE_URL + 'notifications');
+  await page.locator('#notify-table').waitFor();
+  // The subscriber answers 404: its deliveries stay PENDING, with their attempts and last answer shown.
+  await page.waitForFunction((id) => [...document.querySelectorAll('#notify-table tbody tr')].some((r) =>
+    r.querySelector('a.op-link')?.dataset.op === id && r.children[3].textContent === 'PENDING' &&
+    Number(r.children[5].textContent) >= 1 && r.children[6].textContent.includes('404')), env.OP_ID);
+  const counts = await page.locator('#notify-counts').innerText();
+  if (!/PENDING [1-9]/.test(counts)) fail('the pending count is not shown: ' + counts);
+  await shot(page, 'pending');
+  await page.click('#notify-counts a[data-state="DELIVERED"]');
+  await page.waitForFunction(() => location.search.includes('state=DELIVERED'));
+  await page.waitForFunction(() => !!document.querySelector('#notify-table') &&
+    [...document.querySelectorAll('#notify-table tbody tr')].every((r) => r.children[3].textContent === 'DELIVERED'));
+  console.log('PASS notifications: a failing subscriber\'s deliveries listed PENDING with attempts and the 404; state filter');
+}
+
+const scenarios = { notifications, lists, retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
 if (!scenarios[SCENARIO]) {
   console.error('FAIL: unknown SCENARIO ' + SCENARIO);
   process.exit(1);

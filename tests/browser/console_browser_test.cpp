@@ -258,4 +258,18 @@ TEST_F(ConsoleBrowser, ListsForTriageAndABulkActionCountedFirst) {
   EXPECT_EQ(env->get_change(done)["phase"], "VALIDATED");
 }
 
+TEST_F(ConsoleBrowser, NotificationsPageShowsAFailingSubscribersDeliveries) {
+  start({{"notifications", {{"dispatch_interval_ms", 100}, {"retry_base_ms", 200}, {"retry_cap_ms", 1000}}}});
+  ASSERT_TRUE(env);
+  // A subscriber that always answers 404 (a path changeflowd does not serve): nothing is delivered.
+  const std::string url = "http://127.0.0.1:" + std::to_string(env->port()) + "/no-such-subscriber";
+  auto created = http_call("127.0.0.1", env->port(), "POST", "/api/v1/subscriptions",
+                           json{{"subject", "svc-owner"}, {"url", url}, {"secret", "browser-subscriber-secret"}}.dump(),
+                           {{"Content-Type", "application/json"}});
+  ASSERT_EQ(created.status, 201) << created.body;
+  auto id = submit_ok("browser-notify change", "svc-b-notify");
+  ASSERT_EQ(env->wait_for_phase(id, "VALIDATED")["phase"], "VALIDATED");
+  EXPECT_EQ(run_spec("notifications", {{"OP_ID", id}}), 0);
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 // timelines (what moved) and the callback ledger (what was recorded).
 
 #include "tests/support/flow_env.hpp"
+#include "tests/support/jwt_token.hpp"
 
 #include <gtest/gtest.h>
 
@@ -114,7 +115,10 @@ std::string mr_head(flow_env& env, const std::string& project, std::int64_t iid)
 // Pipeline Hook, so it reads GitLab less often than the polled one, whose every poll is a read.
 TEST(GitlabWebhooks, AChangeNeedsFewerGitlabReadsWithWebhooks) {
   // A pipeline long enough for the polled change to poll several times (40 ms, then 200 ms).
-  flow_env env(two_repositories(30000), sim_args({"--pipeline-duration-ms", "1500"}));
+  constexpr const char* jwt_secret = "webhooks-test-secret";
+  auto config = two_repositories(30000);
+  config["auth"] = {{"jwt_secret", jwt_secret}};
+  flow_env env(config, sim_args({"--pipeline-duration-ms", "1500"}));
   auto with_hooks = submit_to(env, hooked, "hooked change", "svc-a");
   auto without = submit_to(env, polled, "polled change", "svc-b");
   for (const auto& id : {with_hooks, without}) {
@@ -129,6 +133,15 @@ TEST(GitlabWebhooks, AChangeNeedsFewerGitlabReadsWithWebhooks) {
   EXPECT_LT(hooked_reads, polled_reads);
   // The hooks were what ended the waits (the slow poll is 30 s, far beyond this test's flow).
   EXPECT_GT(metric(env, "changeflow_callbacks_total", "kind=\"gitlab\",outcome=\"DELIVERED\""), 0);
+  // The change page lists the hooks routed to the change beside its approval and deploy deliveries.
+  auto page = http_call("127.0.0.1", env.port(), "GET", "/api/v1/ops/operations/" + with_hooks, "",
+                        {{"Authorization", "Bearer " + mint_hs256(jwt_secret, "alice")}});
+  ASSERT_EQ(page.status, 200) << page.body;
+  int delivered_hooks = 0;
+  const auto listed = page.json_body();
+  for (const auto& c : listed["data"]["callbacks"])
+    delivered_hooks += c["kind"] == "gitlab" && c["outcome"] == "DELIVERED";
+  EXPECT_GT(delivered_hooks, 0) << page.body;
 }
 
 // (2) Redelivered, stale, foreign and forged hooks move nothing.

@@ -100,7 +100,7 @@ export async function renderOperation(ctx: PageContext): Promise<PageResult> {
     h('h3', {}, 'Actions'), actions, lastOutcome ? (lastOutcome.cloneNode(true) as HTMLElement) : h('div', { id: 'action-outcome' }),
     h('h3', {}, 'Failed attempts per step'), stepAttempts,
     h('h3', {}, 'Timeline'), timeline,
-    h('h3', {}, 'Callbacks (approval and deploy)'), callbacks,
+    h('h3', {}, 'Callbacks (approval, deploy and GitLab webhooks)'), callbacks,
     h('h3', {}, 'Live actor'), liveActor(o));
   return { status: 200 };
 }

@@ -114,7 +114,7 @@ export async function renderOperations(ctx: PageContext): Promise<PageResult> {
   const items = r.body.data.items as any[];
   const rows = items.map((o) => [
     link(`/operations/${o.operationId}`, o.operationId.slice(0, 8), { class: 'op-link', 'data-op': o.operationId }),
-    o.title, `${o.subject} / ${o.target}`, `${o.step.name} (${o.step.code})`, h('span', { class: 'phase phase-' + o.phase }, o.phase),
+    o.title, `${o.subject} / ${o.target}`, `${o.repository} → ${o.targetBranch}`, `${o.step.name} (${o.step.code})`, h('span', { class: 'phase phase-' + o.phase }, o.phase),
     h('span', { class: 'reason' }, o.terminal ? 'ended' : o.waitsFor,
       o.lastError ? h('div', { class: 'err' }, errorLine(o.lastError, o.lastErrorStatus, o.lastErrorAtMs)) : null),
     o.mrUrl ? h('a', { href: o.mrUrl, target: '_blank', rel: 'noopener' }, '!' + o.mrIid) : '—', o.flow, o.ownerInstance ?? '—',
@@ -127,7 +127,7 @@ export async function renderOperations(ctx: PageContext): Promise<PageResult> {
   patchChildren(results, [
     h('p', { id: 'op-total', class: 'muted' },
       `${r.body.data.total} change(s) match${activeOnly(ctx.query) ? ' (not ended only)' : ''}; ${items.length} shown, ${order}.`),
-    table(['id', 'title', 'subject / target', 'step', 'phase', 'waits for / last error', 'MR', 'flow', 'owner', 'unchanged for', 'failed attempts'],
+    table(['id', 'title', 'subject / target', 'repository → branch', 'step', 'phase', 'waits for / last error', 'MR', 'flow', 'owner', 'unchanged for', 'failed attempts'],
       rows, { id: 'op-table' }),
     items.length === 0 ? h('p', { class: 'muted' }, 'No changes match.') : null,
     next ? link('/operations?' + nextQ.toString(), 'Next page →') : null,
