@@ -15,6 +15,7 @@ import { renderOperations } from './pages/operations';
 import { renderOperation } from './pages/operation';
 import { renderAudit } from './pages/audit';
 import { renderNotifications } from './pages/notifications';
+import { renderPreview } from './pages/preview';
 import { renderBatches } from './pages/batches';
 
 declare global {
@@ -58,6 +59,7 @@ const routes: { pattern: RegExp; keys: string[]; page: Page; poll: boolean }[] =
   { pattern: /^\/batches\/?$/, keys: [], page: renderBatches, poll: true },
   { pattern: /^\/audit\/?$/, keys: [], page: renderAudit, poll: true },
   { pattern: /^\/notifications\/?$/, keys: [], page: renderNotifications, poll: true },
+  { pattern: /^\/preview\/?$/, keys: [], page: renderPreview, poll: false },
   // Lazy chunk: the config page loads on demand (and shows the stale-asset recovery in action).
   {
     pattern: /^\/config\/?$/,
@@ -223,6 +225,7 @@ function shell(): void {
     h('a', { href: '/console/operations', 'data-nav': '1' }, 'Changes'),
     h('a', { href: '/console/batches', 'data-nav': '1' }, 'Batches'),
     h('a', { href: '/console/notifications', 'data-nav': '1' }, 'Notifications'),
+    h('a', { href: '/console/preview', 'data-nav': '1' }, 'Preview'),
     h('a', { href: '/console/audit', 'data-nav': '1' }, 'Audit'),
     h('a', { href: '/console/config', 'data-nav': '1', id: 'nav-config' }, 'Config'));
   const app = document.getElementById('app')!;

@@ -396,7 +396,27 @@ async function notifications(page) {
   console.log('PASS notifications: a failing subscriber\'s deliveries listed PENDING with attempts and the 404; state filter');
 }
 
-const scenarios = { notifications, lists, retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
+async function preview(page) {
+  await signIn(page);
+  await page.goto(CONSOLE_URL + 'preview');
+  await page.locator('#preview-body').waitFor();
+  const body = { subject: 'svc-owner', target: 'svc-b-preview', title: 'browser preview', files: [
+    { path: 'config/browser-preview.yaml', action: 'upsert', content: 'timeout: 30\n' }] };
+  await page.fill('#preview-body', JSON.stringify(body));
+  await page.click('#preview-run');
+  await page.locator('#preview-verdict').waitFor();
+  const verdict = await page.locator('#preview-verdict').innerText();
+  if (!verdict.startsWith('Valid')) fail('the preview is not valid: ' + verdict);
+  const diff = await page.locator('pre.diff').innerText();
+  if (!diff.includes('+timeout: 30') || !diff.includes('/dev/null')) fail('the diff of a new file is not shown: ' + diff);
+  await shot(page, 'diff');
+  await page.fill('#preview-body', '{"subject": ');
+  await page.click('#preview-run');
+  await page.waitForFunction(() => document.querySelector('#preview-result')?.textContent?.includes('not JSON'));
+  console.log('PASS preview: a new file previewed as valid with its diff; a broken body refused in the page');
+}
+
+const scenarios = { preview, notifications, lists, retrigger, 'stale-asset': staleAsset, attention, 'change-page': changePage, tabs, actions };
 if (!scenarios[SCENARIO]) {
   console.error('FAIL: unknown SCENARIO ' + SCENARIO);
   process.exit(1);

@@ -272,4 +272,21 @@ TEST_F(ConsoleBrowser, NotificationsPageShowsAFailingSubscribersDeliveries) {
   EXPECT_EQ(run_spec("notifications", {{"OP_ID", id}}), 0);
 }
 
+TEST_F(ConsoleBrowser, PreviewShowsTheDiffAndWritesNothing) {
+  start();
+  ASSERT_TRUE(env);
+  EXPECT_EQ(run_spec("preview", {}), 0);
+  // Nothing was written: no change row, no GitLab write in the simulator's log.
+  EXPECT_EQ(env->db().scalar("SELECT COUNT(*) FROM operation"), "0");
+  auto log = json::parse(env->sim_call("GET", "/_sim/requests").body, nullptr, false);
+  int file_reads = 0, writes = 0;
+  for (const auto& r : log["requests"]) {
+    file_reads += r["endpoint"] == "get_file";
+    writes += r["endpoint"] == "create_commit" || r["endpoint"] == "create_mr" || r["endpoint"] == "update_mr" ||
+              r["endpoint"] == "approve" || r["endpoint"] == "merge";
+  }
+  EXPECT_GE(file_reads, 1) << log.dump();
+  EXPECT_EQ(writes, 0) << log.dump();
+}
+
 }  // namespace
