@@ -23,10 +23,11 @@ result<external_endpoints> endpoints_from(const config::snapshot& snap) {
                              url_key{"permission.base_url", &out.permission}}) {
     auto value = snap.get_string(key);
     auto parsed = value ? parse_url(*value) : std::nullopt;
-    if (!parsed) return bad_setting(key, "missing or not an http://host:port/path URL");
+    if (!parsed) return bad_setting(key, "missing or not an http(s)://host:port/path URL");
     *target = *parsed;
   }
   if (snap.string_or("gitlab.project", "").empty()) return bad_setting("gitlab.project", "missing");
+  out.ca_file = snap.string_or("external.ca_file", "");
   if (snap.get_list("gitlab.approver_tokens").size() != snap.get_list("gitlab.approver_user_ids").size()) {
     return bad_setting("gitlab.approver_user_ids", "must have as many entries as gitlab.approver_tokens");
   }
@@ -38,6 +39,7 @@ external_context::external_context(std::shared_ptr<external_shared> shared_state
     : shared(std::move(shared_state)),
       endpoints(std::move(eps)),
       settings(s),
+      http(endpoints.ca_file),
       approval(http, shared->approval, settings, endpoints.approval),
       permission(http, shared->permission, settings, endpoints.permission) {}
 

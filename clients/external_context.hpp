@@ -38,6 +38,7 @@ struct external_endpoints {
   url_parts gitlab_api;
   url_parts approval;
   url_parts permission;
+  std::string ca_file;  // external.ca_file: trusted for https calls besides the system CAs
 };
 /// Fails with invalid_argument naming the key when a URL is unparsable, gitlab.project is missing or
 /// the approver lists differ in length.

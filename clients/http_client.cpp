@@ -1,9 +1,14 @@
 #include "clients/http_client.hpp"
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include <poll.h>
@@ -17,7 +22,9 @@ namespace changeflow::clients {
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 using clock_type = std::chrono::steady_clock;
 
 std::string_view to_string(call_error::kind k) {
@@ -41,14 +48,22 @@ std::string describe(const call_error& e) {
 }
 
 std::optional<url_parts> parse_url(std::string_view url) {
-  constexpr std::string_view scheme = "http://";
-  if (url.substr(0, scheme.size()) != scheme) return std::nullopt;  // no TLS yet: refuse https explicitly
-  url.remove_prefix(scheme.size());
+  constexpr std::string_view plain_scheme = "http://";
+  constexpr std::string_view tls_scheme = "https://";
+  url_parts out;
+  if (url.substr(0, plain_scheme.size()) == plain_scheme) {
+    url.remove_prefix(plain_scheme.size());
+  } else if (url.substr(0, tls_scheme.size()) == tls_scheme) {
+    url.remove_prefix(tls_scheme.size());
+    out.tls = true;
+    out.port = 443;
+  } else {
+    return std::nullopt;
+  }
   auto slash = url.find('/');
   std::string_view authority = url.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? std::string_view() : url.substr(slash);
   if (authority.empty()) return std::nullopt;
-  url_parts out;
   auto colon = authority.rfind(':');
   if (colon == std::string_view::npos) {
     out.host = std::string(authority);
@@ -161,21 +176,31 @@ call_error status_error(const http_response& r) {
 }
 
 struct http_client::impl {
+  // Exactly one of `plain` and `tls` is set on an open connection.
   struct connection {
-    std::unique_ptr<beast::tcp_stream> stream;
+    std::unique_ptr<beast::tcp_stream> plain;
+    std::unique_ptr<tls_stream> tls;
     beast::flat_buffer buffer;
+
+    bool is_open() const { return plain || tls; }
+    beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
   };
 
+  explicit impl(std::string ca) : ca_file(std::move(ca)) {}
+
   net::io_context ioc;
-  std::map<std::string, connection> idle;  // one idle keep-alive connection per host:port
+  std::string ca_file;
+  std::unique_ptr<ssl::context> tls_context;  // built on the first https call
+  std::map<std::string, connection> idle;     // one idle keep-alive connection per scheme+host+port
   std::uint64_t opened = 0;
 
   // An idle connection the server has closed (or that has unexpected bytes) is readable while we
-  // are not reading; such a connection would fail the next request, so it is dropped instead.
+  // are not reading; such a connection would fail the next request, so it is dropped instead. A TLS
+  // close_notify or alert makes the socket readable the same way.
   static bool still_quiet(connection& c) {
-    if (!c.stream || !c.stream->socket().is_open() || c.buffer.size() != 0) return false;
+    if (!c.is_open() || !c.lowest().socket().is_open() || c.buffer.size() != 0) return false;
     pollfd p{};
-    p.fd = c.stream->socket().native_handle();
+    p.fd = c.lowest().socket().native_handle();
     p.events = POLLIN;
     return ::poll(&p, 1, 0) == 0;
   }
@@ -185,7 +210,64 @@ struct http_client::impl {
     ioc.run();
   }
 
+  result<ssl::context*> client_tls_context() {
+    if (tls_context) return tls_context.get();
+    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    beast::error_code ec;
+    ctx->set_default_verify_paths(ec);
+    if (ec) return transport_error(call_error::kind::protocol, "TLS setup failed: system CA paths: " + ec.message());
+    if (!ca_file.empty()) {
+      ctx->load_verify_file(ca_file, ec);
+      if (ec) {
+        return transport_error(call_error::kind::protocol,
+                               "TLS setup failed: cannot load CA file " + ca_file + ": " + ec.message());
+      }
+    }
+    ctx->set_verify_mode(ssl::verify_peer);
+    ::SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+    tls_context = std::move(ctx);
+    return tls_context.get();
+  }
+
+  // The handshake runs under the connect deadline: to the caller, a server that accepts TCP but
+  // never completes TLS is as unreachable as one that never accepts.
+  result<done> handshake(tls_stream& stream, const url_parts& server, clock_type::time_point connect_deadline) {
+    beast::error_code ec;
+    net::ip::make_address(server.host, ec);
+    const bool is_address = !ec;
+    // SNI carries names only (RFC 6066); the certificate is checked against names and addresses alike.
+    if (!is_address && !::SSL_set_tlsext_host_name(stream.native_handle(), server.host.c_str())) {
+      return transport_error(call_error::kind::protocol, "TLS setup failed: cannot set the server name");
+    }
+    stream.set_verify_mode(ssl::verify_peer);
+    stream.set_verify_callback(ssl::host_name_verification(server.host));
+    beast::get_lowest_layer(stream).expires_at(connect_deadline);
+    beast::error_code handshake_ec;
+    stream.async_handshake(ssl::stream_base::client, [&](beast::error_code e) { handshake_ec = e; });
+    run_until_done();
+    if (!handshake_ec) return done{};
+    if (handshake_ec == beast::error::timeout) {
+      return transport_error(call_error::kind::timeout, "TLS handshake timed out");
+    }
+    if (handshake_ec == net::error::eof || handshake_ec == net::error::connection_reset ||
+        handshake_ec == ssl::error::stream_truncated) {
+      return transport_error(call_error::kind::reset, "connection closed during TLS handshake");
+    }
+    // A refused certificate will be refused again: not retryable, and the verifier's reason (unknown
+    // issuer, name mismatch, expired) is named so an operator can fix the trust or the address.
+    std::string message = "TLS handshake failed: " + handshake_ec.message();
+    long verify = ::SSL_get_verify_result(stream.native_handle());
+    if (verify != X509_V_OK) message += ": " + std::string(::X509_verify_cert_error_string(verify));
+    return transport_error(call_error::kind::protocol, std::move(message));
+  }
+
   result<connection> connect(const url_parts& server, clock_type::time_point deadline, const transport_limits& limits) {
+    ssl::context* tls_ctx = nullptr;
+    if (server.tls) {
+      auto ctx = client_tls_context();
+      if (!ctx) return ctx.error();
+      tls_ctx = ctx.value();
+    }
     beast::error_code ec;
     std::vector<tcp::endpoint> endpoints;
     auto address = net::ip::make_address(server.host, ec);
@@ -199,51 +281,32 @@ struct http_client::impl {
       for (const auto& entry : resolved) endpoints.push_back(entry.endpoint());
     }
     connection c;
-    c.stream = std::make_unique<beast::tcp_stream>(ioc);
+    if (tls_ctx) {
+      c.tls = std::make_unique<tls_stream>(ioc, *tls_ctx);
+    } else {
+      c.plain = std::make_unique<beast::tcp_stream>(ioc);
+    }
     auto now = clock_type::now();
     auto connect_deadline = std::min(deadline, now + limits.connect_timeout);
-    c.stream->expires_at(connect_deadline);
+    c.lowest().expires_at(connect_deadline);
     beast::error_code connect_ec;
-    c.stream->async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) { connect_ec = e; });
+    c.lowest().async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) { connect_ec = e; });
     run_until_done();
     if (connect_ec == beast::error::timeout) return transport_error(call_error::kind::timeout, "connect timed out");
     if (connect_ec) return transport_error(call_error::kind::refused, "connect failed: " + connect_ec.message());
     ++opened;
+    if (c.tls) {
+      auto shaken = handshake(*c.tls, server, connect_deadline);
+      if (!shaken) return shaken.error();
+    }
     return c;
   }
 
-  result<http_response> call(const url_parts& server, const http_request& req, const transport_limits& limits) {
-    auto deadline = clock_type::now() + limits.request_timeout;
-    std::string key = server.host + ":" + std::to_string(server.port);
-    connection conn;
-    if (auto it = idle.find(key); it != idle.end()) {
-      if (still_quiet(it->second)) conn = std::move(it->second);
-      idle.erase(it);
-    }
-    if (!conn.stream) {
-      auto fresh = connect(server, deadline, limits);
-      if (!fresh) return fresh.error();
-      conn = std::move(fresh.value());
-    }
-
-    bhttp::request<bhttp::string_body> msg;
-    auto verb = bhttp::string_to_verb(req.method);
-    if (verb == bhttp::verb::unknown) return transport_error(call_error::kind::invalid_argument, "bad method");
-    msg.method(verb);
-    msg.target(req.target);
-    msg.version(11);
-    msg.set(bhttp::field::host, key);
-    msg.set(bhttp::field::user_agent, "changeflow");
-    msg.set(bhttp::field::accept, "application/json");
-    for (const auto& [name, value] : req.headers) msg.set(name, value);
-    if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
-    msg.body() = req.body;
-    msg.keep_alive(true);
-    msg.prepare_payload();
-
-    conn.stream->expires_at(deadline);
+  template <class Stream>
+  result<http_response> exchange(Stream& stream, beast::flat_buffer& buffer, bhttp::request<bhttp::string_body>& msg,
+                                 const transport_limits& limits, bool& keep) {
     beast::error_code write_ec;
-    bhttp::async_write(*conn.stream, msg, [&](beast::error_code e, std::size_t) { write_ec = e; });
+    bhttp::async_write(stream, msg, [&](beast::error_code e, std::size_t) { write_ec = e; });
     run_until_done();
     if (write_ec) return classify(write_ec, "write");
 
@@ -251,7 +314,7 @@ struct http_client::impl {
     parser.body_limit(limits.max_response_bytes);
     parser.header_limit(64 * 1024);
     beast::error_code read_ec;
-    bhttp::async_read(*conn.stream, conn.buffer, parser, [&](beast::error_code e, std::size_t) { read_ec = e; });
+    bhttp::async_read(stream, buffer, parser, [&](beast::error_code e, std::size_t) { read_ec = e; });
     run_until_done();
     if (read_ec) return classify(read_ec, "read");
 
@@ -263,20 +326,58 @@ struct http_client::impl {
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
       out.headers[name] = std::string(field.value());
     }
-    bool keep = res.keep_alive();
+    keep = res.keep_alive();
     out.body = std::move(res.body());
-    if (keep) {
-      conn.stream->expires_never();
+    return out;
+  }
+
+  result<http_response> call(const url_parts& server, const http_request& req, const transport_limits& limits) {
+    auto deadline = clock_type::now() + limits.request_timeout;
+    std::string host_port = server.host + ":" + std::to_string(server.port);
+    std::string key = (server.tls ? "https://" : "http://") + host_port;
+    connection conn;
+    if (auto it = idle.find(key); it != idle.end()) {
+      if (still_quiet(it->second)) conn = std::move(it->second);
+      idle.erase(it);
+    }
+    if (!conn.is_open()) {
+      auto fresh = connect(server, deadline, limits);
+      if (!fresh) return fresh.error();
+      conn = std::move(fresh.value());
+    }
+
+    bhttp::request<bhttp::string_body> msg;
+    auto verb = bhttp::string_to_verb(req.method);
+    if (verb == bhttp::verb::unknown) return transport_error(call_error::kind::invalid_argument, "bad method");
+    msg.method(verb);
+    msg.target(req.target);
+    msg.version(11);
+    msg.set(bhttp::field::host, host_port);
+    msg.set(bhttp::field::user_agent, "changeflow");
+    msg.set(bhttp::field::accept, "application/json");
+    for (const auto& [name, value] : req.headers) msg.set(name, value);
+    if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
+    msg.body() = req.body;
+    msg.keep_alive(true);
+    msg.prepare_payload();
+
+    conn.lowest().expires_at(deadline);
+    bool keep = false;
+    auto answer = conn.tls ? exchange(*conn.tls, conn.buffer, msg, limits, keep)
+                           : exchange(*conn.plain, conn.buffer, msg, limits, keep);
+    if (answer && keep) {
+      conn.lowest().expires_never();
       idle[key] = std::move(conn);
     }
-    return out;
+    return answer;
   }
 
   static call_error classify(const beast::error_code& ec, const char* phase) {
     if (ec == beast::error::timeout)
       return transport_error(call_error::kind::timeout, std::string(phase) + " timed out");
+    // stream_truncated: the TLS peer closed the socket without close_notify, as a plain peer's EOF.
     if (ec == bhttp::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-        ec == net::error::broken_pipe || ec == bhttp::error::partial_message) {
+        ec == net::error::broken_pipe || ec == bhttp::error::partial_message || ec == ssl::error::stream_truncated) {
       return transport_error(call_error::kind::reset, std::string("connection closed during ") + phase);
     }
     if (ec == bhttp::error::body_limit) return transport_error(call_error::kind::protocol, "response too large");
@@ -284,7 +385,7 @@ struct http_client::impl {
   }
 };
 
-http_client::http_client() : impl_(std::make_unique<impl>()) {}
+http_client::http_client(std::string ca_file) : impl_(std::make_unique<impl>(std::move(ca_file))) {}
 http_client::~http_client() = default;
 
 result<http_response> http_client::call(const url_parts& server, const http_request& req,
@@ -292,7 +393,7 @@ result<http_response> http_client::call(const url_parts& server, const http_requ
   try {
     return impl_->call(server, req, limits);
   } catch (const std::exception& e) {
-    // Asio/Beast may throw on resource exhaustion (e.g. no file descriptors); keep it a value.
+    // Asio/Beast/OpenSSL may throw on resource exhaustion (e.g. no file descriptors); keep it a value.
     impl_->idle.clear();
     return transport_error(call_error::kind::protocol, std::string("client failure: ") + e.what());
   }

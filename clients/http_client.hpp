@@ -1,9 +1,10 @@
 #pragma once
-// A small blocking HTTP/1.1 client (no TLS) for the external-call worker threads.
+// A small blocking HTTP/1.1 client (plain and TLS) for the external-call worker threads.
 //
 // One instance per worker thread, never shared: it owns its io_context and keeps at most one idle
-// keep-alive connection per host:port. Every call has a connect deadline and a total deadline and a
-// bounded response size. Transport failures come back as `call_error` values; any HTTP status is
+// keep-alive connection per scheme+host+port. Every call has a connect deadline (which covers the
+// TLS handshake) and a total deadline and a bounded response size. TLS always verifies the peer:
+// its chain against the system CAs (plus an optional CA bundle file) and its name against the host. Transport failures come back as `call_error` values; any HTTP status is
 // a response (the caller decides what a 404 or a 409 means).
 //
 // A cached connection is reused only if it is still quiet (no EOF or stray bytes pending); the
@@ -24,11 +25,13 @@
 
 namespace changeflow::clients {
 
-/// `http://host:port/base` split into parts; base_path has no trailing '/'.
+/// `http://host:port/base` or `https://host:port/base` split into parts; base_path has no trailing
+/// '/'. The port defaults to 80 for http and 443 for https.
 struct url_parts {
   std::string host;
   std::uint16_t port = 80;
   std::string base_path;
+  bool tls = false;
 };
 std::optional<url_parts> parse_url(std::string_view url);
 
@@ -57,7 +60,9 @@ struct transport_limits {
 
 class http_client {
  public:
-  http_client();
+  /// `ca_file`: a PEM bundle trusted in addition to the system CAs for https calls; empty -> system
+  /// CAs only. Read on the first https call; an unreadable file fails that call (and the next ones).
+  explicit http_client(std::string ca_file = {});
   ~http_client();
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;

@@ -71,6 +71,10 @@ std::vector<key_spec> make_keys() {
       {"external.request_timeout_ms", I, 10000, H, "Total timeout of every outbound call."},
       {"external.breaker_failures", I, 5, H, "Consecutive failures that open a circuit breaker; <=0 -> 5."},
       {"external.breaker_cooldown_ms", I, 10000, H, "Time an open breaker waits before a trial call."},
+      {"external.ca_file", S, "", R,
+       "PEM bundle of CA certificates trusted for https:// calls (GitLab, approval, permission, notifications) in "
+       "addition to the system CAs; empty -> system CAs only. Unreadable -> every https call fails (protocol "
+       "error naming the file)."},
       {"gitlab.base_url", S, "http://127.0.0.1:9090/api/v4", R, "GitLab REST v4 base URL."},
       {"gitlab.project", S, "config/changes", R,
        "Project path (URL-encoded when used): the one repository when `repositories` is missing or empty, and the "

@@ -153,7 +153,7 @@ constexpr const char* document_text = R"json({
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubscriptionRequest"}}}},
         "responses": {
           "201": {"description": "CREATED; data {subscriptionId, subject, operationId, url, owner, secret}"},
-          "400": {"description": "BAD_REQUEST: malformed body, a URL that is not absolute http with a host (https is refused: the outbound client sends plain HTTP only), a secret outside 16-255 printable characters, or a subject that is not the change's own"},
+          "400": {"description": "BAD_REQUEST: malformed body, a URL that is not absolute http or https with a host, a secret outside 16-255 printable characters, or a subject that is not the change's own"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
           "403": {"$ref": "#/components/responses/Forbidden"},
           "404": {"description": "NOT_FOUND: no such change, or one the caller may not see"},

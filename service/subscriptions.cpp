@@ -11,13 +11,11 @@ constexpr std::size_t generated_secret_bytes = 32;
 
 subscribe_result subscribe(persistence::session db, const subscribe_request& r) {
   subscribe_result out;
-  // The outbound client speaks plain HTTP only; accepting an https address would queue events that
-  // can never be sent. Refused at once, so the subscriber learns it now and not from a FAILED list.
-  if (r.url.rfind("https://", 0) == 0) {
+  // The outbound client speaks http and https (verified TLS). The request DTO already refuses other
+  // schemes; this guard keeps a caller that skips it from queueing events that can never be sent.
+  if (r.url.rfind("http://", 0) != 0 && r.url.rfind("https://", 0) != 0) {
     out.status = subscribe_status::unsupported_url;
-    out.message =
-        "https delivery is not available: this service sends notifications over plain HTTP only; use an http:// "
-        "address (a TLS-terminating proxy in front of the subscriber, for example)";
+    out.message = "only http:// and https:// subscriber addresses can be delivered to";
     return out;
   }
   persistence::new_subscription sub;

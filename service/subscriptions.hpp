@@ -21,7 +21,7 @@ struct subscribe_request {
 
 enum class subscribe_status {
   created,
-  unsupported_url,  // a URL this service cannot send to (https: no TLS in the outbound client)
+  unsupported_url,  // a URL this service cannot send to (a scheme other than http and https)
   failed,           // the database write failed (`error`)
 };
 
