@@ -13,9 +13,10 @@
 
 namespace changeflow::persistence {
 
-// Migration 2: every table of DESIGN section 4 except `instance` (migration 1). Conventions:
-// steps are stored as their INT code, phases and flows as their names; DATETIME(3) timestamps are
-// written and compared with the database clock only; JSON columns hold caller-built documents.
+// Migration 2: the core tables (operations, their events, bindings, batches, ledgers, idempotency
+// records); `instance` is migration 1. Conventions: steps are stored as their INT code, phases and
+// flows as their names; DATETIME(3) timestamps are written and compared with the database clock
+// only; JSON columns hold caller-built documents.
 std::vector<std::string> schema_v2();
 // Migration 3: transitions in one statement (staging columns + BEFORE UPDATE trigger).
 std::vector<std::string> schema_v3();
