@@ -1,6 +1,6 @@
 #include "actors/batch_coordinator.hpp"
 
-#include "actors/file_actions.hpp"
+#include "effects/file_actions.hpp"
 
 #include "base/answer_guard.hpp"
 #include "base/log.hpp"
@@ -44,7 +44,7 @@ using act = core::action::kind;
 struct drive {
   std::uint64_t id = 0;  // tells this drive's job results and timers from a previous drive's
   batch_status expected = batch_status::RUNNING;
-  std::vector<batch_member_change> members;  // with their files (the MR carries them)
+  std::vector<effects::batch_member_change> members;  // with their files (the MR carries them)
   std::string mr_url;
   std::int64_t started_ms = 0;
   std::uint64_t poll_timer = 0;  // generation of this drive's poll timer
@@ -55,7 +55,7 @@ struct drive {
 
 struct coordinator_state {
   static inline const char* name = "batch_coordinator";
-  services* svc = nullptr;
+  runtime::services* svc = nullptr;
   batch_coordinator_options options;
   bool round_in_flight = false;             // a round's look at the database is under way
   std::map<core::partition, drive> drives;  // at most one per partition (I1 per partition)
@@ -124,7 +124,7 @@ batch_job_result failed_result(const job_tag& tag, std::string why) {
   auto out = result_for(tag);
   out.ok = false;
   out.round = round_outcome::error;
-  out.mr.outcome = batch_mr_view::call::retryable;
+  out.mr.outcome = effects::batch_mr_view::call::retryable;
   out.error = out.mr.error = std::move(why);
   return out;
 }
@@ -175,7 +175,7 @@ void on_external(self_ptr self, const drive& d, kind what,
       job(ext, repo, *snap, out);
     } catch (const std::exception& e) {
       out.ok = false;
-      out.mr.outcome = batch_mr_view::call::retryable;
+      out.mr.outcome = effects::batch_mr_view::call::retryable;
       out.mr.error = std::string("unexpected: ") + e.what();
     }
     guard->answered();
@@ -201,7 +201,8 @@ bool took(const persistence::db_result<T>& r, batch_job_result& out) {
 /// operations BATCH_CLAIMED by that batch. False (the error recorded in `out`) when the rows cannot
 /// be read: a database failure ends the job, it never passes for a batch without members.
 bool load_members(session conn, const std::vector<std::string>& ids, batch_job_result& out,
-                  std::vector<batch_member_change>& into, std::optional<std::int64_t> claimed_by = std::nullopt) {
+                  std::vector<effects::batch_member_change>& into,
+                  std::optional<std::int64_t> claimed_by = std::nullopt) {
   auto loaded = persistence::load_operations(conn, ids);
   if (!took(loaded, out)) return false;
   const auto& rows = loaded.value;
@@ -227,7 +228,7 @@ core::settings settings_of(self_ptr self, const std::string& repository) {
   s.polls.short_attempts = static_cast<int>(snap->integer("poll.short_attempts"));
   s.polls.long_interval_ms = snap->integer("poll.long_interval_ms");
   s.polls.timeout_ms = snap->integer("poll.timeout_ms");
-  apply_webhook_interval(s.polls, *snap, repository);
+  runtime::apply_webhook_interval(s.polls, *snap, repository);
   return s;
 }
 
@@ -298,16 +299,17 @@ void run(self_ptr self, drive& d, const core::action& a) {
   const auto target_branch = d.state.where.target_branch;
   switch (a.what) {
     case act::open_mr: {
-      batch_plan plan = plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
+      effects::batch_plan plan =
+          effects::plan_batch(d.members);  // members are conflict-free here; this rebuilds the actions
       on_external(self, d, kind::mr_opened,
                   [batch_id, plan, target_branch](clients::external_context&, clients::repository_access& repo,
                                                   const config::snapshot&, batch_job_result& out) {
-                    out.mr = open_batch_mr(repo, target_branch, batch_id, plan);
+                    out.mr = effects::open_batch_mr(repo, target_branch, batch_id, plan);
                   });
       return;
     }
     case act::record_mr: {
-      const auto branch = batch_branch(batch_id);
+      const auto branch = effects::batch_branch(batch_id);
       const auto url = d.mr_url;
       on_db(self, {kind::mr_recorded, d.id, d.state.where},
             [batch_id, iid, branch, url](session conn, batch_job_result& out) {
@@ -318,21 +320,21 @@ void run(self_ptr self, drive& d, const core::action& a) {
     case act::read_mr:
       on_external(self, d, kind::mr_read,
                   [iid](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
-                        batch_job_result& out) { out.mr = read_batch_mr(repo, iid); });
+                        batch_job_result& out) { out.mr = effects::read_batch_mr(repo, iid); });
       return;
     case act::rebase_mr: {
-      auto paths = paths_of(plan_batch(d.members).actions);
+      auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
       on_external(self, d, kind::rebased,
                   [iid, paths](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
-                               batch_job_result& out) { out.mr = rebase_batch_mr(repo, iid, paths); });
+                               batch_job_result& out) { out.mr = effects::rebase_batch_mr(repo, iid, paths); });
       return;
     }
     case act::approve_and_merge: {
-      auto paths = paths_of(plan_batch(d.members).actions);
+      auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
       on_external(self, d, kind::merged,
                   [iid, paths](clients::external_context& ext, clients::repository_access& repo,
                                const config::snapshot& snap, batch_job_result& out) {
-                    auto m = approve_and_merge(repo, ext.shared->check_items, snap, iid, paths);
+                    auto m = effects::approve_and_merge(repo, ext.shared->check_items, snap, iid, paths);
                     out.merge = m.answer;
                     out.mr = m.mr;
                   });
@@ -341,15 +343,15 @@ void run(self_ptr self, drive& d, const core::action& a) {
     case act::close_and_reread:
       on_external(self, d, kind::reread,
                   [iid](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
-                        batch_job_result& out) { out.mr = close_and_reread(repo, iid); });
+                        batch_job_result& out) { out.mr = effects::close_and_reread(repo, iid); });
       return;
     case act::find_and_close:
       on_external(self, d, kind::reread,
                   [batch_id](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
                              batch_job_result& out) {
-                    out.mr = find_batch_mr(repo, batch_id);
-                    if (out.mr.outcome == batch_mr_view::call::ok && out.mr.iid)
-                      out.mr = close_and_reread(repo, out.mr.iid);
+                    out.mr = effects::find_batch_mr(repo, batch_id);
+                    if (out.mr.outcome == effects::batch_mr_view::call::ok && out.mr.iid)
+                      out.mr = effects::close_and_reread(repo, out.mr.iid);
                   });
       return;
     case act::settle_merged: {
@@ -443,9 +445,9 @@ void claim_partition(self_ptr self, const core::partition& where) {
     out.depth = depth.value;
     std::vector<std::string> ids;
     for (const auto& m : c.value.members) ids.push_back(m.operation_id);
-    std::vector<batch_member_change> claimed;
+    std::vector<effects::batch_member_change> claimed;
     if (!load_members(conn, ids, out, claimed)) return;
-    auto plan = plan_batch(std::move(claimed));
+    auto plan = effects::plan_batch(std::move(claimed));
     // Members that touch a file an older member touches wait for the next round.
     if (!took(persistence::defer_members(conn, c.value.batch_id, plan.deferred), out)) return;
     out.deferred = plan.deferred.size();
@@ -599,7 +601,7 @@ void on_result(self_ptr self, drive& d, batch_job_result& r) {
   const auto now = now_ms(self);
   switch (r.what) {
     case kind::mr_opened:
-      if (r.mr.outcome == batch_mr_view::call::ok) d.mr_url = r.mr.web_url;
+      if (r.mr.outcome == effects::batch_mr_view::call::ok) d.mr_url = r.mr.web_url;
       apply(self, d, core::on_mr_opened(d.state, r.mr, s, now));
       return;
     case kind::mr_recorded:
@@ -631,11 +633,11 @@ void resume_active(self_ptr self) {
 
 }  // namespace
 
-batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options) {
+batch_coordinator spawn_batch_coordinator(runtime::services& svc, batch_coordinator_options options) {
   // `svc` travels as a spawn argument, not a capture: CAF 0.17 binds an actor function spawned
   // without arguments to a null std::tuple<> pointer (UBSan: reference binding to null pointer).
   return svc.system->spawn(
-      [options](self_ptr self, services* svc_ptr) -> batch_coordinator::behavior_type {
+      [options](self_ptr self, runtime::services* svc_ptr) -> batch_coordinator::behavior_type {
         auto& svc = *svc_ptr;
         self->state.svc = &svc;
         self->state.options = options;

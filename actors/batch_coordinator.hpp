@@ -19,9 +19,9 @@
 // All blocking work runs on the database pool or the external pool; results come back as
 // messages.
 
-#include "actors/batch_calls.hpp"
-#include "actors/services.hpp"
+#include "effects/batch_calls.hpp"
 #include "persistence/batch_repo.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
@@ -90,11 +90,11 @@ struct batch_job_result {
   std::int64_t batch_id = 0;
   int depth = 0;
   persistence::batch_status status = persistence::batch_status::RUNNING;
-  std::vector<batch_member_change> members;
+  std::vector<effects::batch_member_change> members;
   std::size_t deferred = 0;
   std::optional<std::int64_t> mr_iid;
-  batch_mr_view mr;
-  merge_answer merge = merge_answer::retryable;
+  effects::batch_mr_view mr;
+  effects::merge_answer merge = effects::merge_answer::retryable;
   bool ok = true;          // settled / mr_recorded: the guarded write landed
   bool preempted = false;  // ... or another settler got there first (I6): stop driving
   std::string error;
@@ -119,7 +119,7 @@ struct batch_coordinator_options {
   bool resume_on_start = true;   // adopt the RUNNING batches found at start (durability)
 };
 
-batch_coordinator spawn_batch_coordinator(services& svc, batch_coordinator_options options = {});
+batch_coordinator spawn_batch_coordinator(runtime::services& svc, batch_coordinator_options options = {});
 
 // The pure decisions live in workflow/batch_decide.hpp; these names are kept for the shell's callers.
 using workflow::batch::describe;

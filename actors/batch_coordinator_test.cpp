@@ -13,14 +13,14 @@ using persistence::test::walk;
 using S = workflow::step;
 
 namespace {
-batch_member_change member(const std::string& id, std::int64_t created, const std::string& path) {
+effects::batch_member_change member(const std::string& id, std::int64_t created, const std::string& path) {
   return {id, "alice", "title " + id, R"({"files":[{"path":")" + path + R"(","content":"x"}]})", created};
 }
 }  // namespace
 
 TEST(BatchPlan, LaterMemberTouchingTheSameFileIsDeferred) {
   // Claim order b, a; created_at order a (1), b (2), c (3): b is later than a and shares its file.
-  auto plan = plan_batch({member("b", 2, "x.yaml"), member("a", 1, "x.yaml"), member("c", 3, "y.yaml")});
+  auto plan = effects::plan_batch({member("b", 2, "x.yaml"), member("a", 1, "x.yaml"), member("c", 3, "y.yaml")});
   ASSERT_EQ(plan.included.size(), 2u);
   EXPECT_EQ(plan.included[0].operation_id, "a");
   EXPECT_EQ(plan.included[1].operation_id, "c");
@@ -30,29 +30,30 @@ TEST(BatchPlan, LaterMemberTouchingTheSameFileIsDeferred) {
 }
 
 TEST(BatchPlan, TitleAndDescriptionNameEveryMember) {
-  std::vector<batch_member_change> ms = {member("op-1", 1, "a"), member("op-2", 2, "b")};
-  auto title = batch_title(9, ms);
+  std::vector<effects::batch_member_change> ms = {member("op-1", 1, "a"), member("op-2", 2, "b")};
+  auto title = effects::batch_title(9, ms);
   EXPECT_NE(title.find("title op-1"), std::string::npos);
   EXPECT_NE(title.find("title op-2"), std::string::npos);
-  auto d = batch_description(9, ms);
+  auto d = effects::batch_description(9, ms);
   EXPECT_NE(d.find("changeflow-operation: op-1"), std::string::npos);
   EXPECT_NE(d.find("changeflow-operation: op-2"), std::string::npos);
-  EXPECT_LE(batch_title(1, std::vector<batch_member_change>(100, member("long-id", 1, "p"))).size(), 255u);
+  EXPECT_LE(effects::batch_title(1, std::vector<effects::batch_member_change>(100, member("long-id", 1, "p"))).size(),
+            255u);
 }
 
 TEST(BatchVerdict, OnlyAPipelineOnTheCurrentShaDecides) {
-  batch_mr_view mr;
+  effects::batch_mr_view mr;
   mr.state = "opened";
   mr.sha = "new";
   mr.pipeline_sha = "old";
   mr.pipeline_status = "failed";
-  EXPECT_EQ(classify(mr), batch_verdict::running);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::running);
   mr.pipeline_sha = "new";
-  EXPECT_EQ(classify(mr), batch_verdict::pipeline_failed);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::pipeline_failed);
   mr.pipeline_status = "success";
-  EXPECT_EQ(classify(mr), batch_verdict::ready);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::ready);
   mr.state = "merged";
-  EXPECT_EQ(classify(mr), batch_verdict::merged);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::merged);
 }
 
 // -- repository steps of the coordinator, real MariaDB

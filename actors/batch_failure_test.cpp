@@ -3,11 +3,12 @@
 
 #include <gtest/gtest.h>
 
+using namespace changeflow;
 using namespace changeflow::actors;
 
 namespace {
-batch_member_change member(const std::string& id, int attempts) {
-  batch_member_change m;
+effects::batch_member_change member(const std::string& id, int attempts) {
+  effects::batch_member_change m;
   m.operation_id = id;
   m.batch_attempts = attempts;
   return m;
@@ -18,7 +19,7 @@ TEST(BatchFailure, PipelineFailureBisectsUntilAloneAndIsBoundedBySplits) {
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 6, 0, 6), failure_plan::bisect);
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 1, 3, 6), failure_plan::fail_alone);
   EXPECT_EQ(plan_failure(failure_cause::pipeline_failed, 2, 6, 6), failure_plan::fail_all);
-  auto h = halves(std::vector<batch_member_change>{member("a", 1), member("b", 1), member("c", 1)});
+  auto h = halves(std::vector<effects::batch_member_change>{member("a", 1), member("b", 1), member("c", 1)});
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[0], (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(h[1], (std::vector<std::string>{"c"}));
@@ -44,14 +45,15 @@ TEST(BatchFailure, FailuresThatSayNothingAboutOneMemberRequeueTheBatchBounded) {
 
 TEST(BatchFailure, MembersLeaveOnceClaimedMaxAttemptsTimes) {
   // Attempts count the failed batch itself: 3 of 3 leaves, 2 of 3 waits again.
-  auto split = split_by_attempts(
-      std::vector<batch_member_change>{member("new", 1), member("twice", 2), member("third", 3), member("over", 5)}, 3);
+  auto split = split_by_attempts(std::vector<effects::batch_member_change>{member("new", 1), member("twice", 2),
+                                                                           member("third", 3), member("over", 5)},
+                                 3);
   EXPECT_EQ(split.requeue, (std::vector<std::string>{"new", "twice"}));
   EXPECT_EQ(split.leave, (std::vector<std::string>{"third", "over"}));
   // A bound of 1: the first failure is the last.
-  EXPECT_EQ(split_by_attempts(std::vector<batch_member_change>{member("a", 1)}, 1).leave,
+  EXPECT_EQ(split_by_attempts(std::vector<effects::batch_member_change>{member("a", 1)}, 1).leave,
             (std::vector<std::string>{"a"}));
-  EXPECT_TRUE(split_by_attempts(std::vector<batch_member_change>{member("a", 1)}, 2).leave.empty());
+  EXPECT_TRUE(split_by_attempts(std::vector<effects::batch_member_change>{member("a", 1)}, 2).leave.empty());
 }
 
 TEST(BatchFailure, CausesNameWhatHappened) {
@@ -63,19 +65,19 @@ TEST(BatchFailure, CausesNameWhatHappened) {
 }
 
 TEST(BatchVerdict, AFailedRebaseWithConflictsEndsTheBatch) {
-  batch_mr_view mr;
+  effects::batch_mr_view mr;
   mr.state = "opened";
   mr.has_conflicts = true;
   mr.detailed_merge_status = "conflict";
-  EXPECT_EQ(classify(mr), batch_verdict::needs_rebase);  // not rebased yet: try it
+  EXPECT_EQ(classify(mr), effects::batch_verdict::needs_rebase);  // not rebased yet: try it
   mr.rebase_in_progress = true;
   mr.detailed_merge_status = "checking";
-  EXPECT_EQ(classify(mr), batch_verdict::running);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::running);
   mr.rebase_in_progress = false;
   mr.detailed_merge_status = "conflict";
   mr.merge_error = "Rebase failed. Please rebase locally";
-  EXPECT_EQ(classify(mr), batch_verdict::conflict);
+  EXPECT_EQ(classify(mr), effects::batch_verdict::conflict);
   mr.has_conflicts = false;
   mr.detailed_merge_status = "mergeable";  // a merge_error left from an earlier try decides nothing
-  EXPECT_NE(classify(mr), batch_verdict::conflict);
+  EXPECT_NE(classify(mr), effects::batch_verdict::conflict);
 }

@@ -9,7 +9,7 @@ namespace {
 
 constexpr int max_batches_per_pass = 50;  // bounds one pass; the rest waits for the next one
 
-void clean(persistence::db_context& db, services& svc) {
+void clean(persistence::db_context& db, runtime::services& svc) {
   auto batch = static_cast<int>(svc.config->current()->integer("idempotency.cleanup_batch"));
   if (batch <= 0) batch = 500;
   int total = 0;
@@ -30,7 +30,7 @@ void clean(persistence::db_context& db, services& svc) {
 
 }  // namespace
 
-void start_idempotency_cleanup(services& svc, periodic_job& job) {
+void start_idempotency_cleanup(runtime::services& svc, periodic_job& job) {
   periodic_spec spec;
   spec.name = "idempotency_cleanup";
   spec.interval_ms = [&svc] { return svc.config->current()->integer("idempotency.cleanup_interval_ms"); };

@@ -8,10 +8,10 @@
 // are harmless.
 
 #include "actors/periodic_job.hpp"
-#include "actors/services.hpp"
+#include "runtime/services.hpp"
 
 namespace changeflow::actors {
 
-void start_idempotency_cleanup(services& svc, periodic_job& job);
+void start_idempotency_cleanup(runtime::services& svc, periodic_job& job);
 
 }  // namespace changeflow::actors

@@ -14,12 +14,13 @@ namespace changeflow::actors {
 
 namespace {
 
-int lease_seconds_of(const services& svc) {
+int lease_seconds_of(const runtime::services& svc) {
   return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->integer("instance.lease_seconds")));
 }
 
 /// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
-bool run_blocking(services& svc, std::chrono::milliseconds timeout, std::function<bool(persistence::db_context&)> job) {
+bool run_blocking(runtime::services& svc, std::chrono::milliseconds timeout,
+                  std::function<bool(persistence::db_context&)> job) {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
   bool queued =
@@ -32,7 +33,7 @@ bool run_blocking(services& svc, std::chrono::milliseconds timeout, std::functio
 
 namespace {
 
-void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
+void tick(persistence::db_context& db, runtime::services* svc, rehydrator* rehydrate) {
   auto lease = lease_seconds_of(*svc);
   auto beat = persistence::heartbeat(db, svc->instance_id, lease);
   if (beat.outcome == persistence::db_outcome::not_found) {
@@ -63,7 +64,7 @@ void tick(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
 
 }  // namespace
 
-lease_keeper::lease_keeper(services& svc, rehydrator& rehydrate) : svc_(svc), rehydrate_(rehydrate) {}
+lease_keeper::lease_keeper(runtime::services& svc, rehydrator& rehydrate) : svc_(svc), rehydrate_(rehydrate) {}
 
 lease_keeper::~lease_keeper() {
   stop();

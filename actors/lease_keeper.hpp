@@ -7,7 +7,7 @@
 
 #include "actors/periodic_job.hpp"
 #include "actors/rehydrator.hpp"
-#include "actors/services.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor.hpp>
 
@@ -18,7 +18,7 @@ namespace changeflow::actors {
 
 class lease_keeper {
  public:
-  lease_keeper(services& svc, rehydrator& rehydrate);
+  lease_keeper(runtime::services& svc, rehydrator& rehydrate);
   ~lease_keeper();
   lease_keeper(const lease_keeper&) = delete;
   lease_keeper& operator=(const lease_keeper&) = delete;
@@ -35,7 +35,7 @@ class lease_keeper {
   bool release_now(std::chrono::milliseconds timeout);
 
  private:
-  services& svc_;
+  runtime::services& svc_;
   rehydrator& rehydrate_;
   periodic_job ticker_;
 };

@@ -1,5 +1,6 @@
 #include "actors/notification_dispatcher.hpp"
 
+#include "actors/registry.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/http_client.hpp"
@@ -103,7 +104,7 @@ void count(metrics::registry& metrics, const char* outcome) {
 }
 
 /// Records the answer of one POST on a database worker.
-void record_answer(persistence::session db, services& svc, const notification_settings& settings,
+void record_answer(persistence::session db, runtime::services& svc, const notification_settings& settings,
                    const std::string& token, const outgoing& out, const clients::result<clients::http_response>& answer,
                    pass_state& pass) {
   const auto& d = out.delivery;
@@ -143,8 +144,9 @@ void record_answer(persistence::session db, services& svc, const notification_se
 
 /// Builds the body of a claimed delivery on the database worker; nullopt when it cannot be built
 /// now (the claim is given back, the next pass tries again).
-std::optional<outgoing> prepare_delivery(persistence::session db, services& svc, const notification_documents& docs,
-                                         const persistence::claimed_delivery& d, std::string& why) {
+std::optional<outgoing> prepare_delivery(persistence::session db, runtime::services& svc,
+                                         const notification_documents& docs, const persistence::claimed_delivery& d,
+                                         std::string& why) {
   auto url = clients::parse_url(d.url);
   if (!url) {
     why = "the subscription's URL cannot be sent to by this client: " + d.url;
@@ -172,7 +174,7 @@ std::optional<outgoing> prepare_delivery(persistence::session db, services& svc,
 
 }  // namespace
 
-void run_dispatch_pass(persistence::session db, services& svc, const notification_documents& docs,
+void run_dispatch_pass(persistence::session db, runtime::services& svc, const notification_documents& docs,
                        std::function<void(dispatch_report)> done) {
   const auto settings = notification_settings_from(*svc.config->current());
   const std::string token = ids::new_uuid();
@@ -252,7 +254,7 @@ void run_dispatch_pass(persistence::session db, services& svc, const notificatio
   }
 }
 
-void start_notification_dispatcher(services& svc, notification_documents docs, periodic_job& job) {
+void start_notification_dispatcher(runtime::services& svc, notification_documents docs, periodic_job& job) {
   auto shared_docs = std::make_shared<notification_documents>(std::move(docs));
   periodic_spec spec;
   spec.name = "notify";

@@ -19,9 +19,9 @@
 // again once its lease expires, with the same delivery id; subscribers deduplicate on it.
 
 #include "actors/periodic_job.hpp"
-#include "actors/services.hpp"
 #include "persistence/notification_repo.hpp"
 #include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor.hpp>
 #include <nlohmann/json.hpp>
@@ -77,11 +77,11 @@ struct dispatch_report {
 /// Runs one pass: claims on `db` (a database worker's session), POSTs on the external pool, records
 /// answers on the database pool; `done` runs once every claimed delivery has been recorded (on
 /// whichever worker recorded the last one).
-void run_dispatch_pass(persistence::session db, services& svc, const notification_documents& docs,
+void run_dispatch_pass(persistence::session db, runtime::services& svc, const notification_documents& docs,
                        std::function<void(dispatch_report)> done);
 
 /// The periodic job: a pass every notifications.dispatch_interval_ms (hot; <= 0 pauses), the next one
 /// at once when a pass delivered something (actors/periodic_job.hpp).
-void start_notification_dispatcher(services& svc, notification_documents docs, periodic_job& job);
+void start_notification_dispatcher(runtime::services& svc, notification_documents docs, periodic_job& job);
 
 }  // namespace changeflow::actors

@@ -159,7 +159,7 @@ reconcile_report run_reconciliation(persistence::session db, const reconcile_set
   return rep;
 }
 
-bool submit_reconciliation(services& svc, std::string trigger, std::function<void(reconcile_report)> done) {
+bool submit_reconciliation(runtime::services& svc, std::string trigger, std::function<void(reconcile_report)> done) {
   auto settings = reconcile_settings_from(*svc.config->current());
   auto* metrics = svc.metrics;
   return svc.db->try_submit(
@@ -169,7 +169,7 @@ bool submit_reconciliation(services& svc, std::string trigger, std::function<voi
       });
 }
 
-void start_reconciler(services& svc, periodic_job& job) {
+void start_reconciler(runtime::services& svc, periodic_job& job) {
   periodic_spec spec;
   spec.name = "reconcile";
   spec.interval_ms = [&svc] { return svc.config->current()->integer("reconcile.interval_ms"); };

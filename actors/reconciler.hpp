@@ -23,8 +23,8 @@
 // changeflow_validated_total{via}, after mark_validated committed.
 
 #include "actors/periodic_job.hpp"
-#include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor.hpp>
 #include <nlohmann/json.hpp>
@@ -101,10 +101,10 @@ reconcile_report run_reconciliation(persistence::session db, const reconcile_set
 
 /// Queues one run on the db pool (never on an actor thread); `done` runs on the db worker.
 /// False when the pool is full or stopping. Timer and manual runs may overlap safely.
-bool submit_reconciliation(services& svc, std::string trigger, std::function<void(reconcile_report)> done);
+bool submit_reconciliation(runtime::services& svc, std::string trigger, std::function<void(reconcile_report)> done);
 
 /// The periodic job: a run every reconcile.interval_ms (hot; <= 0 -> disabled), the next one armed
 /// only after the previous finished (actors/periodic_job.hpp).
-void start_reconciler(services& svc, periodic_job& job);
+void start_reconciler(runtime::services& svc, periodic_job& job);
 
 }  // namespace changeflow::actors

@@ -68,7 +68,7 @@ std::vector<persistence::operation_row> resumable(std::vector<persistence::opera
 }
 
 /// One pacing pass, on the pacer job's actor: spawns what the credit of one tick allows.
-void pace(services* svc, const std::shared_ptr<rehydrator::shared_state>& sh) {
+void pace(runtime::services* svc, const std::shared_ptr<rehydrator::shared_state>& sh) {
   auto& carry = sh->pace_credit;
   if (sh->stopped) return;
   auto rate = svc->config->current()->integer("rehydrate.rate_per_second");
@@ -106,7 +106,7 @@ void pace(services* svc, const std::shared_ptr<rehydrator::shared_state>& sh) {
 /// The start-up load, on a database worker: pages of owned rows, then takeovers. Retries a
 /// connectivity failure for a while (the database may be restarting); the sweeper and the lease
 /// keeper pick up whatever a failed load left behind.
-void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
+void load_backlog(persistence::db_context& db, runtime::services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
   auto page_size = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->integer("rehydrate.page_size")));
   std::string after;
   std::size_t owned = 0, taken_count = 0;
@@ -180,7 +180,7 @@ void load_backlog(persistence::db_context& db, services* svc, std::shared_ptr<re
 
 }  // namespace
 
-rehydrator::rehydrator(services& svc) : svc_(svc), shared_(std::make_shared<shared_state>()) {}
+rehydrator::rehydrator(runtime::services& svc) : svc_(svc), shared_(std::make_shared<shared_state>()) {}
 
 rehydrator::~rehydrator() {
   stop();

@@ -9,8 +9,8 @@
 // keeper (takeovers) and the sweeper (owned operations found without an actor).
 
 #include "actors/periodic_job.hpp"
-#include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor.hpp>
 
@@ -23,7 +23,7 @@ namespace changeflow::actors {
 
 class rehydrator {
  public:
-  explicit rehydrator(services& svc);
+  explicit rehydrator(runtime::services& svc);
   ~rehydrator();
   rehydrator(const rehydrator&) = delete;
   rehydrator& operator=(const rehydrator&) = delete;
@@ -44,7 +44,7 @@ class rehydrator {
   struct shared_state;
 
  private:
-  services& svc_;
+  runtime::services& svc_;
   std::shared_ptr<shared_state> shared_;
   periodic_job pacer_;
 };

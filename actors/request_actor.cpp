@@ -1,9 +1,10 @@
 #include "actors/request_actor.hpp"
 
-#include "actors/external_calls.hpp"
 #include "actors/reconciler.hpp"
+#include "actors/registry.hpp"
 #include "base/answer_guard.hpp"
 #include "base/log.hpp"
+#include "effects/external_calls.hpp"
 #include "persistence/errors.hpp"
 #include "workflow/webhook_rule.hpp"
 
@@ -24,7 +25,7 @@ using workflow::step;
 
 struct request_state {
   static inline const char* name = "request_actor";
-  services* svc = nullptr;
+  runtime::services* svc = nullptr;
   workflow::operation_state op;
   std::string payload_json;
   std::string requester;
@@ -194,15 +195,15 @@ void call_external(self_ptr self, const messages::call_request& req) {
   auto snap = st.svc->config->current();
   // The approval system is told who asked for the change; rows from before the requester was
   // recorded name their subject, as they always did.
-  call_context ctx{st.op.operation_id,
-                   st.op.subject_id,
-                   st.op.title,
-                   st.payload_json,
-                   st.op.order == workflow::flow::create_then_approve,
-                   st.op.mr_iid,
-                   st.requester.empty() ? st.op.subject_id : st.requester,
-                   st.repository,
-                   st.target_branch};
+  effects::call_context ctx{st.op.operation_id,
+                            st.op.subject_id,
+                            st.op.title,
+                            st.payload_json,
+                            st.op.order == workflow::flow::create_then_approve,
+                            st.op.mr_iid,
+                            st.requester.empty() ? st.op.subject_id : st.requester,
+                            st.repository,
+                            st.target_branch};
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
   st.busy = true;
@@ -214,7 +215,7 @@ void call_external(self_ptr self, const messages::call_request& req) {
     lost.error = lost_job_error;
     caf::anon_send(handle, messages::external_reply{std::move(lost)});
   });
-  auto run = st.svc->run_external;  // by value: a queued job must not depend on services outliving it
+  auto run = st.svc->run_external;  // by value: a queued job must not depend on runtime::services outliving it
   bool queued =
       st.svc->external->try_submit([handle, req, ctx, snap, metrics, guard, run](clients::external_context& ext) {
         auto started = std::chrono::steady_clock::now();
@@ -264,7 +265,7 @@ void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
 
 void process(self_ptr self, const workflow::event& e) {
   auto& st = self->state;
-  auto cfg = workflow_settings_from(*st.svc->config->current(), st.repository);
+  auto cfg = runtime::workflow_settings_from(*st.svc->config->current(), st.repository);
   workflow::decision d;
   try {
     d = workflow::decide(st.op, e, cfg, st.svc->now_ms());
@@ -525,7 +526,7 @@ std::string describe(const request_state& st, std::size_t mailbox) {
   return log::safe_dump(j);
 }
 
-request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, request_seed seed) {
+request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services* svc, request_seed seed) {
   auto& st = self->state;
   st.svc = svc;
   st.op = std::move(seed.op);
@@ -539,7 +540,8 @@ request_actor::behavior_type request_actor_impl(self_ptr self, services* svc, re
   if (st.op.current == workflow::step::APPROVAL_SENT && st.op.wake_at_ms > 0) {
     // The stored deadline is authoritative: updated_at (the seed's step entry) moves on a takeover,
     // and the approval wait must not grow with every change of owner.
-    st.op.step_entered_ms = st.op.wake_at_ms - workflow_settings_from(*svc->config->current()).approval_wait_ms;
+    st.op.step_entered_ms =
+        st.op.wake_at_ms - runtime::workflow_settings_from(*svc->config->current()).approval_wait_ms;
   }
   auto id = st.op.operation_id;
   self->set_exception_handler([id](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
@@ -646,7 +648,7 @@ bool is_timed_wait(workflow::step s) {
 }
 }  // namespace
 
-std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed) {
+std::optional<request_actor> spawn_request_actor(runtime::services& svc, request_seed seed) {
   auto id = seed.op.operation_id;
   if (!seed.owner_instance.empty() && seed.owner_instance != svc.instance_id) {
     // Another instance owns the row: it drives the operation (it sees the change through its

@@ -9,9 +9,9 @@
 // each wait as a stored deadline (next_wake_at) with a CAF timer as the in-memory copy. It exits
 // when the operation no longer needs an actor (terminal, MERGED, or handed to the batch coordinator).
 
-#include "actors/services.hpp"
 #include "messages/messages.hpp"
 #include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
 #include "workflow/decide.hpp"
 
 #include <caf/typed_actor.hpp>
@@ -46,6 +46,6 @@ request_seed seed_from_row(const persistence::operation_row& row, std::int64_t n
 /// is owned by another instance (that owner drives it; a non-owner never spawns a second writer).
 /// A waiting step whose stored deadline (next_wake_at) lies ahead resumes when it falls due instead
 /// of at once; every other step re-runs at once (each step reads remote state before acting).
-std::optional<request_actor> spawn_request_actor(services& svc, request_seed seed);
+std::optional<request_actor> spawn_request_actor(runtime::services& svc, request_seed seed);
 
 }  // namespace changeflow::actors

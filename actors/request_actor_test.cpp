@@ -1,7 +1,7 @@
 // The request actor in process, on CAF's deterministic test coordinator
 // (actors/testing/in_process.hpp): the test decides when each message, blocking job and timer runs.
 // The repository is a real MariaDB; the external systems are scripted answers in
-// `services::run_external`.
+// `runtime::services::run_external`.
 //
 // So each test fixes one interleaving exactly: a callback's nudge while a write is in flight, a
 // call's answer arriving after the row moved on, a timer that was replaced, a job that died.
@@ -32,12 +32,12 @@ using S = workflow::step;
 
 namespace {
 
-/// One request actor, with the external systems scripted in `services::run_external`.
+/// One request actor, with the external systems scripted in `runtime::services::run_external`.
 class in_process : public actors::testing::in_process_actors {
  protected:
   in_process() : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}}}) {
     svc_.run_external = [this](clients::external_context&, const config::snapshot&, const messages::call_request& req,
-                               const call_context&) {
+                               const effects::call_context&) {
       calls_.push_back(req.kind);
       if (answers_.empty()) {
         ADD_FAILURE() << "no scripted answer for " << messages::to_string(req.kind);

@@ -1,5 +1,6 @@
 #include "actors/sweeper.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
 #include "base/log.hpp"
 #include "messages/messages.hpp"
@@ -16,17 +17,17 @@ struct sweeper::shared_state {
 
 namespace {
 
-std::int64_t positive_or(const services& svc, const char* key, std::int64_t fallback) {
+std::int64_t positive_or(const runtime::services& svc, const char* key, std::int64_t fallback) {
   auto v = svc.config->current()->int_or(key, fallback);
   return v > 0 ? v : fallback;
 }
 
-void nudge_live(services* svc, const std::string& id, const char* cause) {
+void nudge_live(runtime::services* svc, const std::string& id, const char* cause) {
   if (auto a = svc->actors->find(id)) caf::anon_send(*a, messages::row_changed{cause});
 }
 
 /// Owner's inbox: rows changed recently; compare with what the live actors know.
-void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrate) {
+void poll_inbox(persistence::db_context& db, runtime::services* svc, rehydrator* rehydrate) {
   auto interval = positive_or(*svc, "durability.inbox_poll_ms", 500);
   // The look-back overlaps several polls so a slow poll never skips a change; duplicates are
   // harmless (the version comparison below filters them).
@@ -56,8 +57,8 @@ void poll_inbox(persistence::db_context& db, services* svc, rehydrator* rehydrat
   }
 }
 
-void time_out(persistence::db_context& db, services* svc, const persistence::overdue_operation& o, workflow::step to,
-              const std::string& cause) {
+void time_out(persistence::db_context& db, runtime::services* svc, const persistence::overdue_operation& o,
+              workflow::step to, const std::string& cause) {
   persistence::transition_request req;
   req.operation_id = o.operation_id;
   req.expected_version = o.version;
@@ -77,7 +78,7 @@ void time_out(persistence::db_context& db, services* svc, const persistence::ove
   // preempted: an actor or a peer's sweep moved it first; nothing to do.
 }
 
-void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, std::string& cursor) {
+void sweep(persistence::db_context& db, runtime::services* svc, rehydrator* rehydrate, std::string& cursor) {
   auto grace = static_cast<int>(positive_or(*svc, "durability.approval_grace_seconds", 30));
   auto deploy_wait = static_cast<int>(positive_or(*svc, "timeouts.deploy_wait_seconds", 86400));
   auto stuck_after = static_cast<int>(positive_or(*svc, "durability.stuck_after_seconds", 60));
@@ -110,7 +111,7 @@ void sweep(persistence::db_context& db, services* svc, rehydrator* rehydrate, st
 
 }  // namespace
 
-sweeper::sweeper(services& svc, rehydrator& rehydrate)
+sweeper::sweeper(runtime::services& svc, rehydrator& rehydrate)
     : svc_(svc), rehydrate_(rehydrate), shared_(std::make_shared<shared_state>()) {}
 
 sweeper::~sweeper() {

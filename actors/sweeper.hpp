@@ -11,7 +11,7 @@
 
 #include "actors/periodic_job.hpp"
 #include "actors/rehydrator.hpp"
-#include "actors/services.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor.hpp>
 
@@ -21,7 +21,7 @@ namespace changeflow::actors {
 
 class sweeper {
  public:
-  sweeper(services& svc, rehydrator& rehydrate);
+  sweeper(runtime::services& svc, rehydrator& rehydrate);
   ~sweeper();
   sweeper(const sweeper&) = delete;
   sweeper& operator=(const sweeper&) = delete;
@@ -32,7 +32,7 @@ class sweeper {
   struct shared_state;
 
  private:
-  services& svc_;
+  runtime::services& svc_;
   rehydrator& rehydrate_;
   std::shared_ptr<shared_state> shared_;
   periodic_job inbox_;

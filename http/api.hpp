@@ -13,7 +13,6 @@
 // then writes the resolved identity (copy-then-overwrite, so it can never be forged).
 
 #include "actors/batch_coordinator.hpp"
-#include "actors/services.hpp"
 #include "config/store.hpp"
 #include "http/middleware/pipeline.hpp"
 #include "http/middleware/route_policy.hpp"
@@ -21,6 +20,7 @@
 #include "http/server/message.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/db_pool.hpp"
+#include "runtime/services.hpp"
 
 #include <functional>
 #include <memory>
@@ -40,7 +40,7 @@ struct service_context {
   /// "rehydrating 40/100"); nullopt when ready.
   std::function<std::optional<std::string>()> not_ready_reason;
   /// Actors, pools and clock shared with the request actors.
-  actors::services* services = nullptr;
+  runtime::services* services = nullptr;
   /// Connections for status reads (GET /api/v1/changes...), apart from the transition pool; null = use `db`.
   persistence::db_pool* reads = nullptr;
   persistence::db_pool& read_pool() { return reads ? *reads : db; }

@@ -16,7 +16,7 @@ struct fixture {
   std::shared_ptr<config::store> cfg;
   std::unique_ptr<persistence::db_pool> db;
   metrics::registry metrics;
-  actors::services svc;
+  runtime::services svc;
   std::unique_ptr<http::service_context> ctx;
   fixture() {
     auto loaded = config::load_from_json(nlohmann::json::object(), [](const std::string&) { return std::nullopt; });

@@ -1,4 +1,5 @@
 #include "service/attention.hpp"
+#include "actors/registry.hpp"
 
 #include <algorithm>
 #include <set>
@@ -119,7 +120,7 @@ attention_settings attention_settings_from(const config::snapshot& snap) {
   return s;
 }
 
-persistence::db_result<attention_report> read_attention_report(persistence::session db, actors::services& svc,
+persistence::db_result<attention_report> read_attention_report(persistence::session db, runtime::services& svc,
                                                                const attention_settings& settings) {
   using R = persistence::db_result<attention_report>;
   persistence::attention_query q;

@@ -4,9 +4,9 @@
 // database worker, the registry of this instance's live actors) and sorted by real age, oldest first.
 // The words are decided here, once, so the console only renders them.
 
-#include "actors/services.hpp"
 #include "persistence/ops_repo.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 
 #include <cstdint>
 #include <map>
@@ -60,7 +60,7 @@ struct attention_settings {
 attention_settings attention_settings_from(const config::snapshot& snap);
 
 /// Runs on a database worker. Live actors are read from this instance's registry.
-persistence::db_result<attention_report> read_attention_report(persistence::session db, actors::services& svc,
+persistence::db_result<attention_report> read_attention_report(persistence::session db, runtime::services& svc,
                                                                const attention_settings& settings);
 
 /// What a change in `s` waits for, in words (also used by the change page).

@@ -94,7 +94,7 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
 
 }  // namespace
 
-approval_intake take_approval(persistence::session db, actors::services& svc, const approval_delivery& d) {
+approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d) {
   approval_intake out;
   auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
   if (!r.ok()) {
@@ -125,7 +125,7 @@ void delivery_claims::release(const std::string& id) {
   ids_.erase(id);
 }
 
-deploy_intake take_deploy(persistence::session db, actors::services& svc, delivery_claims& claims,
+deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
                           const deploy_delivery& d, const std::string& our_project) {
   const auto& cb = d.cb;
   deploy_intake out;

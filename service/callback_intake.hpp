@@ -3,10 +3,10 @@
 // before the sender gets its 2xx, then the live actor told. The HTTP layer authenticates and parses
 // the delivery and renders the result; webhooks of other shapes feed the same intake.
 
-#include "actors/services.hpp"
 #include "persistence/callback_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 
 #include <memory>
 #include <mutex>
@@ -38,7 +38,7 @@ struct approval_intake {
 /// Deduplicates, validates and applies the decision in one transaction, counts it, and wakes the
 /// actor (also for a duplicate: the first copy's 2xx may have been lost with a crash right after the
 /// commit, so make sure an actor drives the applied row). Runs on a database worker.
-approval_intake take_approval(persistence::session db, actors::services& svc, const approval_delivery& d);
+approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d);
 
 // -- deploy
 
@@ -99,7 +99,7 @@ struct deploy_intake {
 /// Records the delivery (the MR number and the ledger row commit together), then applies it: a
 /// success validates the named (or matched) operations, a failure moves them to DEPLOY_FAILED.
 /// `our_project` is the callback's project when it is a configured repository, else "". Runs on a database worker.
-deploy_intake take_deploy(persistence::session db, actors::services& svc, delivery_claims& claims,
+deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
                           const deploy_delivery& d, const std::string& our_project);
 
 }  // namespace changeflow::service

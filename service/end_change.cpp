@@ -29,7 +29,7 @@ std::string_view ended_word(end_kind k) {
 }
 
 struct run_state {
-  actors::services* svc = nullptr;
+  runtime::services* svc = nullptr;
   end_request req;
   std::function<void(end_result)> done;
   int round = 0;
@@ -267,7 +267,7 @@ end_plan plan_end(end_kind kind, step current, workflow::actor_kind by, bool has
   return plan;
 }
 
-void end_change(actors::services& svc, end_request req, std::function<void(end_result)> done) {
+void end_change(runtime::services& svc, end_request req, std::function<void(end_result)> done) {
   auto run = std::make_shared<run_state>();
   run->svc = &svc;
   run->req = std::move(req);

@@ -14,7 +14,7 @@
 // WITHDRAWN callback, which must find the change already ended (stale) rather than race the write.
 // A change that already merged is never "cancelled" — it is in effect, or about to be.
 
-#include "actors/services.hpp"
+#include "runtime/services.hpp"
 #include "workflow/status.hpp"
 #include "workflow/transitions.hpp"
 
@@ -71,6 +71,6 @@ end_plan plan_end(end_kind kind, workflow::step current, workflow::actor_kind by
 
 /// Runs the use case across the database and external pools; `done` is called exactly once, from a
 /// worker thread.
-void end_change(actors::services& svc, end_request req, std::function<void(end_result)> done);
+void end_change(runtime::services& svc, end_request req, std::function<void(end_result)> done);
 
 }  // namespace changeflow::service

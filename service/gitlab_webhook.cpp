@@ -1,5 +1,6 @@
 #include "service/gitlab_webhook.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
 #include "base/log.hpp"
 #include "persistence/callback_repo.hpp"
@@ -27,7 +28,7 @@ messages::gitlab_event signal_of(const gitlab_delivery& d) {
 
 /// A Deployment Hook whose commit a merge event mapped to an MR: the deploy callback's intake,
 /// matched by project + MR number as that intake does.
-gitlab_intake take_deployment(persistence::session db, actors::services& svc, delivery_claims& claims,
+gitlab_intake take_deployment(persistence::session db, runtime::services& svc, delivery_claims& claims,
                               const gitlab_delivery& d, std::int64_t mr_iid) {
   gitlab_intake out;
   deploy_delivery dd;
@@ -53,7 +54,7 @@ gitlab_intake take_deployment(persistence::session db, actors::services& svc, de
 
 }  // namespace
 
-gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, delivery_claims& claims,
+gitlab_intake take_gitlab_event(persistence::session db, runtime::services& svc, delivery_claims& claims,
                                 const gitlab_delivery& d, const tell_batch_fn& tell_batch) {
   gitlab_intake out;
   if (d.what == gitlab_delivery::kind::deployment) {

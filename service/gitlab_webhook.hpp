@@ -6,8 +6,8 @@
 // through the deploy callback's intake (take_deploy), its commit mapped to the MR a merge event
 // recorded. Polling stays as the fallback for a lost hook. See docs/callbacks.md.
 
-#include "actors/services.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 #include "service/callback_intake.hpp"
 
 #include <cstdint>
@@ -50,7 +50,7 @@ struct gitlab_intake {
 using tell_batch_fn = std::function<void(const std::string& project, std::int64_t mr_iid)>;
 
 /// Records, routes and delivers one hook. Runs on a database worker.
-gitlab_intake take_gitlab_event(persistence::session db, actors::services& svc, delivery_claims& claims,
+gitlab_intake take_gitlab_event(persistence::session db, runtime::services& svc, delivery_claims& claims,
                                 const gitlab_delivery& d, const tell_batch_fn& tell_batch);
 
 }  // namespace changeflow::service

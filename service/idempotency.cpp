@@ -89,7 +89,7 @@ std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& 
   return std::chrono::milliseconds(timeout && *timeout > 0 ? *timeout : 30000);
 }
 
-gate_result begin_idempotent(persistence::session db, actors::services& svc, const idempotent_request& r) {
+gate_result begin_idempotent(persistence::session db, runtime::services& svc, const idempotent_request& r) {
   gate_result out;
   auto begun = persistence::idem_begin(db, r.key, r.fingerprint, static_cast<int>(r.ttl.count()),
                                        {svc.instance_id, r.in_flight_timeout});

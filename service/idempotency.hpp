@@ -11,9 +11,9 @@
 //                                   takes it over and the caller proceeds fresh)
 //   different fingerprint ──> conflict_changed_body_422 (key reused for another request)
 
-#include "actors/services.hpp"
 #include "config/snapshot.hpp"
 #include "persistence/idempotency_repo.hpp"
+#include "runtime/services.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -102,7 +102,7 @@ struct gate_result {
 /// request that died is taken over (logged and counted in changeflow_idempotency_takeovers_total):
 /// re-running is safe because every idempotent write is itself guarded (a derived operation id, a
 /// version-guarded transition).
-gate_result begin_idempotent(persistence::session db, actors::services& svc, const idempotent_request& r);
+gate_result begin_idempotent(persistence::session db, runtime::services& svc, const idempotent_request& r);
 
 /// Ends a request that owned its key: a 2xx answer is stored for replay; any other answer drops the
 /// record, so a retry runs afresh instead of replaying a transient failure forever.

@@ -49,7 +49,7 @@ action_result refusal(action_status s, std::string message) {
 }
 
 /// One planned transition through service/operator_transition.
-action_result apply(persistence::session db, actors::services& svc, const persistence::operation_row& row, step to,
+action_result apply(persistence::session db, runtime::services& svc, const persistence::operation_row& row, step to,
                     workflow::ops_action action, const std::string& operator_name, const std::string& reason,
                     const std::string& cause) {
   operator_transition t;
@@ -114,7 +114,7 @@ action_result from_end(const end_result& e) {
 /// Close is the requester's cancel with an operator's rank (service::end_change): close the MR unless
 /// it merged (merged wins), the guarded write, then withdraw the approval. Its answer is stored and
 /// audited on a database worker like every other action.
-void run_close(actors::services& svc, const persistence::operation_row& row, const operator_action& a,
+void run_close(runtime::services& svc, const persistence::operation_row& row, const operator_action& a,
                const action_render& render, const action_done& done) {
   end_request req;
   req.kind = end_kind::close;
@@ -154,7 +154,7 @@ std::string audit_outcome(const action_result& r) {
   return "ERROR";
 }
 
-void run_operator_action(persistence::session db, actors::services& svc, operator_action a, action_render render,
+void run_operator_action(persistence::session db, runtime::services& svc, operator_action a, action_render render,
                          action_done done) {
   if (!a.idem.key.empty()) {
     // A record whose request died is taken over and the action runs again. It re-plans from the row
@@ -197,7 +197,7 @@ void run_operator_action(persistence::session db, actors::services& svc, operato
          render, done);
 }
 
-bulk_result run_bulk_action(persistence::session db, actors::services& svc, const bulk_action& b) {
+bulk_result run_bulk_action(persistence::session db, runtime::services& svc, const bulk_action& b) {
   bulk_result out;
   auto rows = persistence::select_ops_operations(db, b.filter, bulk_cap);
   if (!rows.ok()) {

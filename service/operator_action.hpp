@@ -5,9 +5,9 @@
 // or the close (service/end_change), and an audit entry for every outcome, refusals included. The
 // HTTP layer parses the request and renders the result; it writes nothing itself.
 
-#include "actors/services.hpp"
 #include "persistence/ops_repo.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 #include "service/idempotency.hpp"
 #include "workflow/operator_plan.hpp"
 
@@ -68,7 +68,7 @@ using action_render = std::function<stored_answer(const action_result&)>;
 using action_done = std::function<void(const gate_result* not_run)>;
 
 /// Runs `a` on a database worker (`db`); a close continues on the external and database pools.
-void run_operator_action(persistence::session db, actors::services& svc, operator_action a, action_render render,
+void run_operator_action(persistence::session db, runtime::services& svc, operator_action a, action_render render,
                          action_done done);
 
 struct bulk_action {
@@ -95,6 +95,6 @@ inline constexpr int bulk_cap = 500;
 
 /// Counts (dry run) or applies a bulk action, one guarded transition per eligible row, each audited,
 /// plus one audit entry for the bulk action itself. Runs on a database worker.
-bulk_result run_bulk_action(persistence::session db, actors::services& svc, const bulk_action& b);
+bulk_result run_bulk_action(persistence::session db, runtime::services& svc, const bulk_action& b);
 
 }  // namespace changeflow::service

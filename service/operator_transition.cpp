@@ -4,7 +4,7 @@
 
 namespace changeflow::service {
 
-transition_result apply_operator_transition(persistence::session db, actors::services& svc,
+transition_result apply_operator_transition(persistence::session db, runtime::services& svc,
                                             const persistence::operation_row& row, const operator_transition& t) {
   persistence::transition_request w;
   w.operation_id = row.operation_id;

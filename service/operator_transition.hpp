@@ -4,9 +4,9 @@
 // lives). Operator close is service/end_change (it reads and closes the MR first). Runs on a
 // database worker; the HTTP layer only maps the result to an answer.
 
-#include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 
 #include <cstdint>
 #include <string>
@@ -36,7 +36,7 @@ struct transition_result {
 };
 
 /// Writes `t` on `row` guarded by the version and step the operator saw, then wakes the actor.
-transition_result apply_operator_transition(persistence::session db, actors::services& svc,
+transition_result apply_operator_transition(persistence::session db, runtime::services& svc,
                                             const persistence::operation_row& row, const operator_transition& t);
 
 }  // namespace changeflow::service

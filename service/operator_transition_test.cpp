@@ -3,6 +3,7 @@
 // edge the table refuses writes nothing.
 #include "service/operator_transition.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/testing/in_process.hpp"
 #include "persistence/repo_test_support.hpp"
 

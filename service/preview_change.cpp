@@ -26,7 +26,7 @@ file_preview preview_file(const preview_input& in, const std::optional<clients::
   return out;
 }
 
-void preview_change(actors::services& svc, const std::string& repository, const std::string& target_branch,
+void preview_change(runtime::services& svc, const std::string& repository, const std::string& target_branch,
                     std::vector<preview_input> files, std::function<void(preview_result)> done) {
   auto snap = svc.config->current();
   auto answer = std::make_shared<std::function<void(preview_result)>>(std::move(done));

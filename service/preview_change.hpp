@@ -4,8 +4,8 @@
 // rule for read-only previews: a failure of any read answers an empty preview with the reason,
 // never an error, so a preview can never keep a user from submitting.
 
-#include "actors/services.hpp"
 #include "clients/gitlab_client.hpp"
+#include "runtime/services.hpp"
 
 #include <functional>
 #include <optional>
@@ -41,7 +41,7 @@ file_preview preview_file(const preview_input& in, const std::optional<clients::
 
 /// Reads every file on the target branch (stopping at the first failed read) and answers once.
 /// Reads each file on `target_branch` of `repository` (a configured repository) and previews it.
-void preview_change(actors::services& svc, const std::string& repository, const std::string& target_branch,
+void preview_change(runtime::services& svc, const std::string& repository, const std::string& target_branch,
                     std::vector<preview_input> files, std::function<void(preview_result)> done);
 
 }  // namespace changeflow::service

@@ -1,9 +1,9 @@
 #include "service/revert_change.hpp"
 
-#include "actors/file_actions.hpp"
 #include "base/log.hpp"
 #include "config/repositories.hpp"
 #include "config/snapshot.hpp"
+#include "effects/file_actions.hpp"
 #include "persistence/revert_repo.hpp"
 #include "workflow/revert_rule.hpp"
 
@@ -22,7 +22,7 @@ using persistence::db_outcome;
 constexpr int default_retry_after_s = 5;
 
 struct run_state {
-  actors::services* svc = nullptr;
+  runtime::services* svc = nullptr;
   revert_request req;
   revert_render render;
   std::function<void(std::optional<gate_result>)> done;
@@ -125,7 +125,7 @@ std::optional<revert_result> refusal(persistence::session db, const config::repo
     return status_only(revert_status::nothing_to_revert,
                        "Change " + original.operation_id + " has no merge request recorded to read its base from");
   }
-  if (actors::commit_actions_of(original.payload_json).empty()) {
+  if (effects::commit_actions_of(original.payload_json).empty()) {
     return status_only(revert_status::nothing_to_revert, "Change " + original.operation_id + " carries no files");
   }
   return std::nullopt;
@@ -143,7 +143,7 @@ void write_revert(const run_ptr& run, const persistence::operation_row& original
     op.repository = original.repository;
     op.target_branch = original.target_branch;
     op.title = revert_title(original.title);
-    op.payload_json = actors::payload_of(actions);
+    op.payload_json = effects::payload_of(actions);
     op.revert_of = original.operation_id;
     auto written = persistence::create_revert(db, op, op.actor);
     if (auto ended = ends_request(written)) return conclude(db, run, *ended);
@@ -197,7 +197,7 @@ read_outcome read_previous_contents(clients::external_context& ec, const config:
   }
   const auto target = repo.target_branch(original.target_branch);
   std::vector<file_versions> files;
-  for (const auto& path : actors::paths_of(actors::commit_actions_of(original.payload_json))) {
+  for (const auto& path : effects::paths_of(effects::commit_actions_of(original.payload_json))) {
     auto then = repo.gitlab.get_file(token, path, mr->base_sha);
     if (!then) return gitlab_unreadable(then.error(), "read " + path + " at " + mr->base_sha);
     auto now = repo.gitlab.get_file(token, path, target);
@@ -261,7 +261,7 @@ std::string revert_title(std::string_view original_title) {
   return "Revert: " + std::string(original_title);
 }
 
-void revert_change(actors::services& svc, revert_request req, revert_render render,
+void revert_change(runtime::services& svc, revert_request req, revert_render render,
                    std::function<void(std::optional<gate_result>)> done) {
   auto run = std::make_shared<run_state>();
   run->svc = &svc;

@@ -14,9 +14,9 @@
 // Nothing is written unless every read succeeded: a GitLab that cannot be read answers
 // `unavailable` (503) and the idempotency record is dropped, so a retry runs afresh.
 
-#include "actors/services.hpp"
 #include "clients/gitlab_client.hpp"
 #include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
 #include "service/idempotency.hpp"
 #include "service/submit.hpp"
 
@@ -82,7 +82,7 @@ using revert_render = std::function<stored_answer(const revert_result&)>;
 /// Runs the use case across the database and external pools. `done` is called exactly once, from a
 /// worker thread, after `render` (when the revert ran) and after its answer was stored: with the
 /// gate's answer when the idempotency gate did not let it run, else nullopt.
-void revert_change(actors::services& svc, revert_request req, revert_render render,
+void revert_change(runtime::services& svc, revert_request req, revert_render render,
                    std::function<void(std::optional<gate_result>)> done);
 
 }  // namespace changeflow::service

@@ -1,6 +1,6 @@
 #include "service/revert_change.hpp"
 
-#include "actors/file_actions.hpp"
+#include "effects/file_actions.hpp"
 
 #include <gtest/gtest.h>
 
@@ -60,7 +60,7 @@ TEST(RevertActions, PayloadRoundTripsThroughTheActorsReader) {
       {"b.yaml", std::nullopt, version("b\n", std::string(40, 'd'))},
       {"c.yaml", version("c\n", "b3"), std::nullopt},
   });
-  auto back = actors::commit_actions_of(actors::payload_of(actions));
+  auto back = effects::commit_actions_of(effects::payload_of(actions));
   EXPECT_EQ(lines(back), lines(actions));
 }
 

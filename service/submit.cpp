@@ -24,7 +24,7 @@ submit_result blocked(persistence::session db, const persistence::new_operation&
 
 }  // namespace
 
-submit_result start_created(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+submit_result start_created(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                             const persistence::db_result<persistence::create_outcome>& created) {
   submit_result r;
   if (!created.ok()) {
@@ -67,13 +67,13 @@ submit_result start_created(persistence::session db, actors::services& svc, cons
 namespace {
 
 /// Creates the operation and spawns its actor.
-submit_result create_and_start(persistence::session db, actors::services& svc, const persistence::new_operation& op) {
+submit_result create_and_start(persistence::session db, runtime::services& svc, const persistence::new_operation& op) {
   return start_created(db, svc, op, persistence::create_operation(db, op));
 }
 
 }  // namespace
 
-std::optional<gate_result> submit(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+std::optional<gate_result> submit(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                                   const idempotent_request& idem, const submit_render& render) {
   if (idem.key.empty()) {
     render(create_and_start(db, svc, op));

@@ -3,9 +3,9 @@
 // and start its actor. Runs on a database worker; the HTTP layer parses the body, decides the
 // operation's id and renders the result.
 
-#include "actors/services.hpp"
 #include "persistence/operation_repo.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 #include "service/idempotency.hpp"
 
 #include <functional>
@@ -32,7 +32,7 @@ struct submit_result {
 /// What a creation of `op` answered (create_operation, or the creation inside create_revert),
 /// carried out: the actor started for a created operation, the holder of the target read for a
 /// refused one.
-submit_result start_created(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+submit_result start_created(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                             const persistence::db_result<persistence::create_outcome>& created);
 
 /// Turns a result into the wire answer (called once per submission that ran); a 2xx answer is
@@ -42,7 +42,7 @@ using submit_render = std::function<stored_answer(const submit_result&)>;
 /// Submits `op`. Without a key (idem.key == "") nothing is deduplicated beyond the operation id.
 /// Returns the gate's answer when the idempotency gate did not let the submission run (replay, 409,
 /// 422, database failure), else nullopt (render has run).
-std::optional<gate_result> submit(persistence::session db, actors::services& svc, const persistence::new_operation& op,
+std::optional<gate_result> submit(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                                   const idempotent_request& idem, const submit_render& render);
 
 }  // namespace changeflow::service

@@ -1,5 +1,6 @@
 #include "service/wake_actor.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
 #include "messages/messages.hpp"
 #include "persistence/operation_repo.hpp"
@@ -8,7 +9,7 @@
 
 namespace changeflow::service {
 
-std::string wake_actor(persistence::session db, actors::services& svc, const std::string& operation_id,
+std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause) {
   if (auto a = svc.actors->find(operation_id)) {
     caf::anon_send(*a, messages::row_changed{cause});

@@ -3,8 +3,8 @@
 // (an operator action, a cancel), the live actor reloads its row; when none lives here and the new
 // step needs one, and this instance owns the row, one is started from the row.
 
-#include "actors/services.hpp"
 #include "persistence/session.hpp"
+#include "runtime/services.hpp"
 #include "workflow/status.hpp"
 
 #include <optional>
@@ -15,7 +15,7 @@ namespace changeflow::service {
 /// `to` is the step just written, or nullopt when the caller does not know it (the row is read).
 /// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
 /// owner:<instance>.
-std::string wake_actor(persistence::session db, actors::services& svc, const std::string& operation_id,
+std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause);
 
 }  // namespace changeflow::service

@@ -4,7 +4,8 @@
 // until the test runs (or drops) them; timers fire when the test fires them. The database is a real
 // MariaDB (a private schema); what the external systems are is up to the test.
 
-#include "actors/services.hpp"
+#include "actors/registry.hpp"
+#include "runtime/services.hpp"
 #include "tests/support/test_db.hpp"
 
 #include <gtest/gtest.h>
@@ -108,12 +109,12 @@ class in_process_actors : public ::testing::Test {
   caf::scheduler::test_coordinator& sched_;
   config::store config_;
   persistence::db_pool db_pool_;
-  external_pool external_pool_;
+  runtime::external_pool external_pool_;
   persistence::db_context db_ctx_;  // the actors' database jobs run on this one
   std::unique_ptr<clients::external_context> ext_ctx_;
   metrics::registry metrics_;
   registry registry_;
-  services svc_;
+  runtime::services svc_;
   std::int64_t now_ms_ = 0;
   persistence::db_context setup_db_;  // the test's own reads and writes (setup, checks)
   std::vector<caf::actor> spawned_;

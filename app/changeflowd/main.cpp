@@ -8,8 +8,7 @@
 #include "actors/reconciler.hpp"  // callbacks/reconciliation
 #include "actors/registry.hpp"
 #include "actors/rehydrator.hpp"  // durability
-#include "actors/services.hpp"
-#include "actors/sweeper.hpp"  // durability
+#include "actors/sweeper.hpp"     // durability
 #include "base/ids.hpp"
 #include "base/log.hpp"
 #include "clients/external_context.hpp"
@@ -28,6 +27,7 @@
 #include "persistence/connection.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/migrations.hpp"
+#include "runtime/services.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/all.hpp>
@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto shared = std::make_shared<clients::external_shared>();
-  actors::external_pool external(
+  runtime::external_pool external(
       "external", static_cast<std::size_t>(snap->integer("external.pool_size")),
       static_cast<std::size_t>(snap->integer("external.queue_capacity")),
       clients::external_context_factory(shared, endpoints.value(), clients::call_settings_from(*snap)));
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   caf::actor_system system{caf_cfg};
 
   actors::registry live_actors;
-  actors::services svc;
+  runtime::services svc;
   svc.system = &system;
   svc.config = &cfg;
   svc.db = db.get();

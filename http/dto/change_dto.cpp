@@ -1,7 +1,7 @@
 #include "http/dto/change_dto.hpp"
 
-#include "actors/file_actions.hpp"
 #include "base/ids.hpp"
+#include "effects/file_actions.hpp"
 #include "workflow/status.hpp"
 
 #include <algorithm>
@@ -148,7 +148,7 @@ std::string payload_json(const submit_request& r) {
     a.last_commit_id = f.last_commit_id.value_or("");
     actions.push_back(std::move(a));
   }
-  return actors::payload_of(actions);
+  return effects::payload_of(actions);
 }
 
 nlohmann::json to_json(const persistence::operation_row& row) {

@@ -1,5 +1,6 @@
 #include "http/handlers/changes.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"

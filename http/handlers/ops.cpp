@@ -1,5 +1,6 @@
 #include "http/handlers/ops.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
 #include "base/ids.hpp"
 #include "base/log.hpp"
@@ -149,7 +150,7 @@ http_server::response action_response(const service::operator_action& a, const s
 }
 
 /// Runs one parsed action on a database worker and replies exactly once.
-void run_action(persistence::db_context& db, actors::services* svc, service::operator_action a,
+void run_action(persistence::db_context& db, runtime::services* svc, service::operator_action a,
                 http_server::responder reply) {
   auto rendered = std::make_shared<http_server::response>();
   auto key = a.idem.key;

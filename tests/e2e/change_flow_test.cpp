@@ -60,7 +60,7 @@ TEST(ChangeFlow, SeveralChangesReachValidatedConcurrently) {
 //   - clients/approver.cpp without the has_approval_from() read before each approve attempt:
 //     "user 101 approved config/changes!1 again 3 time(s)" -- the change still ends VALIDATED (the
 //     sim refuses the repeats with 401), so only the attempts show it;
-//   - actors/external_calls.cpp try_merge without the merged-state read before merging:
+//   - effects/external_calls.cpp try_merge without the merged-state read before merging:
 //     "merge requested 165 time(s) after config/changes!1 was merged" (the change stays MERGING);
 //   - MR creation without the open-MR read on a re-run (gitlab_client::ensure_mr; before it existed
 //     the service did exactly that): "MR created 1 time(s) for config/changes:changeflow/<id> while

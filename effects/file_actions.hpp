@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 /// The stored payload's files ({"files":[{path, content, action, lastCommitId?}]}) as commit
 /// actions; `upsert` (and a missing action) is kept as "upsert" for resolve_actions.
@@ -51,4 +51,4 @@ std::vector<std::string> paths_of(const std::vector<clients::commit_action>& act
 inline constexpr const char* content_conflict_hint =
     "the file changed since your change was based on it: rebase your change and submit again";
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects

@@ -1,10 +1,10 @@
-#include "actors/file_actions.hpp"
+#include "effects/file_actions.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 std::vector<clients::commit_action> commit_actions_of(const std::string& payload_json) {
   std::vector<clients::commit_action> actions;
@@ -91,4 +91,4 @@ std::vector<std::string> paths_of(const std::vector<clients::commit_action>& act
   return out;
 }
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects

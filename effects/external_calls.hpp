@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 /// What a call needs to know about its operation besides the request itself.
 struct call_context {
@@ -33,4 +33,4 @@ std::string branch_for(const std::string& operation_id);
 /// Line in the MR description that names an operation (the deploy pipeline reports it back).
 std::string operation_marker(const std::string& operation_id);
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects

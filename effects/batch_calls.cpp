@@ -1,15 +1,15 @@
-#include "actors/batch_calls.hpp"
+#include "effects/batch_calls.hpp"
 
-#include "actors/external_calls.hpp"
-#include "actors/file_actions.hpp"
 #include "clients/approver.hpp"
+#include "effects/external_calls.hpp"
+#include "effects/file_actions.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <set>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 namespace {
 
@@ -212,4 +212,4 @@ batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t ii
   return read_batch_mr(repo, iid);
 }
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects

@@ -1,11 +1,11 @@
 #pragma once
-// Everything a request actor or a handler needs from the process, passed explicitly (no globals).
+// The process context: everything a request actor, a periodic job or a use case needs from the
+// process, passed explicitly (no globals).
 
-#include "actors/external_calls.hpp"
-#include "actors/registry.hpp"
 #include "base/worker_pool.hpp"
 #include "clients/external_context.hpp"
 #include "config/store.hpp"
+#include "effects/external_calls.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/db_pool.hpp"
 #include "workflow/decide.hpp"
@@ -17,6 +17,10 @@
 #include <string>
 
 namespace changeflow::actors {
+class registry;  // actors/registry.hpp: the live request actors (this folder does not depend on actors/)
+}  // namespace changeflow::actors
+
+namespace changeflow::runtime {
 
 using external_pool = worker_pool<clients::external_context>;
 
@@ -26,13 +30,13 @@ struct services {
   persistence::db_pool* db = nullptr;
   external_pool* external = nullptr;
   metrics::registry* metrics = nullptr;
-  registry* actors = nullptr;
+  actors::registry* actors = nullptr;
   std::string instance_id;
   /// Runs one external call of a request actor on an external-pool thread. `run_call` (the real
   /// clients); in-process actor tests put scripted external systems here.
   std::function<messages::call_reply(clients::external_context&, const config::snapshot&, const messages::call_request&,
-                                     const call_context&)>
-      run_external = run_call;
+                                     const effects::call_context&)>
+      run_external = effects::run_call;
   /// Wall clock in epoch milliseconds; injected so tests can control time.
   std::function<std::int64_t()> now_ms = [] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -51,4 +55,4 @@ workflow::settings workflow_settings_from(const config::snapshot& snap, const st
 void apply_webhook_interval(workflow::poll_schedule& polls, const config::snapshot& snap,
                             const std::string& repository);
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::runtime

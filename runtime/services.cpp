@@ -1,8 +1,8 @@
-#include "actors/services.hpp"
+#include "runtime/services.hpp"
 
 #include <algorithm>
 
-namespace changeflow::actors {
+namespace changeflow::runtime {
 
 workflow::settings workflow_settings_from(const config::snapshot& snap) {
   workflow::settings s;
@@ -32,4 +32,4 @@ workflow::settings workflow_settings_from(const config::snapshot& snap, const st
   return s;
 }
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::runtime

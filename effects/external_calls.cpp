@@ -1,11 +1,11 @@
-#include "actors/external_calls.hpp"
+#include "effects/external_calls.hpp"
 
-#include "actors/file_actions.hpp"
 #include "clients/approver.hpp"
+#include "effects/file_actions.hpp"
 
 #include <nlohmann/json.hpp>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 using messages::call_kind;
 using messages::call_reply;
@@ -248,4 +248,4 @@ messages::call_reply run_call(clients::external_context& ctx, const config::snap
   return r;
 }
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace changeflow::actors {
+namespace changeflow::effects {
 
 /// One member as the batch MR needs it (read from its operation row).
 struct batch_member_change {
@@ -81,4 +81,4 @@ batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid);
 
-}  // namespace changeflow::actors
+}  // namespace changeflow::effects
