@@ -221,13 +221,9 @@ bool load_members(session conn, const std::vector<std::string>& ids, batch_job_r
 core::settings settings_of(self_ptr self, const std::string& repository) {
   auto snap = self->state.svc->config->current();
   core::settings s;
-  s.max_splits = static_cast<int>(snap->integer("batch.max_splits"));
-  const auto attempts = snap->integer("batch.max_attempts");
-  s.max_attempts = attempts > 0 ? static_cast<int>(attempts) : 3;
-  s.polls.short_interval_ms = snap->integer("poll.short_interval_ms");
-  s.polls.short_attempts = static_cast<int>(snap->integer("poll.short_attempts"));
-  s.polls.long_interval_ms = snap->integer("poll.long_interval_ms");
-  s.polls.timeout_ms = snap->integer("poll.timeout_ms");
+  s.max_splits = static_cast<int>(snap->batch().max_splits);
+  s.max_attempts = static_cast<int>(snap->batch().max_attempts);
+  s.polls = runtime::poll_schedule_from(snap->poll());
   runtime::apply_webhook_interval(s.polls, *snap, repository);
   return s;
 }
@@ -427,7 +423,7 @@ void claim_partition(self_ptr self, const core::partition& where) {
   auto& st = self->state;
   st.claiming.insert(where);
   auto snap = st.svc->config->current();
-  const int max_members = static_cast<int>(std::max<std::int64_t>(1, snap->integer("batch.max_members")));
+  const int max_members = static_cast<int>(snap->batch().max_members);
   const std::string instance = st.svc->instance_id;
   const job_tag tag{kind::round_prepared, 0, where, false, true};
   on_db(self, tag, [max_members, instance, where](session conn, batch_job_result& out) {
@@ -467,7 +463,7 @@ void adopt(self_ptr self, std::int64_t batch_id, round_outcome outcome,
   auto& st = self->state;
   ++st.adoptions_in_flight;
   if (known) st.claiming.insert(*known);
-  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
+  const int timeout_s = static_cast<int>(st.svc->config->current()->batch().running_timeout_seconds);
   const job_tag tag{kind::round_prepared, 0, known.value_or(core::partition{}), true, known.has_value()};
   on_db(self, tag, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
     out.batch_id = batch_id;
@@ -504,7 +500,7 @@ void start_round(self_ptr self) {
   auto& st = self->state;
   if (st.round_in_flight) return;
   st.round_in_flight = true;
-  const int timeout_s = static_cast<int>(st.svc->config->current()->integer("batch.running_timeout_seconds"));
+  const int timeout_s = static_cast<int>(st.svc->config->current()->batch().running_timeout_seconds);
   on_db(self, {kind::round_listed}, [timeout_s](session conn, batch_job_result& out) {
     // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
     auto stale = persistence::sweep_running_older_than(conn, timeout_s);
@@ -643,7 +639,7 @@ batch_coordinator spawn_batch_coordinator(runtime::services& svc, batch_coordina
         self->state.options = options;
         if (options.resume_on_start) resume_active(self);
         if (options.scheduled_rounds) {
-          arm_round_timer(self, svc.config->current()->integer("batch.round_interval_ms"));
+          arm_round_timer(self, svc.config->current()->batch().round_interval_ms);
         }
         return {
             [self](batch_round_atom) -> std::string {
@@ -694,7 +690,7 @@ batch_coordinator spawn_batch_coordinator(runtime::services& svc, batch_coordina
               }
               if (t.generation != st.round_timer) return;
               if (st.options.scheduled_rounds) {
-                arm_round_timer(self, st.svc->config->current()->integer("batch.round_interval_ms"));
+                arm_round_timer(self, st.svc->config->current()->batch().round_interval_ms);
               }
               start_round(self);
             },

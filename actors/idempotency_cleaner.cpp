@@ -10,8 +10,7 @@ namespace {
 constexpr int max_batches_per_pass = 50;  // bounds one pass; the rest waits for the next one
 
 void clean(persistence::db_context& db, runtime::services& svc) {
-  auto batch = static_cast<int>(svc.config->current()->integer("idempotency.cleanup_batch"));
-  if (batch <= 0) batch = 500;
+  auto batch = static_cast<int>(svc.config->current()->idempotency().cleanup_batch);
   int total = 0;
   for (int i = 0; i < max_batches_per_pass; ++i) {
     auto r = persistence::idem_delete_expired(db, batch);
@@ -33,7 +32,7 @@ void clean(persistence::db_context& db, runtime::services& svc) {
 void start_idempotency_cleanup(runtime::services& svc, periodic_job& job) {
   periodic_spec spec;
   spec.name = "idempotency_cleanup";
-  spec.interval_ms = [&svc] { return svc.config->current()->integer("idempotency.cleanup_interval_ms"); };
+  spec.interval_ms = [&svc] { return svc.config->current()->idempotency().cleanup_interval_ms; };
   spec.first_at_once = false;
   spec.start_pass = db_pass(*svc.db, job.stop_flag(), spec.name, [&svc](persistence::db_context& db) {
     clean(db, svc);

@@ -15,7 +15,7 @@ namespace changeflow::actors {
 namespace {
 
 int lease_seconds_of(const runtime::services& svc) {
-  return static_cast<int>(std::max<std::int64_t>(1, svc.config->current()->integer("instance.lease_seconds")));
+  return static_cast<int>(svc.config->current()->instance().lease_seconds);
 }
 
 /// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
@@ -45,7 +45,7 @@ void tick(persistence::db_context& db, runtime::services* svc, rehydrator* rehyd
     log::warn("lease.heartbeat_failed", {{"error", beat.error.message}});
     return;
   }
-  auto page = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->integer("rehydrate.page_size")));
+  auto page = static_cast<int>(svc->config->current()->rehydrate().page_size);
   auto taken = persistence::take_over_expired(db, svc->instance_id, page);
   if (!taken.ok()) {
     log::warn("lease.takeover_failed", {{"error", taken.error.message}});

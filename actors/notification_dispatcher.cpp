@@ -18,20 +18,17 @@ namespace changeflow::actors {
 namespace {
 
 constexpr std::int64_t max_connect_timeout_ms = 2000;
-
-std::int64_t positive_or(std::int64_t v, std::int64_t fallback) {
-  return v > 0 ? v : fallback;
-}
 }  // namespace
 
 notification_settings notification_settings_from(const config::snapshot& snap) {
   notification_settings s;
-  s.interval_ms = snap.integer("notifications.dispatch_interval_ms");
-  s.batch = static_cast<int>(std::clamp<std::int64_t>(positive_or(snap.integer("notifications.batch"), 50), 1, 1000));
-  s.timeout_ms = positive_or(snap.integer("notifications.timeout_ms"), 5000);
-  s.retry_base_ms = positive_or(snap.integer("notifications.retry_base_ms"), 1000);
-  s.retry_cap_ms = std::max(s.retry_base_ms, positive_or(snap.integer("notifications.retry_cap_ms"), 300000));
-  s.max_age_s = positive_or(snap.integer("notifications.max_age_seconds"), 259200);
+  const auto& n = snap.notifications();
+  s.interval_ms = n.dispatch_interval_ms;
+  s.batch = static_cast<int>(n.batch);
+  s.timeout_ms = n.timeout_ms;
+  s.retry_base_ms = n.retry_base_ms;
+  s.retry_cap_ms = n.retry_cap_ms;
+  s.max_age_s = n.max_age_seconds;
   return s;
 }
 
@@ -258,7 +255,7 @@ void start_notification_dispatcher(runtime::services& svc, notification_document
   auto shared_docs = std::make_shared<notification_documents>(std::move(docs));
   periodic_spec spec;
   spec.name = "notify";
-  spec.interval_ms = [&svc] { return svc.config->current()->integer("notifications.dispatch_interval_ms"); };
+  spec.interval_ms = [&svc] { return svc.config->current()->notifications().dispatch_interval_ms; };
   spec.first_at_once = false;
   spec.start_pass = [&svc, shared_docs, stopped = job.stop_flag()](pass_done done) {
     return svc.db->try_submit([&svc, shared_docs, stopped, done](persistence::db_context& db) {

@@ -86,8 +86,8 @@ reconcile_plan plan_reconciliation(const std::vector<persistence::merged_candida
 
 reconcile_settings reconcile_settings_from(const config::snapshot& snap) {
   reconcile_settings s;
-  s.min_age_s = static_cast<int>(snap.integer("reconcile.min_age_seconds"));
-  s.max_age_s = static_cast<int>(snap.integer("reconcile.max_age_seconds"));
+  s.min_age_s = static_cast<int>(snap.reconcile().min_age_seconds);
+  s.max_age_s = static_cast<int>(snap.reconcile().max_age_seconds);
   for (const auto& repo : snap.repositories().all) s.projects.push_back(repo.project);
   return s;
 }
@@ -172,7 +172,7 @@ bool submit_reconciliation(runtime::services& svc, std::string trigger, std::fun
 void start_reconciler(runtime::services& svc, periodic_job& job) {
   periodic_spec spec;
   spec.name = "reconcile";
-  spec.interval_ms = [&svc] { return svc.config->current()->integer("reconcile.interval_ms"); };
+  spec.interval_ms = [&svc] { return svc.config->current()->reconcile().interval_ms; };
   // The first run waits one interval: start-up has enough to do, and min_age skips fresh rows anyway.
   spec.first_at_once = false;
   spec.start_pass = [&svc, stopped = job.stop_flag()](pass_done done) {

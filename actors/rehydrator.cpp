@@ -71,8 +71,7 @@ std::vector<persistence::operation_row> resumable(std::vector<persistence::opera
 void pace(runtime::services* svc, const std::shared_ptr<rehydrator::shared_state>& sh) {
   auto& carry = sh->pace_credit;
   if (sh->stopped) return;
-  auto rate = svc->config->current()->integer("rehydrate.rate_per_second");
-  if (rate <= 0) rate = 200;
+  auto rate = svc->config->current()->rehydrate().rate_per_second;
   carry += static_cast<double>(rate) * tick_ms / 1000.0;
   std::vector<rehydrator::shared_state::item> batch;
   {
@@ -107,7 +106,7 @@ void pace(runtime::services* svc, const std::shared_ptr<rehydrator::shared_state
 /// connectivity failure for a while (the database may be restarting); the sweeper and the lease
 /// keeper pick up whatever a failed load left behind.
 void load_backlog(persistence::db_context& db, runtime::services* svc, std::shared_ptr<rehydrator::shared_state> sh) {
-  auto page_size = static_cast<int>(std::max<std::int64_t>(1, svc->config->current()->integer("rehydrate.page_size")));
+  auto page_size = static_cast<int>(svc->config->current()->rehydrate().page_size);
   std::string after;
   std::size_t owned = 0, taken_count = 0;
   int failures = 0;

@@ -17,18 +17,13 @@ struct sweeper::shared_state {
 
 namespace {
 
-std::int64_t positive_or(const runtime::services& svc, const char* key, std::int64_t fallback) {
-  auto v = svc.config->current()->int_or(key, fallback);
-  return v > 0 ? v : fallback;
-}
-
 void nudge_live(runtime::services* svc, const std::string& id, const char* cause) {
   if (auto a = svc->actors->find(id)) caf::anon_send(*a, messages::row_changed{cause});
 }
 
 /// Owner's inbox: rows changed recently; compare with what the live actors know.
 void poll_inbox(persistence::db_context& db, runtime::services* svc, rehydrator* rehydrate) {
-  auto interval = positive_or(*svc, "durability.inbox_poll_ms", 500);
+  auto interval = svc->config->current()->durability().inbox_poll_ms;
   // The look-back overlaps several polls so a slow poll never skips a change; duplicates are
   // harmless (the version comparison below filters them).
   auto changed = persistence::list_owned_changed_since(db, svc->instance_id, interval * 4 + 2000, 2000);
@@ -79,9 +74,10 @@ void time_out(persistence::db_context& db, runtime::services* svc, const persist
 }
 
 void sweep(persistence::db_context& db, runtime::services* svc, rehydrator* rehydrate, std::string& cursor) {
-  auto grace = static_cast<int>(positive_or(*svc, "durability.approval_grace_seconds", 30));
-  auto deploy_wait = static_cast<int>(positive_or(*svc, "timeouts.deploy_wait_seconds", 86400));
-  auto stuck_after = static_cast<int>(positive_or(*svc, "durability.stuck_after_seconds", 60));
+  const auto snap = svc->config->current();
+  auto grace = static_cast<int>(snap->durability().approval_grace_seconds);
+  auto deploy_wait = static_cast<int>(snap->timeouts().deploy_wait_seconds);
+  auto stuck_after = static_cast<int>(snap->durability().stuck_after_seconds);
   if (auto overdue = persistence::list_approval_overdue(db, grace, 200); overdue.ok()) {
     for (const auto& o : overdue.value) {
       time_out(db, svc, o, workflow::step::APPROVAL_TIMEOUT, "no approval decision before the deadline (sweep)");
@@ -124,7 +120,7 @@ void sweeper::start() {
   auto sh = shared_;
   periodic_spec inbox;
   inbox.name = "inbox";
-  inbox.interval_ms = [svc] { return positive_or(*svc, "durability.inbox_poll_ms", 500); };
+  inbox.interval_ms = [svc] { return svc->config->current()->durability().inbox_poll_ms; };
   inbox.start_pass = db_pass(*svc_.db, inbox_.stop_flag(), inbox.name, [svc, rh](persistence::db_context& db) {
     poll_inbox(db, svc, rh);
     return false;
@@ -132,7 +128,7 @@ void sweeper::start() {
   inbox_.start(*svc_.system, std::move(inbox));
   periodic_spec sweep_spec;
   sweep_spec.name = "sweep";
-  sweep_spec.interval_ms = [svc] { return positive_or(*svc, "durability.sweep_interval_ms", 5000); };
+  sweep_spec.interval_ms = [svc] { return svc->config->current()->durability().sweep_interval_ms; };
   sweep_spec.start_pass =
       db_pass(*svc_.db, sweep_.stop_flag(), sweep_spec.name, [svc, rh, sh](persistence::db_context& db) {
         sweep(db, svc, rh, sh->stuck_cursor);

@@ -58,15 +58,14 @@ result<done> check_items_approver::approve(gitlab_client& gitlab, check_items_ca
 const approver& approver_for(const config::snapshot& snap) {
   static const plain_approver plain;
   static const check_items_approver with_check_items;
-  if (snap.flag("gitlab.use_check_items")) return with_check_items;
+  if (snap.gitlab().use_check_items) return with_check_items;
   return plain;
 }
 
 approval_retry_policy approval_retry_policy_from(const config::snapshot& snap) {
   approval_retry_policy p;
-  p.max_retries = static_cast<int>(std::max<std::int64_t>(0, snap.integer("approval.max_retries")));
-  auto base = snap.integer("approval.backoff_base_ms");
-  p.backoff_base = std::chrono::milliseconds(std::max<std::int64_t>(0, base));
+  p.max_retries = static_cast<int>(snap.approval().max_retries);
+  p.backoff_base = std::chrono::milliseconds(snap.approval().backoff_base_ms);
   return p;
 }
 

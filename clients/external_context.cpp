@@ -16,19 +16,21 @@ call_error bad_setting(std::string key, std::string why) {
 result<external_endpoints> endpoints_from(const config::snapshot& snap) {
   external_endpoints out;
   struct url_key {
-    const char* key;
+    const char* key;  // named in the error only
+    const std::optional<std::string>* value;
     url_parts* target;
   };
-  for (auto [key, target] : {url_key{"gitlab.base_url", &out.gitlab_api}, url_key{"approval.base_url", &out.approval},
-                             url_key{"permission.base_url", &out.permission}}) {
-    auto value = snap.get_string(key);
-    auto parsed = value ? parse_url(*value) : std::nullopt;
+  for (auto [key, value, target] : {url_key{"gitlab.base_url", &snap.gitlab().base_url, &out.gitlab_api},
+                                    url_key{"approval.base_url", &snap.approval().base_url, &out.approval},
+                                    url_key{"permission.base_url", &snap.permission().base_url, &out.permission}}) {
+    auto parsed = *value ? parse_url(**value) : std::nullopt;
     if (!parsed) return bad_setting(key, "missing or not an http(s)://host:port/path URL");
     *target = *parsed;
   }
-  if (snap.string_or("gitlab.project", "").empty()) return bad_setting("gitlab.project", "missing");
-  out.ca_file = snap.string_or("external.ca_file", "");
-  if (snap.get_list("gitlab.approver_tokens").size() != snap.get_list("gitlab.approver_user_ids").size()) {
+  const auto& gitlab = snap.gitlab();
+  if (!gitlab.project) return bad_setting("gitlab.project", "missing");
+  out.ca_file = snap.external().ca_file;
+  if (gitlab.approver_tokens.size() != gitlab.approver_user_ids.size()) {
     return bad_setting("gitlab.approver_user_ids", "must have as many entries as gitlab.approver_tokens");
   }
   return out;
@@ -52,10 +54,10 @@ gitlab_client external_context::gitlab_for(const std::string& project) {
 }
 
 repository_access external_context::repository(const config::snapshot& snap, const std::string& project) {
-  const std::string name = project.empty() ? snap.string_or("gitlab.project", "") : project;
+  const std::string name = project.empty() ? snap.gitlab().project.value_or("") : project;
   const auto* configured = snap.repositories().find(name);
   const auto repo = configured ? *configured : config::global_repository(snap, name);
-  repository_access out{gitlab_for(name), repo.author_token, {}, snap.text("gitlab.target_branch")};
+  repository_access out{gitlab_for(name), repo.author_token, {}, snap.gitlab().target_branch};
   for (const auto& bot : repo.approvers) out.approvers.push_back({bot.token, bot.user_id});
   return out;
 }

@@ -6,14 +6,11 @@ namespace changeflow::clients {
 
 call_settings call_settings_from(const config::snapshot& snap) {
   call_settings s;
-  auto positive_ms = [&](std::string_view key, std::chrono::milliseconds fallback) {
-    auto v = snap.get_int(key);
-    return v && *v > 0 ? std::chrono::milliseconds(*v) : fallback;
-  };
-  s.limits.connect_timeout = positive_ms("external.connect_timeout_ms", s.limits.connect_timeout);
-  s.limits.request_timeout = positive_ms("external.request_timeout_ms", s.limits.request_timeout);
-  s.breaker.failure_threshold = static_cast<int>(snap.integer("external.breaker_failures"));
-  s.breaker.cooldown = positive_ms("external.breaker_cooldown_ms", s.breaker.cooldown);
+  const auto& external = snap.external();
+  s.limits.connect_timeout = std::chrono::milliseconds(external.connect_timeout_ms);
+  s.limits.request_timeout = std::chrono::milliseconds(external.request_timeout_ms);
+  s.breaker.failure_threshold = static_cast<int>(external.breaker_failures);
+  s.breaker.cooldown = std::chrono::milliseconds(external.breaker_cooldown_ms);
   return s;
 }
 

@@ -56,7 +56,7 @@ std::optional<std::vector<std::string>> string_list(const nlohmann::json& v) {
 /// (clients::endpoints_from), so a configuration that loaded before still loads.
 repositories_parse from_global_keys(const snapshot& snap) {
   repositories_parse out;
-  auto project = snap.get_string("gitlab.project");
+  const auto& project = snap.gitlab().project;
   if (!project) return out;
   out.set.all.push_back(global_repository(snap, *project));
   return out;
@@ -67,10 +67,11 @@ repositories_parse from_global_keys(const snapshot& snap) {
 repository global_repository(const snapshot& snap, const std::string& project) {
   repository r;
   r.project = project;
-  r.branches = {snap.text("gitlab.target_branch")};
-  r.author_token = snap.string_or("gitlab.author_token", "");
+  const auto& gitlab = snap.gitlab();
+  r.branches = {gitlab.target_branch};
+  r.author_token = gitlab.author_token.value_or("");
   // Mismatched lists stop start-up (clients::endpoints_from); pairs that do fit are used here.
-  (void)pair_approvers(snap.get_list("gitlab.approver_tokens"), snap.get_list("gitlab.approver_user_ids"), r.approvers);
+  (void)pair_approvers(gitlab.approver_tokens, gitlab.approver_user_ids, r.approvers);
   return r;
 }
 
@@ -83,8 +84,8 @@ repositories_parse parse_repositories(const snapshot& snap) {
     out.errors.push_back("repositories: must be an object of project path -> settings");
     return out;
   }
-  const auto global_branch = snap.text("gitlab.target_branch");
-  const auto global_author = snap.string_or("gitlab.author_token", "");
+  const auto global_branch = snap.gitlab().target_branch;
+  const auto global_author = snap.gitlab().author_token.value_or("");
   for (auto it = section.begin(); it != section.end(); ++it) {
     const std::string where = "repositories." + it.key();
     const auto& v = it.value();

@@ -53,6 +53,16 @@ std::vector<std::string> missing_required_keys(const snapshot& snap) {
 }
 
 snapshot::snapshot(std::map<std::string, entry, std::less<>> entries) : entries_(std::move(entries)) {
+  // Each declared key fills its settings field once; readers never see a key string again.
+  static const nlohmann::json cleared;
+  auto typed = std::make_shared<config::settings>();
+  for (const auto& spec : all_keys()) {
+    if (!spec.bind) continue;
+    const auto* value = find(spec.name);
+    spec.bind(*typed, value ? *value : cleared, spec.default_value);
+  }
+  finish_settings(*typed);
+  settings_ = std::move(typed);
   // Parse errors are reported by load_from_json, which refuses such a snapshot; a snapshot built
   // directly keeps the repositories that did parse.
   repositories_ = std::make_shared<const repository_set>(parse_repositories(*this).set);
@@ -68,34 +78,6 @@ std::optional<std::int64_t> snapshot::get_int(std::string_view key) const {
   const auto* v = find(key);
   if (!v || !v->is_number_integer()) return std::nullopt;
   return v->get<std::int64_t>();
-}
-
-namespace {
-/// The declared default of `key`, checked to be of `type`; throws std::logic_error otherwise.
-const nlohmann::json& declared_default(std::string_view key, value_type type) {
-  const auto* spec = find_key(key);
-  if (!spec) throw std::logic_error("configuration key " + std::string(key) + " is not declared in config/keys.cpp");
-  if (spec->type != type) throw std::logic_error("configuration key " + std::string(key) + " has another type");
-  if (spec->default_value.is_null()) {
-    throw std::logic_error("configuration key " + std::string(key) + " has no default: read it as optional");
-  }
-  return spec->default_value;
-}
-}  // namespace
-
-std::int64_t snapshot::integer(std::string_view key) const {
-  const auto& fallback = declared_default(key, value_type::integer);
-  return get_int(key).value_or(fallback.get<std::int64_t>());
-}
-
-bool snapshot::flag(std::string_view key) const {
-  const auto& fallback = declared_default(key, value_type::boolean);
-  return get_bool(key).value_or(fallback.get<bool>());
-}
-
-std::string snapshot::text(std::string_view key) const {
-  const auto& fallback = declared_default(key, value_type::string);
-  return get_string(key).value_or(fallback.get<std::string>());
 }
 
 std::optional<double> snapshot::get_number(std::string_view key) const {

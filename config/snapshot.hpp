@@ -2,11 +2,13 @@
 // An immutable, validated view of the configuration. Readers take the current snapshot once per
 // request (config::store::current()) and read typed values from it; a snapshot never changes.
 //
-// Every key is declared in keys.cpp with its type, default, whether it is hot-reloadable, and its
-// fallback rule. A key may be cleared (null or "") in the file: typed getters then answer nullopt
-// and each consumer applies the fallback documented for that key.
+// Every key is declared in keys.cpp with the settings field it fills, its type, default, whether it
+// is hot-reloadable, and its fallback rule. Code outside config/ reads the typed settings
+// (`snap.poll().short_interval_ms`, config/settings.hpp), built once per snapshot with the fallbacks
+// and clamps applied; the string-key getters below serve the loader, the fuzz target and the tests.
 
 #include "config/repositories.hpp"
+#include "config/settings.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +26,20 @@ namespace changeflow::config {
 enum class value_type { integer, number, boolean, string, string_list, object };
 enum class reload_kind { restart, hot };
 
+/// Sets one settings field from a key's value: `value` is null when the key is missing or cleared;
+/// `declared_default` is the key's default (see settings.hpp for how each field kind uses them).
+using bind_fn = void (*)(settings& out, const nlohmann::json& value, const nlohmann::json& declared_default);
+
+/// The settings field a key fills, and the key's type (from the field's type).
+struct binding {
+  value_type type;
+  bind_fn apply = nullptr;  // null: read by config/ itself (the `repositories` section)
+};
+
 struct key_spec {
+  key_spec(std::string_view n, binding b, nlohmann::json def, reload_kind r, std::string_view d, bool req = false)
+      : name(n), type(b.type), default_value(std::move(def)), reload(r), doc(d), required(req), bind(b.apply) {}
+
   std::string_view name;
   value_type type;
   nlohmann::json default_value;  // null = no default (cleared)
@@ -32,6 +47,7 @@ struct key_spec {
   std::string_view doc;  // what it does and its fallback when missing or wrong
   /// No usable built-in value exists (secrets, tokens): changeflowd refuses to start without it.
   bool required = false;
+  bind_fn bind = nullptr;
 };
 
 /// All known keys, sorted by name.
@@ -55,6 +71,8 @@ class snapshot {
 
   explicit snapshot(std::map<std::string, entry, std::less<>> entries);
 
+  // Raw values by key, as configured (no default applied, no clamp): for the loader, the fuzz target
+  // and tests. Code outside config/ reads the typed settings below instead (config/keys_in_use_test).
   std::optional<std::int64_t> get_int(std::string_view key) const;
   std::optional<double> get_number(std::string_view key) const;
   std::optional<bool> get_bool(std::string_view key) const;
@@ -62,19 +80,35 @@ class snapshot {
   std::vector<std::string> get_list(std::string_view key) const;
   const nlohmann::json& get_json(std::string_view key) const;
 
-  /// The value of a key declared in config/keys.cpp with a default: the configured value, else that
-  /// default (one place for it). Throws std::logic_error for a key that is not declared, is declared
-  /// with another type, or has no default: a programming error, caught by the tests, never a silent
-  /// fallback.
-  std::int64_t integer(std::string_view key) const;
-  bool flag(std::string_view key) const;
-  std::string text(std::string_view key) const;
-
-  std::int64_t int_or(std::string_view key, std::int64_t fallback) const { return get_int(key).value_or(fallback); }
-  bool bool_or(std::string_view key, bool fallback) const { return get_bool(key).value_or(fallback); }
-  std::string string_or(std::string_view key, std::string fallback) const {
-    return get_string(key).value_or(std::move(fallback));
-  }
+  /// The typed settings of this snapshot, one struct per concern (config/settings.hpp).
+  const config::settings& settings() const { return *settings_; }
+  const http_settings& http() const { return settings_->http; }
+  const instance_settings& instance() const { return settings_->instance; }
+  const actors_settings& actors() const { return settings_->actors; }
+  const log_settings& log() const { return settings_->log; }
+  const console_settings& console() const { return settings_->console; }
+  const ops_settings& ops() const { return settings_->ops; }
+  const db_settings& db() const { return settings_->db; }
+  const external_settings& external() const { return settings_->external; }
+  const gitlab_settings& gitlab() const { return settings_->gitlab; }
+  const approval_settings& approval() const { return settings_->approval; }
+  const permission_settings& permission() const { return settings_->permission; }
+  const callbacks_settings& callbacks() const { return settings_->callbacks; }
+  const flow_settings& flow() const { return settings_->flow; }
+  const poll_settings& poll() const { return settings_->poll; }
+  const merge_settings& merge() const { return settings_->merge; }
+  const timeouts_settings& timeouts() const { return settings_->timeouts; }
+  const rehydrate_settings& rehydrate() const { return settings_->rehydrate; }
+  const durability_settings& durability() const { return settings_->durability; }
+  const batch_settings& batch() const { return settings_->batch; }
+  const reconcile_settings& reconcile() const { return settings_->reconcile; }
+  const notifications_settings& notifications() const { return settings_->notifications; }
+  const rate_limit_settings& rate_limit() const { return settings_->rate_limit; }
+  const access_settings& access() const { return settings_->access; }
+  const auth_settings& auth() const { return settings_->auth; }
+  const idempotency_settings& idempotency() const { return settings_->idempotency; }
+  const faults_settings& faults() const { return settings_->faults; }
+  const metrics_settings& metrics() const { return settings_->metrics; }
 
   /// The GitLab repositories (the `repositories` section, or the global gitlab.* keys as the one
   /// repository), parsed once per snapshot: a hot reload installs a new set with the new snapshot.
@@ -89,6 +123,7 @@ class snapshot {
   const nlohmann::json* find(std::string_view key) const;
   std::map<std::string, entry, std::less<>> entries_;
   std::shared_ptr<const repository_set> repositories_;
+  std::shared_ptr<const config::settings> settings_;
 };
 
 using env_lookup = std::function<std::optional<std::string>(const std::string&)>;

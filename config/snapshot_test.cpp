@@ -76,21 +76,6 @@ TEST(ConfigValues, ClearedAndEmptyAreMissing) {
   EXPECT_FALSE(r.snap->get_string("access.mode").has_value());
 }
 
-// Typed reads name a key once: the declared default comes from config/keys.cpp, and a key that is
-// not declared (a typo), of another type, or without a default is a programming error.
-TEST(ConfigValues, TypedReadsUseTheDeclaredDefaultAndRefuseUndeclaredKeys) {
-  auto r = load_from_json({{"db", {{"port", 3307}}}, {"batch", {{"max_attempts", nullptr}}}}, env_of({}));
-  ASSERT_TRUE(r.snap);
-  EXPECT_EQ(r.snap->integer("db.port"), 3307);
-  EXPECT_EQ(r.snap->integer("batch.max_attempts"), 3) << "cleared: the declared default";
-  EXPECT_EQ(r.snap->integer("poll.short_interval_ms"), 2000);
-  EXPECT_FALSE(r.snap->flag("batch.enabled"));
-  EXPECT_EQ(r.snap->text("gitlab.target_branch"), "main");
-  EXPECT_THROW(r.snap->integer("poll.short_intervall_ms"), std::logic_error);
-  EXPECT_THROW(r.snap->flag("db.port"), std::logic_error);
-  EXPECT_THROW(r.snap->text("console.dir"), std::logic_error) << "no default: read it as optional";
-}
-
 TEST(ConfigValues, DescribeMasksSecrets) {
   auto r = load_from_json({{"db", {{"password", "hunter2"}}}, {"gitlab", {{"author_token", "tok"}}}}, env_of({}));
   ASSERT_TRUE(r.snap);

@@ -3,18 +3,15 @@
 // (faults.hold_after_* keys, hot, 0 = off). Capped at 60 s: a forgotten hook slows a worker down but
 // never keeps it.
 
-#include "config/snapshot.hpp"
-
-#include <algorithm>
 #include <chrono>
-#include <string>
+#include <cstdint>
 #include <thread>
 
 namespace changeflow::config {
 
-inline void hold_for_test_hook(const snapshot& snap, const std::string& key) {
-  auto hold = std::clamp<std::int64_t>(snap.int_or(key, 0), 0, 60000);
-  if (hold > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+/// `hold_ms` is a faults.hold_after_* setting (already clamped to 0..60000 by the settings).
+inline void hold_for_test_hook(std::int64_t hold_ms) {
+  if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
 }
 
 }  // namespace changeflow::config

@@ -54,7 +54,7 @@ call_reply submit_approval(clients::external_context& ctx, const config::snapsho
   s.request_id = op.operation_id;
   s.title = op.title;
   s.applicant = op.applicant;
-  s.callback_url = snap.string_or("approval.callback_url", "");
+  s.callback_url = snap.approval().callback_url.value_or("");
   auto payload = nlohmann::json::parse(op.payload_json, nullptr, false);
   s.form = payload.is_discarded() ? nlohmann::json::object() : payload;
   if (op.legacy_order && op.mr_iid) s.mr_id = *op.mr_iid;

@@ -2,8 +2,9 @@
 // reading the file: parse without exceptions, then config::load_from_json), with environment
 // overrides. Input: optional "NAME=value" lines, a line "---", then the JSON document; without a
 // "---" line the whole input is the document.
-// Invariants: never throws; a loaded snapshot answers every typed getter without throwing and
-// describes itself as valid JSON; effective values -> JSON document -> load gives the same values.
+// Invariants: never throws; a loaded snapshot (with its typed settings) answers every getter without
+// throwing and describes itself as valid JSON; effective values -> JSON document -> load gives the
+// same values and the same settings.
 
 #include "config/snapshot.hpp"
 #include "fuzz/fuzz_support.hpp"
@@ -61,5 +62,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(again.snap->get_json(spec.name) == snap.get_json(spec.name), "load -> values -> load is stable");
   }
   FUZZ_CHECK(snap.restart_keys_changed(*again.snap).empty(), "no restart key differs after the round trip");
+  FUZZ_CHECK(again.snap->settings() == snap.settings(), "the typed settings follow the values alone");
   return 0;
 }

@@ -37,11 +37,11 @@ route_policy open_route() {
 
 /// User write: rate limited per subject, identity demanded when auth.required is on, counted as
 /// business activity, idempotent, and governed by the access switch.
-route_policy user_write(std::string bucket, std::string limit_key, std::string business_metric) {
+route_policy user_write(std::string bucket, middleware::limit_setting limit, std::string business_metric) {
   route_policy p;
   p.bucket = std::move(bucket);
-  p.limit_key = std::move(limit_key);
-  p.identity_required_key = "auth.required";
+  p.limit = limit;
+  p.identity_required_by_config = true;
   p.business_metric = std::move(business_metric);
   p.idempotent_write = true;
   p.access_controlled = true;
@@ -54,8 +54,8 @@ route_policy user_write(std::string bucket, std::string limit_key, std::string b
 route_policy user_cancel() {
   route_policy p;
   p.bucket = "submit";
-  p.limit_key = "rate_limit.submit";
-  p.identity_required_key = "auth.required";
+  p.limit = &config::rate_limit_settings::submit;
+  p.identity_required_by_config = true;
   p.business_metric = "cancel";
   return p;
 }
@@ -67,8 +67,8 @@ route_policy user_cancel() {
 route_policy user_limited() {
   route_policy p;
   p.bucket = "submit";
-  p.limit_key = "rate_limit.submit";
-  p.identity_required_key = "auth.required";
+  p.limit = &config::rate_limit_settings::submit;
+  p.identity_required_by_config = true;
   return p;
 }
 
@@ -77,7 +77,7 @@ route_policy user_limited() {
 /// the stored row.
 route_policy user_read() {
   route_policy p;
-  p.identity_required_key = "auth.required";
+  p.identity_required_by_config = true;
   return p;
 }
 
@@ -86,7 +86,7 @@ route_policy user_read() {
 route_policy callback_route() {
   route_policy p;
   p.bucket = "callbacks";
-  p.limit_key = "rate_limit.callbacks";
+  p.limit = &config::rate_limit_settings::callbacks;
   return p;
 }
 
@@ -94,10 +94,10 @@ route_policy callback_route() {
 route_policy ops_route() {
   route_policy p;
   p.bucket = "ops";
-  p.limit_key = "rate_limit.ops";
+  p.limit = &config::rate_limit_settings::ops;
   p.requires_identity = true;
   p.required_rules = {"changeflow.ops", "changeflow.admin"};  // replaced at run time by auth.ops_rules
-  p.required_rules_key = "auth.ops_rules";
+  p.rules_from_config = true;
   return p;
 }
 
@@ -106,7 +106,7 @@ route_policy ops_route() {
 route_policy ops_read_route() {
   route_policy p = ops_route();
   p.bucket = "ops_read";
-  p.limit_key = "rate_limit.ops_read";
+  p.limit = &config::rate_limit_settings::ops_read;
   return p;
 }
 
@@ -132,8 +132,7 @@ struct api_state {
 };
 
 std::chrono::milliseconds permission_timeout(const config::snapshot& snap) {
-  auto v = snap.integer("auth.permission_timeout_ms");
-  return std::chrono::milliseconds(v > 0 ? v : 2000);
+  return std::chrono::milliseconds(snap.auth().permission_timeout_ms);
 }
 
 /// One round trip to the permission service on the external pool, raced against a timer so the
@@ -197,7 +196,7 @@ middleware::route_policy policy_for(route_access access) {
     case route_access::user_read: return user_read();
     // Trade-off: rate limiting runs BEFORE the idempotency check, so a retry over quota gets 429
     // RATE_LIMITED instead of its replayed response; it gets the replay once Retry-After has passed.
-    case route_access::user_submit: return user_write("submit", "rate_limit.submit", "submit");
+    case route_access::user_submit: return user_write("submit", &config::rate_limit_settings::submit, "submit");
     case route_access::user_cancel: return user_cancel();
     case route_access::user_preview:
     case route_access::user_manage: return user_limited();
@@ -234,7 +233,7 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
   add_whoami_route(plain, ctx);
   add_ops_routes(plain, ctx);
   add_batch_routes(plain, ctx, std::move(batch));
-  add_console_routes(plain, [&ctx] { return ctx.config.current()->string_or("console.dir", ""); });
+  add_console_routes(plain, [&ctx] { return ctx.config.current()->console().dir.value_or(""); });
   add_openapi_route(plain);
   // Every handler serves a route of the table, and every route of the table has exactly one
   // handler: anything else is a programming error, refused before the service listens.
@@ -272,7 +271,7 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
   return [&ctx, routes, state, guard](http_server::request&& req, http_server::responder reply) {
     // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
     // wrapper; responses must not change.
-    if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->flag("metrics.fault_injection"));
+    if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->metrics().fault_injection);
 
     auto m = routes->match(req.method, req.path);
     if (m.kind == router::match_kind::not_found) {

@@ -55,14 +55,14 @@ TEST(OpenApi, EveryServedRouteHasADeclaredPolicy) {
   auto m = routes->match("POST", "/api/v1/changes");
   ASSERT_NE(m.matched, nullptr);
   EXPECT_EQ(m.matched->policy.bucket, "submit");
-  EXPECT_EQ(m.matched->policy.limit_key, "rate_limit.submit");
+  EXPECT_EQ(m.matched->policy.limit, &config::rate_limit_settings::submit);
   EXPECT_TRUE(m.matched->policy.access_controlled);
   EXPECT_EQ(m.matched->policy.business_metric, "submit");
   auto whoami = routes->match("GET", "/api/v1/ops/whoami");
   ASSERT_NE(whoami.matched, nullptr);
-  EXPECT_EQ(whoami.matched->policy.required_rules_key, "auth.ops_rules");
-  EXPECT_TRUE(routes->match("GET", "/healthz").matched->policy.limit_key.empty());
-  EXPECT_TRUE(routes->match("GET", "/api/v1/changes/{id}").matched->policy.limit_key.empty());
+  EXPECT_TRUE(whoami.matched->policy.rules_from_config);
+  EXPECT_EQ(routes->match("GET", "/healthz").matched->policy.limit, nullptr);
+  EXPECT_EQ(routes->match("GET", "/api/v1/changes/{id}").matched->policy.limit, nullptr);
 }
 
 // The route table lists each route once; the literal in openapi.cpp describes the answers of every

@@ -4,21 +4,27 @@
 
 namespace changeflow::runtime {
 
+workflow::poll_schedule poll_schedule_from(const config::poll_settings& poll) {
+  workflow::poll_schedule polls;
+  polls.short_interval_ms = poll.short_interval_ms;
+  polls.short_attempts = static_cast<int>(poll.short_attempts);
+  polls.long_interval_ms = poll.long_interval_ms;
+  polls.timeout_ms = poll.timeout_ms;
+  return polls;
+}
+
 workflow::settings workflow_settings_from(const config::snapshot& snap) {
   workflow::settings s;
-  s.polls.short_interval_ms = std::max<std::int64_t>(1, snap.integer("poll.short_interval_ms"));
-  s.polls.short_attempts = static_cast<int>(std::max<std::int64_t>(0, snap.integer("poll.short_attempts")));
-  s.polls.long_interval_ms = std::max<std::int64_t>(1, snap.integer("poll.long_interval_ms"));
-  s.polls.timeout_ms = std::max<std::int64_t>(1, snap.integer("poll.timeout_ms"));
-  s.merge_max_attempts = static_cast<int>(std::max<std::int64_t>(1, snap.integer("merge.max_attempts")));
-  s.approval_wait_ms = std::max<std::int64_t>(1, snap.integer("timeouts.approval_wait_seconds")) * 1000;
-  s.batch_enabled = snap.flag("batch.enabled");
+  s.polls = poll_schedule_from(snap.poll());
+  s.merge_max_attempts = static_cast<int>(snap.merge().max_attempts);
+  s.approval_wait_ms = snap.timeouts().approval_wait_seconds * 1000;
+  s.batch_enabled = snap.batch().enabled;
   return s;
 }
 
 void apply_webhook_interval(workflow::poll_schedule& polls, const config::snapshot& snap,
                             const std::string& repository) {
-  const auto interval = snap.integer("poll.webhook_interval_ms");
+  const auto interval = snap.poll().webhook_interval_ms;
   if (interval <= 0) return;
   const auto* repo = snap.repositories().find(repository);
   if (!repo || repo->webhook_secret.empty()) return;

@@ -47,6 +47,8 @@ struct services {
 /// The workflow settings in force in a config snapshot (read per decision: hot reload applies to the
 /// next decision of every actor).
 workflow::settings workflow_settings_from(const config::snapshot& snap);
+/// The tiered poll schedule of the poll.* settings (changes and batches alike).
+workflow::poll_schedule poll_schedule_from(const config::poll_settings& poll);
 /// The same for a change of `repository`: when it has a webhook_secret, GitLab's hooks end the
 /// waits, and polling slows to poll.webhook_interval_ms as the fallback for a lost hook.
 workflow::settings workflow_settings_from(const config::snapshot& snap, const std::string& repository);

@@ -115,8 +115,8 @@ std::string waits_for(step s) {
 
 attention_settings attention_settings_from(const config::snapshot& snap) {
   attention_settings s;
-  s.late_after_s = static_cast<int>(std::max<std::int64_t>(0, snap.integer("ops.attention_late_after_s")));
-  s.approval_after_s = static_cast<int>(std::max<std::int64_t>(0, snap.integer("ops.attention_approval_after_s")));
+  s.late_after_s = static_cast<int>(snap.ops().attention_late_after_s);
+  s.approval_after_s = static_cast<int>(snap.ops().attention_approval_after_s);
   return s;
 }
 

@@ -147,7 +147,7 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
     out.status = deploy_intake_status::duplicate;
     return out;
   }
-  config::hold_for_test_hook(*svc.config->current(), "faults.hold_after_deploy_record_ms");
+  config::hold_for_test_hook(svc.config->current()->faults().hold_after_deploy_record_ms);
   if (recorded.value != persistence::record_outcome::inserted) {
     log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
   }

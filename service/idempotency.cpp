@@ -80,13 +80,11 @@ idempotency_decision decide(const std::optional<idempotency_record>& existing, s
 }
 
 std::chrono::seconds idempotency_ttl(const config::snapshot& snap) {
-  auto ttl = snap.get_int("idempotency.ttl_seconds");
-  return std::chrono::seconds(ttl && *ttl > 0 ? *ttl : 86400);
+  return std::chrono::seconds(snap.idempotency().ttl_seconds);
 }
 
 std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& snap) {
-  auto timeout = snap.get_int("idempotency.in_flight_timeout_ms");
-  return std::chrono::milliseconds(timeout && *timeout > 0 ? *timeout : 30000);
+  return std::chrono::milliseconds(snap.idempotency().in_flight_timeout_ms);
 }
 
 gate_result begin_idempotent(persistence::session db, runtime::services& svc, const idempotent_request& r) {

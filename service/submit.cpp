@@ -84,7 +84,7 @@ std::optional<gate_result> submit(persistence::session db, runtime::services& sv
   // dead request got as far as creating it, and simply creates it when not.
   auto gate = begin_idempotent(db, svc, idem);
   if (gate.verdict != gate_verdict::run) return gate;
-  config::hold_for_test_hook(*svc.config->current(), "faults.hold_after_idempotency_begin_ms");
+  config::hold_for_test_hook(svc.config->current()->faults().hold_after_idempotency_begin_ms);
   stored_answer answer;
   try {
     answer = render(create_and_start(db, svc, op));

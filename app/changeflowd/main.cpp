@@ -101,15 +101,16 @@ void describe_config() {
 }
 
 persistence::db_settings db_settings_from(const config::snapshot& c) {
+  const auto& db = c.db();
   persistence::db_settings s;
-  s.host = c.text("db.host");
-  s.port = static_cast<int>(c.integer("db.port"));
-  s.socket = c.string_or("db.socket", "");
-  s.user = c.text("db.user");
-  s.password = c.text("db.password");
-  s.database = c.text("db.name");
-  s.connect_timeout_ms = static_cast<int>(c.integer("db.connect_timeout_ms"));
-  s.read_timeout_ms = static_cast<int>(c.integer("db.read_timeout_ms"));
+  s.host = db.host;
+  s.port = static_cast<int>(db.port);
+  s.socket = db.socket.value_or("");
+  s.user = db.user;
+  s.password = db.password;
+  s.database = db.name;
+  s.connect_timeout_ms = static_cast<int>(db.connect_timeout_ms);
+  s.read_timeout_ms = static_cast<int>(db.read_timeout_ms);
   return s;
 }
 
@@ -132,8 +133,10 @@ bool run_migrations(const persistence::db_settings& s, const config::snapshot& s
         // Rows from before migration 7 belong to the one repository changeflow served then. A
         // failure here does not stop start-up: such rows are still served (their GitLab calls fall
         // back to gitlab.project and gitlab.target_branch) and the next start-up assigns them.
-        auto adopted = persistence::adopt_rows_without_repository(db, snap.text("gitlab.project"),
-                                                                  snap.text("gitlab.target_branch"));
+        // A cleared gitlab.project stops start-up right after (endpoints_from): adopt nothing then.
+        auto adopted = snap.gitlab().project ? persistence::adopt_rows_without_repository(db, *snap.gitlab().project,
+                                                                                          snap.gitlab().target_branch)
+                                             : persistence::db_result<int>::success(0);
         if (!adopted.ok()) log::warn("startup.adoption_deferred", {{"error", adopted.error.message}});
         log::info("startup.migrated", {{"applied", r.applied},
                                        {"schema_version", version.value},
@@ -191,7 +194,7 @@ int main(int argc, char** argv) {
   config::store cfg(loaded.snap, opts.config_path);
   auto snap = cfg.current();
   {
-    auto level = snap->text("log.level");
+    const auto& level = snap->log().level;
     log::set_min_level(level == "debug"   ? log::level::debug
                        : level == "warn"  ? log::level::warn
                        : level == "error" ? log::level::error
@@ -214,14 +217,12 @@ int main(int argc, char** argv) {
   // stops, and the session must not outlive the server's io_context and counters.
   std::optional<http_server::server> server;
 
-  auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->integer("db.pool_size")),
-                                      static_cast<std::size_t>(snap->integer("db.queue_capacity")));
-  db->reserve_slots(static_cast<std::size_t>(std::max<std::int64_t>(
-      0, snap->int_or("db.callback_reserve", std::max<std::int64_t>(1, snap->integer("db.queue_capacity") / 10)))));
+  auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().pool_size),
+                                      static_cast<std::size_t>(snap->db().queue_capacity));
+  db->reserve_slots(static_cast<std::size_t>(snap->db().reserved_for_callbacks()));
   // Status reads get their own connections so they never queue behind workflow transitions.
-  auto read_db = persistence::make_db_pool(
-      db_settings, static_cast<std::size_t>(std::max<std::int64_t>(1, snap->integer("db.read_pool_size"))),
-      static_cast<std::size_t>(snap->integer("db.queue_capacity")));
+  auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().read_pool_size),
+                                           static_cast<std::size_t>(snap->db().queue_capacity));
   metrics.on_collect([&db, &read_db](metrics::registry& m) {
     for (auto [name, pool] : {std::pair{"db", db.get()}, std::pair{"db-read", read_db.get()}}) {
       auto s = pool->stats();
@@ -240,9 +241,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto shared = std::make_shared<clients::external_shared>();
-  runtime::external_pool external(
-      "external", static_cast<std::size_t>(snap->integer("external.pool_size")),
-      static_cast<std::size_t>(snap->integer("external.queue_capacity")),
+  actors::external_pool external(
+      "external", static_cast<std::size_t>(snap->external().pool_size),
+      static_cast<std::size_t>(snap->external().queue_capacity),
       clients::external_context_factory(shared, endpoints.value(), clients::call_settings_from(*snap)));
   metrics.on_collect([&external, shared](metrics::registry& m) {
     auto s = external.stats();
@@ -259,12 +260,12 @@ int main(int argc, char** argv) {
   });
 
   caf::actor_system_config caf_cfg;
-  caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->integer("actors.threads")));
+  caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->actors().threads));
   // CAF's default work-stealing workers poll their queues and nap between polls; on a 2-core host
   // that polling measured as the largest CPU cost per change. Work sharing blocks idle workers on a
   // condition variable instead.
   caf_cfg.set("scheduler.policy",
-              snap->text("actors.scheduler") == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
+              snap->actors().scheduler == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   caf_cfg.add_message_types<caf::id_block::changeflow>();
   caf::actor_system system{caf_cfg};
 
@@ -276,8 +277,8 @@ int main(int argc, char** argv) {
   svc.external = &external;
   svc.metrics = &metrics;
   svc.actors = &live_actors;
-  svc.instance_id = snap->string_or(
-      "instance.id", "changeflowd-" + std::to_string(::getpid()) + "-" + ids::new_error_id().substr(0, 6));
+  svc.instance_id = snap->instance().id.value_or("changeflowd-" + std::to_string(::getpid()) + "-" +
+                                                 ids::new_error_id().substr(0, 6));
   metrics.on_collect([&live_actors](metrics::registry& m) {
     std::map<std::string, double> by_phase;
     for (auto p : workflow::all_phases) by_phase[std::string(workflow::to_string(p))] = 0;
@@ -339,14 +340,14 @@ int main(int argc, char** argv) {
   auto routes = http::build_routes(ctx, batch_coordinator);
 
   http_server::server_options server_opts;
-  server_opts.address = snap->text("http.address");
-  server_opts.port = static_cast<std::uint16_t>(snap->integer("http.port"));
-  server_opts.threads = static_cast<int>(snap->integer("http.threads"));
-  server_opts.body_limit = static_cast<std::uint64_t>(snap->integer("http.body_limit_bytes"));
-  server_opts.header_limit = static_cast<std::uint32_t>(snap->integer("http.header_limit_bytes"));
-  server_opts.read_timeout = std::chrono::milliseconds(snap->integer("http.read_timeout_ms"));
-  server_opts.handler_timeout =
-      std::chrono::milliseconds(std::max<std::int64_t>(1, snap->integer("http.handler_timeout_ms")));
+  const auto& http_cfg = snap->http();
+  server_opts.address = http_cfg.address;
+  server_opts.port = static_cast<std::uint16_t>(http_cfg.port);
+  server_opts.threads = static_cast<int>(http_cfg.threads);
+  server_opts.body_limit = static_cast<std::uint64_t>(http_cfg.body_limit_bytes);
+  server_opts.header_limit = static_cast<std::uint32_t>(http_cfg.header_limit_bytes);
+  server_opts.read_timeout = std::chrono::milliseconds(http_cfg.read_timeout_ms);
+  server_opts.handler_timeout = std::chrono::milliseconds(http_cfg.handler_timeout_ms);
   server.emplace(server_opts, http::make_api(ctx, routes));
   try {
     server->start();
@@ -379,8 +380,7 @@ int main(int argc, char** argv) {
   rehydrate.stop();
   {
     auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::milliseconds(std::max<std::int64_t>(0, cfg.current()->integer("durability.shutdown_deadline_ms")));
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.current()->durability().shutdown_deadline_ms);
     while (std::chrono::steady_clock::now() < deadline &&
            !live_actors.list([](const actors::live_summary& a) { return a.busy; }, 1).empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -36,7 +36,7 @@ using service::count_callback;
 
 void approval_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
   auto snap = ctx.config.current();
-  if (!approval_signature_valid(req, snap->get_string("callbacks.approval_secret"))) {
+  if (!approval_signature_valid(req, snap->callbacks().approval_secret)) {
     count_callback(ctx.metrics, "approval", "UNAUTHENTICATED");
     return reply(outcome_response(api_outcome::unauthenticated, {}, nullptr, "callback signature missing or invalid"));
   }
@@ -77,7 +77,7 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
 void deploy_callback(service_context& ctx, std::shared_ptr<service::delivery_claims> claims, http_server::request& req,
                      http_server::responder reply) {
   auto snap = ctx.config.current();
-  auto secret = snap->get_string("callbacks.deploy_secret");
+  const auto& secret = snap->callbacks().deploy_secret;
   auto token = req.header("x-gitlab-token");
   if (!secret || !token || !ids::constant_time_equal(*token, *secret)) {
     count_callback(ctx.metrics, "deploy", "UNAUTHENTICATED");

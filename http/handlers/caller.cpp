@@ -11,7 +11,7 @@ namespace changeflow::http {
 asking who_asks(service_context& ctx, const http_server::request& req) {
   asking a;
   a.account = authenticated_operator(req);
-  if (!a.account && ctx.config.current()->flag("auth.required")) a.refused = true;
+  if (!a.account && ctx.config.current()->auth().required) a.refused = true;
   return a;
 }
 

@@ -171,7 +171,7 @@ http_server::response malformed_key() {
 persistence::new_operation new_change(service_context& ctx, const std::string& requester,
                                       const std::optional<std::string>& client_id, const std::string& name) {
   auto order =
-      workflow::parse_flow(ctx.config.current()->text("flow.default")).value_or(workflow::flow::approve_then_create);
+      workflow::parse_flow(ctx.config.current()->flow().default_order).value_or(workflow::flow::approve_then_create);
   persistence::new_operation op;
   op.operation_id = client_id.value_or(name.empty() ? ids::new_uuid() : ids::uuid_from_name(name));
   op.flow = order;

@@ -449,7 +449,7 @@ void attention(service_context& ctx, http_server::responder reply) {
   auto* svc = ctx.services;
   auto snap = ctx.config.current();
   auto settings = service::attention_settings_from(*snap);
-  const auto poll_ms = std::max<std::int64_t>(1000, snap->integer("console.poll_ms"));
+  const auto poll_ms = snap->console().poll_ms;
   submit_db(ctx, reply, [svc, settings, poll_ms, reply](persistence::db_context& db) {
     auto report = service::read_attention_report(db, *svc, settings);
     if (!report.ok()) return reply(db_failure(report.error));

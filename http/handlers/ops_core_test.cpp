@@ -41,7 +41,7 @@ TEST(OpsCore, ARetriggerAfterADeterministicPipelineFailureIsWarned) {
 TEST(OpsCore, OpsPolicyDemandsOpsRules) {
   auto p = http::policy_for(http::route_access::ops);
   EXPECT_EQ(p.bucket, "ops");
-  EXPECT_EQ(p.limit_key, "rate_limit.ops");
+  EXPECT_EQ(p.limit, &config::rate_limit_settings::ops);
   EXPECT_EQ(p.required_rules, (std::vector<std::string>{"changeflow.ops", "changeflow.admin"}));
   EXPECT_TRUE(p.requires_identity);
 }
@@ -50,9 +50,9 @@ TEST(OpsCore, OpsReadsAndActionsHaveSeparateBuckets) {
   auto read = http::policy_for(http::routes::ops_overview);
   auto act = http::policy_for(http::routes::ops_retrigger);
   EXPECT_EQ(read.bucket, "ops_read");
-  EXPECT_EQ(read.limit_key, "rate_limit.ops_read");
+  EXPECT_EQ(read.limit, &config::rate_limit_settings::ops_read);
   EXPECT_EQ(act.bucket, "ops");
-  EXPECT_EQ(act.limit_key, "rate_limit.ops");
+  EXPECT_EQ(act.limit, &config::rate_limit_settings::ops);
   EXPECT_EQ(read.required_rules, act.required_rules);
   EXPECT_TRUE(read.requires_identity);
 }

@@ -73,7 +73,7 @@ std::optional<std::string> base64url_decode(std::string_view in) {
 }
 
 bool peer_is_trusted(const config::snapshot& snap, std::string_view peer) {
-  auto proxies = snap.get_list("auth.trusted_proxies");
+  const auto& proxies = snap.auth().trusted_proxies;
   return std::find(proxies.begin(), proxies.end(), peer) != proxies.end();
 }
 
@@ -90,7 +90,7 @@ resolve_result rejected(resolve_reason r) {
 
 resolve_result verify_bearer(std::string_view token, const config::snapshot& snap,
                              std::chrono::system_clock::time_point now) {
-  auto secret = snap.get_string("auth.jwt_secret");
+  const auto& secret = snap.auth().jwt_secret;
   if (!secret) return rejected(resolve_reason::no_secret_configured);
 
   // Check the algorithm ourselves before libjwt sees the token: only HS256 is acceptable, whatever
@@ -129,7 +129,7 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
     if (nbf->get<double>() > static_cast<double>(now_s)) return rejected(resolve_reason::not_yet_valid);
   }
 
-  if (auto audience = snap.get_string("auth.jwt_audience")) {
+  if (const auto& audience = snap.auth().jwt_audience) {
     auto aud = grants.find("aud");
     bool match = false;
     if (aud != grants.end() && aud->is_string()) match = aud->get<std::string>() == *audience;
@@ -142,7 +142,7 @@ resolve_result verify_bearer(std::string_view token, const config::snapshot& sna
 
   auto sub = grants.find("sub");
   if (sub == grants.end() || !sub->is_string()) return rejected(resolve_reason::bad_subject);
-  auto account = normalize_subject(sub->get<std::string>(), snap.get_json("auth.aliases"));
+  auto account = normalize_subject(sub->get<std::string>(), snap.auth().aliases);
   if (!account) return rejected(resolve_reason::bad_subject);
   return {identity{*account, "jwt"}, resolve_reason::ok};
 }
@@ -193,11 +193,11 @@ resolve_result resolve_identity(const header_map& headers, std::string_view peer
                                 std::chrono::system_clock::time_point now) {
   try {
     bool untrusted_header = false;
-    if (auto gateway = snap.get_string("auth.gateway_header")) {
+    if (const auto& gateway = snap.auth().gateway_header) {
       auto h = headers.find(lower(trim(*gateway)));
       if (h != headers.end()) {
         if (peer_is_trusted(snap, peer_address)) {
-          auto account = normalize_subject(h->second, snap.get_json("auth.aliases"));
+          auto account = normalize_subject(h->second, snap.auth().aliases);
           if (!account) return rejected(resolve_reason::bad_subject);
           return {identity{*account, "gateway"}, resolve_reason::ok};
         }

@@ -85,8 +85,8 @@ bool access_allowed(access_mode mode, const std::optional<std::string>& window, 
 }
 
 bool access_allowed(const config::snapshot& snap, std::chrono::system_clock::time_point now) {
-  return access_allowed(resolve_access_mode(snap.get_string("access.mode")), snap.get_string("access.window"),
-                        snap.integer("access.time_zone_offset_minutes"), now);
+  const auto& access = snap.access();
+  return access_allowed(resolve_access_mode(access.mode), access.window, access.time_zone_offset_minutes, now);
 }
 
 }  // namespace changeflow::http::middleware

@@ -22,8 +22,8 @@ std::vector<std::string> subject_rules::to_ask() const {
 
 subject_rules rules_for_subject(const config::snapshot& snap, std::string_view subject) {
   subject_rules rules;
-  rules.ops_rules = snap.get_list("auth.ops_rules");
-  auto pattern = snap.get_string("auth.subject_rule");
+  rules.ops_rules = snap.auth().ops_rules;
+  const auto& pattern = snap.auth().subject_rule;
   // Cleared, or a pattern without {subject} (one code for every subject would turn a grant for one
   // team into a grant for all): nobody is permitted by subject.
   constexpr std::string_view placeholder = "{subject}";

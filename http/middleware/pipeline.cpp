@@ -42,7 +42,7 @@ struct chain_run {
 bool user_labels_allowed(const config::snapshot& snap, const identity::resolve_result& who) {
   // An unmapped employee id might be the same person as an account: skip rather than guess, so one
   // person never shows up under two label values.
-  return snap.flag("metrics.user_labels") && who.id && !identity::is_unmapped_employee(*who.id);
+  return snap.metrics().user_labels && who.id && !identity::is_unmapped_employee(*who.id);
 }
 
 void count_business(metrics::registry& m, const std::string& action, const char* stage, const config::snapshot& snap,
@@ -96,10 +96,9 @@ void deny(const std::shared_ptr<chain_run>& run, authz_decision d, const std::st
 void authorize(const std::shared_ptr<chain_run>& run) {
   const auto& p = run->policy;
   // A cleared or mistyped switch demands an identity: turning authentication off must be explicit.
-  bool identity_required =
-      p.requires_identity || (!p.identity_required_key.empty() && run->snap->bool_or(p.identity_required_key, true));
-  bool rules_from_config = !p.required_rules_key.empty();
-  run->rules = rules_from_config ? run->snap->get_list(p.required_rules_key) : p.required_rules;
+  bool identity_required = p.requires_identity || (p.identity_required_by_config && run->snap->auth().required);
+  const bool rules_from_config = p.rules_from_config;
+  run->rules = rules_from_config ? run->snap->auth().ops_rules : p.required_rules;
   run->rules.erase(std::remove_if(run->rules.begin(), run->rules.end(), [](const std::string& r) { return r.empty(); }),
                    run->rules.end());
   // A rules key that is cleared or empty grants nobody: it still demands an identity (401 first),
@@ -109,7 +108,7 @@ void authorize(const std::shared_ptr<chain_run>& run) {
 
   const auto& who = run->outcome.who;
   if (rules_from_config && run->rules.empty() && who.id) {
-    return deny(run, authz_decision::deny_403, p.required_rules_key + " is empty: nobody is granted");
+    return deny(run, authz_decision::deny_403, "auth.ops_rules is empty: nobody is granted");
   }
   if (run->rules.empty() || !who.id) {
     auto d = decide_authorization(run->rules, identity_required, who, std::nullopt);
@@ -163,13 +162,12 @@ void run_chain(const request_head& head, const route_policy& policy, chain_deps&
       log::info("http.identity_rejected",
                 {{"route", head.route}, {"reason", identity::to_string(run->outcome.who.reason)}});
     }
-    run->outcome.client_address =
-        client_address(head.headers, head.peer_address, snap.get_list("auth.trusted_proxies"));
+    run->outcome.client_address = client_address(head.headers, head.peer_address, snap.auth().trusted_proxies);
     run->outcome.rate_limit_subject = rate_limit_subject(run->outcome.who.id, run->outcome.client_address);
 
     // 1. Rate limit. Runs before idempotency: a duplicate over quota gets 429, not
     // DUPLICATE_SUBMIT.
-    if (auto settings = rate_limit_policy(snap, policy.limit_key)) {
+    if (auto settings = rate_limit_policy(snap, policy.limit)) {
       auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
       auto key = policy.bucket + ":" + run->outcome.rate_limit_subject;
       auto r = deps.limiter.try_acquire(key, settings->limit, settings->window_ms, now_ms);

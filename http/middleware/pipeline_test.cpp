@@ -95,14 +95,16 @@ http::identity::header_map bearer(const std::string& sub) {
   return {{"authorization", "Bearer " + token_for(sub)}};
 }
 
-const route_policy submit_policy{
-    .bucket = "submit", .limit_key = "rate_limit.submit", .business_metric = "submit", .idempotent_write = true};
+const route_policy submit_policy{.bucket = "submit",
+                                 .limit = &config::rate_limit_settings::submit,
+                                 .business_metric = "submit",
+                                 .idempotent_write = true};
 const route_policy ops_policy{.bucket = "ops",
-                              .limit_key = "rate_limit.ops",
+                              .limit = &config::rate_limit_settings::ops,
                               .required_rules = {"changeflow.ops", "changeflow.admin"},
                               .requires_identity = true};
 const route_policy user_policy{.bucket = "submit",
-                               .limit_key = "rate_limit.submit",
+                               .limit = &config::rate_limit_settings::submit,
                                .requires_identity = true,
                                .business_metric = "submit",
                                .idempotent_write = true};
@@ -114,7 +116,7 @@ TEST(Pipeline, RateLimitRejectsBeforeAnythingElse) {
   fixture f;
   f.permissions.how = fake_permissions::mode::answer;
   const route_policy limited_ops{.bucket = "ops",
-                                 .limit_key = "rate_limit.submit",
+                                 .limit = &config::rate_limit_settings::submit,
                                  .required_rules = ops_policy.required_rules,
                                  .requires_identity = true,
                                  .business_metric = "ops_action"};
@@ -180,9 +182,9 @@ TEST(Pipeline, RateLimitFallbacksNeverBlock) {
     }
   }
   fixture f;
-  route_policy misspelt = submit_policy;
-  misspelt.limit_key = "rate_limit.sumbit";
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(f.status_of(head("/api/v1/changes"), misspelt), 200u);
+  route_policy unlimited = submit_policy;
+  unlimited.limit = nullptr;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(f.status_of(head("/api/v1/changes"), unlimited), 200u);
 }
 
 TEST(Pipeline, AuthorizationOutcomesTableDriven) {
@@ -265,7 +267,7 @@ TEST(Pipeline, PermissionAnswerArrivesLaterAndOnlyOnce) {
 
 TEST(Pipeline, IdentityRequirementFromConfigKey) {
   route_policy p = status_policy;
-  p.identity_required_key = "auth.required";
+  p.identity_required_by_config = true;
   fixture anonymous_ok(json{{"auth.required", false}});
   EXPECT_EQ(anonymous_ok.status_of(head("/api/v1/changes"), p), 200u);
   fixture required(json{{"auth.required", true}});

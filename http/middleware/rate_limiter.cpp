@@ -89,12 +89,11 @@ std::size_t rate_limiter::bucket_count() const {
   return n;
 }
 
-std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, std::string_view limit_key) {
-  if (limit_key.empty()) return std::nullopt;
-  auto limit = snap.get_int(limit_key);
-  if (!limit || *limit <= 0) return std::nullopt;  // cleared or non-positive: stop limiting, don't block all
-  auto window = snap.get_int("rate_limit.window_ms");
-  return rate_limit_settings{*limit, window && *window > 0 ? *window : default_window_ms};
+std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, limit_setting limit) {
+  if (!limit) return std::nullopt;
+  const auto& configured = snap.rate_limit().*limit;  // cleared or <= 0: nullopt (stop limiting, don't block all)
+  if (!configured) return std::nullopt;
+  return rate_limit_settings{*configured, snap.rate_limit().window_ms};
 }
 
 std::string client_address(const identity::header_map& headers, std::string_view peer_address,

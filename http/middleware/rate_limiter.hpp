@@ -14,6 +14,7 @@
 
 #include "config/snapshot.hpp"
 #include "http/identity/resolver.hpp"
+#include "http/middleware/route_policy.hpp"
 #include "http/server/message.hpp"
 
 #include <cstdint>
@@ -77,10 +78,10 @@ struct rate_limit_settings {
   std::int64_t window_ms = default_window_ms;
 };
 
-/// Reads the limit under `limit_key` and rate_limit.window_ms from the snapshot (every request).
-/// Missing, cleared, unknown key or <= 0 limit -> nullopt = no limiting (misconfiguration must not
-/// block traffic). Window missing or <= 0 -> 60000.
-std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, std::string_view limit_key);
+/// Reads the limit `limit` and rate_limit.window_ms from the snapshot (every request).
+/// No limit setting, missing, cleared or <= 0 limit -> nullopt = no limiting (misconfiguration must
+/// not block traffic). Window missing or <= 0 -> 60000 (config/keys.cpp).
+std::optional<rate_limit_settings> rate_limit_policy(const config::snapshot& snap, limit_setting limit);
 
 /// The client address as appended by our own trusted proxy. When the TCP peer is a trusted proxy,
 /// the rightmost X-Forwarded-For entry that is not itself a trusted proxy; otherwise the TCP peer.

@@ -91,29 +91,31 @@ TEST(RateLimitPolicy, FallbacksTableDriven) {
   struct policy_case {
     const char* name;
     json doc;
-    const char* limit_key;
+    limit_setting limit;
     std::optional<std::pair<std::int64_t, std::int64_t>> want;  // limit, window
   };
   const policy_case cases[] = {
-      {"defaults", json::object(), "rate_limit.submit", std::pair{600, 60000}},
+      {"defaults", json::object(), &config::rate_limit_settings::submit, std::pair{600, 60000}},
       {"configured",
        {{"rate_limit.submit", 5}, {"rate_limit.window_ms", 1000}},
-       "rate_limit.submit",
+       &config::rate_limit_settings::submit,
        std::pair{5, 1000}},
-      {"cleared limit", {{"rate_limit.submit", nullptr}}, "rate_limit.submit", std::nullopt},
-      {"zero limit", {{"rate_limit.submit", 0}}, "rate_limit.submit", std::nullopt},
-      {"negative limit", {{"rate_limit.submit", -3}}, "rate_limit.submit", std::nullopt},
-      {"no default (callbacks)", json::object(), "rate_limit.callbacks", std::nullopt},
-      {"misspelt limit key", json::object(), "rate_limit.sbumit", std::nullopt},
-      {"empty limit key", json::object(), "", std::nullopt},
-      {"zero window", {{"rate_limit.window_ms", 0}}, "rate_limit.submit", std::pair{600, 60000}},
-      {"negative window", {{"rate_limit.window_ms", -10}}, "rate_limit.submit", std::pair{600, 60000}},
-      {"cleared window", {{"rate_limit.window_ms", nullptr}}, "rate_limit.submit", std::pair{600, 60000}},
+      {"cleared limit", {{"rate_limit.submit", nullptr}}, &config::rate_limit_settings::submit, std::nullopt},
+      {"zero limit", {{"rate_limit.submit", 0}}, &config::rate_limit_settings::submit, std::nullopt},
+      {"negative limit", {{"rate_limit.submit", -3}}, &config::rate_limit_settings::submit, std::nullopt},
+      {"no default (callbacks)", json::object(), &config::rate_limit_settings::callbacks, std::nullopt},
+      {"no limit setting", json::object(), nullptr, std::nullopt},
+      {"zero window", {{"rate_limit.window_ms", 0}}, &config::rate_limit_settings::submit, std::pair{600, 60000}},
+      {"negative window", {{"rate_limit.window_ms", -10}}, &config::rate_limit_settings::submit, std::pair{600, 60000}},
+      {"cleared window",
+       {{"rate_limit.window_ms", nullptr}},
+       &config::rate_limit_settings::submit,
+       std::pair{600, 60000}},
   };
   for (const auto& c : cases) {
     auto snap = snap_of(c.doc);
     ASSERT_TRUE(snap) << c.name;
-    auto p = rate_limit_policy(*snap, c.limit_key);
+    auto p = rate_limit_policy(*snap, c.limit);
     ASSERT_EQ(p.has_value(), c.want.has_value()) << c.name;
     if (p) {
       EXPECT_EQ(p->limit, c.want->first) << c.name;
@@ -122,7 +124,7 @@ TEST(RateLimitPolicy, FallbacksTableDriven) {
   }
   // A wrong type never reaches us through the loader, but a snapshot holding one must not limit.
   config::snapshot odd({{"rate_limit.submit", {json("ten"), "file"}}});
-  EXPECT_FALSE(rate_limit_policy(odd, "rate_limit.submit"));
+  EXPECT_FALSE(rate_limit_policy(odd, &config::rate_limit_settings::submit));
 }
 
 TEST(ClientAddress, TrustedProxyHopTableDriven) {
