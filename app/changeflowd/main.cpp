@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto shared = std::make_shared<clients::external_shared>();
-  actors::external_pool external(
+  runtime::external_pool external(
       "external", static_cast<std::size_t>(snap->external().pool_size),
       static_cast<std::size_t>(snap->external().queue_capacity),
       clients::external_context_factory(shared, endpoints.value(), clients::call_settings_from(*snap)));
