@@ -2,6 +2,8 @@
 // declared defaults, the documented clamps, environment overrides and cleared keys applied.
 #include "config/store.hpp"
 
+#include "config/test_env.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,16 +13,10 @@
 #include <set>
 
 using namespace changeflow::config;
+using changeflow::config::test_support::env_of;
 using nlohmann::json;
 
 namespace {
-env_lookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 std::shared_ptr<const snapshot> load(const json& doc, std::map<std::string, std::string> env = {}) {
   auto r = load_from_json(doc, env_of(std::move(env)));

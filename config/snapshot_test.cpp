@@ -1,20 +1,16 @@
 #include "config/snapshot.hpp"
 
+#include "config/test_env.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
 using namespace changeflow::config;
+using changeflow::config::test_support::env_of;
 using nlohmann::json;
 
 namespace {
-env_lookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 struct validation_case {
   const char* name;
