@@ -197,12 +197,16 @@ bool took(const persistence::db_result<T>& r, batch_job_result& out) {
   return false;
 }
 
-/// The members' rows, in the order of `ids` (claim order = admission order); `claimed_by` set: only
-/// operations BATCH_CLAIMED by that batch. False (the error recorded in `out`) when the rows cannot
-/// be read: a database failure ends the job, it never passes for a batch without members.
+/// A member operation as the batch MR needs it.
+effects::batch_member_change member_of(const persistence::operation_row& r) {
+  return {r.operation_id, r.subject_id, r.title, r.payload_json, r.created_at_ms, r.batch_attempts};
+}
+
+/// The members' rows, in the order of `ids` (claim order = admission order). False (the error
+/// recorded in `out`) when the rows cannot be read: a database failure ends the job, it never passes
+/// for a batch without members.
 bool load_members(session conn, const std::vector<std::string>& ids, batch_job_result& out,
-                  std::vector<effects::batch_member_change>& into,
-                  std::optional<std::int64_t> claimed_by = std::nullopt) {
+                  std::vector<effects::batch_member_change>& into) {
   auto loaded = persistence::load_operations(conn, ids);
   if (!took(loaded, out)) return false;
   const auto& rows = loaded.value;
@@ -210,9 +214,7 @@ bool load_members(session conn, const std::vector<std::string>& ids, batch_job_r
   for (const auto& id : ids) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
     if (it == rows.end()) continue;
-    if (claimed_by && (it->step != workflow::step::BATCH_CLAIMED || it->batch_id != claimed_by)) continue;
-    into.push_back(
-        {it->operation_id, it->subject_id, it->title, it->payload_json, it->created_at_ms, it->batch_attempts});
+    into.push_back(member_of(*it));
   }
   return true;
 }
@@ -418,7 +420,8 @@ std::vector<std::pair<core::partition, core::partition_activity>> activity(const
   return out;
 }
 
-/// The claim of one partition, on the database pool: claim, lineage, plan, defer, mark claimed.
+/// The claim of one partition, on the database pool: ONE unit of work in persistence (claim,
+/// lineage, plan, defer, mark claimed); the plan is effects::plan_batch (pure).
 void claim_partition(self_ptr self, const core::partition& where) {
   auto& st = self->state;
   st.claiming.insert(where);
@@ -427,7 +430,17 @@ void claim_partition(self_ptr self, const core::partition& where) {
   const std::string instance = st.svc->instance_id;
   const job_tag tag{kind::round_prepared, 0, where, false, true};
   on_db(self, tag, [max_members, instance, where](session conn, batch_job_result& out) {
-    auto c = persistence::claim(conn, where, max_members);
+    // Members that touch a file an older member touches wait for the next round.
+    const persistence::round_planner plan = [](const std::vector<persistence::operation_row>& rows) {
+      std::vector<effects::batch_member_change> claimed;
+      for (const auto& r : rows) claimed.push_back(member_of(r));
+      auto planned = effects::plan_batch(std::move(claimed));
+      persistence::round_plan p;
+      for (const auto& m : planned.included) p.included.push_back(m.operation_id);
+      p.deferred = std::move(planned.deferred);
+      return p;
+    };
+    auto c = persistence::claim_round(conn, where, max_members, {}, plan, instance);
     if (!took(c, out)) return;
     switch (c.value.kind) {
       case persistence::claim_kind::claimed: out.round = round_outcome::claimed; break;
@@ -436,23 +449,11 @@ void claim_partition(self_ptr self, const core::partition& where) {
       default: out.round = round_outcome::preempted; return;
     }
     out.batch_id = c.value.batch_id;
-    auto depth = persistence::record_lineage(conn, c.value.batch_id);
-    if (!took(depth, out)) return;
-    out.depth = depth.value;
-    std::vector<std::string> ids;
-    for (const auto& m : c.value.members) ids.push_back(m.operation_id);
-    std::vector<effects::batch_member_change> claimed;
-    if (!load_members(conn, ids, out, claimed)) return;
-    auto plan = effects::plan_batch(std::move(claimed));
-    // Members that touch a file an older member touches wait for the next round.
-    if (!took(persistence::defer_members(conn, c.value.batch_id, plan.deferred), out)) return;
-    out.deferred = plan.deferred.size();
-    if (!took(persistence::mark_members_claimed(conn, c.value.batch_id, instance), out)) return;
-    // Re-read after the claim: the attempt counts include this batch, and a member closed since
-    // the claim read (not moved to BATCH_CLAIMED) is not carried by the MR.
-    std::vector<std::string> included;
-    for (const auto& m : plan.included) included.push_back(m.operation_id);
-    load_members(conn, included, out, out.members, c.value.batch_id);
+    out.depth = c.value.depth;
+    out.deferred = c.value.deferred;
+    // Read after the claim: the attempt counts include this batch, and a member closed since the
+    // claim read (not moved to BATCH_CLAIMED) is not carried by the MR.
+    for (const auto& r : c.value.carried) out.members.push_back(member_of(r));
   });
 }
 

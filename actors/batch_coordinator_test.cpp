@@ -13,6 +13,14 @@ using persistence::test::walk;
 using S = workflow::step;
 
 namespace {
+/// A round plan that sends `id` back to the waiting set and carries every other member.
+persistence::round_planner defer_only(const std::string& id) {
+  return [id](const std::vector<persistence::operation_row>& rows) {
+    persistence::round_plan p;
+    for (const auto& r : rows) (r.operation_id == id ? p.deferred : p.included).push_back(r.operation_id);
+    return p;
+  };
+}
 effects::batch_member_change member(const std::string& id, std::int64_t created, const std::string& path) {
   return {id, "alice", "title " + id, R"({"files":[{"path":")" + path + R"(","content":"x"}]})", created};
 }
@@ -64,9 +72,7 @@ TEST(BatchRepo, EnteringBatchWaitingAdmitsAndADuplicateAdmissionIsANoOp) {
   auto id = new_op(*c, "alice", "t1");
   walk(*c, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + id + "'"), "1");
-  auto again = persistence::admit(*c, id);
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(again.value);  // already admitted
+  EXPECT_FALSE(persistence::test::admit_bare(*c, id));  // already admitted: the unique key holds
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "1");
 }
 
@@ -79,13 +85,13 @@ TEST(BatchRepo, ClaimMarkSucceedMovesMembersAndReleasesTheSlot) {
     walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   }
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto claim = persistence::claim(*c, {}, 50);
-  ASSERT_TRUE(claim.ok());
+  auto claim = persistence::claim_round(*c, {}, 50, {}, {}, "test");
+  ASSERT_TRUE(claim.ok()) << claim.error.message;
   ASSERT_EQ(claim.value.kind, persistence::claim_kind::claimed);
   const auto batch = claim.value.batch_id;
-  auto moved = persistence::mark_members_claimed(*c, batch, "test");
-  ASSERT_TRUE(moved.ok()) << moved.error.message;
-  EXPECT_EQ(moved.value, 3);
+  EXPECT_EQ(claim.value.carried.size(), 3u);  // every member moved to BATCH_CLAIMED in the claim
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10602 AND batch_id = " + std::to_string(batch)),
+            "3");
   ASSERT_TRUE(persistence::record_batch_mr(*c, batch, 42, "changeflow/batch-x", "http://mr/42").ok());
   auto ok = persistence::settle_succeeded(*c, batch, persistence::batch_status::RUNNING, 42, "merged", "test");
   ASSERT_TRUE(ok.ok()) << ok.error.message;
@@ -121,22 +127,22 @@ TEST(BatchRepo, BisectionRequeuesHalvesAndTheLoneFailureEndsBatchFailed) {
     walk(*c, ids.back(), {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   }
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto first = persistence::claim(*c, {}, 50);
+  auto first = persistence::claim_round(*c, {}, 50, {}, {}, "t");
   ASSERT_EQ(first.value.kind, persistence::claim_kind::claimed);
-  ASSERT_TRUE(persistence::mark_members_claimed(*c, first.value.batch_id, "t").ok());
+  ASSERT_EQ(first.value.carried.size(), 4u);
   auto split =
       persistence::requeue_members(*c, first.value.batch_id, {{ids[0], ids[1]}, {ids[2], ids[3]}}, "bisect: x");
   ASSERT_TRUE(split.ok()) << split.error.message;
   EXPECT_EQ(split.value, 4);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE step = 10601 AND batch_id IS NULL"), "4");
   // The older half is claimed alone, one level deeper.
-  auto half = persistence::claim(*c, {}, 50);
+  auto half = persistence::claim_round(*c, {}, 50, {}, {}, "t");
+  ASSERT_TRUE(half.ok()) << half.error.message;
   ASSERT_EQ(half.value.kind, persistence::claim_kind::claimed);
   EXPECT_EQ(half.value.members.size(), 2u);
-  auto depth = persistence::record_lineage(*c, half.value.batch_id);
-  ASSERT_TRUE(depth.ok()) << depth.error.message;
-  EXPECT_EQ(depth.value, 1);
-  ASSERT_TRUE(persistence::mark_members_claimed(*c, half.value.batch_id, "t").ok());
+  EXPECT_EQ(half.value.depth, 1);
+  EXPECT_EQ(db.scalar("SELECT split_depth FROM merge_batch WHERE id = " + std::to_string(half.value.batch_id)), "1");
+  EXPECT_EQ(half.value.carried.size(), 2u);
   // Fails alone (no group): members BATCH_FAILED, waiting rows removed, slot released.
   auto alone = persistence::requeue_members(*c, half.value.batch_id, {}, "failed alone: x");
   ASSERT_TRUE(alone.ok()) << alone.error.message;
@@ -153,12 +159,12 @@ TEST(BatchRepo, DeferredMemberGoesBackToWaitingAndLeadsTheNextRound) {
   auto b = new_op(*c, "b", "tb");
   walk(*c, b, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::BATCH_WAITING});
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
-  auto cl = persistence::claim(*c, {}, 50);
+  auto cl = persistence::claim_round(*c, {}, 50, {}, defer_only(b), "t");
+  ASSERT_TRUE(cl.ok()) << cl.error.message;
   ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
-  auto d = persistence::defer_members(*c, cl.value.batch_id, {b});
-  ASSERT_TRUE(d.ok()) << d.error.message;
-  EXPECT_EQ(d.value, 1);
-  ASSERT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
+  EXPECT_EQ(cl.value.deferred, 1u);
+  ASSERT_EQ(cl.value.carried.size(), 1u);
+  EXPECT_EQ(cl.value.carried[0].operation_id, a);
   EXPECT_EQ(persistence::load_operation(*c, a).value.step, S::BATCH_CLAIMED);
   EXPECT_EQ(persistence::load_operation(*c, b).value.step, S::BATCH_WAITING);
   auto w = persistence::list_waiting(*c, 10);
@@ -199,12 +205,11 @@ TEST(BatchRepo, MemberClosedWhileWaitingIsNeverClaimedNorCounted) {
   operator_move(*c, closed, S::CLOSE_SUCCEEDED, "closed by an operator");
   db.exec("UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND");
 
-  auto cl = persistence::claim(*c, {}, 50);
+  auto cl = persistence::claim_round(*c, {}, 50, {}, {}, "t");
   ASSERT_TRUE(cl.ok()) << cl.error.message;
   ASSERT_EQ(cl.value.kind, persistence::claim_kind::claimed);
   ASSERT_EQ(cl.value.members.size(), 1u);
   EXPECT_EQ(cl.value.members[0].operation_id, stays);
-  ASSERT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
   EXPECT_EQ(batch_attempts(db, stays), 1);
   EXPECT_EQ(batch_attempts(db, closed), 0);
   // It left the waiting set: no row, so no later round or requeue brings it back.
@@ -223,12 +228,13 @@ TEST(BatchRepo, ClaimsCountAttemptsAndMembersOutOfAttemptsLeaveAsBatchFailed) {
     db.exec(
         "UPDATE merge_batch_request SET created_at = NOW(3) - INTERVAL 1 SECOND WHERE batch_id IS "
         "NULL");
-    auto cl = persistence::claim(*c, {}, 50);
+    auto cl =
+        persistence::claim_round(*c, {}, 50, {}, defer ? defer_only(deferred) : persistence::round_planner{}, "t");
+    EXPECT_TRUE(cl.ok()) << cl.error.message;
     EXPECT_EQ(cl.value.kind, persistence::claim_kind::claimed);
     if (defer) {
-      EXPECT_TRUE(persistence::defer_members(*c, cl.value.batch_id, {deferred}).ok());
+      EXPECT_EQ(cl.value.deferred, 1u);
     }
-    EXPECT_TRUE(persistence::mark_members_claimed(*c, cl.value.batch_id, "t").ok());
     return cl.value.batch_id;
   };
   // Two failed batches requeue everyone; the deferred member was never carried by an MR.

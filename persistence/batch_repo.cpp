@@ -1,5 +1,7 @@
 #include "persistence/batch_repo.hpp"
 
+#include "persistence/batch_sql.hpp"
+#include "persistence/operation_sql.hpp"
 #include "persistence/sql_util.hpp"
 #include "workflow/transitions.hpp"
 
@@ -31,23 +33,16 @@ std::string_view to_string(claim_kind k) {
   return "preempted";
 }
 
-db_result<bool> admit(session s, const std::string& operation_id, const batch_partition& where) {
-  return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-    auto st = prepare(conn,
-                      "INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) "
-                      "VALUES (?, ?, ?, NOW(3))");
-    st->setString(1, operation_id);
-    st->setString(2, where.repository);
-    st->setString(3, where.target_branch);
-    try {
-      st->executeUpdate();
-    } catch (const sql::SQLException& e) {
-      if (e.getErrorCode() == 1062) return db_result<bool>::success(false);  // already admitted (I4)
-      throw;
-    }
-    return db_result<bool>::success(true);
-  });
+namespace detail {
+bool admit_operation(sql::Connection& conn, const std::string& operation_id) {
+  auto adm = prepare(conn,
+                     "INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) "
+                     "SELECT operation_id, repository, target_branch, NOW(3) FROM operation "
+                     "WHERE operation_id = ?");
+  adm->setString(1, operation_id);
+  return insert_unless_duplicate(*adm);
 }
+}  // namespace detail
 
 db_result<std::vector<batch_partition>> waiting_partitions(session s) {
   using V = std::vector<batch_partition>;
@@ -102,59 +97,9 @@ bool guarded_fail(sql::Connection& conn, std::int64_t batch_id, batch_status exp
   return st->executeUpdate() == 1;
 }
 
-// Moves member operations `from` -> `to` inside the caller's transaction: locks the matching
-// operation rows first (the fixed lock order: operation, then binding), then per chunk writes the
-// timeline events, the guarded step change and the binding phase. `where` filters operation rows.
-struct op_move {
-  workflow::step from;
-  workflow::step to;
-  std::string cause;
-  std::string instance_id;
-  std::string extra_set;  // e.g. ", batch_id = NULL, mr_iid = NULL"
-  std::function<void(detail::statement&, int)> bind_extra = {};
-  int extra_params = 0;
-};
-
-std::vector<std::string> lock_operations(sql::Connection& conn, const std::string& where,
-                                         const std::function<int(detail::statement&, int)>& bind, workflow::step from) {
-  auto st = prepare(
-      conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where + " ORDER BY operation_id FOR UPDATE");
-  st->setInt(1, workflow::code_of(from));
-  bind(*st, 2);
-  rs_ptr rs(st->executeQuery());
-  std::vector<std::string> ids;
-  while (rs->next()) ids.push_back(detail::str(*rs, "operation_id"));
-  return ids;
-}
-
-int move_operations(sql::Connection& conn, const std::vector<std::string>& ids, const op_move& m) {
-  if (!workflow::is_allowed(m.from, m.to)) return 0;  // never write an edge the table forbids
-  const std::string to_phase(workflow::to_string(workflow::phase_of(m.to)));
-  int moved = 0;
-  for (const auto& chunk : detail::chunks(ids)) {
-    const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
-    // One statement: the transition trigger writes each row's event and moves its binding's phase.
-    auto up = prepare(conn,
-                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, next_wake_at = NULL, "
-                      "event_cause = ?, event_actor = 'batch', event_instance = ?" +
-                          m.extra_set + " WHERE step = ? AND operation_id" + in);
-    int i = 1;
-    up->setInt(i++, workflow::code_of(m.to));
-    up->setString(i++, to_phase);
-    up->setString(i++, m.cause.substr(0, 255));
-    detail::set_opt_string(*up, i++, m.instance_id.empty() ? std::nullopt : std::optional(m.instance_id));
-    if (m.bind_extra) m.bind_extra(*up, i);
-    i += m.extra_params;
-    up->setInt(i++, workflow::code_of(m.from));
-    for (const auto& id : chunk) up->setString(i++, id);
-    moved += up->executeUpdate();
-  }
-  return moved;
-}
-
 /// Claimed members of the batch (operation.batch_id is set when they are marked claimed).
 std::vector<std::string> lock_claimed_members(sql::Connection& conn, std::int64_t batch_id) {
-  return lock_operations(
+  return detail::lock_members(
       conn, "batch_id = ?",
       [&](detail::statement& st, int i) {
         st.setInt64(i, batch_id);
@@ -163,7 +108,7 @@ std::vector<std::string> lock_claimed_members(sql::Connection& conn, std::int64_
       workflow::step::BATCH_CLAIMED);
 }
 
-op_move back_to_waiting(const std::string& cause) {
+detail::member_move back_to_waiting(const std::string& cause) {
   return {workflow::step::BATCH_CLAIMED,
           workflow::step::BATCH_WAITING,
           cause,
@@ -174,7 +119,7 @@ op_move back_to_waiting(const std::string& cause) {
 }
 /// A member leaving the batch path: the same cause goes to its timeline and to last_error, so the
 /// API and the console name it without reading the timeline.
-op_move failed_alone(const std::string& cause) {
+detail::member_move failed_alone(const std::string& cause) {
   return {workflow::step::BATCH_CLAIMED,
           workflow::step::BATCH_FAILED,
           cause,
@@ -191,8 +136,8 @@ void settle_member_operations(sql::Connection& conn, std::int64_t batch_id,
                               const std::string& requeue_cause, const std::string& failed_cause) {
   std::vector<std::string> back, failed;
   for (const auto& id : lock_claimed_members(conn, batch_id)) (waits_again(id) ? back : failed).push_back(id);
-  move_operations(conn, back, back_to_waiting(requeue_cause));
-  move_operations(conn, failed, failed_alone(failed_cause));
+  detail::move_members(conn, back, back_to_waiting(requeue_cause));
+  detail::move_members(conn, failed, failed_alone(failed_cause));
 }
 
 /// These members' waiting rows leave the waiting set for good (history REMOVED).
@@ -226,86 +171,75 @@ void remove_abandoned_requests(sql::Connection& conn) {
                      [](detail::statement&) { return 1; });
 }
 
-/// Locks the batch row for the rest of the transaction; false when the batch is no longer RUNNING
-/// (settled by a sweep, an operator or another instance).
-bool lock_running_batch(sql::Connection& conn, std::int64_t batch_id) {
-  auto lock = prepare(conn, "SELECT id FROM merge_batch WHERE id = ? AND status = 1 FOR UPDATE");
-  lock->setInt64(1, batch_id);
-  rs_ptr rs(lock->executeQuery());
-  return rs->next();
-}
 }  // namespace
 
-db_result<claim_result> claim(session s, const batch_partition& where, int max_members, const claim_hook& hook) {
-  using R = db_result<claim_result>;
-  return guarded<claim_result>(s, [&](sql::Connection& conn) -> R {
-    remove_abandoned_requests(conn);
-    detail::transaction tx(conn);
-    // 1. Take the partition's slot. A duplicate key leaves this transaction usable and with nothing
-    // written.
-    try {
-      auto ins = prepare(conn, "INSERT INTO merge_batch (status, repository, target_branch) VALUES (1, ?, ?)");
-      ins->setString(1, where.repository);
-      ins->setString(2, where.target_branch);
-      ins->executeUpdate();
-    } catch (const sql::SQLException& e) {
-      if (e.getErrorCode() == 1062) return R::success({claim_kind::slot_occupied, 0, {}});
-      // Several claimers inserting the slot while a holder is still open can deadlock on the unique
-      // check (shared locks, then insert intention). The server rolled this transaction back and
-      // another claimer holds or is taking the slot: that is the same answer.
-      if (e.getErrorCode() == 1213) return R::success({claim_kind::slot_occupied, 0, {}});
-      throw;
-    }
-    const std::int64_t batch_id = last_insert_id(conn);
-    if (hook) hook(claim_stage::slot_taken);
+namespace {
+/// Steps 1-3 of claim_round inside its transaction: slot, waiting read, guarded claim, history.
+claim_result claim_in(sql::Connection& conn, const batch_partition& where, int max_members, const claim_hook& hook) {
+  // 1. Take the partition's slot. A duplicate key leaves this transaction usable and with nothing
+  // written.
+  try {
+    auto ins = prepare(conn, "INSERT INTO merge_batch (status, repository, target_branch) VALUES (1, ?, ?)");
+    ins->setString(1, where.repository);
+    ins->setString(2, where.target_branch);
+    ins->executeUpdate();
+  } catch (const sql::SQLException& e) {
+    if (e.getErrorCode() == 1062) return claim_result{claim_kind::slot_occupied, 0, {}};
+    // Several claimers inserting the slot while a holder is still open can deadlock on the unique
+    // check (shared locks, then insert intention). The server rolled this transaction back and
+    // another claimer holds or is taking the slot: that is the same answer.
+    if (e.getErrorCode() == 1213) return claim_result{claim_kind::slot_occupied, 0, {}};
+    throw;
+  }
+  const std::int64_t batch_id = last_insert_id(conn);
+  if (hook) hook(claim_stage::slot_taken);
 
-    // 2. Plain read, no FOR UPDATE: the slot keeps other claimers out, and the guarded UPDATE below
-    // catches anything unexpected. A locking range read would block admissions (I3).
-    // `created_at < NOW(3)`: rows admitted in this very millisecond wait for the next round (DB
-    // clock).
-    // Only rows whose operation still waits: one closed or forced to fail while waiting left the
-    // batch path, and its row was removed before this transaction (or is skipped if that happened
-    // in between; the next claim removes it). A row admitted through `admit` alone, with no
-    // operation, has nothing that could leave and stays claimable.
-    auto sel = prepare(conn,
-                       "SELECT r.id, r.operation_id, r.split_group FROM merge_batch_request r "
-                       "LEFT JOIN operation o ON o.operation_id = r.operation_id "
-                       "WHERE r.repository = ? AND r.target_branch = ? AND r.batch_id IS NULL "
-                       "AND r.created_at < CURRENT_TIMESTAMP(3) "
-                       "AND (o.operation_id IS NULL OR o.step = ?) ORDER BY r.created_at, r.id LIMIT ?");
-    sel->setString(1, where.repository);
-    sel->setString(2, where.target_branch);
-    sel->setInt(3, workflow::code_of(workflow::step::BATCH_WAITING));
-    sel->setInt(4, max_members);
-    rs_ptr rs(sel->executeQuery());
-    std::vector<batch_member> members;
-    while (rs->next()) {
-      members.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"), rs->getInt("split_group")});
-    }
-    if (hook) hook(claim_stage::waiting_read);
-    if (members.empty()) return R::success({claim_kind::empty, 0, {}});  // rollback releases the slot
-    // Bisection halves are claimed one at a time: keep the split group of the oldest waiting row.
-    const int group = members.front().split_group;
-    members.erase(std::remove_if(members.begin(), members.end(), [&](auto& m) { return m.split_group != group; }),
-                  members.end());
+  // 2. Plain read, no FOR UPDATE: the slot keeps other claimers out, and the guarded UPDATE below
+  // catches anything unexpected. A locking range read would block admissions (I3).
+  // `created_at < NOW(3)`: rows admitted in this very millisecond wait for the next round (DB
+  // clock).
+  // Only rows whose operation still waits: one closed or forced to fail while waiting left the
+  // batch path, and its row was removed before this transaction (or is skipped if that happened
+  // in between; the next claim removes it). A row with no operation behind it (the batch
+  // repository's tests seed the waiting set so) has nothing that could leave and stays claimable.
+  auto sel = prepare(conn,
+                     "SELECT r.id, r.operation_id, r.split_group FROM merge_batch_request r "
+                     "LEFT JOIN operation o ON o.operation_id = r.operation_id "
+                     "WHERE r.repository = ? AND r.target_branch = ? AND r.batch_id IS NULL "
+                     "AND r.created_at < CURRENT_TIMESTAMP(3) "
+                     "AND (o.operation_id IS NULL OR o.step = ?) ORDER BY r.created_at, r.id LIMIT ?");
+  sel->setString(1, where.repository);
+  sel->setString(2, where.target_branch);
+  sel->setInt(3, workflow::code_of(workflow::step::BATCH_WAITING));
+  sel->setInt(4, max_members);
+  rs_ptr rs(sel->executeQuery());
+  std::vector<batch_member> members;
+  while (rs->next()) {
+    members.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"), rs->getInt("split_group")});
+  }
+  if (hook) hook(claim_stage::waiting_read);
+  if (members.empty()) return claim_result{claim_kind::empty, 0, {}};  // rollback releases the slot
+  // Bisection halves are claimed one at a time: keep the split group of the oldest waiting row.
+  const int group = members.front().split_group;
+  members.erase(std::remove_if(members.begin(), members.end(), [&](auto& m) { return m.split_group != group; }),
+                members.end());
 
-    // 3. Guarded claim: only still-unclaimed rows, and all of them (I2).
-    std::vector<std::int64_t> ids;
-    for (const auto& m : members) ids.push_back(m.request_id);
-    int claimed = update_requests_in(conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id",
-                                     ids, [&](detail::statement& st) {
-                                       st.setInt64(1, batch_id);
-                                       return 2;
-                                     });
-    if (claimed != static_cast<int>(ids.size())) return R::success({claim_kind::preempted, 0, {}});
-    if (hook) hook(claim_stage::members_claimed);
+  // 3. Guarded claim: only still-unclaimed rows, and all of them (I2).
+  std::vector<std::int64_t> ids;
+  for (const auto& m : members) ids.push_back(m.request_id);
+  int claimed = update_requests_in(conn, "UPDATE merge_batch_request SET batch_id = ? WHERE batch_id IS NULL AND id",
+                                   ids, [&](detail::statement& st) {
+                                     st.setInt64(1, batch_id);
+                                     return 2;
+                                   });
+  if (claimed != static_cast<int>(ids.size())) return claim_result{claim_kind::preempted, 0, {}};
+  if (hook) hook(claim_stage::members_claimed);
 
-    // 4. Append-only membership, one bulk statement.
-    append_history(conn, batch_id, "CLAIMED", "batch_id = ?", [&](auto& st, int i) { st.setInt64(i, batch_id); });
-    tx.commit();
-    return R::success({claim_kind::claimed, batch_id, std::move(members)});
-  });
+  // 4. Append-only membership, one bulk statement.
+  append_history(conn, batch_id, "CLAIMED", "batch_id = ?", [&](auto& st, int i) { st.setInt64(i, batch_id); });
+  return claim_result{claim_kind::claimed, batch_id, std::move(members)};
 }
+}  // namespace
 
 db_result<done> finish_batch(session s, std::int64_t batch_id, batch_status expected, batch_status next,
                              const std::optional<std::string>& reason) {
@@ -491,79 +425,114 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(session s, int sec
   });
 }
 
-db_result<int> record_lineage(session s, std::int64_t batch_id) {
-  return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
-    // The batch that last requeued this batch's oldest member, when that member is a bisection half.
-    auto st = prepare(conn,
-                      "SELECT p.id, p.split_depth, p.failure_reason FROM merge_batch_request r "
-                      "JOIN merge_batch_history h ON h.operation_id = r.operation_id AND "
-                      "h.event = 'REQUEUED' AND h.batch_id <> r.batch_id "
-                      "JOIN merge_batch p ON p.id = h.batch_id "
-                      "WHERE r.batch_id = ? AND r.split_group <> 0 ORDER BY h.id DESC LIMIT 1");
-    st->setInt64(1, batch_id);
-    rs_ptr rs(st->executeQuery());
-    if (!rs->next()) return db_result<int>::success(0);
-    const std::int64_t parent = rs->getInt64("id");
-    const auto reason = detail::str(*rs, "failure_reason");
-    const int depth = rs->getInt("split_depth") + (reason.rfind("bisect", 0) == 0 ? 1 : 0);
-    auto up = prepare(conn, "UPDATE merge_batch SET split_depth = ?, parent_batch_id = ? WHERE id = ?");
-    up->setInt(1, depth);
-    up->setInt64(2, parent);
-    up->setInt64(3, batch_id);
-    up->executeUpdate();
-    return db_result<int>::success(depth);
-  });
+namespace {
+/// Step 4: the batch's bisection depth (and parent), recorded on the batch row.
+int record_lineage_in(sql::Connection& conn, std::int64_t batch_id) {
+  // The batch that last requeued this batch's oldest member, when that member is a bisection half.
+  auto st = prepare(conn,
+                    "SELECT p.id, p.split_depth, p.failure_reason FROM merge_batch_request r "
+                    "JOIN merge_batch_history h ON h.operation_id = r.operation_id AND "
+                    "h.event = 'REQUEUED' AND h.batch_id <> r.batch_id "
+                    "JOIN merge_batch p ON p.id = h.batch_id "
+                    "WHERE r.batch_id = ? AND r.split_group <> 0 ORDER BY h.id DESC LIMIT 1");
+  st->setInt64(1, batch_id);
+  rs_ptr rs(st->executeQuery());
+  if (!rs->next()) return 0;
+  const std::int64_t parent = rs->getInt64("id");
+  const auto reason = detail::str(*rs, "failure_reason");
+  const int depth = rs->getInt("split_depth") + (reason.rfind("bisect", 0) == 0 ? 1 : 0);
+  auto up = prepare(conn, "UPDATE merge_batch SET split_depth = ?, parent_batch_id = ? WHERE id = ?");
+  up->setInt(1, depth);
+  up->setInt64(2, parent);
+  up->setInt64(3, batch_id);
+  up->executeUpdate();
+  return depth;
 }
 
-db_result<int> defer_members(session s, std::int64_t batch_id, const std::vector<std::string>& operation_ids) {
-  if (operation_ids.empty()) return db_result<int>::success(0);
-  return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
+/// Step 5: these claimed members go back to the waiting set (history DEFERRED). Their operations
+/// are still BATCH_WAITING (never marked claimed). Returns the rows released.
+int defer_in(sql::Connection& conn, std::int64_t batch_id, const std::vector<std::string>& operation_ids) {
+  int released = 0;
+  for (const auto& chunk : detail::chunks(operation_ids)) {
+    const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
+    append_history(conn, batch_id, "DEFERRED", "batch_id = ? AND operation_id" + in, [&](auto& st, int i) {
+      st.setInt64(i++, batch_id);
+      for (const auto& id : chunk) st.setString(i++, id);
+    });
+    auto up = prepare(conn,
+                      "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ? "
+                      "AND operation_id" +
+                          in);
+    up->setInt64(1, batch_id);
+    for (std::size_t i = 0; i < chunk.size(); ++i) up->setString(static_cast<int>(i + 2), chunk[i]);
+    released += up->executeUpdate();
+  }
+  return released;
+}
+
+/// Step 6: the batch's members BATCH_WAITING -> BATCH_CLAIMED, bulk, guarded by step.
+int mark_claimed_in(sql::Connection& conn, std::int64_t batch_id, const std::string& instance_id) {
+  auto ids = detail::lock_members(
+      conn, "operation_id IN (SELECT operation_id FROM merge_batch_request WHERE batch_id = ?)",
+      [&](detail::statement& st, int i) {
+        st.setInt64(i, batch_id);
+        return i + 1;
+      },
+      workflow::step::BATCH_WAITING);
+  detail::member_move m{workflow::step::BATCH_WAITING, workflow::step::BATCH_CLAIMED,
+                        "claimed by batch " + std::to_string(batch_id), instance_id,
+                        // The one place an attempt is counted: only members really carried by this batch.
+                        ", batch_id = ?, batch_attempts = batch_attempts + 1",
+                        [&](detail::statement& st, int i) { st.setInt64(i, batch_id); }, 1};
+  return detail::move_members(conn, ids, m);
+}
+
+/// The operation rows of `ids`, in the order of `ids` (missing ones left out).
+std::vector<operation_row> rows_in_order(sql::Connection& conn, const std::vector<std::string>& ids) {
+  std::vector<operation_row> rows;
+  for (const auto& chunk : detail::chunks(ids)) {
+    auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                                " FROM operation WHERE operation_id IN (" + detail::placeholders(chunk.size()) + ")");
+    int i = 1;
+    for (const auto& id : chunk) st->setString(i++, id);
+    rs_ptr rs(st->executeQuery());
+    while (rs->next()) rows.push_back(detail::read_operation(*rs));
+  }
+  std::vector<operation_row> out;
+  for (const auto& id : ids) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.operation_id == id; });
+    if (it != rows.end()) out.push_back(*it);
+  }
+  return out;
+}
+}  // namespace
+
+db_result<claim_result> claim_round(session s, const batch_partition& where, int max_members, const claim_hook& hook,
+                                    const round_planner& plan, const std::string& instance_id) {
+  using R = db_result<claim_result>;
+  return detail::retry_on_deadlock<claim_result>([&] {
+    return guarded<claim_result>(s, [&](sql::Connection& conn) -> R {
+      remove_abandoned_requests(conn);
       detail::transaction tx(conn);
-      if (!lock_running_batch(conn, batch_id))
-        return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
-      int released = 0;
-      for (const auto& chunk : detail::chunks(operation_ids)) {
-        const std::string in = " IN (" + detail::placeholders(chunk.size()) + ")";
-        append_history(conn, batch_id, "DEFERRED", "batch_id = ? AND operation_id" + in, [&](auto& st, int i) {
-          st.setInt64(i++, batch_id);
-          for (const auto& id : chunk) st.setString(i++, id);
-        });
-        auto up = prepare(conn,
-                          "UPDATE merge_batch_request SET batch_id = NULL WHERE batch_id = ? "
-                          "AND operation_id" +
-                              in);
-        up->setInt64(1, batch_id);
-        for (std::size_t i = 0; i < chunk.size(); ++i) up->setString(static_cast<int>(i + 2), chunk[i]);
-        released += up->executeUpdate();
+      auto out = claim_in(conn, where, max_members, hook);
+      if (out.kind != claim_kind::claimed) return R::success(std::move(out));  // rollback: nothing kept
+      out.depth = record_lineage_in(conn, out.batch_id);
+      std::vector<std::string> ids;
+      for (const auto& m : out.members) ids.push_back(m.operation_id);
+      round_plan p;
+      if (plan) {
+        p = plan(rows_in_order(conn, ids));
+      } else {
+        p.included = ids;
+      }
+      out.deferred = static_cast<std::size_t>(defer_in(conn, out.batch_id, p.deferred));
+      mark_claimed_in(conn, out.batch_id, instance_id);
+      for (auto& row : rows_in_order(conn, p.included)) {
+        if (row.step == workflow::step::BATCH_CLAIMED && row.batch_id == out.batch_id)
+          out.carried.push_back(std::move(row));
       }
       tx.commit();
-      return db_result<int>::success(released);
-    });
-  });
-}
-
-db_result<int> mark_members_claimed(session s, std::int64_t batch_id, const std::string& instance_id) {
-  return detail::retry_on_deadlock<int>([&] {
-    return guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
-      detail::transaction tx(conn);
-      if (!lock_running_batch(conn, batch_id))
-        return db_result<int>::failure(db_outcome::preempted, "batch is not RUNNING");
-      auto ids = lock_operations(
-          conn, "operation_id IN (SELECT operation_id FROM merge_batch_request WHERE batch_id = ?)",
-          [&](detail::statement& st, int i) {
-            st.setInt64(i, batch_id);
-            return i + 1;
-          },
-          workflow::step::BATCH_WAITING);
-      op_move m{workflow::step::BATCH_WAITING, workflow::step::BATCH_CLAIMED,
-                "claimed by batch " + std::to_string(batch_id), instance_id,
-                // The one place an attempt is counted: only members really carried by this batch.
-                ", batch_id = ?, batch_attempts = batch_attempts + 1",
-                [&](detail::statement& st, int i) { st.setInt64(i, batch_id); }, 1};
-      int moved = move_operations(conn, ids, m);
-      tx.commit();
-      return db_result<int>::success(moved);
+      return R::success(std::move(out));
     });
   });
 }
@@ -578,12 +547,7 @@ db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t m
       st->setString(2, branch);
       st->setInt64(3, batch_id);
       if (st->executeUpdate() != 1) return db_result<done>::failure(db_outcome::preempted, "batch is not RUNNING");
-      auto ops = prepare(conn, "UPDATE operation SET mr_iid = ?, mr_url = ? WHERE batch_id = ? AND step = ?");
-      ops->setInt64(1, mr_iid);
-      ops->setString(2, mr_url);
-      ops->setInt64(3, batch_id);
-      ops->setInt(4, workflow::code_of(workflow::step::BATCH_CLAIMED));
-      ops->executeUpdate();
+      detail::set_claimed_members_mr(conn, batch_id, mr_iid, mr_url);
       tx.commit();
       return db_result<done>::success({});
     });
@@ -605,14 +569,14 @@ db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status e
       if (st->executeUpdate() != 1) {
         return db_result<int>::failure(db_outcome::preempted, "batch " + std::to_string(batch_id) + " already settled");
       }
-      op_move m{workflow::step::BATCH_CLAIMED,
-                workflow::step::BATCH_MERGED,
-                cause,
-                instance_id,
-                ", mr_iid = ?",
-                [&](detail::statement& s, int i) { s.setInt64(i, mr_iid); },
-                1};
-      int moved = move_operations(conn, lock_claimed_members(conn, batch_id), m);
+      detail::member_move m{workflow::step::BATCH_CLAIMED,
+                            workflow::step::BATCH_MERGED,
+                            cause,
+                            instance_id,
+                            ", mr_iid = ?",
+                            [&](detail::statement& s, int i) { s.setInt64(i, mr_iid); },
+                            1};
+      int moved = detail::move_members(conn, lock_claimed_members(conn, batch_id), m);
       tx.commit();
       return db_result<int>::success(moved);
     });

@@ -10,6 +10,7 @@
 //   I4 admission is an INSERT against UNIQUE operation_id: a duplicate key means "already
 //   admitted".
 
+#include "persistence/operation_repo.hpp"
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
 #include "workflow/batch_decide.hpp"
@@ -28,10 +29,6 @@ std::string_view to_string(batch_status s);
 /// Where a batch merges: (repository, target branch). Each has its own active slot.
 using batch_partition = workflow::batch::partition;
 
-/// true = admitted now, false = already admitted (not an error). The workflow admits through
-/// `transition` (to BATCH_WAITING), which takes the partition from the operation; this is the
-/// bare insert for rows without an operation.
-db_result<bool> admit(session s, const std::string& operation_id, const batch_partition& where = {});
 /// The partitions with at least one waiting row (lock-free, one index scan), in a stable order: the
 /// pre-check of a round, so no partition's slot is taken and rolled back when nothing waits there.
 db_result<std::vector<batch_partition>> waiting_partitions(session s);
@@ -47,22 +44,47 @@ std::string_view to_string(claim_kind k);
 
 struct claim_result {
   claim_kind kind = claim_kind::empty;
-  std::int64_t batch_id = 0;  // set when claimed
-  std::vector<batch_member> members;
+  std::int64_t batch_id = 0;           // set when claimed
+  std::vector<batch_member> members;   // the waiting rows the batch took, in claim order
+  int depth = 0;                       // bisection depth (see below)
+  std::size_t deferred = 0;            // of those, rows the plan sent back to the waiting set
+  std::vector<operation_row> carried;  // the member operations the batch carries, in plan order
 };
+
+/// A round's plan from the claimed members' operation rows (claim order): the members the batch
+/// carries, in commit order, and those that wait for the next round (a file an earlier member
+/// touches). Pure: it runs inside the claim's transaction.
+struct round_plan {
+  std::vector<std::string> included;
+  std::vector<std::string> deferred;
+};
+using round_planner = std::function<round_plan(const std::vector<operation_row>&)>;
 
 /// Test seam: called inside the open claim transaction after each step.
 enum class claim_stage { slot_taken, waiting_read, members_claimed };
 using claim_hook = std::function<void(claim_stage)>;
 
+/// A round's claim of one partition, ONE unit of work (one transaction, retried whole on a deadlock).
 /// Before the transaction, waiting rows of operations that left BATCH_WAITING (closed or forced to
-/// fail while waiting) are removed: they are never claimed nor counted.
-/// One transaction: take the partition's slot (1062 -> slot_occupied), plain read of up to
-/// `max_members` waiting rows of that partition admitted before this millisecond (DB clock)
-/// ordered by (created_at, id), keep the split group of the oldest one (bisection halves go
-/// separately), guarded claim UPDATE (mismatch -> rollback -> preempted), membership history,
-/// commit. Empty -> rollback, no batch row. Claims of different partitions never meet.
-db_result<claim_result> claim(session s, const batch_partition& where, int max_members, const claim_hook& hook = {});
+/// fail while waiting) are removed: they are never claimed nor counted. Then:
+///  1. take the partition's slot (1062 -> slot_occupied);
+///  2. plain read of up to `max_members` waiting rows of that partition admitted before this
+///     millisecond (DB clock) ordered by (created_at, id), keeping the split group of the oldest one
+///     (bisection halves go separately); none -> empty (rollback, no batch row);
+///  3. guarded claim UPDATE (mismatch -> preempted, rollback), membership history CLAIMED;
+///  4. lineage: a bisection half (split group != 0) records the batch it was split from and is one
+///     level deeper (that batch's failure reason starts with "bisect"); other batches stay at 0;
+///  5. `plan` over the claimed operations (none: every member is included, in claim order); the
+///     deferred rows go back to the waiting set (created_at kept, so they lead the next round;
+///     history DEFERRED);
+///  6. the included members BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set,
+///     batch_attempts + 1, the one place an attempt is counted), guarded by step: a member closed
+///     since step 2 is not carried;
+///  7. commit; `carried` is re-read after step 6 (attempt counts include this batch).
+/// Claims of different partitions never meet. `hook` is a test seam called after steps 1-3.
+db_result<claim_result> claim_round(session s, const batch_partition& where, int max_members,
+                                    const claim_hook& hook = {}, const round_planner& plan = {},
+                                    const std::string& instance_id = {});
 
 /// Guarded status change: affected rows must be 1 (else preempted). SUCCEEDED/FAILED release the
 /// slot in the same UPDATE; BLOCKED keeps it.
@@ -108,20 +130,6 @@ db_result<std::vector<std::int64_t>> sweep_running_older_than(session s, int sec
 
 // -- coordinator support: the member operations move with their batch, bulk and guarded
 // by step, in the same transaction as the batch write that causes the move (guarded write first).
-
-/// After a claim: a bisection half (split group != 0) records the batch it was split from and is
-/// one level deeper (failure_reason of that batch starts with "bisect"); other batches stay at 0.
-/// Returns the depth.
-db_result<int> record_lineage(session s, std::int64_t batch_id);
-
-/// Same-file conflict: these claimed members go back to the waiting set (created_at kept, so they
-/// lead the next round), guarded by the batch still RUNNING; history event DEFERRED. Their
-/// operations are still BATCH_WAITING (they were never marked claimed). Returns rows released.
-db_result<int> defer_members(session s, std::int64_t batch_id, const std::vector<std::string>& operation_ids);
-
-/// Members of the batch BATCH_WAITING -> BATCH_CLAIMED (operation.batch_id set, batch_attempts + 1),
-/// bulk, guarded by step and by the batch still RUNNING. Returns the operations moved.
-db_result<int> mark_members_claimed(session s, std::int64_t batch_id, const std::string& instance_id);
 
 /// set_batch_mr plus every claimed member's mr_iid/mr_url, one transaction.
 db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t mr_iid, const std::string& branch,

@@ -1,6 +1,7 @@
 #include "persistence/batch_repo.hpp"
 
 #include "base/ids.hpp"
+#include "persistence/repo_test_support.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -30,7 +31,7 @@ std::vector<std::string> admit_many(sql::Connection& c, int n, const batch_parti
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) {
     ids.push_back(ids::new_uuid());
-    EXPECT_TRUE(admit(c, ids.back(), where).value);
+    EXPECT_TRUE(test::admit_bare(c, ids.back(), where));
   }
   return ids;
 }
@@ -66,8 +67,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
   std::thread admitter([&] {
     auto c = db.connect();
     for (int i = 0; i < total; ++i) {
-      auto r = admit(*c, ids::new_uuid());
-      if (!r.ok() || !r.value) fail("admit: " + r.error.message);
+      if (!test::admit_bare(*c, ids::new_uuid())) fail("admit: duplicate of a fresh id");
       ++admitted;
     }
   });
@@ -77,7 +77,7 @@ TEST(BatchRepo, ConcurrentClaimersKeepOneActiveBatchAndNeverDoubleClaim) {
       auto c = db.connect();
       // Bounded loop: a broken claim must end the test, not hang it.
       for (int round = 0; round < 200000 && claimed_total < total && !failure; ++round) {
-        auto r = claim(*c, {}, 7, hold_until_a_rival_waits);
+        auto r = claim_round(*c, {}, 7, hold_until_a_rival_waits);
         if (!r.ok()) {
           if (r.outcome != db_outcome::retryable) fail("claim: " + r.error.message);
           continue;
@@ -133,7 +133,7 @@ TEST(BatchRepo, RacingClaimersGetOneBatchOthersSlotOccupied) {
     for (int i = 0; i < racers; ++i) {
       threads.emplace_back([&, i] {
         sync.arrive_and_wait();
-        auto r = claim(*conns[i], {}, 2);
+        auto r = claim_round(*conns[i], {}, 2);
         ASSERT_TRUE(r.ok()) << r.error.message;
         results[i] = r.value;
       });
@@ -190,7 +190,7 @@ TEST(BatchRepo, RacingClaimersOneWinnerPerPartitionBothPartitionsWin) {
           if (wait_until([&] { return db.scalar(rival_waits_on(where)) != "0"; }, 30s)) ++rival_waited;
         };
         sync.arrive_and_wait();
-        auto r = claim(*conns[i], where, 2, hold);
+        auto r = claim_round(*conns[i], where, 2, hold);
         ASSERT_TRUE(r.ok()) << r.error.message;
         results[i] = r.value;
       });
@@ -233,13 +233,13 @@ TEST(BatchRepo, WaitingPartitionsAndActiveBatchesArePerPartition) {
   ASSERT_TRUE(listed.ok()) << listed.error.message;
   EXPECT_EQ(listed.value, (std::vector<batch_partition>{main_a, release_a}));
   // A partition with nothing waiting claims nothing and holds no slot.
-  EXPECT_EQ(claim(*c, main_b, 10).value.kind, claim_kind::empty);
-  auto a = claim(*c, main_a, 10);
-  auto r = claim(*c, release_a, 10);
+  EXPECT_EQ(claim_round(*c, main_b, 10).value.kind, claim_kind::empty);
+  auto a = claim_round(*c, main_a, 10);
+  auto r = claim_round(*c, release_a, 10);
   ASSERT_EQ(a.value.kind, claim_kind::claimed);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   EXPECT_EQ(r.value.members.size(), 2u);
-  EXPECT_EQ(claim(*c, main_a, 10).value.kind, claim_kind::slot_occupied);
+  EXPECT_EQ(claim_round(*c, main_a, 10).value.kind, claim_kind::slot_occupied);
   auto active = find_active_batches(*c);
   ASSERT_TRUE(active.ok());
   ASSERT_EQ(active.value.size(), 2u);
@@ -260,18 +260,16 @@ TEST(BatchRepo, AdmissionIsNotBlockedByAnOpenClaim) {
   }
   admit_many(*claimer, 3);
   age_waiting(db);
-  std::map<claim_stage, db_result<bool>> during;
-  auto r = claim(*claimer, {}, 10, [&](claim_stage stage) { during[stage] = admit(*admitter, ids::new_uuid()); });
+  std::map<claim_stage, bool> during;  // a lock wait would throw out of the hook and fail the claim
+  auto r = claim_round(*claimer, {}, 10,
+                       [&](claim_stage stage) { during[stage] = test::admit_bare(*admitter, ids::new_uuid()); });
   ASSERT_TRUE(r.ok()) << r.error.message;
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   // The row admitted right after the slot was taken may be old enough for this claim's read.
   const auto claimed = r.value.members.size();
   EXPECT_TRUE(claimed == 3u || claimed == 4u) << claimed;
   ASSERT_EQ(during.size(), 3u);
-  for (auto& [stage, a] : during) {
-    EXPECT_TRUE(a.ok()) << static_cast<int>(stage) << ": " << a.error.message;
-    EXPECT_TRUE(a.value);
-  }
+  for (auto& [stage, a] : during) EXPECT_TRUE(a) << static_cast<int>(stage);
   // Every admission landed; those the claim did not take wait for the next round.
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request"), "6");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE batch_id IS NULL"), std::to_string(6 - claimed));
@@ -290,9 +288,7 @@ TEST(BatchRepo, ConcurrentDuplicateAdmissionsAdmitOnce) {
       threads.emplace_back([&] {
         auto c = db.connect();
         sync.arrive_and_wait();
-        auto r = admit(*c, op);
-        ASSERT_TRUE(r.ok()) << r.error.message;
-        (r.value ? admitted : already)++;
+        (test::admit_bare(*c, op) ? admitted : already)++;
       });
     }
     for (auto& t : threads) t.join();
@@ -306,12 +302,12 @@ TEST(BatchRepo, EmptyClaimLeavesNoBatchRow) {
   test_database db;
   auto c = db.connect();
   EXPECT_TRUE(waiting_partitions(*c).value.empty());
-  auto r = claim(*c, {}, 10);
+  auto r = claim_round(*c, {}, 10);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value.kind, claim_kind::empty);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch"), "0");
   // Admitted in this very millisecond: not claimable yet, and the slot is still not held.
-  admit(*c, ids::new_uuid());
+  test::admit_bare(*c, ids::new_uuid());
   EXPECT_EQ(waiting_partitions(*c).value.size(), 1u);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
 }
@@ -321,13 +317,13 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
   auto c = db.connect();
   admit_many(*c, 2);
   age_waiting(db);
-  auto first = claim(*c, {}, 1);
+  auto first = claim_round(*c, {}, 1);
   ASSERT_EQ(first.value.kind, claim_kind::claimed);
-  EXPECT_EQ(claim(*c, {}, 1).value.kind, claim_kind::slot_occupied);
+  EXPECT_EQ(claim_round(*c, {}, 1).value.kind, claim_kind::slot_occupied);
 
   const auto id = first.value.batch_id;
   ASSERT_TRUE(finish_batch(*c, id, batch_status::RUNNING, batch_status::BLOCKED, "pipeline unknown").ok());
-  EXPECT_EQ(claim(*c, {}, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
+  EXPECT_EQ(claim_round(*c, {}, 1).value.kind, claim_kind::slot_occupied);  // BLOCKED holds the slot
   EXPECT_EQ(finish_batch(*c, id, batch_status::RUNNING, batch_status::FAILED).outcome, db_outcome::preempted);
   ASSERT_TRUE(finish_batch(*c, id, batch_status::BLOCKED, batch_status::SUCCEEDED).ok());
   auto b = load_batch(*c, id);
@@ -335,7 +331,7 @@ TEST(BatchRepo, TerminalStatusReleasesTheSlotBlockedKeepsIt) {
   EXPECT_EQ(b.value.failure_reason, "pipeline unknown");
   EXPECT_EQ(b.value.members.size(), 1u);
 
-  auto second = claim(*c, {}, 1);
+  auto second = claim_round(*c, {}, 1);
   ASSERT_EQ(second.value.kind, claim_kind::claimed);
   ASSERT_TRUE(finish_batch(*c, second.value.batch_id, batch_status::RUNNING, batch_status::FAILED, "x").ok());
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch WHERE active_slot = 1"), "0");
@@ -347,7 +343,7 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   auto c = db.connect();
   auto ops = admit_many(*c, 3);
   age_waiting(db);
-  auto r = claim(*c, {}, 10);
+  auto r = claim_round(*c, {}, 10);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   auto settled = settle_failed_batch(*c, r.value.batch_id, batch_status::RUNNING, member_reset::requeue, "MR closed");
   ASSERT_TRUE(settled.ok()) << settled.error.message;
@@ -360,7 +356,7 @@ TEST(BatchRepo, SettleFailedBatchRunsOnceAndRequeuesMembers) {
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_history WHERE event = 'REMOVED'"), "0");
 
   // Requeued members keep their place and are claimed by the next batch.
-  auto next = claim(*c, {}, 10);
+  auto next = claim_round(*c, {}, 10);
   ASSERT_EQ(next.value.kind, claim_kind::claimed);
   ASSERT_EQ(next.value.members.size(), 3u);
   EXPECT_EQ(next.value.members[0].operation_id, ops[0]);
@@ -373,20 +369,20 @@ TEST(BatchRepo, BisectionClaimsOneSplitGroupAtATime) {
   auto c = db.connect();
   auto ops = admit_many(*c, 4);
   age_waiting(db);
-  auto r = claim(*c, {}, 10);
+  auto r = claim_round(*c, {}, 10);
   ASSERT_EQ(r.value.members.size(), 4u);
   auto q = requeue_members(*c, r.value.batch_id, {{ops[0], ops[1]}, {ops[2]}}, "pipeline failed: bisect");
   ASSERT_TRUE(q.ok()) << q.error.message;
   EXPECT_EQ(q.value, 3);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ops[3] + "'"), "0");
 
-  auto half = claim(*c, {}, 10);
+  auto half = claim_round(*c, {}, 10);
   ASSERT_EQ(half.value.kind, claim_kind::claimed);
   ASSERT_EQ(half.value.members.size(), 2u);
   EXPECT_EQ(half.value.members[0].operation_id, ops[0]);
   EXPECT_EQ(half.value.members[1].operation_id, ops[1]);
   ASSERT_TRUE(finish_batch(*c, half.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED).ok());
-  auto other = claim(*c, {}, 10);
+  auto other = claim_round(*c, {}, 10);
   ASSERT_EQ(other.value.members.size(), 1u);
   EXPECT_EQ(other.value.members[0].operation_id, ops[2]);
 }
@@ -396,7 +392,7 @@ TEST(BatchRepo, SweepFindsOnlyOldRunningBatches) {
   auto c = db.connect();
   admit_many(*c, 1);
   age_waiting(db);
-  auto r = claim(*c, {}, 10);
+  auto r = claim_round(*c, {}, 10);
   ASSERT_EQ(r.value.kind, claim_kind::claimed);
   EXPECT_TRUE(sweep_running_older_than(*c, 600).value.empty());
   db.exec("UPDATE merge_batch SET created_at = NOW(3) - INTERVAL 700 SECOND");

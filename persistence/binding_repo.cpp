@@ -44,26 +44,4 @@ db_result<binding_row> find_binding(session s, const std::string& subject_id, co
   });
 }
 
-db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
-                                                            const std::string& repository,
-                                                            const std::string& target_key) {
-  using V = std::vector<binding_history_row>;
-  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    auto st = prepare(conn,
-                      "SELECT id, operation_id, replaced_operation_id, replaced_phase, "
-                      "CAST(ROUND(UNIX_TIMESTAMP(applied_at) * 1000) AS SIGNED) AS applied_at_ms "
-                      "FROM binding_history WHERE subject_id = ? AND repository = ? AND target_key = ? ORDER BY id");
-    st->setString(1, subject_id);
-    st->setString(2, repository);
-    st->setString(3, target_key);
-    rs_ptr rs(st->executeQuery());
-    V out;
-    while (rs->next()) {
-      out.push_back({rs->getInt64("id"), detail::str(*rs, "operation_id"), detail::str(*rs, "replaced_operation_id"),
-                     detail::str(*rs, "replaced_phase"), rs->getInt64("applied_at_ms")});
-    }
-    return db_result<V>::success(std::move(out));
-  });
-}
-
 }  // namespace changeflow::persistence

@@ -27,16 +27,4 @@ struct binding_row {
 db_result<binding_row> find_binding(session s, const std::string& subject_id, const std::string& repository,
                                     const std::string& target_key);
 
-struct binding_history_row {
-  std::int64_t id = 0;
-  std::string operation_id;
-  std::string replaced_operation_id;  // "" on the first application
-  std::string replaced_phase;
-  std::int64_t applied_at_ms = 0;
-};
-/// Every application of a relationship, oldest first.
-db_result<std::vector<binding_history_row>> binding_history(session s, const std::string& subject_id,
-                                                            const std::string& repository,
-                                                            const std::string& target_key);
-
 }  // namespace changeflow::persistence

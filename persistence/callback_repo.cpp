@@ -2,6 +2,7 @@
 
 #include "base/ids.hpp"
 
+#include "persistence/callback_sql.hpp"
 #include "persistence/operation_sql.hpp"
 
 namespace changeflow::persistence {
@@ -220,5 +221,18 @@ db_result<std::optional<std::int64_t>> mr_of_merge_commit(session s, const std::
     return db_result<V>::success(iid);
   });
 }
+
+namespace detail {
+bool insert_pending_ledger(sql::Connection& conn, const std::string& ledger_key, const std::string& kind,
+                           const std::string& payload_json) {
+  auto led = prepare(conn,
+                     "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
+                     "received_at) VALUES (?, ?, NULL, ?, 'PENDING', NOW(3))");
+  led->setString(1, ledger_key);
+  led->setString(2, kind);
+  set_opt_string(*led, 3, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+  return insert_unless_duplicate(*led);
+}
+}  // namespace detail
 
 }  // namespace changeflow::persistence

@@ -78,17 +78,7 @@ db_result<std::vector<taken_operation>> take_over_expired(session s, const std::
       const std::string in = "(" + detail::placeholders(chunk.size()) + ")";
       // The guard re-checks the expiry: a peer that took a row first (or an owner that came back)
       // leaves it out of this UPDATE.
-      auto upd = prepare(conn,
-                         "UPDATE operation o LEFT JOIN instance i ON i.instance_id = o.owner_instance "
-                         "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1, "
-                         "o.event_cause = 'owner lease expired: taken over', o.event_actor = 'reconciler', "
-                         "o.event_instance = ? "
-                         "WHERE o.operation_id IN " +
-                             in + " AND " + orphaned);
-      upd->setString(1, my_id);
-      upd->setString(2, my_id);
-      for (std::size_t k = 0; k < chunk.size(); ++k) upd->setString(static_cast<int>(k + 3), chunk[k]);
-      if (upd->executeUpdate() == 0) continue;
+      if (detail::take_over_rows(conn, chunk, orphaned, my_id) == 0) continue;
       auto got = prepare(conn,
                          "SELECT operation_id, lease_epoch, version FROM operation "
                          "WHERE owner_instance = ? AND operation_id IN " +

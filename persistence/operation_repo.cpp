@@ -1,5 +1,6 @@
 #include "persistence/operation_repo.hpp"
 
+#include "persistence/batch_sql.hpp"
 #include "persistence/operation_sql.hpp"
 
 #include <functional>
@@ -378,14 +379,7 @@ db_result<std::int64_t> transition(session s, const transition_request& req) {
     // (I4: a requeued member keeps its row, an operator re-trigger after BATCH_FAILED re-inserts).
     // The waiting row carries the operation's partition (repository, target branch): a claim
     // reads one partition's waiting set through its index.
-    {
-      auto adm = prepare(conn,
-                         "INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) "
-                         "SELECT operation_id, repository, target_branch, NOW(3) FROM operation "
-                         "WHERE operation_id = ?");
-      adm->setString(1, req.operation_id);
-      detail::insert_unless_duplicate(*adm);  // false = already admitted
-    }
+    detail::admit_operation(conn, req.operation_id);  // false = already admitted
     if (req.from == step::BATCH_FAILED) {
       // An operator sends a member that ran out of batch attempts back: it gets a fresh budget
       // (the timeline and the batch history keep the earlier attempts).
@@ -470,5 +464,85 @@ db_result<std::vector<merged_candidate>> merged_in_window(session s, const std::
     return db_result<V>::success(std::move(out));
   });
 }
+
+namespace detail {
+
+std::vector<std::string> lock_members(sql::Connection& conn, const std::string& where,
+                                      const std::function<int(statement&, int)>& bind, workflow::step from) {
+  auto st = prepare(
+      conn, "SELECT operation_id FROM operation WHERE step = ? AND " + where + " ORDER BY operation_id FOR UPDATE");
+  st->setInt(1, workflow::code_of(from));
+  bind(*st, 2);
+  rs_ptr rs(st->executeQuery());
+  std::vector<std::string> ids;
+  while (rs->next()) ids.push_back(str(*rs, "operation_id"));
+  return ids;
+}
+
+int move_members(sql::Connection& conn, const std::vector<std::string>& ids, const member_move& m) {
+  if (!workflow::is_allowed(m.from, m.to)) return 0;  // never write an edge the table forbids
+  const std::string to_phase(workflow::to_string(workflow::phase_of(m.to)));
+  int moved = 0;
+  for (const auto& chunk : chunks(ids)) {
+    const std::string in = " IN (" + placeholders(chunk.size()) + ")";
+    // One statement: the transition trigger writes each row's event and moves its binding's phase.
+    auto up = prepare(conn,
+                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, next_wake_at = NULL, "
+                      "event_cause = ?, event_actor = 'batch', event_instance = ?" +
+                          m.extra_set + " WHERE step = ? AND operation_id" + in);
+    int i = 1;
+    up->setInt(i++, workflow::code_of(m.to));
+    up->setString(i++, to_phase);
+    up->setString(i++, m.cause.substr(0, 255));
+    set_opt_string(*up, i++, m.instance_id.empty() ? std::nullopt : std::optional(m.instance_id));
+    if (m.bind_extra) m.bind_extra(*up, i);
+    i += m.extra_params;
+    up->setInt(i++, workflow::code_of(m.from));
+    for (const auto& id : chunk) up->setString(i++, id);
+    moved += up->executeUpdate();
+  }
+  return moved;
+}
+
+void set_claimed_members_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                            const std::string& mr_url) {
+  auto ops = prepare(conn, "UPDATE operation SET mr_iid = ?, mr_url = ? WHERE batch_id = ? AND step = ?");
+  ops->setInt64(1, mr_iid);
+  ops->setString(2, mr_url);
+  ops->setInt64(3, batch_id);
+  ops->setInt(4, workflow::code_of(step::BATCH_CLAIMED));
+  ops->executeUpdate();
+}
+
+bool link_revert(sql::Connection& conn, const std::string& original_id, const std::string& revert_id,
+                 const std::string& actor, const std::string& instance_id) {
+  auto link = prepare(conn,
+                      "UPDATE operation SET reverted_by = ?, version = version + 1, event_cause = ?, "
+                      "event_actor = ?, event_instance = ? WHERE operation_id = ?");
+  link->setString(1, revert_id);
+  link->setString(2, "reverted by " + revert_id);
+  link->setString(3, actor.substr(0, 160));
+  set_opt_string(*link, 4, instance_id.empty() ? std::nullopt : std::optional(instance_id));
+  link->setString(5, original_id);
+  return link->executeUpdate() == 1;
+}
+
+int take_over_rows(sql::Connection& conn, const std::vector<std::string>& ids, const std::string& orphaned,
+                   const std::string& my_id) {
+  const std::string in = "(" + placeholders(ids.size()) + ")";
+  auto upd = prepare(conn,
+                     "UPDATE operation o LEFT JOIN instance i ON i.instance_id = o.owner_instance "
+                     "SET o.owner_instance = ?, o.lease_epoch = o.lease_epoch + 1, o.version = o.version + 1, "
+                     "o.event_cause = 'owner lease expired: taken over', o.event_actor = 'reconciler', "
+                     "o.event_instance = ? "
+                     "WHERE o.operation_id IN " +
+                         in + " AND " + orphaned);
+  upd->setString(1, my_id);
+  upd->setString(2, my_id);
+  for (std::size_t k = 0; k < ids.size(); ++k) upd->setString(static_cast<int>(k + 3), ids[k]);
+  return upd->executeUpdate();
+}
+
+}  // namespace detail
 
 }  // namespace changeflow::persistence

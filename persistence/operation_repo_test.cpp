@@ -222,10 +222,10 @@ TEST(OperationRepo, ReappliableRowIsResetInPlaceWithHistory) {
   EXPECT_EQ(b.value.operation_id, second);
   EXPECT_EQ(b.value.phase, phase::APPROVAL_SENDING);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding"), "1");
-  auto h = binding_history(*c, "carol", "", "t");
-  ASSERT_EQ(h.value.size(), 2u);
-  EXPECT_EQ(h.value[1].replaced_operation_id, first);
-  EXPECT_EQ(h.value[1].replaced_phase, "REJECTED");
+  auto h = test::binding_history(*c, "carol", "", "t");
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[1].replaced_operation_id, first);
+  EXPECT_EQ(h[1].replaced_phase, "REJECTED");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE operation_id = '" + first + "'"), "0");
   auto events = list_events(*c, second);
   ASSERT_EQ(events.value.size(), 1u);
@@ -258,10 +258,10 @@ TEST(OperationRepo, EndedChangesFreeTheTargetFailuresHoldIt) {
   walk(*c, second, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
   EXPECT_EQ(create_operation(*c, third).value, create_outcome::created);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'gina'"), "1");
-  auto h = binding_history(*c, "gina", "", "t");
-  ASSERT_EQ(h.value.size(), 3u);
-  EXPECT_EQ(h.value[1].replaced_phase, "VALIDATED");
-  EXPECT_EQ(h.value[2].replaced_phase, "CANCELLED");
+  auto h = test::binding_history(*c, "gina", "", "t");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[1].replaced_phase, "VALIDATED");
+  EXPECT_EQ(h[2].replaced_phase, "CANCELLED");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE operation_id = '" + second + "'"), "0");
   // A late transition of a replaced operation never touches the binding now owned by another.
   EXPECT_EQ(find_binding(*c, "gina", "", "t").value.phase, phase::APPROVAL_SENDING);

@@ -5,6 +5,11 @@
 #include "persistence/operation_repo.hpp"
 #include "persistence/sql_util.hpp"
 
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
 namespace changeflow::persistence::detail {
 
 /// Guarded UPDATE operation + binding phase + event. Throws sql::SQLException; returns ok with the
@@ -22,5 +27,39 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;
 operation_row read_operation(sql::ResultSet& rs);
+
+// Writes of `operation` that other repositories' transactions compose (this table's writes all live
+// in operation_repo.cpp; the composing unit of work owns the transaction).
+
+/// A bulk move of batch members `from` -> `to`, written as actor 'batch'.
+struct member_move {
+  workflow::step from;
+  workflow::step to;
+  std::string cause;
+  std::string instance_id;
+  std::string extra_set;  // e.g. ", batch_id = NULL, mr_iid = NULL"
+  std::function<void(statement&, int)> bind_extra = {};
+  int extra_params = 0;
+};
+/// Locks the operation rows at step `from` matching `where` (bound from parameter 2 by `bind`), in
+/// the fixed lock order (operation rows by id, then bindings); returns their ids.
+std::vector<std::string> lock_members(sql::Connection& conn, const std::string& where,
+                                      const std::function<int(statement&, int)>& bind, workflow::step from);
+/// Moves the locked member operations: per chunk ONE guarded statement (step still `from`); the
+/// transition trigger writes each row's event and its binding's phase. Returns the rows moved; an
+/// edge the transition table forbids writes nothing.
+int move_members(sql::Connection& conn, const std::vector<std::string>& ids, const member_move& m);
+/// The batch MR on every member the batch claimed (BATCH_CLAIMED, operation.batch_id = batch_id).
+void set_claimed_members_mr(sql::Connection& conn, std::int64_t batch_id, std::int64_t mr_iid,
+                            const std::string& mr_url);
+/// The original of a revert names its revert: the step stays, the version moves, the timeline says
+/// "reverted by <id>" (the transition trigger). False when the row is gone.
+bool link_revert(sql::Connection& conn, const std::string& original_id, const std::string& revert_id,
+                 const std::string& actor, const std::string& instance_id);
+/// Lease takeover of orphaned rows (`orphaned`: a condition over `operation o LEFT JOIN instance i`,
+/// re-checked by the UPDATE so a peer that took a row first keeps it): owner -> `my_id`, lease epoch
+/// and version + 1, one timeline event per row. Returns the rows this call took.
+int take_over_rows(sql::Connection& conn, const std::vector<std::string>& ids, const std::string& orphaned,
+                   const std::string& my_id);
 
 }  // namespace changeflow::persistence::detail

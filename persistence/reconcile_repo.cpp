@@ -1,6 +1,7 @@
 #include "persistence/reconcile_repo.hpp"
 
 #include "persistence/callback_repo.hpp"
+#include "persistence/callback_sql.hpp"
 
 #include <optional>
 
@@ -83,14 +84,10 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
       return R::success(unapplied ? record_outcome::duplicate_unapplied : record_outcome::duplicate);
     }
 
-    auto led = prepare(conn,
-                       "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
-                       "received_at) VALUES (?, 'deploy', NULL, ?, 'PENDING', NOW(3))");
-    led->setString(1, deploy_ledger_key(cb.delivery_id));
-    detail::set_opt_string(*led, 2, payload_json.empty() ? std::nullopt : std::optional(payload_json));
     // Both rows or neither: the deploy_callback key already proved the delivery is new, so a ledger
     // duplicate here would be a corrupt ledger; report it as a duplicate rather than fail the sender.
-    if (!detail::insert_unless_duplicate(*led)) return R::success(record_outcome::duplicate);
+    if (!detail::insert_pending_ledger(conn, deploy_ledger_key(cb.delivery_id), "deploy", payload_json))
+      return R::success(record_outcome::duplicate);
     tx.commit();
     return R::success(record_outcome::inserted);
   });

@@ -6,8 +6,11 @@
 #include "persistence/operation_repo.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
+#include "workflow/batch_decide.hpp"
 
 #include <cppconn/connection.h>
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
 #include <cppconn/resultset.h>
 #include <cppconn/statement.h>
 #include <gtest/gtest.h>
@@ -98,5 +101,56 @@ struct racer_connections {
         std::chrono::seconds(60));
   }
 };
+
+/// Seeds the batch waiting set with a row that has no operation behind it (the claim keeps such a
+/// row claimable), so a test of the batch tables needs no operation. Live code admits only through
+/// `transition` to BATCH_WAITING. True = inserted, false = already admitted (unique operation_id).
+inline bool admit_bare(sql::Connection& c, const std::string& operation_id,
+                       const workflow::batch::partition& where = {}) {
+  std::unique_ptr<sql::PreparedStatement> st(
+      c.prepareStatement("INSERT INTO merge_batch_request (operation_id, repository, target_branch, created_at) VALUES "
+                         "(?, ?, ?, NOW(3))"));
+  st->setString(1, operation_id);
+  st->setString(2, where.repository);
+  st->setString(3, where.target_branch);
+  try {
+    st->executeUpdate();
+  } catch (const sql::SQLException& e) {
+    if (e.getErrorCode() == 1062) return false;
+    throw;
+  }
+  return true;
+}
+
+/// One application of a relationship, as binding_history records it (tests read the history; the
+/// service never does).
+struct binding_history_row {
+  std::int64_t id = 0;
+  std::string operation_id;
+  std::string replaced_operation_id;  // "" on the first application
+  std::string replaced_phase;
+  std::int64_t applied_at_ms = 0;
+};
+/// Every application of a relationship, oldest first.
+inline std::vector<binding_history_row> binding_history(sql::Connection& c, const std::string& subject_id,
+                                                        const std::string& repository, const std::string& target_key) {
+  std::unique_ptr<sql::PreparedStatement> st(c.prepareStatement(
+      "SELECT id, operation_id, replaced_operation_id, replaced_phase, "
+      "CAST(ROUND(UNIX_TIMESTAMP(applied_at) * 1000) AS SIGNED) AS applied_at_ms "
+      "FROM binding_history WHERE subject_id = ? AND repository = ? AND target_key = ? ORDER BY id"));
+  st->setString(1, subject_id);
+  st->setString(2, repository);
+  st->setString(3, target_key);
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery());
+  std::vector<binding_history_row> out;
+  while (rs->next()) {
+    out.push_back(
+        {rs->getInt64("id"), std::string(rs->getString("operation_id")),
+         rs->isNull("replaced_operation_id") ? std::string() : std::string(rs->getString("replaced_operation_id")),
+         rs->isNull("replaced_phase") ? std::string() : std::string(rs->getString("replaced_phase")),
+         rs->getInt64("applied_at_ms")});
+  }
+  return out;
+}
 
 }  // namespace changeflow::persistence::test

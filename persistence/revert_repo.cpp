@@ -74,16 +74,8 @@ db_result<revert_created> create_revert(session s, const new_operation& revert, 
     if (created.value != create_outcome::created) return R::success(out);
     // The original's own write carries its event (the transition trigger of migration 3): the step
     // stays, the version moves, the timeline names the revert.
-    auto link = prepare(conn,
-                        "UPDATE operation SET reverted_by = ?, version = version + 1, event_cause = ?, "
-                        "event_actor = ?, event_instance = ? WHERE operation_id = ?");
-    link->setString(1, revert.operation_id);
-    link->setString(2, "reverted by " + revert.operation_id);
-    link->setString(3, actor.substr(0, 160));
-    detail::set_opt_string(*link, 4,
-                           revert.owner_instance.empty() ? std::nullopt : std::optional(revert.owner_instance));
-    link->setString(5, revert.revert_of);
-    if (link->executeUpdate() != 1) return R::failure(db_outcome::preempted, "original moved while locked");
+    if (!detail::link_revert(conn, revert.revert_of, revert.operation_id, actor, revert.owner_instance))
+      return R::failure(db_outcome::preempted, "original moved while locked");
     tx.commit();
     return R::success(out);
   });

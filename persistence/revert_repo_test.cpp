@@ -202,9 +202,8 @@ TEST(RevertRepo, ARevertTakesTheOriginalsBindingInItsRepository) {
   auto other = find_binding(*c, "erin", "team/alpha", target);
   EXPECT_EQ(other.value.operation_id, elsewhere);
   EXPECT_EQ(other.value.phase, workflow::phase::APPROVAL_SENDING);
-  auto history = binding_history(*c, "erin", "team/beta", target);
-  ASSERT_TRUE(history.ok());
-  ASSERT_EQ(history.value.size(), 2u);
-  EXPECT_EQ(history.value[1].replaced_operation_id, original);
-  EXPECT_EQ(history.value[1].replaced_phase, "VALIDATED");
+  auto history = test::binding_history(*c, "erin", "team/beta", target);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[1].replaced_operation_id, original);
+  EXPECT_EQ(history[1].replaced_phase, "VALIDATED");
 }
