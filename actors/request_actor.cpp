@@ -161,10 +161,10 @@ void submit_persist(self_ptr self) {
   auto req = *st.pending_write;
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
   auto project = st.repository;
-  auto* metrics = st.svc->metrics;
+  auto* svc = st.svc;
   auto guard = make_answer_guard(
       [handle, id = req.operation_id] { caf::anon_send(handle, lost_job<messages::persisted>(id, "persist")); });
-  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, metrics, guard](persistence::db_context& db) {
+  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, svc, guard](persistence::db_context& db) {
     messages::persisted out;
     out.to_step = workflow::code_of(req.to);
     auto r = persistence::transition(db, req);
@@ -175,8 +175,10 @@ void submit_persist(self_ptr self) {
     } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
       // The deploy pipeline may call back before MERGED is written (it was answered
       // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
-      validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *metrics);
+      validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics);
     }
+    // After the validation above, so a status waiter that re-reads sees where the row ended up.
+    if (r.ok() && svc->row_written) svc->row_written(req.operation_id);
     guard->answered();
     caf::anon_send(handle, std::move(out));
   });

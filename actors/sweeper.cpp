@@ -69,6 +69,7 @@ void time_out(persistence::db_context& db, runtime::services* svc, const persist
                       {{"step", std::string(workflow::to_string(to))}});
     log::info("sweep.timed_out", {{"operation_id", o.operation_id}, {"to", workflow::to_string(to)}});
     nudge_live(svc, o.operation_id, "timed out by the sweep");
+    if (svc->row_written) svc->row_written(o.operation_id);
   }
   // preempted: an actor or a peer's sweep moved it first; nothing to do.
 }

@@ -118,6 +118,12 @@ std::vector<key_spec> make_keys() {
       {"http.handler_timeout_ms", at<&S::http, &http_settings::handler_timeout_ms>(), 30000, R,
        "Time a request may take to be handled; past it the client gets 503 HANDLER_TIMEOUT and the connection is "
        "closed."},
+      {"http.status_wait_recheck_ms", at<&S::http, &http_settings::status_wait_recheck_ms>(), 1000, H,
+       "GET /api/v1/changes/{id}?wait=: how often the changes being waited for are re-read in one query, so a change "
+       "moved by another instance (or by a writer that does not signal) answers its waiters within this bound; "
+       "<1 -> 1."},
+      {"http.status_wait_max", at<&S::http, &http_settings::status_wait_max>(), 10000, H,
+       "Waits (?wait=) held at once by this instance; one more is answered 503 OVERLOADED at once; <0 -> 0."},
       {"instance.id", at<&S::instance, &instance_settings::id>(), J(), R,
        "This instance's id; missing -> hostname-pid-random."},
       {"instance.lease_seconds", at<&S::instance, &instance_settings::lease_seconds>(), 30, R,

@@ -30,7 +30,9 @@ struct http_settings {
   std::int64_t body_limit_bytes = 0;
   std::int64_t header_limit_bytes = 0;
   std::int64_t read_timeout_ms = 0;
-  std::int64_t handler_timeout_ms = 0;  // >= 1
+  std::int64_t handler_timeout_ms = 0;      // >= 1
+  std::int64_t status_wait_recheck_ms = 0;  // >= 1
+  std::int64_t status_wait_max = 0;         // >= 0
 
   bool operator==(const http_settings&) const = default;
 };

@@ -21,6 +21,7 @@
 #include "metrics/registry.hpp"
 #include "persistence/db_pool.hpp"
 #include "runtime/services.hpp"
+#include "service/status_read.hpp"
 
 #include <functional>
 #include <memory>
@@ -44,6 +45,8 @@ struct service_context {
   /// Connections for status reads (GET /api/v1/changes...), apart from the transition pool; null = use `db`.
   persistence::db_pool* reads = nullptr;
   persistence::db_pool& read_pool() { return reads ? *reads : db; }
+  /// Status reads of one change and their waits (service/status_read); null: GET .../{id} answers 503.
+  service::status_reads* status = nullptr;
   /// The permission round trip the chain uses (external pool, auth.permission_timeout_ms), for
   /// handlers whose rule codes depend on the body or a stored row (the user API's subject checks).
   /// Set by make_api; empty before, and answering "failed" (deny) once the API is gone.

@@ -116,8 +116,12 @@ constexpr const char* document_text = R"json({
     },
     "/api/v1/changes/{id}": {
       "get": {
-        "parameters": [{"$ref": "#/components/parameters/OperationId"}],
-        "responses": {"200": {"description": "OK; data is the operation with timeline and live flag"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such operation, or one the caller may not see (its requester, callers holding its subject's code and operators may)"}, "503": {"$ref": "#/components/responses/ServerError"}}
+        "description": "The change's status: one primary-key read (none for a change that ended CANCELLED, CLOSED or REJECTED: answered from memory). The timeline only with include=timeline. With wait, a blocking read (long-poll): answered as soon as the change's version passes since (default: the version it has when the wait begins), or it has ended (VALIDATED, REJECTED, CLOSED, CANCELLED, or a failure awaiting an operator), or after wait milliseconds with the unchanged state. A write of the instance holding the wait answers it at once; a write made through another instance within http.status_wait_recheck_ms. A wait is cut at http.handler_timeout_ms minus one second.",
+        "parameters": [{"$ref": "#/components/parameters/OperationId"},
+          {"name": "include", "in": "query", "required": false, "schema": {"type": "string", "enum": ["timeline"]}, "description": "timeline: add the timeline (one more query)"},
+          {"name": "wait", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 25000}, "description": "milliseconds to wait for the change to move (0: answer at once)"},
+          {"name": "since", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}, "description": "with wait: the version the caller has seen; a newer one answers at once"}],
+        "responses": {"200": {"description": "OK; data is the operation with its live flag (and its timeline with include=timeline)"}, "400": {"description": "BAD_REQUEST: include other than timeline, wait not a number from 0 to 25000, since without wait or not a version"}, "401": {"$ref": "#/components/responses/Unauthenticated"}, "404": {"description": "NOT_FOUND: no such operation, or one the caller may not see (its requester, callers holding its subject's code and operators may); answered at once, also to a wait"}, "503": {"description": "OVERLOADED (the read pool is full, or http.status_wait_max waits are held) or a database failure"}}
       }
     },
     "/api/v1/changes/{id}/cancel": {

@@ -158,6 +158,9 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
     return out;
   }
   out = applied.value;
+  if (svc.row_written) {
+    for (const auto& id : out.operation_ids) svc.row_written(id);
+  }
   auto outcome = std::string(persistence::to_string(out.outcome));
   // The ledger row names the operations it was matched to, so each change lists its deploy results.
   auto set = persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome, out.operation_ids);

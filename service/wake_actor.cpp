@@ -11,6 +11,7 @@ namespace changeflow::service {
 
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause) {
+  if (svc.row_written) svc.row_written(operation_id);
   if (auto a = svc.actors->find(operation_id)) {
     caf::anon_send(*a, messages::row_changed{cause});
     return "nudged";

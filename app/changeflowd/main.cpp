@@ -28,6 +28,7 @@
 #include "persistence/db_pool.hpp"
 #include "persistence/migrations.hpp"
 #include "runtime/services.hpp"
+#include "service/status_read.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/all.hpp>
@@ -290,8 +291,21 @@ int main(int argc, char** argv) {
       m.set("changeflow_live_actors", "Live request actors by phase", {{"phase", phase}}, n);
   });
 
+  // Status reads and their waits: every write of this instance that moves a row tells the waiters
+  // of that change (set before any actor or pool job runs: the hook is read from their threads).
+  service::status_reads status_reads(svc, *read_db);
+  svc.row_written = [&status_reads](const std::string& operation_id) { status_reads.row_written(operation_id); };
+  status_reads.start();
+  metrics.on_collect([&status_reads](metrics::registry& m) {
+    m.set("changeflow_status_waiters", "Status reads waiting for their change to move (?wait=)", {},
+          static_cast<double>(status_reads.waiting()));
+    m.set("changeflow_status_cached_rows", "Ended changes whose status is answered from memory", {},
+          static_cast<double>(status_reads.cached()));
+  });
+
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};
   ctx.reads = read_db.get();
+  ctx.status = &status_reads;
   // -- durability: register the instance lease, resume every owned operation (paced; /readyz
   // says "rehydrating N/M" until done), take over expired peers' operations, sweep timeouts.
   actors::rehydrator rehydrate(svc);
@@ -370,6 +384,7 @@ int main(int argc, char** argv) {
   server->stop();
   cfg.stop_watching();
   idem_cleaner.stop();                                                      // api area
+  status_reads.stop();                                                      // status waits
   reconciler.stop();                                                        // callbacks/reconciliation
   notifier.stop();                                                          // notifications
   caf::anon_send_exit(batch_coordinator, caf::exit_reason::user_shutdown);  // batch coordinator

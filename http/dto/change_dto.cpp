@@ -186,14 +186,57 @@ nlohmann::json to_json(const persistence::operation_event_row& e) {
           {"at", ms_to_iso(e.at_ms)}};
 }
 
+nlohmann::json status_document(const persistence::operation_row& row, bool live) {
+  auto data = to_json(row);
+  data["live"] = live;
+  return data;
+}
+
 nlohmann::json status_document(const persistence::operation_row& row,
                                const std::vector<persistence::operation_event_row>& events, bool live) {
-  auto data = to_json(row);
+  auto data = status_document(row, live);
   nlohmann::json timeline = nlohmann::json::array();
   for (const auto& e : events) timeline.push_back(to_json(e));
   data["timeline"] = std::move(timeline);
-  data["live"] = live;
   return data;
+}
+
+namespace {
+/// A decimal number of at most 15 digits (no sign, no spaces): nullopt otherwise.
+std::optional<std::int64_t> plain_number(const std::string& s) {
+  if (s.empty() || s.size() > 15) return std::nullopt;
+  std::int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+}  // namespace
+
+std::variant<status_params, parse_error> parse_status_params(const std::optional<std::string>& include,
+                                                             const std::optional<std::string>& wait,
+                                                             const std::optional<std::string>& since,
+                                                             std::int64_t max_wait_ms) {
+  status_params p;
+  if (include) {
+    if (*include != "timeline") return parse_error{"'include' accepts only 'timeline'"};
+    p.timeline = true;
+  }
+  if (wait) {
+    auto ms = plain_number(*wait);
+    if (!ms || *ms > max_wait_ms) {
+      return parse_error{"'wait' must be a number of milliseconds from 0 to " + std::to_string(max_wait_ms)};
+    }
+    p.wait_ms = *ms;
+  }
+  if (since) {
+    if (!wait) return parse_error{"'since' applies to a wait: send 'wait' with it"};
+    auto v = plain_number(*since);
+    if (!v) return parse_error{"'since' must be a version (a non-negative number)"};
+    p.since = *v;
+  }
+  return p;
 }
 
 std::variant<revert_request, parse_error> parse_revert(const std::string& body) {

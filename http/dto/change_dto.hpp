@@ -57,13 +57,29 @@ struct revert_request {
 };
 std::variant<revert_request, parse_error> parse_revert(const std::string& body);
 
+/// GET /api/v1/changes/{id}: `include=timeline` adds the timeline; `wait=<ms>` (0-25000) answers
+/// once the change moved past `since=<version>` (default: the version it has when the wait begins)
+/// or ended, or the wait ran out. Each argument as the query string gave it (nullopt: absent).
+struct status_params {
+  bool timeline = false;
+  std::int64_t wait_ms = 0;
+  std::optional<std::int64_t> since;
+};
+std::variant<status_params, parse_error> parse_status_params(const std::optional<std::string>& include,
+                                                             const std::optional<std::string>& wait,
+                                                             const std::optional<std::string>& since,
+                                                             std::int64_t max_wait_ms);
+
 /// The stored payload of an operation (what the MR will carry).
 std::string payload_json(const submit_request& r);
 
 nlohmann::json to_json(const persistence::operation_row& row);
 nlohmann::json to_json(const persistence::operation_event_row& e);
-/// The status document of one change: what GET /api/v1/changes/{id} answers and what every
-/// notification carries as "change" (the row, its timeline, and whether an actor drives it here).
+/// The status document of one change: what GET /api/v1/changes/{id} answers (the row and whether an
+/// actor drives it here)...
+nlohmann::json status_document(const persistence::operation_row& row, bool live);
+/// ...with its timeline: what GET /api/v1/changes/{id}?include=timeline answers and what every
+/// notification carries as "change".
 nlohmann::json status_document(const persistence::operation_row& row,
                                const std::vector<persistence::operation_event_row>& events, bool live);
 

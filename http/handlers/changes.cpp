@@ -17,6 +17,7 @@
 #include "service/idempotency.hpp"
 #include "service/preview_change.hpp"
 #include "service/revert_change.hpp"
+#include "service/status_read.hpp"
 #include "service/submit.hpp"
 
 #include <algorithm>
@@ -273,38 +274,61 @@ void preview(service_context& ctx, http_server::request& req, http_server::respo
       });
 }
 
-/// Shows an operation to its requester, to callers permitted for its subject and to operators; to
-/// anyone else it does not exist (404, the same body as an unknown id). The requester needs no
-/// permission round trip; everyone else costs one, and a failed check shows nothing.
+/// Whether `caller` may see a change: its requester (no round trip), callers permitted for its
+/// subject and operators (one permission round trip; a failed check shows nothing).
+service::view_check viewer(service_context& ctx, const std::optional<std::string>& account) {
+  return [&ctx, account](const persistence::operation_row& op, std::function<void(bool)> decide) {
+    if (!account || middleware::is_requester(*account, op)) return decide(true);
+    auto rules = middleware::rules_for_subject(*ctx.config.current(), op.subject_id);
+    ask_permissions(
+        ctx, *account, rules.to_ask(),
+        [account = *account, id = op.operation_id, op, rules,
+         decide = std::move(decide)](std::optional<std::set<std::string>> granted) {
+          bool visible = middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view);
+          if (!visible) log::info("http.change_hidden", {{"operation_id", id}, {"caller", account}});
+          decide(visible);
+        });
+  };
+}
+
+/// The one outcome switch of a status read.
+http_server::response status_response(const service::status_view& v) {
+  switch (v.outcome) {
+    case service::status_outcome::ok:
+      return outcome_response(
+          api_outcome::ok, {},
+          v.timeline ? dto::status_document(v.row, *v.timeline, v.live) : dto::status_document(v.row, v.live));
+    case service::status_outcome::not_found: return no_such_operation();
+    case service::status_outcome::overloaded: return overloaded();
+    case service::status_outcome::failed: break;
+  }
+  return db_failure(v.error);
+}
+
+/// GET /api/v1/changes/{id}[?include=timeline][&wait=<ms>[&since=<version>]]: the change (one
+/// query, or none for an ended change), its timeline when asked for, and the blocking wait
+/// (service/status_read). Shown to its requester, to callers permitted for its subject and to
+/// operators; to anyone else it does not exist (404, the same body as an unknown id).
 void get_one(service_context& ctx, const http_server::request& req, const std::string& id,
              http_server::responder reply) {
   auto caller = who_asks(ctx, req);
   if (caller.refused) return reply(authentication_required());
+  auto parsed = dto::parse_status_params(req.query_param("include"), req.query_param("wait"), req.query_param("since"),
+                                         service::max_status_wait_ms);
+  if (auto* err = std::get_if<dto::parse_error>(&parsed))
+    return reply(outcome_response(api_outcome::bad_request, err->message));
   if (!ids::is_uuid(id)) return reply(no_such_operation());
-  auto* svc = ctx.services;
-  bool queued = ctx.read_pool().try_submit([&ctx, caller, id, reply, svc](persistence::db_context& db) {
-    auto row = persistence::load_operation(db, id);
-    if (row.outcome == db_outcome::not_found) return reply(no_such_operation());
-    if (!row.ok()) return reply(db_failure(row.error));
-    auto events = persistence::list_events(db, id);
-    if (!events.ok()) return reply(db_failure(events.error));
-    auto data = dto::status_document(row.value, events.value, svc->actors->find(id).has_value());
-    if (!caller.account || middleware::is_requester(*caller.account, row.value)) {
-      return reply(outcome_response(api_outcome::ok, {}, data));
-    }
-    auto rules = middleware::rules_for_subject(*ctx.config.current(), row.value.subject_id);
-    ask_permissions(
-        ctx, *caller.account, rules.to_ask(),
-        [account = *caller.account, op = std::move(row.value), rules, data = std::move(data),
-         reply](std::optional<std::set<std::string>> granted) {
-          if (!middleware::may_use({account, std::move(granted)}, op, rules, middleware::operation_use::view)) {
-            log::info("http.change_hidden", {{"operation_id", op.operation_id}, {"caller", account}});
-            return reply(no_such_operation());
-          }
-          reply(outcome_response(api_outcome::ok, {}, data));
-        });
-  });
-  if (!queued) reply(overloaded());
+  if (!ctx.status) return reply(overloaded());
+  const auto& params = std::get<dto::status_params>(parsed);
+  service::status_query q;
+  q.operation_id = id;
+  q.timeline = params.timeline;
+  q.since = params.since;
+  // A wait ends before the server's handler deadline would cut it (http.handler_timeout_ms).
+  auto deadline_ms = ctx.config.current()->http().handler_timeout_ms;
+  q.wait_ms = std::min(params.wait_ms, std::max<std::int64_t>(0, deadline_ms - 1000));
+  ctx.status->read(std::move(q), viewer(ctx, caller.account),
+                   [reply](service::status_view v) { reply(status_response(v)); });
 }
 
 void reply_with_rows(const persistence::db_result<std::vector<persistence::operation_row>>& rows,

@@ -128,7 +128,7 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
   // The requester reads its own change without a permission round trip; requester and the first
   // timeline actor are the token's identity.
   checks_before = permission_checks(env);
-  auto own = call(env, "GET", "/api/v1/changes/" + mine, as("alice"));
+  auto own = call(env, "GET", "/api/v1/changes/" + mine + "?include=timeline", as("alice"));
   ASSERT_EQ(own.status, 200) << own.body;
   auto data = body_of(own)["data"];
   EXPECT_EQ(data["requester"], "alice");
@@ -193,7 +193,8 @@ TEST(Identity, RequesterIsTheTokenAndEachTeamSeesOnlyWhatItMay) {
       },
       10s))
       << anon.status << " " << anon.body;
-  auto anon_change = call(env, "GET", "/api/v1/changes/" + body_of(anon)["data"].value("operationId", ""), {});
+  auto anon_change =
+      call(env, "GET", "/api/v1/changes/" + body_of(anon)["data"].value("operationId", "") + "?include=timeline", {});
   ASSERT_EQ(anon_change.status, 200) << anon_change.body;
   EXPECT_EQ(body_of(anon_change)["data"]["requester"], "anonymous");
   EXPECT_EQ(body_of(anon_change)["data"]["timeline"][0]["actor"], "user:anonymous");

@@ -69,7 +69,7 @@ http_result flow_env::submit(const std::string& title, const std::string& subjec
 }
 
 nlohmann::json flow_env::get_change(const std::string& operation_id) {
-  auto r = http_call("127.0.0.1", port_, "GET", "/api/v1/changes/" + operation_id);
+  auto r = http_call("127.0.0.1", port_, "GET", "/api/v1/changes/" + operation_id + "?include=timeline");
   if (r.status != 200) return nlohmann::json::object();
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   return j.is_discarded() ? nlohmann::json::object() : j["data"];

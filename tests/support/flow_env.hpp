@@ -33,6 +33,8 @@ class flow_env {
   /// POST /api/v1/changes; returns the parsed response body (throws on transport errors).
   http_result submit(const std::string& title, const std::string& subject, const std::string& target,
                      const std::string& operation_id = {});
+  /// GET /api/v1/changes/{id}?include=timeline: the change with its timeline (the tests judge it);
+  /// an empty object when not 200.
   nlohmann::json get_change(const std::string& operation_id);
   /// Waits until the operation's phase is `phase`; returns the last body seen.
   nlohmann::json wait_for_phase(const std::string& operation_id, const std::string& phase,

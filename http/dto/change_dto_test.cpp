@@ -1,0 +1,79 @@
+#include "http/dto/change_dto.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace changeflow::http::dto;
+
+namespace {
+std::optional<std::string> q(const char* v) {
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+}  // namespace
+
+TEST(StatusParams, TableOfQueries) {
+  struct query_case {
+    const char* include;
+    const char* wait;
+    const char* since;
+    bool ok;
+    bool timeline;
+    std::int64_t wait_ms;
+    std::optional<std::int64_t> since_version;
+  };
+  const query_case cases[] = {
+      {nullptr, nullptr, nullptr, true, false, 0, std::nullopt},
+      {"timeline", nullptr, nullptr, true, true, 0, std::nullopt},
+      {nullptr, "0", nullptr, true, false, 0, std::nullopt},
+      {nullptr, "1500", nullptr, true, false, 1500, std::nullopt},
+      {nullptr, "25000", nullptr, true, false, 25000, std::nullopt},
+      {nullptr, "2000", "7", true, false, 2000, 7},
+      {"timeline", "100", "0", true, true, 100, 0},
+      {"events", nullptr, nullptr, false},
+      {"", nullptr, nullptr, false},
+      {"timeline,other", nullptr, nullptr, false},
+      {nullptr, "25001", nullptr, false},
+      {nullptr, "-1", nullptr, false},
+      {nullptr, "", nullptr, false},
+      {nullptr, "1e3", nullptr, false},
+      {nullptr, " 10", nullptr, false},
+      {nullptr, "10ms", nullptr, false},
+      {nullptr, "99999999999999999999", nullptr, false},
+      {nullptr, nullptr, "3", false},
+      {nullptr, "100", "", false},
+      {nullptr, "100", "-2", false},
+      {nullptr, "100", "v3", false},
+  };
+  for (const auto& c : cases) {
+    auto parsed = parse_status_params(q(c.include), q(c.wait), q(c.since), 25000);
+    SCOPED_TRACE(std::string("include=") + (c.include ? c.include : "-") + " wait=" + (c.wait ? c.wait : "-") +
+                 " since=" + (c.since ? c.since : "-"));
+    ASSERT_EQ(std::holds_alternative<status_params>(parsed), c.ok);
+    if (!c.ok) {
+      EXPECT_FALSE(std::get<parse_error>(parsed).message.empty());
+      continue;
+    }
+    const auto& p = std::get<status_params>(parsed);
+    EXPECT_EQ(p.timeline, c.timeline);
+    EXPECT_EQ(p.wait_ms, c.wait_ms);
+    EXPECT_EQ(p.since, c.since_version);
+  }
+}
+
+TEST(StatusDocument, TimelineOnlyWhenGiven) {
+  changeflow::persistence::operation_row row;
+  row.operation_id = "4f2c7d1e-0000-4000-8000-000000000001";
+  row.version = 3;
+  auto plain = status_document(row, true);
+  EXPECT_FALSE(plain.contains("timeline"));
+  EXPECT_EQ(plain["live"], true);
+  EXPECT_EQ(plain["version"], 3);
+  changeflow::persistence::operation_event_row e;
+  e.version = 1;
+  auto full = status_document(row, {e}, false);
+  ASSERT_TRUE(full.contains("timeline"));
+  EXPECT_EQ(full["timeline"].size(), 1u);
+  EXPECT_EQ(full["live"], false);
+  full.erase("timeline");
+  full["live"] = true;
+  EXPECT_EQ(full, plain);
+}

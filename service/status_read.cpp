@@ -1,0 +1,337 @@
+#include "service/status_read.hpp"
+
+#include "actors/registry.hpp"
+
+#include "base/log.hpp"
+#include "workflow/transitions.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+namespace changeflow::service {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+/// Rows of ended changes kept at most; past it the cache is emptied and fills again (a change that
+/// ended is read a few times, by its requester, and then rarely).
+constexpr std::size_t max_cached_rows = 20000;
+/// A wait's deadline is honoured to this granularity: the re-check job ticks at least this often
+/// while anyone waits.
+constexpr std::int64_t deadline_tick_ms = 50;
+
+std::int64_t ms_until(clock::time_point t, clock::time_point now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count();
+}
+
+status_view failed_view(status_outcome o, persistence::db_error e = {}) {
+  status_view v;
+  v.outcome = o;
+  v.error = std::move(e);
+  return v;
+}
+
+}  // namespace
+
+bool immutable_step(workflow::step s) {
+  auto p = workflow::phase_of(s);
+  if (!workflow::is_reappliable(p) || p == workflow::phase::VALIDATED) return false;
+  return workflow::allowed_targets(s, workflow::actor_kind::operator_only).empty();
+}
+
+struct status_reads::waiter {
+  std::string operation_id;
+  bool timeline = false;
+  bool waits = false;                 // false: a plain read, answered after its first read
+  std::optional<std::int64_t> since;  // set by the first read when the caller gave none
+  clock::time_point deadline;
+  bool armed = false;    // the first read is done and the caller may see the change
+  bool dirty = false;    // a signal came while unarmed or while a read was in flight: read again
+  bool reading = false;  // a targeted re-read is queued or running
+  bool done = false;
+  status_answer answer;
+
+  /// Under the owner's mutex.
+  bool moved(const persistence::operation_row& row) const {
+    return (since && row.version > *since) || workflow::is_terminal(row.phase);
+  }
+};
+
+status_reads::status_reads(runtime::services& svc, persistence::db_pool& reads) : svc_(svc), reads_(reads) {}
+
+status_reads::~status_reads() {
+  stop();
+}
+
+void status_reads::start() {
+  actors::periodic_spec spec;
+  spec.name = "status_wait_recheck";
+  spec.interval_ms = [this] { return next_tick_ms(); };
+  spec.first_at_once = false;
+  auto stopped = job_.stop_flag();
+  spec.start_pass = [this, stopped](actors::pass_done done) {
+    {
+      std::lock_guard lock(mutex_);
+      if (waiters_.empty()) return false;  // nothing to look at: no job, next tick after the interval
+    }
+    return reads_.try_submit([this, stopped, done](persistence::db_context& db) {
+      bool again = false;
+      if (!*stopped) {
+        try {
+          again = recheck_pass(db);
+        } catch (const std::exception& e) {
+          log::warn("periodic.pass_failed", {{"job", "status_wait_recheck"}, {"error", e.what()}});
+        }
+      }
+      done(again && !*stopped);
+    });
+  };
+  job_.start(*svc_.system, std::move(spec));
+}
+
+void status_reads::stop() {
+  job_.stop();
+}
+
+std::size_t status_reads::waiting() const {
+  std::lock_guard lock(mutex_);
+  return waiters_.size();
+}
+
+std::size_t status_reads::cached() const {
+  std::lock_guard lock(mutex_);
+  return ended_.size();
+}
+
+std::int64_t status_reads::next_tick_ms() const {
+  auto recheck = svc_.config->current()->http().status_wait_recheck_ms;
+  std::lock_guard lock(mutex_);
+  if (waiters_.empty()) return std::min(recheck, deadline_tick_ms);
+  auto now = clock::now();
+  auto next = std::min(recheck - ms_until(now, last_recheck_), deadline_tick_ms);
+  for (const auto& [id, w] : waiters_) {
+    if (w->armed) next = std::min(next, ms_until(w->deadline, now));
+  }
+  return std::max<std::int64_t>(1, next);
+}
+
+void status_reads::remember(const persistence::operation_row& row) {
+  if (!immutable_step(row.step)) return;
+  std::lock_guard lock(mutex_);
+  if (ended_.size() >= max_cached_rows) ended_.clear();
+  ended_.insert_or_assign(row.operation_id, row);
+}
+
+std::optional<persistence::operation_row> status_reads::cached_row(const std::string& operation_id) const {
+  std::lock_guard lock(mutex_);
+  auto it = ended_.find(operation_id);
+  if (it == ended_.end()) return std::nullopt;
+  return it->second;
+}
+
+status_view status_reads::view_of(persistence::session db, const persistence::operation_row& row, bool timeline) const {
+  status_view v;
+  v.row = row;
+  if (timeline) {
+    auto events = persistence::list_events(db, row.operation_id);
+    if (!events.ok()) return failed_view(status_outcome::failed, events.error);
+    v.timeline = std::move(events.value);
+  }
+  return v;
+}
+
+void status_reads::read(status_query q, view_check may_view, status_answer answer) {
+  // An ended change no one can move: answered from memory (its timeline still needs the query).
+  if (!q.timeline) {
+    if (auto row = cached_row(q.operation_id)) {
+      auto* registry = svc_.actors;
+      auto r = std::move(*row);
+      return may_view(r, [r, registry, answer = std::move(answer)](bool visible) {
+        if (!visible) return answer(failed_view(status_outcome::not_found));
+        status_view v;
+        v.row = r;
+        v.live = registry->find(r.operation_id).has_value();
+        answer(std::move(v));
+      });
+    }
+  }
+  auto w = std::make_shared<waiter>();
+  w->operation_id = q.operation_id;
+  w->timeline = q.timeline;
+  w->waits = q.wait_ms > 0;
+  w->since = q.since;
+  w->deadline = clock::now() + std::chrono::milliseconds(q.wait_ms);
+  w->answer = std::move(answer);
+  if (w->waits) {
+    // Registered before the first read: a write that lands between that read and arming marks it
+    // dirty instead of being missed.
+    auto cap = static_cast<std::size_t>(svc_.config->current()->http().status_wait_max);
+    std::unique_lock lock(mutex_);
+    if (waiters_.size() >= cap) {
+      lock.unlock();
+      return w->answer(failed_view(status_outcome::overloaded));
+    }
+    waiters_.emplace(w->operation_id, w);
+  }
+  first_read(w, std::move(may_view));
+}
+
+void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
+  bool queued = reads_.try_submit([this, w, may_view = std::move(may_view)](persistence::db_context& db) {
+    auto row = persistence::load_operation(db, w->operation_id);
+    if (row.outcome == persistence::db_outcome::not_found) return finish(w, failed_view(status_outcome::not_found));
+    if (!row.ok()) return finish(w, failed_view(status_outcome::failed, row.error));
+    remember(row.value);
+    auto first = view_of(db, row.value, w->timeline);
+    if (first.outcome != status_outcome::ok) return finish(w, std::move(first));
+    may_view(row.value, [this, w, first = std::move(first)](bool visible) mutable {
+      if (!visible) return finish(w, failed_view(status_outcome::not_found));
+      bool moved = false;
+      bool armed = false;
+      bool again = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (!w->since) w->since = first.row.version;
+        moved = w->moved(first.row);
+        if (w->waits && !moved && clock::now() < w->deadline) {
+          armed = w->armed = true;
+          again = w->dirty;
+          w->dirty = false;
+        }
+      }
+      if (!armed) return finish(w, std::move(first));
+      if (again) reread(w);
+    });
+  });
+  if (!queued) finish(w, failed_view(status_outcome::overloaded));
+}
+
+void status_reads::row_written(const std::string& operation_id) {
+  std::vector<waiter_ptr> to_read;
+  {
+    std::lock_guard lock(mutex_);
+    auto [begin, end] = waiters_.equal_range(operation_id);
+    for (auto it = begin; it != end; ++it) {
+      auto& w = it->second;
+      if (!w->armed || w->reading) {
+        w->dirty = true;
+      } else {
+        to_read.push_back(w);
+      }
+    }
+  }
+  for (const auto& w : to_read) reread(w);
+}
+
+void status_reads::reread(const waiter_ptr& w) {
+  {
+    std::lock_guard lock(mutex_);
+    if (w->done) return;
+    if (w->reading) {
+      w->dirty = true;
+      return;
+    }
+    w->reading = true;
+    w->dirty = false;
+  }
+  bool queued = reads_.try_submit([this, w](persistence::db_context& db) {
+    auto row = persistence::load_operation(db, w->operation_id);
+    bool answered = false;
+    if (row.outcome == persistence::db_outcome::not_found) {
+      finish(w, failed_view(status_outcome::not_found));
+      answered = true;
+    } else if (row.ok()) {
+      remember(row.value);
+      answered = settle(w, db, row.value, false);
+    }
+    // A failed read is left to the re-check job, which also ends the wait at its deadline.
+    if (answered) return;
+    bool again = false;
+    {
+      std::lock_guard lock(mutex_);
+      w->reading = false;
+      again = w->dirty && !w->done;
+    }
+    if (again) reread(w);
+  });
+  if (!queued) {
+    std::lock_guard lock(mutex_);
+    w->reading = false;
+  }
+}
+
+bool status_reads::settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
+                          bool deadline_passed) {
+  bool moved = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (w->done) return true;
+    moved = w->moved(row);
+  }
+  if (!moved && !deadline_passed) return false;
+  finish(w, view_of(db, row, w->timeline));
+  return true;
+}
+
+void status_reads::finish(const waiter_ptr& w, status_view view) {
+  {
+    std::lock_guard lock(mutex_);
+    if (w->done) return;
+    w->done = true;
+    auto [begin, end] = waiters_.equal_range(w->operation_id);
+    for (auto it = begin; it != end; ++it) {
+      if (it->second == w) {
+        waiters_.erase(it);
+        break;
+      }
+    }
+  }
+  if (view.outcome == status_outcome::ok) view.live = svc_.actors->find(w->operation_id).has_value();
+  auto answer = std::move(w->answer);
+  answer(std::move(view));
+}
+
+bool status_reads::recheck_pass(persistence::db_context& db) {
+  auto now = clock::now();
+  auto recheck = svc_.config->current()->http().status_wait_recheck_ms;
+  std::vector<waiter_ptr> due;
+  {
+    std::lock_guard lock(mutex_);
+    bool everyone = ms_until(now, last_recheck_) >= recheck;
+    if (everyone) last_recheck_ = now;
+    for (const auto& [id, w] : waiters_) {
+      if (w->armed && (everyone || w->deadline <= now)) due.push_back(w);
+    }
+  }
+  if (due.empty()) return false;
+  std::vector<std::string> ids;
+  std::unordered_set<std::string> seen;
+  for (const auto& w : due) {
+    if (seen.insert(w->operation_id).second) ids.push_back(w->operation_id);
+  }
+  auto rows = persistence::load_operations(db, ids);
+  if (!rows.ok()) {
+    for (const auto& w : due) {
+      if (w->deadline <= now) finish(w, failed_view(status_outcome::failed, rows.error));
+    }
+    return false;
+  }
+  std::unordered_map<std::string, const persistence::operation_row*> by_id;
+  for (const auto& row : rows.value) {
+    remember(row);
+    by_id.emplace(row.operation_id, &row);
+  }
+  for (const auto& w : due) {
+    auto it = by_id.find(w->operation_id);
+    if (it == by_id.end()) {
+      finish(w, failed_view(status_outcome::not_found));
+      continue;
+    }
+    settle(w, db, *it->second, w->deadline <= now);
+  }
+  return false;
+}
+
+}  // namespace changeflow::service

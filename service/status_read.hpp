@@ -1,0 +1,112 @@
+#pragma once
+// Status reads of one change (GET /api/v1/changes/{id}), served cheaply, and the blocking wait.
+//
+// A read is ONE primary-key query on the status read pool (the row); the timeline is a second query,
+// made only when asked for. Rows no one can move any more (a step without an outgoing edge in the
+// transition table, VALIDATED excepted: a revert still links it) are kept in a small cache and
+// answered without a query; such a row is immutable, so the cache is correct across instances.
+//
+// A wait (`wait_ms` > 0) answers as soon as the change's version passes `since` (or the version it
+// had when the wait began), or it has ended, or the wait ran out (then with the unchanged state). No
+// thread blocks: the waiter holds the answer callback. It wakes:
+//   - at once when a write of THIS instance moved the row (`row_written`, called from the commit
+//     paths through runtime::services::row_written): one primary-key read of that change;
+//   - through the re-check, for a change moved by another instance (or by a writer of this one that
+//     does not call row_written): one bulk query for every waited change every
+//     `http.status_wait_recheck_ms`, so such a move is seen within that bound.
+// A waiter is registered before its first read, so a write that lands between that read and the
+// registration cannot be missed.
+
+#include "actors/periodic_job.hpp"
+#include "persistence/db_pool.hpp"
+#include "persistence/operation_repo.hpp"
+#include "runtime/services.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace changeflow::service {
+
+/// The longest wait a caller may ask for; it stays under the server's default handler timeout (30 s).
+inline constexpr std::int64_t max_status_wait_ms = 25000;
+
+struct status_query {
+  std::string operation_id;
+  bool timeline = false;
+  std::int64_t wait_ms = 0;           // 0: answer at once
+  std::optional<std::int64_t> since;  // with a wait: answer once the version is past it (default: the first read's)
+};
+
+enum class status_outcome { ok, not_found, overloaded, failed };
+
+struct status_view {
+  status_outcome outcome = status_outcome::ok;
+  persistence::operation_row row;
+  std::optional<std::vector<persistence::operation_event_row>> timeline;  // when asked for
+  bool live = false;                                                      // an actor drives it on this instance
+  persistence::db_error error;
+};
+
+/// Whether the caller may see this change; calls `decide` exactly once, possibly later (a permission
+/// round trip). A hidden change is answered as not found.
+using view_check = std::function<void(const persistence::operation_row&, std::function<void(bool)> decide)>;
+using status_answer = std::function<void(status_view)>;
+
+class status_reads {
+ public:
+  status_reads(runtime::services& svc, persistence::db_pool& reads);
+  ~status_reads();
+  status_reads(const status_reads&) = delete;
+  status_reads& operator=(const status_reads&) = delete;
+
+  /// One status read, or a wait. `answer` is called exactly once, from any thread.
+  void read(status_query q, view_check may_view, status_answer answer);
+  /// A write of this instance moved the row of `operation_id`; any thread.
+  void row_written(const std::string& operation_id);
+
+  /// Starts and stops the re-check job (the waits' deadlines and changes moved elsewhere).
+  void start();
+  void stop();
+
+  std::size_t waiting() const;
+  std::size_t cached() const;
+
+ private:
+  struct waiter;
+  using waiter_ptr = std::shared_ptr<waiter>;
+
+  void first_read(const waiter_ptr& w, view_check may_view);
+  void reread(const waiter_ptr& w);
+  /// Answers `w` from `row` when it moved or ended (or `deadline_passed`); true when it answered.
+  bool settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
+              bool deadline_passed);
+  void finish(const waiter_ptr& w, status_view view);
+  void remember(const persistence::operation_row& row);
+  std::optional<persistence::operation_row> cached_row(const std::string& operation_id) const;
+  bool recheck_pass(persistence::db_context& db);
+  std::int64_t next_tick_ms() const;
+  status_view view_of(persistence::session db, const persistence::operation_row& row, bool timeline) const;
+
+  runtime::services& svc_;
+  persistence::db_pool& reads_;
+  actors::periodic_job job_;
+
+  mutable std::mutex mutex_;
+  std::unordered_multimap<std::string, waiter_ptr> waiters_;
+  std::unordered_map<std::string, persistence::operation_row> ended_;
+  std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();
+};
+
+/// True when no one can move a row at `s` any more: the change has ended (REJECTED, CLOSED,
+/// CANCELLED) and no edge leaves `s` for anyone, so such a row may be cached on every instance.
+/// VALIDATED has ended too, but a revert still links it (reverted_by, version + 1): never cached.
+bool immutable_step(workflow::step s);
+
+}  // namespace changeflow::service
