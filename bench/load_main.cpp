@@ -1,8 +1,15 @@
 // changeflow-load: the benchmark driver. Never part of the test suite; no assertions.
 //
-//   changeflow-load flow   --port P --n N --c C [--threads T] [--tag X] [--service-pid S] [--db-pid D] DB
-//       submits N changes (unique subject/target each) with at most C unfinished, waits until all are
-//       terminal (progress read from the database in bulk), prints throughput, latency, CPU and RSS.
+//   changeflow-load flow   --port P --n N --c C [--wait-mode poll|longpoll|db] [--poll-interval-ms 50]
+//                          [--wait-ms 30000] [--rate R] [--tag X] [--timeout-s S]
+//                          [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
+//       the standard workload's client side: C client threads, each submits a change (unique
+//       subject/target) and learns its completion as a client does, then submits the next, until N
+//       changes are terminal. poll: GET /api/v1/changes/{id} every 50 ms; longpoll: GET
+//       /api/v1/changes/{id}?wait=<ms> until terminal; db: no client reads, progress read from the
+//       database in bulk (the old driver). Prints throughput, latency (database and client view),
+//       CPU per process, SQL statements and fsyncs per change (SHOW GLOBAL STATUS deltas over the
+//       load window), callback -> commit (the service's changeflow_callback_commit_seconds), RSS.
 //   changeflow-load hold   --port P --n N --c C [--threads T] [--tag X] [--wait-phase APPROVAL_SENT] DB
 //       submits N changes and waits until all sit in the waiting phase; writes their ids to --ids FILE.
 //   changeflow-load raw    --conns K --seconds S --shape raw|repo|repo-phase DB
@@ -29,6 +36,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -262,6 +270,20 @@ T checked(persistence::db_result<T> r) {
 // Submission: T threads, each with one keep-alive connection; a change may be submitted only while
 // fewer than C submitted changes are unfinished (`finished` is fed by the database poller).
 
+// Submission i of a paced run (`rate` per second from `start`; 0 = unpaced) waits for its slot.
+void pace(clock_type::time_point start, double rate, long i) {
+  if (rate > 0)
+    std::this_thread::sleep_until(
+        start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(double(i) / rate)));
+}
+
+// The body of change i of a run: its own subject, target and file.
+std::string change_body(const std::string& tag, long i) {
+  std::string key = tag + "-" + std::to_string(i);
+  return R"({"subject":")" + key + R"(","target":"t-)" + key + R"(","title":"bench )" + key +
+         R"(","files":[{"path":"config/)" + key + R"(.yaml","content":"value: 1\n"}]})";
+}
+
 struct submitter {
   int port;
   long n;
@@ -286,12 +308,8 @@ struct submitter {
       if (i >= n) return;
       while (!stop && accepted.load() - finished.load() >= c) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (stop) return;
-      if (rate > 0)
-        std::this_thread::sleep_until(
-            start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(double(i) / rate)));
-      std::string key = tag + "-" + std::to_string(i);
-      std::string body = R"({"subject":")" + key + R"(","target":"t-)" + key + R"(","title":"bench )" + key +
-                         R"(","files":[{"path":"config/)" + key + R"(.yaml","content":"value: 1\n"}]})";
+      pace(start, rate, i);
+      const std::string body = change_body(tag, i);
       int status = conn.call("POST", "/api/v1/changes", body, out);
       if (status == 202 && out.find("\"ACCEPTED\"") != std::string::npos) {
         accepted.fetch_add(1);
@@ -367,56 +385,335 @@ drive_result drive(submitter& sub, persistence::session db, int threads, const s
 }
 
 // ---------------------------------------------------------------------------------------------
-// flow
+// flow: the standard workload's client side
+
+// SHOW GLOBAL STATUS counters read around the load window (whole server; only the service under
+// test uses this MariaDB during the window).
+const std::vector<std::string> status_names = {
+    "Questions",      "Com_select",           "Com_insert",         "Com_update",       "Com_delete",
+    "Com_begin",      "Com_commit",           "Com_rollback",       "Com_stmt_execute", "Com_stmt_prepare",
+    "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs", "Binlog_commits",   "Binlog_group_commits"};
+
+// The first "phase":"X" of a status document is the change's own phase (its keys come out sorted;
+// the timeline follows under "timeline").
+std::string phase_in(const std::string& body) {
+  auto p = body.find("\"phase\":\"");
+  if (p == std::string::npos) return "";
+  p += 9;
+  auto e = body.find('"', p);
+  return e == std::string::npos ? "" : body.substr(p, e - p);
+}
+
+bool terminal_phase(const std::string& p) {
+  auto ph = workflow::parse_phase(p);
+  return ph && workflow::is_terminal(*ph);
+}
+
+// changeflow_callback_commit_seconds from /metrics: cumulative counts per route and bucket bound
+// (2xx answers only).
+using histogram_counts = std::map<std::string, std::map<double, double>>;
+
+histogram_counts scrape_callback_histogram(int port) {
+  histogram_counts out;
+  http_conn conn(port);
+  std::string body;
+  if (conn.call("GET", "/metrics", "", body) != 200) return out;
+  std::istringstream in(body);
+  std::string line;
+  auto label = [](const std::string& l, const std::string& name) {
+    auto p = l.find(name + "=\"");
+    if (p == std::string::npos) return std::string();
+    p += name.size() + 2;
+    return l.substr(p, l.find('"', p) - p);
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("changeflow_callback_commit_seconds_bucket{", 0) != 0) continue;
+    auto status = label(line, "status");
+    if (status.empty() || status[0] != '2') continue;
+    auto le = label(line, "le");
+    double bound = le == "+Inf" ? INFINITY : std::stod(le);
+    out[label(line, "route")][bound] += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return out;
+}
+
+// Percentile (ms) of the observations between two scrapes: linear within the bucket.
+double histogram_percentile(const std::map<double, double>& before, const std::map<double, double>& after, double p,
+                            double& count) {
+  std::vector<std::pair<double, double>> cum;  // bound, count in window
+  for (auto& [bound, c] : after) {
+    auto it = before.find(bound);
+    cum.emplace_back(bound, c - (it == before.end() ? 0 : it->second));
+  }
+  count = cum.empty() ? 0 : cum.back().second;
+  if (count <= 0) return 0;
+  double rank = p / 100.0 * count, lower = 0, below = 0;
+  for (auto& [bound, c] : cum) {
+    if (c >= rank) {
+      if (std::isinf(bound)) return lower * 1000;
+      double in_bucket = c - below;
+      double frac = in_bucket > 0 ? (rank - below) / in_bucket : 1;
+      return (lower + (bound - lower) * frac) * 1000;
+    }
+    lower = std::isinf(bound) ? lower : bound;
+    below = c;
+  }
+  return lower * 1000;
+}
+
+struct client_loop {
+  int port;
+  long n;
+  long c;
+  std::string tag;
+  std::string mode;  // poll | longpoll
+  long poll_interval_ms = 50;
+  long wait_ms = 30000;
+  double rate = 0;
+  clock_type::time_point start;
+  clock_type::time_point deadline;
+  std::atomic<long> next{0}, accepted{0}, rejected{0}, validated{0}, failed{0}, reads{0}, read_errors{0};
+  std::atomic<long> early_answers{0};  // longpoll: non-terminal answers, phase unchanged, before the poll interval
+  std::atomic<bool> timed_out{false};
+  std::mutex mu;
+  std::vector<double> client_ms;  // submit sent -> the client saw VALIDATED
+  std::vector<std::string> sample_errors;
+
+  void error(const std::string& e) {
+    std::lock_guard<std::mutex> g(mu);
+    if (sample_errors.size() < 5) sample_errors.push_back(e);
+  }
+
+  // One client: a change at a time, submitted, then waited for the way clients wait.
+  void run_thread() {
+    http_conn conn(port);
+    std::string out;
+    for (long i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      pace(start, rate, i);
+      const std::string body = change_body(tag, i);
+      auto t0 = clock_type::now();
+      int status = conn.call("POST", "/api/v1/changes", body, out);
+      auto p = out.find("\"operationId\":\"");
+      if (status != 202 || out.find("\"ACCEPTED\"") == std::string::npos || p == std::string::npos) {
+        rejected.fetch_add(1);
+        error("submit " + std::to_string(status) + " " + out.substr(0, 200));
+        continue;
+      }
+      accepted.fetch_add(1);
+      const std::string target = "/api/v1/changes/" + out.substr(p + 15, 36);
+      const std::string waited = target + "?wait=" + std::to_string(wait_ms);
+      auto next_poll = t0;
+      std::string last_phase;
+      for (;;) {
+        if (clock_type::now() > deadline) {
+          timed_out = true;
+          return;
+        }
+        if (mode == "poll") {
+          // Every poll interval; a read answered later than that is followed by the next at once
+          // (one read at a time per client, no backlog of missed ticks).
+          next_poll = std::max(next_poll + std::chrono::milliseconds(poll_interval_ms), clock_type::now());
+          std::this_thread::sleep_until(next_poll);
+        }
+        auto asked = clock_type::now();
+        int st = conn.call("GET", mode == "poll" ? target : waited, "", out);
+        reads.fetch_add(1);
+        if (st != 200) {
+          read_errors.fetch_add(1);
+          error("read " + std::to_string(st) + " " + out.substr(0, 200));
+          std::this_thread::sleep_for(std::chrono::milliseconds(poll_interval_ms));
+          continue;
+        }
+        auto phase = phase_in(out);
+        if (terminal_phase(phase)) {
+          if (phase == "VALIDATED") {
+            validated.fetch_add(1);
+            std::lock_guard<std::mutex> g(mu);
+            client_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+          } else {
+            failed.fetch_add(1);
+            error("ended in " + phase);
+          }
+          break;
+        }
+        // A long poll answered before the poll interval with the phase unchanged: the server did not
+        // wait (it may not know ?wait=). Never spin: wait out the poll interval, as a poll would.
+        if (mode == "longpoll") {
+          bool unchanged = phase == last_phase;
+          last_phase = phase;
+          if (unchanged && clock_type::now() - asked < std::chrono::milliseconds(poll_interval_ms)) {
+            early_answers.fetch_add(1);
+            std::this_thread::sleep_until(asked + std::chrono::milliseconds(poll_interval_ms));
+          }
+        }
+      }
+    }
+  }
+};
 
 int cmd_flow(const args& a) {
   persistence::db_context db(db_from(a));
-  submitter sub;
-  sub.port = static_cast<int>(a.num("port", 8080));
-  sub.n = a.num("n", 2000);
-  sub.c = a.num("c", 200);
-  sub.tag = a.get("tag", "flow");
-  sub.rate = static_cast<double>(a.num("rate", 0));
-  long service_pid = a.num("service-pid", 0), db_pid = a.num("db-pid", 0);
-  double svc_cpu0 = cpu_ms(service_pid), db_cpu0 = cpu_ms(db_pid);
+  const std::string mode = a.get("wait-mode", "poll");
+  const std::string tag = a.get("tag", "flow");
+  const long n = a.num("n", 2000), c = a.num("c", 200);
+  const int port = static_cast<int>(a.num("port", 8080));
+  const long timeout_s = a.num("timeout-s", 1800);
+  long service_pid = a.num("service-pid", 0), db_pid = a.num("db-pid", 0), sim_pid = a.num("sim-pid", 0);
+  long self_pid = static_cast<long>(::getpid());
+  const bool binlog = checked(persistence::bench_variable(db, "log_bin")) == "1";
+
+  auto hist0 = scrape_callback_histogram(port);
   long events0 = static_cast<long>(checked(persistence::bench_event_count(db)));
+  // Last statement of this connection before the window: the window's only statement of ours is
+  // the closing SHOW GLOBAL STATUS (mode db adds its progress queries, 10 per second).
+  auto status0 = checked(persistence::bench_global_status(db, status_names));
+  double svc_cpu0 = cpu_ms(service_pid), db_cpu0 = cpu_ms(db_pid), sim_cpu0 = cpu_ms(sim_pid),
+         self_cpu0 = cpu_ms(self_pid);
 
-  auto r = drive(sub, db, static_cast<int>(a.num("threads", 8)), "VALIDATED", a.num("timeout-s", 900),
-                 a.num("poll-ms", 100));
+  long validated = 0, failed = 0, rejected = 0, reads = 0, read_errors = 0, early_answers = 0;
+  bool timed_out = false;
+  double wall_s = 0;
+  std::vector<double> client_ms;
+  std::vector<std::string> errors;
+  if (mode == "db") {
+    submitter sub;
+    sub.port = port;
+    sub.n = n;
+    sub.c = c;
+    sub.tag = tag;
+    sub.rate = static_cast<double>(a.num("rate", 0));
+    auto r = drive(sub, db, static_cast<int>(a.num("threads", 8)), "VALIDATED", timeout_s, a.num("db-poll-ms", 100));
+    validated = r.validated;
+    failed = r.failed;
+    rejected = sub.rejected.load();
+    timed_out = r.timed_out;
+    wall_s = r.wall_s;
+    errors = sub.sample_errors;
+  } else {
+    client_loop loop;
+    loop.port = port;
+    loop.n = n;
+    loop.c = c;
+    loop.tag = tag;
+    loop.mode = mode;
+    loop.poll_interval_ms = a.num("poll-interval-ms", 50);
+    loop.wait_ms = a.num("wait-ms", 30000);
+    loop.rate = static_cast<double>(a.num("rate", 0));
+    loop.start = clock_type::now();
+    loop.deadline = loop.start + std::chrono::seconds(timeout_s);
+    std::vector<std::thread> threads;
+    for (long i = 0; i < std::min(c, n); ++i) threads.emplace_back([&] { loop.run_thread(); });
+    std::thread progress([&] {
+      long last = -1;
+      while (loop.validated + loop.failed + loop.rejected < n && !loop.timed_out) {
+        long done = loop.validated + loop.failed;
+        if (done / 500 != last) {
+          last = done / 500;
+          std::fprintf(stderr, "  progress: %ld/%ld VALIDATED, %ld failed, %ld rejected\n", loop.validated.load(), n,
+                       loop.failed.load(), loop.rejected.load());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+    for (auto& t : threads) t.join();
+    wall_s = std::chrono::duration<double>(clock_type::now() - loop.start).count();
+    loop.timed_out = loop.timed_out || loop.validated + loop.failed + loop.rejected < n;
+    progress.join();
+    validated = loop.validated;
+    failed = loop.failed;
+    rejected = loop.rejected;
+    reads = loop.reads;
+    read_errors = loop.read_errors;
+    early_answers = loop.early_answers;
+    timed_out = loop.timed_out;
+    client_ms = loop.client_ms;
+    errors = loop.sample_errors;
+  }
 
-  double svc_cpu = cpu_ms(service_pid) - svc_cpu0, db_cpu = cpu_ms(db_pid) - db_cpu0;
+  double svc_cpu = cpu_ms(service_pid) - svc_cpu0, db_cpu = cpu_ms(db_pid) - db_cpu0,
+         sim_cpu = cpu_ms(sim_pid) - sim_cpu0, self_cpu = cpu_ms(self_pid) - self_cpu0;
+  auto status1 = checked(persistence::bench_global_status(db, status_names));
+  auto hist1 = scrape_callback_histogram(port);
   long events = static_cast<long>(checked(persistence::bench_event_count(db))) - events0;
-  auto latencies = checked(persistence::bench_flow_latencies(db, sub.tag));
-  long done = r.validated;
-  std::printf("flow: %ld submitted, %ld VALIDATED, %ld failed, %ld rejected%s in %.2f s (submissions took %.2f s)\n",
-              sub.n, r.validated, r.failed, sub.rejected.load(), r.timed_out ? " (TIMED OUT)" : "", r.wall_s,
-              r.submit_s);
-  std::printf("changes/s %.1f  transitions/s %.1f  (%ld operation_event rows, %.1f per change)\n", done / r.wall_s,
-              events / r.wall_s, events, done ? double(events) / double(done) : 0.0);
+  auto latencies = checked(persistence::bench_flow_latencies(db, tag));
+  const double per = validated > 0 ? 1.0 / double(validated) : 0.0;
+
+  std::printf("flow (%s): %ld submitted, %ld VALIDATED, %ld failed, %ld rejected%s in %.2f s\n", mode.c_str(), n,
+              validated, failed, rejected, timed_out ? " (DID NOT FINISH within the safety timeout)" : "", wall_s);
+  std::printf("changes/s %.1f  transitions/s %.1f  (%ld operation_event rows, %.1f per change)\n",
+              double(validated) / wall_s, double(events) / wall_s, events, double(events) * per);
   report_latency("e2e", latencies.e2e_ms);
-  report_latency("approval_cb_to_commit", latencies.approval_cb_to_commit_ms);
-  report_latency("deploy_cb_to_commit", latencies.deploy_cb_to_commit_ms);
+  if (!client_ms.empty()) report_latency("client", client_ms);
+  if (reads > 0)
+    std::printf("status reads: %ld (%.1f per change, %ld not 200)\n", reads, double(reads) * per, read_errors);
+  if (mode == "longpoll")
+    std::printf("long polls answered early with the phase unchanged (the server did not wait): %ld\n", early_answers);
+  report_latency("approval_cb_to_commit_db", latencies.approval_cb_to_commit_ms);
+  report_latency("deploy_cb_to_commit_db", latencies.deploy_cb_to_commit_ms);
+  for (auto& [route, after] : hist1) {
+    std::string kind = route.substr(route.rfind('/') + 1);
+    double count = 0;
+    double p50 = histogram_percentile(hist0[route], after, 50, count);
+    double p99 = histogram_percentile(hist0[route], after, 99, count);
+    std::printf("%s callback arrival -> reply after commit (2xx, service histogram): n=%.0f p50=%.1f ms p99=%.1f ms\n",
+                kind.c_str(), count, p50, p99);
+    kv(kind + "_cb_http.n", count);
+    kv(kind + "_cb_http.p50_ms", p50);
+    kv(kind + "_cb_http.p99_ms", p99);
+  }
+  auto delta = [&](const std::string& k) -> double {
+    auto b = status0.find(k), e = status1.find(k);
+    if (b == status0.end() || e == status1.end()) return 0;
+    return double(e->second - b->second);
+  };
+  // The closing SHOW GLOBAL STATUS is itself a statement: not the service's.
+  double questions = delta("Questions") - 1;
+  double fsyncs =
+      delta("Innodb_os_log_fsyncs") + delta("Innodb_data_fsyncs") + (binlog ? delta("Binlog_group_commits") : 0);
+  std::printf(
+      "SQL per change: %.1f statements (Questions): %.1f SELECT, %.1f INSERT, %.1f UPDATE, %.1f DELETE, %.1f BEGIN, "
+      "%.1f COMMIT, %.1f ROLLBACK, %.1f EXECUTE, %.1f SET\n",
+      questions * per, delta("Com_select") * per, delta("Com_insert") * per, delta("Com_update") * per,
+      delta("Com_delete") * per, delta("Com_begin") * per, delta("Com_commit") * per, delta("Com_rollback") * per,
+      delta("Com_stmt_execute") * per, delta("Com_set_option") * per);
+  std::printf("fsyncs per change: %.2f (redo log %.2f + data files %.2f%s)\n", fsyncs * per,
+              delta("Innodb_os_log_fsyncs") * per, delta("Innodb_data_fsyncs") * per,
+              binlog ? (" + binlog group commits " + std::to_string(delta("Binlog_group_commits") * per)).c_str()
+                     : ", binlog off");
   long hwm = status_kb(service_pid, "VmHWM");
-  std::printf("changeflowd peak RSS %.1f MiB; CPU service %.0f ms + database %.0f ms = %.2f ms per change\n",
-              hwm / 1024.0, svc_cpu, db_cpu, done ? (svc_cpu + db_cpu) / double(done) : 0.0);
-  for (auto& e : sub.sample_errors) std::printf("  error sample: %s\n", e.c_str());
-  kv("flow.n", std::to_string(sub.n));
-  kv("flow.c", std::to_string(sub.c));
-  kv("flow.validated", std::to_string(r.validated));
-  kv("flow.failed", std::to_string(r.failed));
-  kv("flow.rejected", std::to_string(sub.rejected.load()));
-  kv("flow.timed_out", r.timed_out ? "yes" : "no");
-  kv("flow.wall_s", r.wall_s);
-  kv("flow.changes_per_s", done / r.wall_s);
+  std::printf(
+      "CPU per change: changeflowd %.2f ms + mariadbd %.2f ms = %.2f ms; sim %.2f ms, driver %.2f ms; "
+      "changeflowd peak RSS %.1f MiB\n",
+      svc_cpu * per, db_cpu * per, (svc_cpu + db_cpu) * per, sim_cpu * per, self_cpu * per, hwm / 1024.0);
+  for (auto& e : errors) std::printf("  error sample: %s\n", e.c_str());
+  kv("flow.mode", mode);
+  kv("flow.n", std::to_string(n));
+  kv("flow.c", std::to_string(c));
+  kv("flow.validated", std::to_string(validated));
+  kv("flow.failed", std::to_string(failed));
+  kv("flow.rejected", std::to_string(rejected));
+  kv("flow.finished", timed_out ? "no" : "yes");
+  kv("flow.wall_s", wall_s);
+  kv("flow.changes_per_s", double(validated) / wall_s);
   kv("flow.events", std::to_string(events));
-  kv("flow.transitions_per_s", events / r.wall_s);
-  kv("flow.events_per_change", done ? double(events) / double(done) : 0.0);
+  kv("flow.transitions_per_s", double(events) / wall_s);
+  kv("flow.events_per_change", double(events) * per);
+  kv("flow.reads_per_change", double(reads) * per);
+  kv("flow.longpoll_early_answers", std::to_string(early_answers));
   kv("flow.service_hwm_kb", std::to_string(hwm));
-  kv("flow.service_cpu_ms", svc_cpu);
-  kv("flow.db_cpu_ms", db_cpu);
-  kv("flow.cpu_ms_per_change", done ? (svc_cpu + db_cpu) / double(done) : 0.0);
-  kv("flow.service_cpu_ms_per_change", done ? svc_cpu / double(done) : 0.0);
-  kv("flow.db_cpu_ms_per_change", done ? db_cpu / double(done) : 0.0);
+  kv("flow.service_cpu_ms_per_change", svc_cpu * per);
+  kv("flow.db_cpu_ms_per_change", db_cpu * per);
+  kv("flow.cpu_ms_per_change", (svc_cpu + db_cpu) * per);
+  kv("flow.sim_cpu_ms_per_change", sim_cpu * per);
+  kv("flow.driver_cpu_ms_per_change", self_cpu * per);
+  kv("flow.sql_per_change", questions * per);
+  kv("flow.select_per_change", delta("Com_select") * per);
+  for (auto k : {"insert", "update", "delete", "begin", "commit", "rollback"})
+    kv(std::string("flow.") + k + "_per_change", delta(std::string("Com_") + k) * per);
+  kv("flow.fsyncs_per_change", fsyncs * per);
+  kv("flow.log_fsyncs_per_change", delta("Innodb_os_log_fsyncs") * per);
+  kv("flow.data_fsyncs_per_change", delta("Innodb_data_fsyncs") * per);
+  kv("flow.binlog", binlog ? "on" : "off");
   return 0;
 }
 

@@ -24,12 +24,20 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 namespace changeflow::http {
 
 namespace {
 
 using middleware::route_policy;
+
+/// Fine buckets (0.5 ms .. 5 s) so the benchmark can read p50/p99 of callback -> commit.
+const std::vector<double>& callback_commit_buckets() {
+  static const std::vector<double> b = {0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03,
+                                        0.05,   0.075, 0.1,   0.15,  0.2,   0.3,   0.5,    1,    2,     5};
+  return b;
+}
 
 route_policy open_route() {
   return {};
@@ -269,6 +277,8 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
   };
   auto guard = std::make_shared<timer_guard>(timer_guard{state});
   return [&ctx, routes, state, guard](http_server::request&& req, http_server::responder reply) {
+    // The server calls this on the thread that has just read the request: "arrived" is its arrival.
+    const auto arrived = std::chrono::steady_clock::now();
     // Test hook (metrics.fault_injection, hot): every metric emission throws inside the registry's
     // wrapper; responses must not change.
     if (auto snap = ctx.config.current()) ctx.metrics.set_fault_injection(snap->metrics().fault_injection);
@@ -290,10 +300,18 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
     auto started = std::chrono::steady_clock::now();
     std::string pattern = matched->pattern;
     std::string method = req.method;
-    http_server::responder timed([&ctx, reply, started, pattern, method](http_server::response r) {
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    http_server::responder timed([&ctx, reply, arrived, started, pattern, method](http_server::response r) {
+      auto now = std::chrono::steady_clock::now();
+      double seconds = std::chrono::duration<double>(now - started).count();
       ctx.metrics.observe("changeflow_http_request_duration_seconds", "HTTP request latency by route and status",
                           {{"route", pattern}, {"method", method}, {"status", std::to_string(r.status)}}, seconds);
+      // Callback -> commit: a callback is answered only after its delivery record and transition
+      // committed, so arrival -> reply is the sender's view of "callback committed" (bench/).
+      if (pattern.rfind("/api/v1/callbacks/", 0) == 0)
+        ctx.metrics.observe("changeflow_callback_commit_seconds",
+                            "Callback request arrival to the reply sent after its commit, by route and status",
+                            {{"route", pattern}, {"status", std::to_string(r.status)}},
+                            std::chrono::duration<double>(now - arrived).count(), callback_commit_buckets());
       reply(std::move(r));
     });
 

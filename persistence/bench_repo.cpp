@@ -70,6 +70,29 @@ db_result<bench_latencies> bench_flow_latencies(session s, const std::string& ta
   });
 }
 
+db_result<std::map<std::string, std::int64_t>> bench_global_status(session s, const std::vector<std::string>& names) {
+  using V = std::map<std::string, std::int64_t>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    std::string in;
+    for (const auto& n : names) in += (in.empty() ? "'" : ",'") + n + "'";
+    stmt st(conn.createStatement());
+    rs_ptr rs(st->executeQuery("SHOW GLOBAL STATUS WHERE Variable_name IN (" + in + ")"));
+    V out;
+    while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+db_result<std::string> bench_variable(session s, const std::string& name) {
+  return guarded<std::string>(s, [&](sql::Connection& conn) -> db_result<std::string> {
+    stmt st(conn.createStatement());
+    rs_ptr rs(st->executeQuery("SELECT @@" + name));
+    std::string v;
+    if (rs->next() && !rs->isNull(1)) v = rs->getString(1);
+    return db_result<std::string>::success(std::move(v));
+  });
+}
+
 db_result<done> bench_reset_raw_table(session s) {
   return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     stmt st(conn.createStatement());

@@ -30,6 +30,12 @@ struct bench_latencies {
 /// Per-operation latencies of a run, in milliseconds, measured with the database's timestamps.
 db_result<bench_latencies> bench_flow_latencies(session s, const std::string& tag);
 
+/// SHOW GLOBAL STATUS values (whole server) of the named counters, e.g. Questions, Com_select,
+/// Innodb_os_log_fsyncs; a name the server does not know is absent from the map.
+db_result<std::map<std::string, std::int64_t>> bench_global_status(session s, const std::vector<std::string>& names);
+/// A server variable (SELECT @@name) as text; empty when NULL.
+db_result<std::string> bench_variable(session s, const std::string& name);
+
 /// raw shape: creates the scratch table when missing and empties it.
 db_result<done> bench_reset_raw_table(session s);
 /// raw shape: a row at step 1, version 1.

@@ -126,6 +126,7 @@ struct sim_pipeline {
   std::string ref;
   clock_type::time_point started;
   std::string outcome = "success";  // success | failed | hang
+  int running_reads = 0;            // reads left that answer "running" (sim_options::pipeline_running_reads)
 };
 
 // A file as a branch (or a commit) holds it: its content and the last commit that changed it
@@ -272,8 +273,16 @@ struct simulator::impl {
   fault_set faults;
   stats counters;
   clients::http_client sender;  // used only on the scheduler thread
+  struct send_lane {
+    scheduler tasks;
+    clients::http_client client;  // used only on this lane's thread
+  };
+  std::vector<std::unique_ptr<send_lane>> lanes;  // sim_options::callback_lanes
 
-  explicit impl(sim_options o) : opts(std::move(o)) { seed_projects(); }
+  explicit impl(sim_options o) : opts(std::move(o)) {
+    for (int i = 0; i < opts.callback_lanes; ++i) lanes.push_back(std::make_unique<send_lane>());
+    seed_projects();
+  }
 
   /// The configured projects exist from the start, each with its branches.
   void seed_projects() {
@@ -385,7 +394,7 @@ struct simulator::impl {
 
   // ---- lazy time
   std::string pipeline_status(const sim_pipeline& p, clock_type::time_point now) const {
-    if (p.outcome == "hang" || now < p.started + opts.pipeline_duration) return "running";
+    if (p.outcome == "hang" || p.running_reads > 0 || now < p.started + opts.pipeline_duration) return "running";
     return p.outcome;
   }
 
@@ -396,6 +405,7 @@ struct simulator::impl {
     p.sha = mr.sha;
     p.ref = mr.source;
     p.started = at;
+    p.running_reads = opts.pipeline_running_reads;
     if (faults.take("pipeline_fail", "pipeline", mr.subject()))
       p.outcome = "failed";
     else if (faults.take("pipeline_hang", "pipeline", mr.subject()))
@@ -442,6 +452,11 @@ struct simulator::impl {
     if (status == "running") return "checking";
     if (status != "success") return "ci_must_pass";
     return "mergeable";
+  }
+
+  /// A client read the pipeline's status: one of its "running" reads is used up.
+  static void seen_by_read(sim_pipeline& p) {
+    if (p.running_reads > 0) --p.running_reads;
   }
 
   json pipeline_json(const sim_pipeline& p, clock_type::time_point now) const {
@@ -753,8 +768,10 @@ struct simulator::impl {
         out.res = message(404, "404 Not found");
       else
         out.res = json_response(200, pipeline_json(it->second, now));
+      if (it != pipelines.end()) seen_by_read(it->second);
     } else if (endpoint == "get_mr") {
       out.res = json_response(200, mr_json(project_name, *mr, now));
+      if (!mr->pipelines.empty()) seen_by_read(pipelines.at(mr->pipelines.back()));
     } else if (endpoint == "update_mr") {
       auto state_event = body.value("state_event", req.query_param("state_event").value_or(""));
       // A merge that lands just before the close (another merger, or a merge whose answer was lost):
@@ -792,6 +809,7 @@ struct simulator::impl {
         list.push_back(pipeline_json(pipelines.at(*it), now));
       }
       out.res = json_response(200, list);
+      for (auto id : mr->pipelines) seen_by_read(pipelines.at(id));
     }
     maybe_lose(out.res, endpoint, subject);
     return out;
@@ -1281,14 +1299,14 @@ struct simulator::impl {
       step += ms(20);  // keeps the intended arrival order on the single scheduler thread
     }
     // The same delivery (same callbackId) several times: one after the other, or all at once.
-    int copies = mode == "duplicate" ? f->copies : 1;
+    int copies = mode == "duplicate" ? f->copies : opts.callback_copies;
     if (mode == "duplicate" && f->concurrent) {
       deliver_concurrently(a.callback_url, real, signature(real), "approval", delay + step, copies, ms(f->gap_ms));
       return;
     }
     for (int k = 0; k < copies; ++k) {
       deliver(a.callback_url, real, signature(real), "approval", delay + step, 1);
-      step += ms(20);
+      step += mode == "duplicate" ? ms(20) : opts.callback_copy_gap;
     }
   }
 
@@ -1329,10 +1347,11 @@ struct simulator::impl {
                            ms(f->gap_ms));
       return;
     }
-    int copies = mode == "duplicate" ? f->copies : 1;
+    int copies = mode == "duplicate" ? f->copies : opts.callback_copies;
+    auto gap = mode == "duplicate" ? ms(20) : opts.callback_copy_gap;
     for (int k = 0; k < copies; ++k) {
       // Same deliveryId each time: a redelivery, not a new deploy.
-      deliver(opts.deploy_callback_url, body.dump(), headers, "deploy", opts.pipeline_duration + ms(20 * k), 1);
+      deliver(opts.deploy_callback_url, body.dump(), headers, "deploy", opts.pipeline_duration + gap * k, 1);
     }
   }
 
@@ -1374,17 +1393,20 @@ struct simulator::impl {
 
   void deliver(std::string url, std::string body, headers_type headers, std::string kind, ms delay, int attempt) {
     auto gen = generation;
-    tasks.after(delay, [this, gen, url = std::move(url), body = std::move(body), headers = std::move(headers),
-                        kind = std::move(kind), attempt]() mutable {
-      {
-        std::lock_guard lock(mutex);
-        if (gen != generation) return;
-      }
-      bool ok = send_once(sender, url, body, headers);
-      std::lock_guard lock(mutex);
-      if (gen != generation) return;
-      after_attempt(ok, url, body, headers, kind, attempt);
-    });
+    // With lanes, the copies and retries of one delivery (same body) go to the same lane, in order.
+    send_lane* lane = lanes.empty() ? nullptr : lanes[std::hash<std::string>{}(body) % lanes.size()].get();
+    (lane ? lane->tasks : tasks)
+        .after(delay, [this, gen, lane, url = std::move(url), body = std::move(body), headers = std::move(headers),
+                       kind = std::move(kind), attempt]() mutable {
+          {
+            std::lock_guard lock(mutex);
+            if (gen != generation) return;
+          }
+          bool ok = send_once(lane ? lane->client : sender, url, body, headers);
+          std::lock_guard lock(mutex);
+          if (gen != generation) return;
+          after_attempt(ok, url, body, headers, kind, attempt);
+        });
   }
 
   /// `copies` first attempts of one delivery, each from its own thread with its own connection, all
@@ -1575,6 +1597,7 @@ void simulator::start() {
 void simulator::stop() {
   if (!impl_) return;
   impl_->tasks.stop();
+  for (auto& lane : impl_->lanes) lane->tasks.stop();
   if (impl_->server) {
     impl_->server->stop();
     // Destroying the server closes its listening socket for sure (server::stop may leave the

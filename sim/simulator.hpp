@@ -31,6 +31,16 @@ struct sim_options {
   std::chrono::milliseconds rebase_duration{100};
   std::chrono::milliseconds callback_timeout{2000};  // per delivery attempt
   int callback_attempts = 4;                         // deliveries per callback before giving up
+  /// Every approval and deploy callback sent `callback_copies` times with the same id (a sender's
+  /// redelivery), copy k `callback_copy_gap` * k after the first. Fault rules override it.
+  int callback_copies = 1;
+  std::chrono::milliseconds callback_copy_gap{0};
+  /// Threads that send callbacks (each with its own connections; the copies of one delivery share
+  /// one, in order). 0: the scheduler thread sends them itself, one at a time.
+  int callback_lanes = 0;
+  /// Reads of a new pipeline (GET MR, GET pipeline, MR pipelines) that still answer "running" even
+  /// when its duration has passed: a pipeline seen running before it succeeds, at any speed.
+  int pipeline_running_reads = 0;
   std::map<std::string, std::int64_t> tokens = {
       {"author-token", 1}, {"approver-1-token", 101}, {"approver-2-token", 102}};
   /// The GitLab projects and their branches. Empty: any project path exists, created with a `main`

@@ -59,10 +59,13 @@ class SimulatorTest : public ::testing::Test {
     o.deploy_callback_url = receiver.url("/api/v1/callbacks/deploy");
     o.approval_secret = "approval-secret";
     o.deploy_secret = "deploy-secret";
+    configure(o);
     simulator = std::make_unique<sim::simulator>(o);
     simulator->start();
   }
   void TearDown() override { simulator->stop(); }
+  /// Options of a derived fixture, on top of the ones above.
+  virtual void configure(sim::sim_options&) {}
 
   changeflow::testing::http_result call(const std::string& method, const std::string& target,
                                         const json& body = nullptr, const std::string& token = "author-token") {
@@ -90,12 +93,67 @@ class SimulatorTest : public ::testing::Test {
   bool mergeable(int iid) { return get_mr(iid)["detailed_merge_status"] == "mergeable"; }
   void add_fault(const json& f) { ASSERT_EQ(call("POST", "/_sim/faults", f, "").status, 200); }
   json stats() { return json::parse(call("GET", "/_sim/stats", nullptr, "").body); }
+  /// Waits until the sim has counted these approval and deploy deliveries (a sender counts one once it
+  /// has read the answer, which may be after the receiver saw it); `seen` gets the last counters.
+  bool wait_sent(int approvals, int deploys, json& seen) {
+    return wait_until(
+        [&] {
+          seen = stats()["callbacks"];
+          return seen.value("approval_sent", 0) == approvals && seen.value("deploy_sent", 0) == deploys;
+        },
+        5s);
+  }
 
   callback_receiver receiver;
   std::unique_ptr<sim::simulator> simulator;
 };
 
+// The standard workload's sim (bench/run): every callback twice, sent from lanes, and a pipeline
+// that reads "running" once whatever its duration.
+class StandardWorkloadSimTest : public SimulatorTest {
+ protected:
+  void configure(sim::sim_options& o) override {
+    o.callback_delay = 0ms;
+    o.pipeline_duration = 0ms;
+    o.callback_copies = 2;
+    o.callback_copy_gap = 5ms;
+    o.callback_lanes = 2;
+    o.pipeline_running_reads = 1;
+  }
+};
+
 }  // namespace
+
+TEST_F(StandardWorkloadSimTest, CallbacksComeTwiceWithOneIdAndThePipelineReadsRunningOnce) {
+  ASSERT_EQ(
+      call("POST", "/api/approvals",
+           {{"requestId", "op-std"}, {"title", "T"}, {"callbackUrl", receiver.url("/api/v1/callbacks/approval")}}, "")
+          .status,
+      201);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 2; }, 5s));
+  auto approvals = receiver.received();
+  EXPECT_EQ(json::parse(approvals[0].body)["callbackId"], json::parse(approvals[1].body)["callbackId"]);
+
+  auto mr = open_mr("change/std", "Standard", "changeflow-operation: 22222222-2222-4222-8222-222222222222\n");
+  int iid = mr["iid"];
+  // Zero pipeline duration, yet the first read sees it running and the second its outcome.
+  EXPECT_EQ(get_mr(iid)["head_pipeline"]["status"], "running");
+  auto second = get_mr(iid);
+  EXPECT_EQ(second["head_pipeline"]["status"], "success");
+  EXPECT_EQ(second["detailed_merge_status"], "mergeable");
+
+  ASSERT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", mr["sha"]}}).status, 200);
+  ASSERT_TRUE(wait_until([&] { return receiver.count() == 4; }, 5s));
+  std::vector<std::string> deliveries;
+  for (const auto& r : receiver.received()) {
+    if (r.path == "/api/v1/callbacks/deploy")
+      deliveries.push_back(json::parse(r.body)["deliveryId"].get<std::string>());
+  }
+  ASSERT_EQ(deliveries.size(), 2u);
+  EXPECT_EQ(deliveries[0], deliveries[1]);
+  json sent;
+  EXPECT_TRUE(wait_sent(2, 2, sent)) << sent.dump();
+}
 
 TEST_F(SimulatorTest, MergeRequestGoesFromCheckingToMergeableToMerged) {
   auto mr = open_mr("change/one", "Change one", "changeflow-operation: 11111111-1111-4111-8111-111111111111\n");
@@ -332,17 +390,10 @@ TEST_F(SimulatorTest, ConcurrentDuplicatesSendTheSameDeliveryFromSeveralThreads)
     if (r.path == "/api/v1/callbacks/deploy") deliveries.insert(json::parse(r.body)["deliveryId"].get<std::string>());
   }
   EXPECT_EQ(deliveries.size(), 1u);
-  // Senders count a delivery once they have read its answer, which may be after the receiver saw it.
-  json s;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        s = stats();
-        return s["callbacks"].value("approval_sent", 0) == 4 && s["callbacks"].value("deploy_sent", 0) == 3;
-      },
-      5s))
-      << s["callbacks"].dump();
-  EXPECT_EQ(s["callbacks"]["approval_concurrent_bursts"], 1);
-  EXPECT_EQ(s["callbacks"]["deploy_concurrent_bursts"], 1);
+  json sent;
+  EXPECT_TRUE(wait_sent(4, 3, sent)) << sent.dump();
+  EXPECT_EQ(sent["approval_concurrent_bursts"], 1);
+  EXPECT_EQ(sent["deploy_concurrent_bursts"], 1);
 }
 
 TEST_F(SimulatorTest, WithdrawSendsWithdrawnCallback) {

@@ -16,7 +16,10 @@ void usage() {
   std::cerr << "usage: changeflow-sim [--port N] [--port-file F] [--seed S] [--approval-secret X]\n"
                "         [--deploy-secret Y] [--deploy-callback-url URL] [--callback-delay-ms D]\n"
                "         [--callback-attempts N]  deliveries per callback (backoff 100 ms doubling, capped at 2 s)\n"
+               "         [--callback-copies N --callback-copy-gap-ms G]  every callback N times, same id, G ms apart\n"
+               "         [--callback-lanes L]  threads sending callbacks (0: the scheduler thread)\n"
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
+               "         [--pipeline-running-reads K]  a new pipeline reads \"running\" K times before its outcome\n"
                "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n"
                "         [--projects config/changes=main;team/payments=main,release]  the GitLab projects and\n"
                "           their branches (default: any project path, with a main branch)\n"
@@ -50,6 +53,14 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
         o.callback_delay = std::chrono::milliseconds(std::stoll(value));
       else if (arg == "--callback-attempts")
         o.callback_attempts = std::max(1, std::stoi(value));
+      else if (arg == "--callback-copies")
+        o.callback_copies = std::max(1, std::stoi(value));
+      else if (arg == "--callback-copy-gap-ms")
+        o.callback_copy_gap = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--callback-lanes")
+        o.callback_lanes = std::max(0, std::stoi(value));
+      else if (arg == "--pipeline-running-reads")
+        o.pipeline_running_reads = std::max(0, std::stoi(value));
       else if (arg == "--pipeline-duration-ms")
         o.pipeline_duration = std::chrono::milliseconds(std::stoll(value));
       else if (arg == "--rebase-duration-ms")
