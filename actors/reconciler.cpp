@@ -20,10 +20,12 @@ std::string_view to_string(validation_path p) {
 }
 
 persistence::db_result<bool> validate_and_count(persistence::session db, const std::string& operation_id,
-                                                validation_path via, metrics::registry& metrics) {
-  auto r = persistence::mark_validated(db, operation_id, std::string(to_string(via)));
+                                                validation_path via, metrics::registry& metrics,
+                                                const persistence::ledger_settlement* settle, bool* settled) {
+  auto r = persistence::mark_validated(db, operation_id, std::string(to_string(via)), settle);
   if (!r.ok()) return persistence::db_result<bool>::failure(r.error);
   if (!r.value) return persistence::db_result<bool>::success(false);
+  if (settled) *settled = r.value->settled;
   // The flip is committed and this call made it: count here and nowhere else.
   metrics.inc("changeflow_validated_total", "Operations validated (MERGED -> VALIDATED), by path",
               {{"via", std::string(to_string(via))}});

@@ -43,9 +43,13 @@ enum class validation_path { callback, reconciliation };
 std::string_view to_string(validation_path p);
 
 /// mark_validated, then `changeflow_validated_total{via}` +1 only when THIS call flipped the
-/// binding (the flip is committed when mark_validated returns). Value: whether it flipped.
+/// binding (the flip is committed when mark_validated returns). Value: whether it flipped. With
+/// `settle`, a flip also classifies that delivery's ledger row in the same transaction, and
+/// `*settled` says whether it did.
 persistence::db_result<bool> validate_and_count(persistence::session db, const std::string& operation_id,
-                                                validation_path via, metrics::registry& metrics);
+                                                validation_path via, metrics::registry& metrics,
+                                                const persistence::ledger_settlement* settle = nullptr,
+                                                bool* settled = nullptr);
 
 /// A merged operation whose deploy failed: MERGED -> DEPLOY_FAILED, guarded by the version in `row`
 /// (a concurrent writer wins and this call does nothing). Value: whether this call moved it.

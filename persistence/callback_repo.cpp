@@ -62,6 +62,16 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
                                                     const std::string& payload_json) {
   using R = db_result<approval_applied>;
   return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
+    // A copy of a delivery already recorded for this operation is answered by one read, without a
+    // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
+    // transaction below, waits on the ledger's unique key and is answered there.
+    auto seen = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
+    seen->setString(1, delivery_id);
+    rs_ptr srs(seen->executeQuery());
+    if (srs->next() && detail::str(*srs, "kind") == to_string(callback_kind::approval) &&
+        detail::opt_string(*srs, "operation_id").value_or("") == operation_id) {
+      return R::success({callback_outcome::DUPLICATE, {}, {}});
+    }
     detail::transaction tx(conn);
     auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
     if (!detail::insert_unless_duplicate(*ins)) {
@@ -177,27 +187,32 @@ db_result<done> set_ledger_outcome(session s, const std::string& ledger_key, std
   return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     std::optional<detail::transaction> tx;
     if (!operation_ids.empty()) tx.emplace(conn);
-    // First classification wins: a redelivery that applied a PENDING delivery again does not
-    // overwrite the outcome its first application recorded.
-    auto st = prepare(conn,
-                      "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
-                      "AND outcome = 'PENDING'");
-    st->setString(1, std::string(outcome));
-    st->setString(2, ledger_key);
-    const bool first = st->executeUpdate() == 1;
-    if (first && tx) {
-      auto link = prepare(conn,
-                          "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, ? FROM "
-                          "callback_ledger WHERE delivery_id = ?");
-      for (const auto& id : operation_ids) {
-        link->setString(1, id);
-        link->setString(2, ledger_key);
-        link->executeUpdate();
-      }
-    }
+    detail::settle_ledger(conn, ledger_key, outcome, operation_ids);
     if (tx) tx->commit();
     return db_result<done>::success({});
   });
+}
+
+bool detail::settle_ledger(sql::Connection& conn, const std::string& ledger_key, std::string_view outcome,
+                           const std::vector<std::string>& operation_ids) {
+  // First classification wins: a redelivery that applied a PENDING delivery again does not
+  // overwrite the outcome its first application recorded.
+  auto st = prepare(conn,
+                    "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ? "
+                    "AND outcome = 'PENDING'");
+  st->setString(1, std::string(outcome));
+  st->setString(2, ledger_key);
+  const bool first = st->executeUpdate() == 1;
+  if (!first) return false;
+  auto link = prepare(conn,
+                      "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, ? FROM "
+                      "callback_ledger WHERE delivery_id = ?");
+  for (const auto& id : operation_ids) {
+    link->setString(1, id);
+    link->setString(2, ledger_key);
+    link->executeUpdate();
+  }
+  return true;
 }
 
 db_result<done> set_gitlab_outcome(session s, const std::string& delivery_id, std::string_view outcome,

@@ -1,6 +1,7 @@
 #include "persistence/operation_repo.hpp"
 
 #include "persistence/batch_sql.hpp"
+#include "persistence/callback_sql.hpp"
 #include "persistence/operation_sql.hpp"
 
 #include <functional>
@@ -393,7 +394,7 @@ db_result<std::int64_t> transition(session s, const transition_request& req) {
 }
 
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,
-                                                        const std::string& via) {
+                                                        const std::string& via, const ledger_settlement* settle) {
   using V = std::optional<validated_flip>;
   using R = db_result<V>;
   return guarded<V>(s, [&](sql::Connection& conn) -> R {
@@ -435,14 +436,18 @@ db_result<std::optional<validated_flip>> mark_validated(session s, const std::st
     uo->setInt64(5, version);
     if (uo->executeUpdate() != 1) return R::failure(db_outcome::preempted, "operation moved while locked");
     const std::int64_t new_version = version + 1;
-    if (flip) {
+    if (flip && !repair) {
+      // The phase did not change (the step was CALLED_BACK already), so the trigger left the
+      // binding at MERGED; when the phase changed, the trigger moved it.
       auto ub = prepare(conn, "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
       ub->setString(1, operation_id);
       ub->executeUpdate();
     }
+    const bool settled =
+        flip && settle && detail::settle_ledger(conn, settle->ledger_key, settle->outcome, settle->operation_ids);
     tx.commit();
     if (!flip) return R::success(std::nullopt);
-    return R::success(validated_flip{operation_id, subject, new_version});
+    return R::success(validated_flip{operation_id, subject, new_version, settled});
   });
 }
 

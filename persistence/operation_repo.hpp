@@ -151,13 +151,25 @@ struct validated_flip {
   std::string operation_id;
   std::string subject_id;
   std::int64_t new_version = 0;
+  bool settled = false;  // the delivery's ledger row was classified in the same transaction
+};
+
+/// A delivery to classify in the same transaction as the flip it caused (the ledger row's outcome
+/// and the operations it was routed to), so a deploy callback that validates its one change costs
+/// one commit, not two.
+struct ledger_settlement {
+  std::string ledger_key;
+  std::string outcome;
+  std::vector<std::string> operation_ids;
 };
 /// Locks operation then binding; no-op unless the binding is MERGED or VALIDATED;
 /// repairs a lagging step to CALLED_BACK; flips MERGED -> VALIDATED with a guarded update. The
 /// value is set ONLY when this call flipped the binding, so of two racing callers exactly one sees
-/// it. `via` names the path for the timeline ("callback" | "reconciliation").
+/// it. `via` names the path for the timeline ("callback" | "reconciliation"). With `settle`, a flip
+/// also classifies that ledger row in the same transaction (`settled`); without a flip it is left.
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,
-                                                        const std::string& via);
+                                                        const std::string& via,
+                                                        const ledger_settlement* settle = nullptr);
 
 struct merged_candidate {
   std::string operation_id;

@@ -512,6 +512,51 @@ TEST(OperationRepo, MarkValidatedFlipsExactlyOnceUnderRace) {
   EXPECT_FALSE(mark_validated(*c, ids[0], "callback").value);
 }
 
+// The step already says CALLED_BACK but the binding lags at MERGED (a write without an event moved
+// only the operation): the flip repairs the binding with its own write, since the trigger moves the
+// binding only when the operation's phase changes.
+TEST(OperationRepo, MarkValidatedRepairsABindingLeftAtMerged) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "lena", "t");
+  walk(*c, id, test::to_merged, 9);
+  db.exec("UPDATE operation SET step = 10301, phase = 'VALIDATED' WHERE operation_id = '" + id + "'");
+  ASSERT_EQ(db.scalar("SELECT phase FROM binding WHERE operation_id = '" + id + "'"), "MERGED");
+  auto r = mark_validated(*c, id, "reconciliation");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value);
+  EXPECT_EQ(db.scalar("SELECT phase FROM binding WHERE operation_id = '" + id + "'"), "VALIDATED");
+  EXPECT_FALSE(mark_validated(*c, id, "callback").value);
+}
+
+// A deploy delivery that validates its one change is classified in the flip's own transaction; a
+// call that flips nothing leaves the ledger row PENDING for its caller to classify.
+TEST(OperationRepo, MarkValidatedSettlesTheDeliveryWithTheFlip) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "mona", "t");
+  walk(*c, id, test::to_merged, 11);
+  for (const char* key : {"deploy:settle-1", "deploy:settle-2"}) {
+    db.exec(std::string("INSERT INTO callback_ledger (delivery_id, kind, outcome, received_at) VALUES ('") + key +
+            "', 'deploy', 'PENDING', NOW(3))");
+  }
+  const ledger_settlement first{"deploy:settle-1", "APPLIED", {id}};
+  auto r = mark_validated(*c, id, "callback", &first);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r.value);
+  EXPECT_TRUE(r.value->settled);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:settle-1'"), "APPLIED");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_operation o JOIN callback_ledger l ON l.id = o.ledger_id "
+                      "WHERE l.delivery_id = 'deploy:settle-1' AND o.operation_id = '" +
+                      id + "'"),
+            "1");
+  const ledger_settlement second{"deploy:settle-2", "APPLIED", {id}};
+  auto again = mark_validated(*c, id, "callback", &second);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again.value);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:settle-2'"), "PENDING");
+}
+
 TEST(OperationRepo, MarkValidatedIgnoresOperationsNotMerged) {
   test_database db;
   auto c = db.connect();

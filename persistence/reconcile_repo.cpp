@@ -64,6 +64,17 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
                                                  const std::string& payload_json) {
   using R = db_result<record_outcome>;
   return guarded<record_outcome>(s, [&](sql::Connection& conn) -> R {
+    // Was the first delivery ever applied? The ledger row and the deploy_callback row commit
+    // together, so a recorded copy is answered by this one read, without a transaction; a copy
+    // racing the first one's uncommitted rows is answered by the INSERT below instead.
+    auto pending = prepare(conn, "SELECT outcome = 'PENDING' FROM callback_ledger WHERE delivery_id = ?");
+    pending->setString(1, deploy_ledger_key(cb.delivery_id));
+    auto recorded_as = [&]() -> std::optional<record_outcome> {
+      rs_ptr rs(pending->executeQuery());
+      if (!rs->next()) return std::nullopt;
+      return rs->getBoolean(1) ? record_outcome::duplicate_unapplied : record_outcome::duplicate;
+    };
+    if (auto known = recorded_as()) return R::success(*known);
     detail::transaction tx(conn);
     auto st = prepare(conn,
                       "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
@@ -75,13 +86,9 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
     st->setString(5, cb.status);
     detail::set_opt_string(*st, 6, cb.operation_ids_json);
     if (!detail::insert_unless_duplicate(*st)) {
-      // Rolled back: nothing written. Was the first delivery ever applied?
+      // Rolled back: nothing written; the first copy committed meanwhile.
       tx.rollback();
-      auto pending = prepare(conn, "SELECT outcome = 'PENDING' FROM callback_ledger WHERE delivery_id = ?");
-      pending->setString(1, deploy_ledger_key(cb.delivery_id));
-      rs_ptr rs(pending->executeQuery());
-      bool unapplied = rs->next() && rs->getBoolean(1);
-      return R::success(unapplied ? record_outcome::duplicate_unapplied : record_outcome::duplicate);
+      return R::success(recorded_as().value_or(record_outcome::duplicate));
     }
 
     // Both rows or neither: the deploy_callback key already proved the delivery is new, so a ledger

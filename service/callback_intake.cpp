@@ -65,8 +65,15 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
   out.operation_ids = candidates;
   if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
   std::vector<std::string> not_flipped;
+  // One matched change (the common case): its flip and the ledger's APPLIED commit together.
+  std::optional<persistence::ledger_settlement> settle;
+  if (candidates.size() == 1) {
+    settle = persistence::ledger_settlement{persistence::deploy_ledger_key(cb.delivery_id),
+                                            std::string(persistence::to_string(deploy_outcome::APPLIED)), candidates};
+  }
   for (const auto& id : candidates) {
-    auto r = actors::validate_and_count(db, id, actors::validation_path::callback, metrics);
+    auto r = actors::validate_and_count(db, id, actors::validation_path::callback, metrics, settle ? &*settle : nullptr,
+                                        &out.settled);
     if (!r.ok() && r.outcome != persistence::db_outcome::not_found) return R::failure(r.error);
     if (r.ok() && r.value) {
       ++out.validated;
@@ -163,7 +170,8 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
   }
   auto outcome = std::string(persistence::to_string(out.outcome));
   // The ledger row names the operations it was matched to, so each change lists its deploy results.
-  auto set = persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome, out.operation_ids);
+  auto set = out.settled ? persistence::db_result<persistence::done>::success({})
+                         : persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome, out.operation_ids);
   if (!set.ok()) {
     log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
   }

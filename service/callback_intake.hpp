@@ -93,6 +93,7 @@ struct deploy_intake {
   int validated = 0;
   int failed = 0;                          // moved to DEPLOY_FAILED by this delivery
   std::vector<std::string> operation_ids;  // the operations it was matched to (named, or by MR number)
+  bool settled = false;                    // the ledger outcome was recorded with the validation
   persistence::db_error error;
 };
 
