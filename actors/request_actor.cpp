@@ -278,6 +278,8 @@ void process(self_ptr self, const workflow::event& e) {
     arm_timer(self, 5000);
     return;
   }
+  // A reply either hands its MR read on to the next step or drops the one kept.
+  if (std::holds_alternative<workflow::reply>(e)) st.op.last_read = d.keep_read.value_or(messages::mr_read{});
   if (!d.note.empty()) st.last_note = d.note;
   if (d.refused) {
     log::debug("request.event_refused",
@@ -488,6 +490,8 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     return;
   }
   bool moved = *s != st.op.current;
+  // Someone else wrote the row: the step it names reads the MR itself.
+  st.op.last_read = {};
   st.op.current = *s;
   st.op.version = r.version;
   if (r.mr_iid) st.op.mr_iid = r.mr_iid;
@@ -590,6 +594,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       },
       [self](const messages::gitlab_event& e) {
         auto& s = self->state;
+        if (workflow::outdates(s.op.last_read, e)) s.op.last_read = {};
         if (!workflow::ends_wait(s.op.current, s.op.mr_sha, e)) return;
         s.svc->metrics->inc("changeflow_webhook_wakes_total", "Waits a GitLab webhook ended before their poll");
         if (s.busy || s.pending_write || s.reload_pending) {

@@ -39,6 +39,7 @@ class in_process : public actors::testing::in_process_actors {
     svc_.run_external = [this](clients::external_context&, const config::snapshot&, const messages::call_request& req,
                                const effects::call_context&) {
       calls_.push_back(req.kind);
+      reads_.push_back(req.last_read);
       if (answers_.empty()) {
         ADD_FAILURE() << "no scripted answer for " << messages::to_string(req.kind);
         call_reply r;
@@ -78,6 +79,7 @@ class in_process : public actors::testing::in_process_actors {
 
   std::deque<call_reply> answers_;
   std::vector<call_kind> calls_;
+  std::vector<messages::mr_read> reads_;  // the MR read each call was given
   std::string id_;
 };
 
@@ -213,6 +215,72 @@ TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
   EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline,
                                             call_kind::read_pipeline, call_kind::approve_bots, call_kind::try_merge}));
   EXPECT_FALSE(actor_alive()) << "a merged operation waits for the deploy callback without an actor";
+}
+
+// The read that ended the pipeline wait is handed to the approvals, and the approvals' read to the
+// first merge attempt: the actor keeps it in memory between the replies and the calls, across the
+// transitions written in between. A re-read of the row, and a new actor, start without one.
+TEST_F(in_process, TheReadThatFoundThePipelinePassedIsHandedToTheApprovalsAndTheMerge) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  spawn();
+  auto passed = pipeline("success");
+  passed.read_at_ms = 777;
+  passed.base_sha = "base";
+  passed.target_branch = "main";
+  answer(passed);
+  auto approved = ok(call_kind::approve_bots);
+  approved.mr_state = "opened";
+  approved.sha = "abc";
+  approved.read_at_ms = 777;  // the approvals went on the read they were given
+  approved.target_branch = "release";
+  answer(approved);
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  ASSERT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::try_merge}));
+  EXPECT_FALSE(reads_[0].known()) << "the pipeline poll reads for itself";
+  EXPECT_EQ(reads_[1].read_at_ms, 777);
+  EXPECT_EQ(reads_[1].sha, "abc");
+  EXPECT_EQ(reads_[1].pipeline_status, "success");
+  EXPECT_EQ(reads_[1].base_sha, "base");
+  EXPECT_EQ(reads_[2].read_at_ms, 777);
+  EXPECT_EQ(reads_[2].target_branch, "release") << "the merge gets the read the approvals answered with";
+}
+
+TEST_F(in_process, ARereadOfTheRowDropsTheKeptRead) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  spawn();
+  run_messages();
+  auto passed = pipeline("success");
+  passed.read_at_ms = 777;
+  answer(passed);
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "CREATE_SUCCEEDED waits to be written";
+  // Meanwhile another writer moves the row on: the actor's write misses, it re-reads the row and
+  // goes on from what it says.
+  walk(setup_db_, id_, {S::CREATE_SUCCEEDED});
+  answer(ok(call_kind::approve_bots));
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  ASSERT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::try_merge}));
+  EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 1.0);
+  EXPECT_FALSE(reads_[1].known()) << "after a re-read of the row the approvals read the MR themselves";
+  EXPECT_FALSE(reads_[2].known());
+}
+
+TEST_F(in_process, AnActorSpawnedFromItsRowHasNoReadToHandOn) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED}, 42);
+  spawn();
+  answer(ok(call_kind::approve_bots));
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  ASSERT_EQ(calls_, (std::vector<call_kind>{call_kind::approve_bots, call_kind::try_merge}));
+  EXPECT_FALSE(reads_[0].known());
+  EXPECT_FALSE(reads_[1].known());
 }
 
 // A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is

@@ -98,6 +98,9 @@ result<approval_outcome> approve_as_reviewer(gitlab_client& gitlab, check_items_
     last = r.error();
     log::warn("gitlab.approve_failed",
               {{"mr_iid", iid}, {"user_id", bot.user_id}, {"attempt", attempt}, {"error", describe(r.error())}});
+    // The head moved past `sha`: every retry with it is refused the same way; the caller reads the
+    // MR for its head instead.
+    if (head_moved(r.error())) return *last;
     if (attempt > policy.max_retries) break;
     auto delay = policy.backoff_base * (1LL << std::min(attempt - 1, 20));
     if (sleep) {

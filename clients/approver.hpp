@@ -79,6 +79,7 @@ using sleep_function = std::function<void(std::chrono::milliseconds)>;
 /// never re-submits another account's approval. Reads the approver list before every attempt
 /// (fail-open: an unreadable list counts as "not yet approved"), retries with exponential backoff,
 /// and reads once more after the last failure to settle the "401 = already approved?" ambiguity.
+/// A 409 (`sha` is no longer the head, see head_moved) is returned at once: retrying it cannot help.
 ///
 /// Decision: this runs entirely on a thread of the blocking external pool, so the backoff sleeps
 /// there (via `sleep`) and never on an actor thread. The pool is sized for it (external.pool_size).

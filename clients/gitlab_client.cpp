@@ -89,6 +89,10 @@ merge_refusal classify_merge_error(const call_error& e) {
   }
 }
 
+bool head_moved(const call_error& e) {
+  return e.what == call_error::kind::http_status && e.status == 409;
+}
+
 merge_request parse_merge_request(const std::string& body) {
   return mr_from(json::parse(body));
 }

@@ -102,6 +102,10 @@ enum class merge_refusal {
 };
 merge_refusal classify_merge_error(const call_error& e);
 
+/// An approve or a merge answered 409: the `sha` it carried is no longer the MR's head. The same
+/// call with the same sha is refused again; the MR has to be read for its head.
+bool head_moved(const call_error& e);
+
 class gitlab_client {
  public:
   gitlab_client(http_client& http, circuit_breaker& breaker, const call_settings& settings, url_parts api_base,

@@ -203,6 +203,10 @@ std::vector<key_spec> make_keys() {
        "section is refused at load (a reload keeps the last good snapshot)."},
       {"gitlab.use_check_items", at<&S::gitlab, &gitlab_settings::use_check_items>(), false, H,
        "Approve with check_items (the extended approver); missing -> plain approve."},
+      {"gitlab.mr_read_reuse_ms", at<&S::gitlab, &gitlab_settings::mr_read_reuse_ms>(), 5000, H,
+       "How old the MR read that ended the pipeline wait may be for the bot approvals and the first merge "
+       "attempt to act on it instead of reading the MR again (approve and merge carry its sha; a moved "
+       "head is refused by GitLab and read again); 0 -> always read; negative -> 0."},
       {"approval.base_url", at<&S::approval, &approval_settings::base_url>(), "http://127.0.0.1:9090", R,
        "Approval system base URL."},
       {"approval.callback_url", at<&S::approval, &approval_settings::callback_url>(),

@@ -112,6 +112,7 @@ struct gitlab_settings {
   std::vector<std::string> approver_tokens;
   std::vector<std::string> approver_user_ids;
   bool use_check_items = false;
+  std::int64_t mr_read_reuse_ms = 0;  // >= 0; 0 = every approve and merge step reads the MR
 
   bool operator==(const gitlab_settings&) const = default;
 };

@@ -106,6 +106,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
             {"db", {{"callback_reserve", -3}, {"read_pool_size", 0}}},
             {"faults", {{"hold_after_deploy_record_ms", 999999}, {"hold_after_idempotency_begin_ms", -5}}},
             {"approval", {{"max_retries", -1}}},
+            {"gitlab", {{"mr_read_reuse_ms", -7}}},
             {"auth", {{"permission_timeout_ms", 0}}},
             {"idempotency", {{"ttl_seconds", -1}, {"cleanup_batch", 0}}}});
   ASSERT_TRUE(snap);
@@ -130,6 +131,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
   EXPECT_EQ(snap->faults().hold_after_deploy_record_ms, 60000);
   EXPECT_EQ(snap->faults().hold_after_idempotency_begin_ms, 0);
   EXPECT_EQ(snap->approval().max_retries, 0);
+  EXPECT_EQ(snap->gitlab().mr_read_reuse_ms, 0) << "negative -> 0 (no reuse)";
   EXPECT_EQ(snap->auth().permission_timeout_ms, 2000);
   EXPECT_EQ(snap->idempotency().ttl_seconds, 86400);
   EXPECT_EQ(snap->idempotency().cleanup_batch, 500);

@@ -1,9 +1,12 @@
 #include "effects/external_calls.hpp"
 
+#include "base/log.hpp"
 #include "clients/approver.hpp"
 #include "effects/file_actions.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <chrono>
 
 namespace changeflow::effects {
 
@@ -47,6 +50,58 @@ void fill_mr(call_reply& r, const clients::merge_request& mr) {
     r.pipeline_status = mr.head_pipeline->status;
     r.pipeline_sha = mr.head_pipeline->sha;
   }
+  r.detailed_merge_status = mr.detailed_merge_status;
+  r.has_conflicts = mr.has_conflicts;
+  r.base_sha = mr.base_sha;
+  r.target_branch = mr.target_branch;
+}
+
+/// A reply carrying the MR as read at `read_at_ms` (this process's steady clock).
+call_reply reply_with(call_kind k, const clients::merge_request& mr, std::int64_t read_at_ms) {
+  call_reply r;
+  r.kind = k;
+  fill_mr(r, mr);
+  r.read_at_ms = read_at_ms;
+  return r;
+}
+
+/// This process's steady clock: what an MR read is stamped with and its age measured on (the read
+/// never leaves the process, so neither the wall clock nor the database's matters).
+std::int64_t steady_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// GET the MR, the reply's read stamped with the time just before the request went out.
+clients::result<clients::merge_request> read_stamped(clients::repository_access& repo, std::int64_t iid,
+                                                     bool include_rebase_in_progress, std::int64_t& read_at_ms) {
+  read_at_ms = steady_now_ms();
+  return repo.gitlab.get_mr(repo.author_token, iid, include_rebase_in_progress);
+}
+
+/// The read the step was given, when it may act on it instead of reading the MR again: known and
+/// at most gitlab.mr_read_reuse_ms old (0 disables the reuse).
+const messages::mr_read* reusable(const messages::mr_read& known, const config::snapshot& snap) {
+  const auto limit = snap.gitlab().mr_read_reuse_ms;
+  if (limit <= 0 || !known.known()) return nullptr;
+  const auto age = steady_now_ms() - known.read_at_ms;
+  return age >= 0 && age <= limit ? &known : nullptr;
+}
+
+/// The MR as the read said it was (the fields a read carries; the rest stays empty).
+clients::merge_request as_merge_request(const messages::mr_read& known, std::int64_t iid) {
+  clients::merge_request mr;
+  mr.iid = iid;
+  mr.state = known.state;
+  mr.sha = known.sha;
+  mr.detailed_merge_status = known.detailed_merge_status;
+  mr.has_conflicts = known.has_conflicts;
+  mr.base_sha = known.base_sha;
+  mr.target_branch = known.target_branch;
+  if (!known.pipeline_status.empty() || !known.pipeline_sha.empty()) {
+    mr.head_pipeline = clients::gitlab_pipeline{0, known.pipeline_sha, known.pipeline_status};
+  }
+  return mr;
 }
 
 call_reply submit_approval(clients::external_context& ctx, const config::snapshot& snap, const call_context& op) {
@@ -96,21 +151,39 @@ call_reply create_mr(clients::repository_access& repo, const call_context& op) {
 }
 
 call_reply read_mr(clients::repository_access& repo, call_kind kind, std::int64_t iid) {
-  auto mr = repo.gitlab.get_mr(repo.author_token, iid, true);
+  std::int64_t read_at = 0;
+  auto mr = read_stamped(repo, iid, true, read_at);
   if (!mr) return failed(kind, mr.error());
-  call_reply r;
-  r.kind = kind;
-  fill_mr(r, mr.value());
-  return r;
+  return reply_with(kind, mr.value(), read_at);
+}
+
+/// Approves as every bot on `sha`, one bot after the other. The bots are retried separately: a
+/// retry never re-submits the other account's approval, and a bot that already approved is skipped.
+clients::result<clients::done> approve_all(clients::external_context& ctx, clients::repository_access& repo,
+                                           const config::snapshot& snap, std::int64_t iid, const std::string& sha) {
+  for (const auto& bot : repo.approvers) {
+    auto res = clients::approve_as_reviewer(repo.gitlab, ctx.shared->check_items, bot, iid, sha, snap);
+    if (!res) return res.error();
+  }
+  return clients::done{};
 }
 
 call_reply approve_bots(clients::external_context& ctx, clients::repository_access& repo, const config::snapshot& snap,
-                        std::int64_t iid) {
-  auto mr = repo.gitlab.get_mr(repo.author_token, iid, false);
+                        const messages::call_request& req) {
+  const auto iid = req.mr_iid;
+  // The read that ended the pipeline wait, when fresh, says the MR is open at this head: approve
+  // on its sha without reading again. GitLab refuses an approve whose sha is no longer the head
+  // (409): the head moved since, so the MR is read and approved as below, on the head it has now.
+  if (const auto* known = reusable(req.last_read, snap); known && known->state == "opened" && !known->sha.empty()) {
+    auto approved = approve_all(ctx, repo, snap, iid, known->sha);
+    if (approved) return reply_with(call_kind::approve_bots, as_merge_request(*known, iid), known->read_at_ms);
+    if (!clients::head_moved(approved.error())) return failed(call_kind::approve_bots, approved.error());
+    log::info("gitlab.approve_head_moved", {{"mr_iid", iid}, {"sha", known->sha}});
+  }
+  std::int64_t read_at = 0;
+  auto mr = read_stamped(repo, iid, false, read_at);
   if (!mr) return failed(call_kind::approve_bots, mr.error());
-  call_reply r;
-  r.kind = call_kind::approve_bots;
-  fill_mr(r, mr.value());
+  auto r = reply_with(call_kind::approve_bots, mr.value(), read_at);
   // Read the remote state first; a merged MR is not approved again.
   if (mr->state == "merged") {
     r.already_merged = true;
@@ -120,11 +193,8 @@ call_reply approve_bots(clients::external_context& ctx, clients::repository_acce
     r.closed = true;
     return r;
   }
-  // The two bots are retried separately: a retry never re-submits the other account's approval.
-  for (const auto& bot : repo.approvers) {
-    auto res = clients::approve_as_reviewer(repo.gitlab, ctx.shared->check_items, bot, iid, mr->sha, snap);
-    if (!res) return failed(call_kind::approve_bots, res.error());
-  }
+  auto approved = approve_all(ctx, repo, snap, iid, mr->sha);
+  if (!approved) return failed(call_kind::approve_bots, approved.error());
   return r;
 }
 
@@ -147,50 +217,34 @@ bool stop_on_changed_files(clients::repository_access& repo, const clients::merg
   return true;
 }
 
-call_reply try_merge(clients::repository_access& repo, std::int64_t iid, const call_context& op) {
-  const auto& token = repo.author_token;
-  auto mr = repo.gitlab.get_mr(token, iid, true);
-  if (!mr) return failed(call_kind::try_merge, mr.error());
-  call_reply r;
-  r.kind = call_kind::try_merge;
-  fill_mr(r, mr.value());
-  if (mr->state == "merged") {
-    r.merge = merge_result::already_merged;
-    return r;
-  }
-  if (mr->state == "closed") {
-    r.merge = merge_result::closed;
-    return r;
-  }
-  const auto& detailed = mr->detailed_merge_status;
-  if (detailed == "need_rebase" || detailed == "conflict" || mr->has_conflicts) {
-    // A rebase replays the change onto the target as it is now: never over a newer version of
-    // one of its files.
-    if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
-    r.merge = merge_result::needs_rebase;
-    return r;
-  }
+/// What the MR as read says about merging it now: `ready` goes on to the files check and the merge.
+enum class merge_gate { ready, already_merged, closed, needs_rebase, not_mergeable_yet, pipeline_failed };
+
+merge_gate gate_of(const clients::merge_request& mr) {
+  if (mr.state == "merged") return merge_gate::already_merged;
+  if (mr.state == "closed") return merge_gate::closed;
+  const auto& detailed = mr.detailed_merge_status;
+  if (detailed == "need_rebase" || detailed == "conflict" || mr.has_conflicts) return merge_gate::needs_rebase;
   // Merge only when the head pipeline ran on the MR's current SHA (renovatebot/renovate#46236).
-  if (!mr->head_pipeline || mr->head_pipeline->sha != mr->sha) {
-    r.merge = merge_result::not_mergeable_yet;
-    return r;
-  }
-  const auto& ps = mr->head_pipeline->status;
-  if (ps == "failed" || ps == "canceled") {
-    r.merge = merge_result::pipeline_failed;
-    r.error = "pipeline " + ps;
-    return r;
-  }
+  if (!mr.head_pipeline || mr.head_pipeline->sha != mr.sha) return merge_gate::not_mergeable_yet;
+  const auto& ps = mr.head_pipeline->status;
+  if (ps == "failed" || ps == "canceled") return merge_gate::pipeline_failed;
   if (ps != "success" || detailed == "checking" || detailed == "unchecked" || detailed == "ci_still_running" ||
-      detailed == "preparing" || mr->base_sha.empty()) {
-    r.merge = merge_result::not_mergeable_yet;
-    return r;
+      detailed == "preparing" || mr.base_sha.empty()) {
+    return merge_gate::not_mergeable_yet;
   }
+  return merge_gate::ready;
+}
+
+/// The files check and the merge of an MR whose read said `ready`, with that read's sha: GitLab
+/// merges only that head (409 otherwise), and its refusals map onto merge results.
+call_reply merge_ready(clients::repository_access& repo, const clients::merge_request& mr, const call_context& op,
+                       call_reply r) {
   // Last check before the merge: GitLab's merge has no compare-and-swap on the target's files, so
   // changeflow reads them. What lands between this read and the merge is a window of one round trip;
   // git's own conflict detection refuses the merge when both sides changed the same lines.
-  if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
-  auto merged = repo.gitlab.merge(token, iid, mr->sha);
+  if (stop_on_changed_files(repo, mr, op, r)) return r;
+  auto merged = repo.gitlab.merge(repo.author_token, mr.iid, mr.sha);
   if (merged) {
     fill_mr(r, merged.value());
     r.merge = merged->state == "merged" ? merge_result::merged : merge_result::not_mergeable_yet;
@@ -200,11 +254,12 @@ call_reply try_merge(clients::repository_access& repo, std::int64_t iid, const c
   r.error = clients::describe(e);
   r.http_status = e.status;
   switch (clients::classify_merge_error(e)) {
+    // 405 also answers an MR that is no longer open: the next attempt reads it and finds out.
     case clients::merge_refusal::not_mergeable_yet: r.merge = merge_result::not_mergeable_yet; return r;
     case clients::merge_refusal::needs_rebase:
       // The target moved between the check and the merge (GitLab answers 422): when it moved one of
       // the change's files, that is the conflict, not a reason to rebase over it.
-      if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
+      if (stop_on_changed_files(repo, mr, op, r)) return r;
       r.merge = merge_result::needs_rebase;
       return r;
     case clients::merge_refusal::sha_mismatch: r.merge = merge_result::sha_mismatch; return r;
@@ -213,6 +268,41 @@ call_reply try_merge(clients::repository_access& repo, std::int64_t iid, const c
   }
   // A lost response is retryable: the next attempt reads the MR first and finds it merged.
   return failed(call_kind::try_merge, e);
+}
+
+call_reply try_merge(clients::repository_access& repo, const config::snapshot& snap, const messages::call_request& req,
+                     const call_context& op) {
+  const auto iid = req.mr_iid;
+  // Right after the approvals: the read that ended the pipeline wait (and that the approvals went
+  // on), when fresh and it said the MR could be merged, is merged on without reading again. Only a
+  // `ready` read is reused; anything else is read again rather than acted on from memory.
+  if (const auto* known = reusable(req.last_read, snap)) {
+    auto mr = as_merge_request(*known, iid);
+    if (gate_of(mr) == merge_gate::ready) {
+      return merge_ready(repo, mr, op, reply_with(call_kind::try_merge, mr, known->read_at_ms));
+    }
+  }
+  std::int64_t read_at = 0;
+  auto mr = read_stamped(repo, iid, true, read_at);
+  if (!mr) return failed(call_kind::try_merge, mr.error());
+  auto r = reply_with(call_kind::try_merge, mr.value(), read_at);
+  switch (gate_of(mr.value())) {
+    case merge_gate::ready: return merge_ready(repo, mr.value(), op, std::move(r));
+    case merge_gate::already_merged: r.merge = merge_result::already_merged; return r;
+    case merge_gate::closed: r.merge = merge_result::closed; return r;
+    case merge_gate::needs_rebase:
+      // A rebase replays the change onto the target as it is now: never over a newer version of
+      // one of its files.
+      if (stop_on_changed_files(repo, mr.value(), op, r)) return r;
+      r.merge = merge_result::needs_rebase;
+      return r;
+    case merge_gate::pipeline_failed:
+      r.merge = merge_result::pipeline_failed;
+      r.error = "pipeline " + mr->head_pipeline->status;
+      return r;
+    case merge_gate::not_mergeable_yet: r.merge = merge_result::not_mergeable_yet; return r;
+  }
+  return r;
 }
 
 call_reply rebase(clients::repository_access& repo, std::int64_t iid) {
@@ -236,8 +326,8 @@ messages::call_reply run_call(clients::external_context& ctx, const config::snap
     case call_kind::submit_approval: return submit_approval(ctx, snap, op);
     case call_kind::create_mr: return create_mr(repo, op);
     case call_kind::read_pipeline: return read_mr(repo, call_kind::read_pipeline, req.mr_iid);
-    case call_kind::approve_bots: return approve_bots(ctx, repo, snap, req.mr_iid);
-    case call_kind::try_merge: return try_merge(repo, req.mr_iid, op);
+    case call_kind::approve_bots: return approve_bots(ctx, repo, snap, req);
+    case call_kind::try_merge: return try_merge(repo, snap, req, op);
     case call_kind::rebase: return rebase(repo, req.mr_iid);
     case call_kind::read_rebase: return read_mr(repo, call_kind::read_rebase, req.mr_iid);
   }

@@ -17,16 +17,37 @@ enum class call_kind {
   submit_approval,  // approval system: submit (idempotent by requestId = operation_id)
   create_mr,  // GitLab: read the files' bases, branch + commit (idempotent by reading the branch) + MR (409 -> existing)
   read_pipeline,  // GitLab: MR and its head pipeline
-  approve_bots,   // GitLab: read MR (merged/closed?), then approve as each bot
-  try_merge,  // GitLab: read MR, check the target kept the files' bases, merge with sha only when its pipeline ran on that sha
-  rebase,       // GitLab: request a rebase
+  approve_bots,   // GitLab: read MR (merged/closed?) unless a fresh read is known, then approve as each bot on its sha
+  try_merge,  // GitLab: read MR unless a fresh read showed it ready, check the target kept the files' bases, merge with
+              // sha only when its pipeline ran on that sha
+  rebase,     // GitLab: request a rebase
   read_rebase,  // GitLab: MR with include_rebase_in_progress
+};
+
+/// What one read of the MR said, and when: the approve and merge steps act on it instead of
+/// reading the MR again while it is fresh (gitlab.mr_read_reuse_ms, docs/architecture.md). Kept in the
+/// request actor's memory only; after a restart or a takeover there is none and the step reads.
+struct mr_read {
+  // This process's steady clock (ms since its epoch) just before the GET was sent: the read says
+  // how the MR was at least this recently. 0 = no read known.
+  std::int64_t read_at_ms = 0;
+  std::string state;  // opened | merged | closed | locked
+  std::string sha;
+  std::string pipeline_status;  // head pipeline ("" = none)
+  std::string pipeline_sha;
+  std::string detailed_merge_status;
+  bool has_conflicts = false;
+  std::string base_sha;  // diff_refs.base_sha ("" until GitLab computed it)
+  std::string target_branch;
+
+  bool known() const { return read_at_ms != 0; }
 };
 
 struct call_request {
   call_kind kind;
   std::int64_t mr_iid = 0;
   std::string sha;
+  mr_read last_read;  // approve_bots and the first try_merge: the read the step may act on
 };
 
 /// The reply of one external call, reduced to what the decision needs.
@@ -54,6 +75,13 @@ struct call_reply {
   std::string pipeline_sha;
   bool rebase_in_progress = false;
   std::string merge_error;
+  // The rest of the MR as read (mr_read), and when: set by every call that read the MR or acted on
+  // a read it was given; read_at_ms = 0 when the reply carries no read.
+  std::string detailed_merge_status;
+  bool has_conflicts = false;
+  std::string base_sha;
+  std::string target_branch;
+  std::int64_t read_at_ms = 0;
   // try_merge
   enum class merge_result {
     none,
@@ -76,16 +104,26 @@ struct call_reply {
 
 std::string_view to_string(call_kind k);
 
+/// The MR fields of a reply as one read (read_at_ms = 0 when the reply carries none).
+mr_read read_of(const call_reply& r);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, mr_read& x) {
+  return f(caf::meta::type_name("mr_read"), x.read_at_ms, x.state, x.sha, x.pipeline_status, x.pipeline_sha,
+           x.detailed_merge_status, x.has_conflicts, x.base_sha, x.target_branch);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_request& x) {
-  return f(caf::meta::type_name("call_request"), x.kind, x.mr_iid, x.sha);
+  return f(caf::meta::type_name("call_request"), x.kind, x.mr_iid, x.sha, x.last_read);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("call_reply"), x.kind, x.outcome, x.error, x.http_status, x.retry_after_ms,
            x.approval_id, x.mr_iid, x.mr_url, x.mr_state, x.sha, x.pipeline_status, x.pipeline_sha,
-           x.rebase_in_progress, x.merge_error, x.merge, x.already_merged, x.closed, x.content_conflict);
+           x.rebase_in_progress, x.merge_error, x.detailed_merge_status, x.has_conflicts, x.base_sha, x.target_branch,
+           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict);
 }
 
 }  // namespace changeflow::messages

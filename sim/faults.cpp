@@ -19,6 +19,7 @@ std::optional<fault> parse_fault(const json& j, std::string& error) {
                                               "target_conflict",
                                               "pipeline_fail",
                                               "pipeline_hang",
+                                              "head_moves",
                                               "approval_callback",
                                               "deploy_callback",
                                               "gitlab_webhook"};

@@ -18,6 +18,9 @@
 //                                           the same files to the start branch: MRs of the branch
 //                                           conflict with their target and every rebase fails
 //   pipeline_fail | pipeline_hang           the next pipeline of the MR fails / never finishes
+//   head_moves                              get_mr: the first read that finds the head pipeline passed
+//                                           is answered, then a commit lands on the MR's source branch
+//                                           (new head sha, new pipeline, approvals kept)
 //   approval_callback {mode: duplicate|delay|reorder|old_operation|drop, delay_ms?, operation_id?}
 //   deploy_callback {mode: drop|no_operation_ids|failed|duplicate}
 //   gitlab_webhook {mode: drop|duplicate|reorder|unknown_project|forged}, endpoint pipeline_hook |

@@ -236,6 +236,7 @@ struct request_entry {
   unsigned status = 0;
   std::int64_t iid = 0;  // the MR the request was about, or the one create_mr opened
   std::string source_branch, target_branch, mr_state;
+  std::string head_pipeline;  // get_mr answered 200: the head pipeline's status in the answer ("" none)
   json to_json() const {
     return {{"seq", seq},
             {"endpoint", endpoint},
@@ -244,7 +245,8 @@ struct request_entry {
             {"iid", iid},
             {"sourceBranch", source_branch},
             {"targetBranch", target_branch},
-            {"mrState", mr_state}};
+            {"mrState", mr_state},
+            {"headPipeline", head_pipeline}};
   }
 };
 constexpr std::size_t request_log_limit = 200000;
@@ -613,6 +615,12 @@ struct simulator::impl {
     } else if (rest.size() >= 2 && rest[0] == "merge_requests") {
       e.iid = to_int(rest[1]).value_or(0);
     }
+    if (e.endpoint == "get_mr" && out.res.status == 200) {
+      // As answered, not as now: a pipeline may finish between the answer and this line.
+      auto answer = json::parse(out.res.body, nullptr, false);
+      if (answer.is_object() && answer.contains("head_pipeline") && answer["head_pipeline"].is_object())
+        e.head_pipeline = answer["head_pipeline"].value("status", "");
+    }
     if (e.iid) {
       auto p = projects.find(e.project);
       if (p != projects.end()) {
@@ -772,6 +780,13 @@ struct simulator::impl {
     } else if (endpoint == "get_mr") {
       out.res = json_response(200, mr_json(project_name, *mr, now));
       if (!mr->pipelines.empty()) seen_by_read(pipelines.at(mr->pipelines.back()));
+      // Someone pushes to the source branch right after a client saw the MR ready: what it read
+      // is stale by its next call.
+      if (mr->state == "opened" && !mr->pipelines.empty() &&
+          pipeline_status(pipelines.at(mr->pipelines.back()), now) == "success" &&
+          faults.take("head_moves", "get_mr", mr->subject())) {
+        push_to_source(proj, project_name, *mr, now);
+      }
     } else if (endpoint == "update_mr") {
       auto state_event = body.value("state_event", req.query_param("state_event").value_or(""));
       // A merge that lands just before the close (another merger, or a merge whose answer was lost):
@@ -1036,6 +1051,14 @@ struct simulator::impl {
     }
     land(proj, project_name, mr);
     return json_response(200, mr_json(project_name, mr, now));
+  }
+
+  /// A commit that changes nothing lands on the MR's source branch: a new head and its pipeline.
+  void push_to_source(sim_project& proj, const std::string& project_name, sim_mr& mr, clock_type::time_point now) {
+    mr.sha = next_sha();
+    auto files = proj.branches[mr.source].files;
+    move_head(proj, mr.source, mr.sha, "Pushed to " + mr.source, std::move(files));
+    start_pipeline(mr, project_name, now);
   }
 
   /// The MR merges into its target branch and the deploy pipeline is scheduled.

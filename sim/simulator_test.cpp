@@ -244,6 +244,44 @@ TEST_F(SimulatorTest, NeedsRebaseThenRebaseThenMerge) {
   EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", get_mr(iid)["sha"]}}).status, 200);
 }
 
+// head_moves: the read that finds the pipeline passed is answered as it was, then the head moves;
+// an approve or merge with the sha that read showed is refused with 409, and the new head gets its
+// own pipeline. Reads while the pipeline still runs leave the rule armed.
+TEST_F(SimulatorTest, HeadMovesRightAfterTheReadThatFoundThePipelinePassed) {
+  add_fault({{"kind", "head_moves"}, {"match", "Moving head"}, {"count", 1}});
+  auto mr = open_mr("change/moving", "Moving head");
+  int iid = mr["iid"];
+  EXPECT_EQ(get_mr(iid)["head_pipeline"]["status"], "running");
+  EXPECT_EQ(get_mr(iid)["sha"], mr["sha"]) << "a read of a running pipeline does not move the head";
+  json ready;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        ready = get_mr(iid);
+        return ready["head_pipeline"]["status"] == "success";
+      },
+      5s));
+  EXPECT_EQ(ready["sha"], mr["sha"]) << "the read is answered before the head moves";
+  EXPECT_EQ(stats()["faults_fired"].value("head_moves", 0), 1);
+  auto approve = call("POST", mr_path(iid, "/approve"), {{"sha", ready["sha"]}}, "approver-1-token");
+  EXPECT_EQ(approve.status, 409) << approve.body;
+  auto moved = get_mr(iid);
+  EXPECT_NE(moved["sha"], ready["sha"]);
+  EXPECT_EQ(moved["head_pipeline"]["sha"], moved["sha"]);
+  EXPECT_EQ(call("POST", mr_path(iid, "/approve"), {{"sha", moved["sha"]}}, "approver-1-token").status, 201);
+  ASSERT_TRUE(wait_until([&] { return mergeable(iid); }, 5s));
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", ready["sha"]}}).status, 409);
+  EXPECT_EQ(call("PUT", mr_path(iid, "/merge"), {{"sha", moved["sha"]}}).status, 200);
+  // The request log keeps the head pipeline each MR read answered with.
+  auto log = json::parse(call("GET", "/_sim/requests", nullptr, "").body)["requests"];
+  std::vector<std::string> reads;
+  for (const auto& e : log) {
+    if (e["endpoint"] == "get_mr" && e["iid"] == iid) reads.push_back(e["headPipeline"]);
+  }
+  ASSERT_GE(reads.size(), 4u);
+  EXPECT_EQ(reads[0], "running");
+  EXPECT_EQ(reads.back(), "success");
+}
+
 TEST_F(SimulatorTest, RebaseConflictAndFailedPipelineAreReported) {
   add_fault(json::array(
       {{{"kind", "rebase_conflict"}, {"match", "Conflicted"}}, {{"kind", "pipeline_fail"}, {"match", "Broken"}}}));

@@ -17,6 +17,20 @@ std::string_view to_string(call_kind k) {
   return "?";
 }
 
+mr_read read_of(const call_reply& r) {
+  mr_read m;
+  m.read_at_ms = r.read_at_ms;
+  m.state = r.mr_state;
+  m.sha = r.sha;
+  m.pipeline_status = r.pipeline_status;
+  m.pipeline_sha = r.pipeline_sha;
+  m.detailed_merge_status = r.detailed_merge_status;
+  m.has_conflicts = r.has_conflicts;
+  m.base_sha = r.base_sha;
+  m.target_branch = r.target_branch;
+  return m;
+}
+
 }  // namespace changeflow::messages
 
 namespace changeflow::workflow {
@@ -38,7 +52,17 @@ effect call(call_kind k, const operation_state& s) {
   e.call.kind = k;
   e.call.mr_iid = s.mr_iid.value_or(0);
   e.call.sha = s.mr_sha;
+  // The approvals, and the merge attempt right after them, may act on the read kept for them.
+  if (k == call_kind::approve_bots || (k == call_kind::try_merge && s.current == step::HANDLE_APPROVED)) {
+    e.call.last_read = s.last_read;
+  }
   return e;
+}
+
+/// The reply's MR read, kept for the next step when the reply carries one.
+std::optional<messages::mr_read> kept(const call_reply& r) {
+  if (r.read_at_ms == 0) return std::nullopt;
+  return messages::read_of(r);
 }
 
 effect timer(std::int64_t ms) {
@@ -214,6 +238,8 @@ decision on_read_pipeline(const operation_state& s, const call_reply& r, const s
         decision d = go(step::CREATE_SUCCEEDED, "check pipeline passed");
         d.next->clear_wake = true;
         d.sha_seen = r.sha;
+        // The approvals act on this read while it is fresh (gitlab.mr_read_reuse_ms).
+        if (r.mr_state == "opened") d.keep_read = kept(r);
         return d;
       }
       if (on_head && (r.pipeline_status == "failed" || r.pipeline_status == "canceled")) {
@@ -237,7 +263,13 @@ decision on_approve_bots(const operation_state& s, const call_reply& r, const se
       // An MR merged before handling finishes as merged without approving again.
       if (r.already_merged) return go(step::HANDLE_ALREADY_MERGED, "MR already merged; approval skipped");
       if (r.closed) return go_failed(step::HANDLE_MR_CLOSED, "MR closed outside changeflow", "MR closed");
-      return go(step::HANDLE_APPROVED, "approved by both bots");
+      {
+        decision d = go(step::HANDLE_APPROVED, "approved by both bots");
+        // The read the approvals went on: the first merge attempt acts on it while it is fresh.
+        d.keep_read = kept(r);
+        if (!r.sha.empty()) d.sha_seen = r.sha;
+        return d;
+      }
     case status::retryable:
       return wait_or(s, cfg, now_ms, step::HANDLE_ERROR, "GitLab unreachable while approving", r.retry_after_ms);
     case status::refused: return go_failed(step::HANDLE_APPROVAL_FAILED, "a bot may not approve this MR", r.error);

@@ -35,6 +35,10 @@ struct operation_state {
   std::int64_t wake_at_ms = 0;       // stored deadline of the current wait, 0 = none
   int polls = 0;                     // polls in the current wait (in memory; resets on restart)
   int merge_attempts = 0;
+  // The MR read the next step may act on instead of reading again (in memory only: none after a
+  // restart, a takeover or a re-read of the row). Kept from the read that ended the pipeline wait
+  // to the approvals, and from the approvals to the first merge attempt; every other reply drops it.
+  messages::mr_read last_read;
 };
 
 struct settings {
@@ -94,6 +98,9 @@ struct decision {
   std::string note;      // why, for logs and the console
   // Updates to in-memory state that need no transition (sha seen, poll counters).
   std::optional<std::string> sha_seen;
+  // A reply's MR read the next step may act on (operation_state::last_read); after a reply without
+  // it the kept read is dropped.
+  std::optional<messages::mr_read> keep_read;
   bool count_poll = false;
   bool count_merge_attempt = false;
 };

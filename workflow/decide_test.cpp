@@ -275,6 +275,69 @@ TEST(Decide, BotApprovalOutcomes) {
   EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVAL_FAILED);
 }
 
+// The read that ended the pipeline wait goes to the approvals, the approvals' read to the first
+// merge attempt; nothing else hands a read on, and only those two calls carry one.
+TEST(Decide, AnMrReadIsHandedToTheApprovalsAndTheFirstMergeAttemptOnly) {
+  auto cfg = test_settings();
+  auto passed = ok_reply(call_kind::read_pipeline);
+  passed.mr_state = "opened";
+  passed.sha = passed.pipeline_sha = "s";
+  passed.pipeline_status = "success";
+  passed.base_sha = "base";
+  passed.target_branch = "main";
+  passed.read_at_ms = 1234;
+  auto d = decide(at(step::CREATE_MR_OPENED), reply_of(passed), cfg, 0);
+  ASSERT_TRUE(d.keep_read);
+  EXPECT_EQ(d.keep_read->sha, "s");
+  EXPECT_EQ(d.keep_read->read_at_ms, 1234);
+  EXPECT_EQ(d.keep_read->base_sha, "base");
+  EXPECT_EQ(d.keep_read->target_branch, "main");
+  // A reply without a read time carries no read; a running pipeline's read is not handed on.
+  auto unstamped = passed;
+  unstamped.read_at_ms = 0;
+  EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(unstamped), cfg, 0).keep_read);
+  auto running = passed;
+  running.pipeline_status = "running";
+  EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(running), cfg, 0).keep_read);
+  auto merged = passed;
+  merged.mr_state = "merged";
+  EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(merged), cfg, 0).keep_read);
+
+  auto st = at(step::HANDLE_STARTED);
+  st.last_read = *d.keep_read;
+  auto approve = decide(st, resume{}, cfg, 0);
+  ASSERT_TRUE(has_effect(approve, effect::kind::call, call_kind::approve_bots));
+  EXPECT_EQ(approve.effects[0].call.last_read.sha, "s");
+  auto approved = ok_reply(call_kind::approve_bots);
+  approved.mr_state = "opened";
+  approved.sha = "s2";
+  approved.read_at_ms = 2000;
+  auto after = decide(st, reply_of(approved), cfg, 0);
+  ASSERT_TRUE(after.keep_read);
+  EXPECT_EQ(after.keep_read->sha, "s2");
+  EXPECT_EQ(after.sha_seen.value_or(""), "s2") << "the head the bots approved";
+  approved.closed = true;
+  EXPECT_FALSE(decide(st, reply_of(approved), cfg, 0).keep_read);
+
+  for (auto s : {step::HANDLE_APPROVED, step::HANDLE_MERGING, step::HANDLE_PIPELINE_PENDING}) {
+    auto m = at(s);
+    m.last_read = *after.keep_read;
+    auto merge = decide(m, resume{}, cfg, 0);
+    ASSERT_TRUE(has_effect(merge, effect::kind::call, call_kind::try_merge)) << to_string(s);
+    EXPECT_EQ(merge.effects[0].call.last_read.known(), s == step::HANDLE_APPROVED) << to_string(s);
+  }
+  auto merge_reply = ok_reply(call_kind::try_merge);
+  merge_reply.merge = merge_result::not_mergeable_yet;
+  merge_reply.read_at_ms = 3000;
+  EXPECT_FALSE(decide(at(step::HANDLE_APPROVED), reply_of(merge_reply), cfg, 0).keep_read);
+  // Other calls never carry one.
+  auto pipeline_wait = at(step::CREATE_MR_OPENED);
+  pipeline_wait.last_read = *d.keep_read;
+  auto poll = decide(pipeline_wait, resume{}, cfg, 0);
+  ASSERT_TRUE(has_effect(poll, effect::kind::call, call_kind::read_pipeline));
+  EXPECT_FALSE(poll.effects[0].call.last_read.known());
+}
+
 TEST(Decide, MergeRebaseLoop) {
   auto cfg = test_settings();
   auto r = ok_reply(call_kind::try_merge);

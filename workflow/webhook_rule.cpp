@@ -32,4 +32,10 @@ bool ends_wait(step current, std::string_view head_sha, const messages::gitlab_e
   return waits_for_pipeline(current) && (head_sha.empty() || head_sha == e.sha);
 }
 
+bool outdates(const messages::mr_read& read, const messages::gitlab_event& e) {
+  if (!read.known()) return false;
+  if (e.what == messages::gitlab_event::merge_request) return true;
+  return e.sha != read.sha || e.status != "success";
+}
+
 }  // namespace changeflow::workflow

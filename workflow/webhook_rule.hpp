@@ -26,4 +26,9 @@ bool worth_delivering(const messages::gitlab_event& e);
 /// elsewhere, or closed).
 bool ends_wait(step current, std::string_view head_sha, const messages::gitlab_event& e);
 
+/// Whether the event says the MR is no longer as `read` saw it, so the approve and merge steps must
+/// not act on that read: a merge or close of the MR, or a pipeline that is not a success on the
+/// read's head (a new head, or the head's pipeline run again). A success on the read's head keeps it.
+bool outdates(const messages::mr_read& read, const messages::gitlab_event& e);
+
 }  // namespace changeflow::workflow

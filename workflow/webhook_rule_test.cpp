@@ -70,3 +70,17 @@ TEST(WebhookRule, OnlyFinishedPipelinesAndMergesOrClosesAreWorthDelivering) {
   EXPECT_FALSE(workflow::worth_delivering(mr("reopen")));
   EXPECT_FALSE(workflow::worth_delivering(mr("")));
 }
+
+TEST(WebhookRule, AnEventThatContradictsTheKeptMrReadOutdatesIt) {
+  messages::mr_read read;
+  read.read_at_ms = 10;
+  read.state = "opened";
+  read.sha = read.pipeline_sha = "abc1";
+  read.pipeline_status = "success";
+  EXPECT_FALSE(workflow::outdates(read, pipeline("abc1", "success"))) << "what the read already said";
+  EXPECT_TRUE(workflow::outdates(read, pipeline("abc1", "failed"))) << "the head's pipeline ran again and failed";
+  EXPECT_TRUE(workflow::outdates(read, pipeline("def2", "success"))) << "a pipeline of another head: it moved";
+  EXPECT_TRUE(workflow::outdates(read, mr("merge")));
+  EXPECT_TRUE(workflow::outdates(read, mr("close")));
+  EXPECT_FALSE(workflow::outdates(messages::mr_read{}, mr("close"))) << "no read kept";
+}

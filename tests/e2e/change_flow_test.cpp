@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <thread>
 
 using namespace changeflow::testing;
@@ -21,6 +22,38 @@ std::string submit_ok(flow_env& env, const std::string& title, const std::string
   if (j.is_discarded()) return {};
   EXPECT_EQ(j["code"], "ACCEPTED");
   return j["data"]["operationId"].get<std::string>();
+}
+
+/// A change's MR reads (GET merge_requests/:iid) up to its merge, from the sim's request log: how
+/// many until the first that answered with the head pipeline passed (that one included), how many
+/// after it, and which approves GitLab refused because their sha was no longer the head (409).
+struct mr_reads {
+  int until_passed = 0;
+  int after_passed = 0;
+  int approves_refused_409 = 0;
+  bool merged = false;
+};
+mr_reads reads_of(flow_env& env, const std::string& operation_id) {
+  auto log = json::parse(env.sim_call("GET", "/_sim/requests").body, nullptr, false);
+  mr_reads out;
+  if (log.is_discarded()) return out;
+  bool passed = false;
+  for (const auto& e : log["requests"]) {
+    if (e["sourceBranch"] != "changeflow/" + operation_id) continue;
+    if (e["endpoint"] == "merge" && e["status"] == 200) {
+      out.merged = true;
+      break;
+    }
+    if (e["endpoint"] == "approve" && e["status"] == 409) ++out.approves_refused_409;
+    if (e["endpoint"] != "get_mr") continue;
+    if (passed) {
+      ++out.after_passed;
+    } else {
+      ++out.until_passed;
+      passed = e["headPipeline"] == "success";
+    }
+  }
+  return out;
 }
 }  // namespace
 
@@ -78,6 +111,66 @@ TEST(ChangeFlow, LostAnswersOfSideEffectsAreNotRepeated) {
   EXPECT_EQ(stats["faults_fired"].value("lose_response", 0), 3) << stats.dump();
   EXPECT_EQ(repeated_side_effects(stats), "");
   EXPECT_EQ(stats["merges"].size(), 1u) << stats.dump();
+}
+
+// The read that found the pipeline passed is the one the bots approve on and the merge goes on: no
+// GitLab MR read between it and the merge (it was two: the approve step's and the merge step's),
+// and the same side effects as ever: one approve per bot, one merge. With gitlab.mr_read_reuse_ms 0
+// both steps read again, as they did before the reuse. The window is set far above any run's
+// duration, so the test judges the rule, not the machine's speed.
+TEST(ChangeFlow, ApprovalsAndMergeActOnTheReadThatFoundThePipelinePassed) {
+  for (const int reuse_ms : {600000, 0}) {
+    SCOPED_TRACE("gitlab.mr_read_reuse_ms " + std::to_string(reuse_ms));
+    flow_env env(json{{"gitlab", {{"mr_read_reuse_ms", reuse_ms}}}});
+    auto id = submit_ok(env, "reads-" + std::to_string(reuse_ms), "svc-reads");
+    auto c = env.wait_for_phase(id, "VALIDATED");
+    ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+    auto reads = reads_of(env, id);
+    ASSERT_TRUE(reads.merged);
+    std::cout << "gitlab.mr_read_reuse_ms " << reuse_ms << ": get_mr until the pipeline passed " << reads.until_passed
+              << ", after it until the merge " << reads.after_passed << "\n";
+    EXPECT_GE(reads.until_passed, 1) << "the pipeline wait ends on a read that found the pipeline passed";
+    EXPECT_EQ(reads.after_passed, reuse_ms > 0 ? 0 : 2) << "MR reads between that read and the merge";
+    EXPECT_EQ(reads.approves_refused_409, 0);
+    auto stats = sim_stats(env);
+    auto mr = "config/changes!" + std::to_string(c["mrIid"].get<long long>());
+    EXPECT_EQ(stats["attempts"]["approve"][mr], json({{"101", 1}, {"102", 1}})) << stats["attempts"].dump();
+    EXPECT_EQ(attempts(stats, "merge", mr), 1u);
+    EXPECT_EQ(repeated_side_effects(stats), "");
+  }
+}
+
+// The head moves right after the read that found the pipeline passed (someone pushes to the MR's
+// branch): the first bot's approve on the read's sha is refused (409), the MR is read again and
+// both bots approve the new head, each once, and the change merges the new head once its own
+// pipeline passed. Nothing is approved twice and nothing is merged on the old head.
+TEST(ChangeFlow, AHeadThatMovedAfterThePipelineReadIsReadAgainAndApprovedOnce) {
+  flow_env env(json{{"gitlab", {{"mr_read_reuse_ms", 600000}}}});
+  env.add_fault({{"kind", "head_moves"}, {"match", "head-moves"}, {"count", 1}});
+  auto id = submit_ok(env, "head-moves", "svc-moves");
+  auto c = env.wait_for_phase(id, "VALIDATED");
+  ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  auto stats = sim_stats(env);
+  EXPECT_EQ(stats["faults_fired"].value("head_moves", 0), 1) << stats.dump();
+  auto reads = reads_of(env, id);
+  ASSERT_TRUE(reads.merged);
+  EXPECT_EQ(reads.approves_refused_409, 1) << "the first bot's approve on the moved-away head";
+  EXPECT_GE(reads.after_passed, 1) << "the MR is read again after the refusal";
+  auto mr = "config/changes!" + std::to_string(c["mrIid"].get<long long>());
+  // Bot 101: the refused approve and the one on the new head; bot 102 only the latter.
+  EXPECT_EQ(stats["attempts"]["approve"][mr], json({{"101", 2}, {"102", 1}})) << stats["attempts"].dump();
+  EXPECT_EQ(stats["approvals"][mr], json({{"101", 1}, {"102", 1}})) << stats.dump();
+  EXPECT_EQ(attempts(stats, "merge", mr), 1u) << "merged only once the new head's pipeline passed";
+  EXPECT_EQ(repeated_side_effects(stats), "");
+  // The merged MR is the moved head.
+  auto merged = json::parse(
+      env.sim_call("GET",
+                   "/api/v4/projects/config%2Fchanges/merge_requests/" + std::to_string(c["mrIid"].get<long long>()),
+                   "", {{"PRIVATE-TOKEN", "author-token"}})
+          .body);
+  EXPECT_EQ(merged["state"], "merged");
+  EXPECT_EQ(merged["head_pipeline"]["sha"], merged["sha"]);
+  EXPECT_EQ(merged["head_pipeline"]["status"], "success");
 }
 
 TEST(ChangeFlow, RejectedApprovalAllowsReapply) {
