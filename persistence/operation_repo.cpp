@@ -436,9 +436,9 @@ db_result<std::optional<validated_flip>> mark_validated(session s, const std::st
     uo->setInt64(5, version);
     if (uo->executeUpdate() != 1) return R::failure(db_outcome::preempted, "operation moved while locked");
     const std::int64_t new_version = version + 1;
-    if (flip && !repair) {
-      // The phase did not change (the step was CALLED_BACK already), so the trigger left the
-      // binding at MERGED; when the phase changed, the trigger moved it.
+    if (flip && workflow::phase_of(current) == phase::VALIDATED) {
+      // The operation's phase did not change (its step was CALLED_BACK already), so the trigger
+      // left the binding at MERGED; when the phase changed, the trigger moved it.
       auto ub = prepare(conn, "UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = ? AND phase = 'MERGED'");
       ub->setString(1, operation_id);
       ub->executeUpdate();
