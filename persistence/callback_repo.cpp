@@ -62,29 +62,29 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
                                                     const std::string& payload_json) {
   using R = db_result<approval_applied>;
   return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
+    // What the ledger holds under this delivery id: nothing, this operation's approval, or another's.
+    enum class recorded { none, same, other };
+    auto seen = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
+    seen->setString(1, delivery_id);
+    auto recorded_as = [&] {
+      rs_ptr rs(seen->executeQuery());
+      if (!rs->next()) return recorded::none;
+      return detail::str(*rs, "kind") == to_string(callback_kind::approval) &&
+                     detail::opt_string(*rs, "operation_id").value_or("") == operation_id
+                 ? recorded::same
+                 : recorded::other;
+    };
     // A copy of a delivery already recorded for this operation is answered by one read, without a
     // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
     // transaction below, waits on the ledger's unique key and is answered there.
-    auto seen = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
-    seen->setString(1, delivery_id);
-    rs_ptr srs(seen->executeQuery());
-    if (srs->next() && detail::str(*srs, "kind") == to_string(callback_kind::approval) &&
-        detail::opt_string(*srs, "operation_id").value_or("") == operation_id) {
-      return R::success({callback_outcome::DUPLICATE, {}, {}});
-    }
+    if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
     detail::transaction tx(conn);
     auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
     if (!detail::insert_unless_duplicate(*ins)) {
       // A duplicate only when the first delivery with this id was for this operation. Otherwise the
       // id was reused for another one: recorded under a key of its own (so the change's page and
       // the attention view list it, and its retries stay one row) and refused.
-      auto first = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
-      first->setString(1, delivery_id);
-      rs_ptr frs(first->executeQuery());
-      if (!frs->next() || (detail::str(*frs, "kind") == to_string(callback_kind::approval) &&
-                           detail::opt_string(*frs, "operation_id").value_or("") == operation_id)) {
-        return R::success({callback_outcome::DUPLICATE, {}, {}});
-      }
+      if (recorded_as() != recorded::other) return R::success({callback_outcome::DUPLICATE, {}, {}});
       std::string key = "reused:" + operation_id + ":" + delivery_id;
       if (key.size() > 191) key = "reused:" + ids::sha256_hex(key);
       auto reused = prepare(conn,
