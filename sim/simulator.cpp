@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <charconv>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -136,6 +137,14 @@ struct sim_file {
   std::string last_commit_id;
 };
 using file_map = std::map<std::string, sim_file>;
+// A commit's files, shared by the branch head and the commit record (never modified once made, so a
+// branch head and every commit that has the same files share one map).
+using file_snapshot = std::shared_ptr<const file_map>;
+
+file_snapshot empty_files() {
+  static const auto none = std::make_shared<const file_map>();
+  return none;
+}
 
 struct sim_branch {
   std::string head_sha;
@@ -143,7 +152,11 @@ struct sim_branch {
   // Its files were changed on the branch it was created from after it forked (fault
   // target_conflict): a merge cannot apply cleanly and no rebase can fix it.
   bool conflicts_with_start = false;
-  file_map files;
+  file_snapshot files = empty_files();
+  // Every path a commit on this branch wrote since it forked (a superset of what it changed: a path
+  // written back to its fork's version is in it too). What the branch changed is computed from these
+  // alone, so the cost of a merge check does not grow with the repository's size.
+  std::set<std::string> touched;
   // The commit of the start branch it forked from (a rebase moves it): the MR's diff_refs.base_sha,
   // and the reference a merge compares both sides against.
   std::string fork_sha;
@@ -170,7 +183,7 @@ struct sim_mr {
 struct sim_project {
   std::int64_t id = 0;  // GitLab's numeric project id
   std::map<std::string, sim_branch> branches;
-  std::map<std::string, file_map> commits;  // every commit's files, so `ref` may name a commit
+  std::map<std::string, file_snapshot> commits;  // every commit's files, so `ref` may name a commit
   std::map<std::int64_t, sim_mr> mrs;
   std::int64_t next_iid = 1;
 };
@@ -295,7 +308,7 @@ struct simulator::impl {
         auto sha = next_sha();
         p.branches[b].head_sha = sha;
         p.branches[b].head_message = "Initial commit";
-        p.commits[sha] = {};
+        p.commits[sha] = empty_files();
       }
     }
   }
@@ -322,7 +335,7 @@ struct simulator::impl {
       auto sha = next_sha();
       it->second.branches["main"].head_sha = sha;
       it->second.branches["main"].head_message = "Initial commit";
-      it->second.commits[sha] = {};
+      it->second.commits[sha] = empty_files();
     }
     return &it->second;
   }
@@ -331,8 +344,8 @@ struct simulator::impl {
 
   /// The branch's files as of `ref`: a branch name, else a commit sha; nullptr when neither.
   const file_map* files_at(const sim_project& proj, const std::string& ref) const {
-    if (auto b = proj.branches.find(ref); b != proj.branches.end()) return &b->second.files;
-    if (auto c = proj.commits.find(ref); c != proj.commits.end()) return &c->second;
+    if (auto b = proj.branches.find(ref); b != proj.branches.end()) return b->second.files.get();
+    if (auto c = proj.commits.find(ref); c != proj.commits.end()) return c->second.get();
     return nullptr;
   }
 
@@ -348,11 +361,8 @@ struct simulator::impl {
     std::vector<std::string> out;
     const auto* fork = files_at(proj, branch.fork_sha);
     if (!fork) return out;
-    std::set<std::string> paths;
-    for (const auto& [p, f] : branch.files) paths.insert(p);
-    for (const auto& [p, f] : *fork) paths.insert(p);
-    for (const auto& p : paths) {
-      if (!same_version(branch.files, *fork, p)) out.push_back(p);
+    for (const auto& p : branch.touched) {
+      if (!same_version(*branch.files, *fork, p)) out.push_back(p);
     }
     return out;
   }
@@ -367,7 +377,7 @@ struct simulator::impl {
     const auto* fork = files_at(proj, s->second.fork_sha);
     if (!fork) return false;
     for (const auto& p : changed_since_fork(proj, s->second)) {
-      if (!same_version(t->second.files, *fork, p)) return true;
+      if (!same_version(*t->second.files, *fork, p)) return true;
     }
     return false;
   }
@@ -376,8 +386,8 @@ struct simulator::impl {
   void apply_changes(const sim_project& proj, const sim_branch& source, file_map& onto,
                      const std::string& commit_id) const {
     for (const auto& p : changed_since_fork(proj, source)) {
-      auto it = source.files.find(p);
-      if (it == source.files.end()) {
+      auto it = source.files->find(p);
+      if (it == source.files->end()) {
         onto.erase(p);
       } else {
         onto[p] = {it->second.content, commit_id.empty() ? it->second.last_commit_id : commit_id};
@@ -385,12 +395,15 @@ struct simulator::impl {
     }
   }
 
-  /// A new head on `branch` with these files (recorded as a commit so `ref=<sha>` reads them).
-  void move_head(sim_project& proj, const std::string& branch, std::string sha, std::string message, file_map files) {
+  /// A new head on `branch` with these files (recorded as a commit so `ref=<sha>` reads them);
+  /// `written` are the paths the new commit wrote.
+  void move_head(sim_project& proj, const std::string& branch, std::string sha, std::string message,
+                 file_snapshot files, const std::vector<std::string>& written) {
     auto& b = proj.branches[branch];
     b.head_sha = std::move(sha);
     b.head_message = std::move(message);
     b.files = std::move(files);
+    b.touched.insert(written.begin(), written.end());
     proj.commits[b.head_sha] = b.files;
   }
 
@@ -436,9 +449,10 @@ struct simulator::impl {
     // The source's changes replayed on the target's head: new commits, so the files it changed get
     // the new sha as their last commit.
     const auto& source = proj.branches[mr.source];
-    auto rebased = proj.branches[mr.target].files;
+    auto rebased = *proj.branches[mr.target].files;
     apply_changes(proj, source, rebased, mr.sha);
-    move_head(proj, mr.source, mr.sha, "Rebased " + mr.source, std::move(rebased));
+    move_head(proj, mr.source, mr.sha, "Rebased " + mr.source, std::make_shared<const file_map>(std::move(rebased)),
+              changed_since_fork(proj, source));
     proj.branches[mr.source].fork_sha = proj.branches[mr.target].head_sha;
     mr.base_sha = proj.branches[mr.target].head_sha;
     start_pipeline(mr, project_name, done_at);
@@ -892,7 +906,8 @@ struct simulator::impl {
 
   /// Applies the actions in order onto `files` as GitLab does, or answers its refusal (nothing is
   /// written then: the whole request is one commit).
-  std::optional<hs::response> apply_actions(const json& actions, file_map& files, const std::string& sha) {
+  std::optional<hs::response> apply_actions(const json& actions, file_map& files, const std::string& sha,
+                                            std::vector<std::string>& written) {
     for (std::size_t i = 0; i < actions.size(); ++i) {
       const auto& a = actions[i];
       const auto field = [&](const char* name) { return "actions[" + std::to_string(i) + "][" + name + "]"; };
@@ -908,6 +923,7 @@ struct simulator::impl {
         if (!decoded) return json_response(400, {{"error", field("content") + " is invalid"}});
         content = std::move(*decoded);
       }
+      written.push_back(path);
       auto existing = files.find(path);
       if (action == "create") {
         if (existing != files.end()) return message(400, "A file with this name already exists");
@@ -950,17 +966,18 @@ struct simulator::impl {
     }
     const auto& from = proj.branches[exists ? branch : start];
     auto sha = next_sha();
-    auto files = from.files;
-    if (auto refused = apply_actions(body["actions"], files, sha)) return std::move(*refused);
+    auto files = *from.files;
+    std::vector<std::string> written;
+    if (auto refused = apply_actions(body["actions"], files, sha, written)) return std::move(*refused);
     auto msg = body["commit_message"].is_string() ? body["commit_message"].get<std::string>() : std::string();
     auto parent = from.head_sha;
     auto fork = exists ? from.fork_sha : from.head_sha;
-    move_head(proj, branch, sha, msg, std::move(files));
+    move_head(proj, branch, sha, msg, std::make_shared<const file_map>(std::move(files)), written);
     proj.branches[branch].fork_sha = fork;
     if (!exists && faults.take("target_conflict", "create_commit", subject)) {
       // Someone else changes the same files on the start branch right after the fork.
       auto& start_branch = proj.branches[start];
-      move_head(proj, start, next_sha(), "Concurrent change to the files of " + branch, start_branch.files);
+      move_head(proj, start, next_sha(), "Concurrent change to the files of " + branch, start_branch.files, {});
       proj.branches[branch].conflicts_with_start = true;
     }
     return json_response(201, {{"id", sha},
@@ -1056,8 +1073,7 @@ struct simulator::impl {
   /// A commit that changes nothing lands on the MR's source branch: a new head and its pipeline.
   void push_to_source(sim_project& proj, const std::string& project_name, sim_mr& mr, clock_type::time_point now) {
     mr.sha = next_sha();
-    auto files = proj.branches[mr.source].files;
-    move_head(proj, mr.source, mr.sha, "Pushed to " + mr.source, std::move(files));
+    move_head(proj, mr.source, mr.sha, "Pushed to " + mr.source, proj.branches[mr.source].files, {});
     start_pipeline(mr, project_name, now);
   }
 
@@ -1067,10 +1083,11 @@ struct simulator::impl {
     mr.merge_commit_sha = next_sha();
     // The files the source changed since its fork land on the target, each keeping the source
     // commit that changed it as its last commit (as `git log -1 -- <path>` reports after a merge).
-    auto merged = proj.branches[mr.target].files;
-    apply_changes(proj, proj.branches[mr.source], merged, {});
+    const auto& source = proj.branches[mr.source];
+    auto merged = *proj.branches[mr.target].files;
+    apply_changes(proj, source, merged, {});
     move_head(proj, mr.target, *mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'",
-              std::move(merged));
+              std::make_shared<const file_map>(std::move(merged)), changed_since_fork(proj, source));
     ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
     send_mr_hook(project_name, mr, "merge");
     schedule_deploy(project_name, mr);
