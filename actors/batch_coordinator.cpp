@@ -139,7 +139,14 @@ batch_job_result lost_result(const job_tag& tag) {
 void on_db(self_ptr self, const job_tag& tag, std::function<void(session, batch_job_result&)> job) {
   auto handle = caf::actor_cast<batch_coordinator>(self);
   auto guard = make_answer_guard([handle, tag] { caf::anon_send(handle, lost_result(tag)); });
-  bool queued = self->state.svc->db->try_submit([handle, tag, job, guard](persistence::db_context& db) {
+  // The members a drive's job may move: their status readers on this instance re-read them (a
+  // claim's members come back in its result).
+  std::vector<std::string> members;
+  if (auto* d = self->state.find_drive(tag.drive)) {
+    for (const auto& m : d->members) members.push_back(m.operation_id);
+  }
+  auto* svc = self->state.svc;
+  bool queued = svc->db->try_submit([handle, tag, job, guard, svc, members](persistence::db_context& db) {
     auto out = result_for(tag);
     try {
       job(db, out);
@@ -147,6 +154,10 @@ void on_db(self_ptr self, const job_tag& tag, std::function<void(session, batch_
       out.ok = false;
       out.round = round_outcome::error;
       out.error = e.what();
+    }
+    if (svc->row_written) {
+      for (const auto& id : members) svc->row_written(id);
+      for (const auto& m : out.members) svc->row_written(m.operation_id);
     }
     guard->answered();
     caf::anon_send(handle, std::move(out));

@@ -122,6 +122,10 @@ std::vector<key_spec> make_keys() {
        "GET /api/v1/changes/{id}?wait=: how often the changes being waited for are re-read in one query, so a change "
        "moved by another instance (or by a writer that does not signal) answers its waiters within this bound; "
        "<1 -> 1."},
+      {"http.status_cache_ms", at<&S::http, &http_settings::status_cache_ms>(), 1000, H,
+       "GET /api/v1/changes/{id} without wait: how long a change's row read from the database answers further reads "
+       "of it on this instance. A write through this instance drops it at once; a write through another instance "
+       "is seen within this bound. 0 -> every read is a query; <0 -> 0."},
       {"http.status_wait_max", at<&S::http, &http_settings::status_wait_max>(), 10000, H,
        "Waits (?wait=) held at once by this instance; one more is answered 503 OVERLOADED at once; <0 -> 0."},
       {"instance.id", at<&S::instance, &instance_settings::id>(), J(), R,

@@ -12,6 +12,7 @@ void finish_settings(settings& s) {
   s.http.handler_timeout_ms = std::max<std::int64_t>(1, s.http.handler_timeout_ms);
   s.http.status_wait_recheck_ms = std::max<std::int64_t>(1, s.http.status_wait_recheck_ms);
   s.http.status_wait_max = std::max<std::int64_t>(0, s.http.status_wait_max);
+  s.http.status_cache_ms = std::max<std::int64_t>(0, s.http.status_cache_ms);
   s.instance.lease_seconds = std::max<std::int64_t>(1, s.instance.lease_seconds);
   s.console.poll_ms = std::max<std::int64_t>(1000, s.console.poll_ms);
   s.ops.attention_late_after_s = std::max<std::int64_t>(0, s.ops.attention_late_after_s);

@@ -33,6 +33,7 @@ struct http_settings {
   std::int64_t handler_timeout_ms = 0;      // >= 1
   std::int64_t status_wait_recheck_ms = 0;  // >= 1
   std::int64_t status_wait_max = 0;         // >= 0
+  std::int64_t status_cache_ms = 0;         // >= 0
 
   bool operator==(const http_settings&) const = default;
 };

@@ -33,9 +33,11 @@ struct services {
   actors::registry* actors = nullptr;
   std::string instance_id;
   /// Called after a write of this instance moved an operation's row (the actor's transitions, the
-  /// approval and deploy callbacks, cancels and operator actions through service::wake_actor), from
-  /// the thread that wrote it: status waiters (service/status_read) re-read that change at once.
-  /// Empty: nobody waits. Writers that do not call it are caught by the waiters' re-check.
+  /// approval and deploy callbacks, cancels and operator actions through service::wake_actor, the
+  /// batch coordinator's jobs for their members), from the thread that wrote it: status waiters
+  /// (service/status_read) re-read that change at once and its kept row is dropped. Empty: nobody
+  /// reads. Writers that do not call it are caught by the waiters' re-check and by the kept rows'
+  /// bound (http.status_cache_ms).
   std::function<void(const std::string& operation_id)> row_written;
   /// Runs one external call of a request actor on an external-pool thread. `run_call` (the real
   /// clients); in-process actor tests put scripted external systems here.

@@ -105,6 +105,45 @@ std::size_t status_reads::cached() const {
   return ended_.size();
 }
 
+std::size_t status_reads::kept_in_flight() const {
+  std::lock_guard lock(mutex_);
+  std::size_t n = 0;
+  for (const auto& [id, k] : kept_) n += k.row ? 1 : 0;
+  return n;
+}
+
+std::uint64_t status_reads::write_count() const {
+  std::lock_guard lock(mutex_);
+  return writes_;
+}
+
+std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id) const {
+  auto ttl = svc_.config->current()->http().status_cache_ms;
+  if (ttl <= 0) return std::nullopt;
+  std::lock_guard lock(mutex_);
+  auto it = kept_.find(operation_id);
+  if (it == kept_.end() || !it->second.row) return std::nullopt;
+  if (clock::now() - it->second.read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
+  return it->second.row;
+}
+
+void status_reads::keep(const persistence::operation_row& row, std::uint64_t began) {
+  if (immutable_step(row.step)) return;  // the ended-change cache has it
+  if (svc_.config->current()->http().status_cache_ms <= 0) return;
+  std::lock_guard lock(mutex_);
+  if (began < kept_floor_) return;
+  auto it = kept_.find(row.operation_id);
+  if (it != kept_.end() && it->second.written > began) return;  // written after this read began
+  if (it == kept_.end() && kept_.size() >= max_cached_rows) {
+    kept_.clear();
+    kept_floor_ = writes_;
+    if (began < kept_floor_) return;
+  }
+  auto& k = kept_[row.operation_id];
+  k.row = row;
+  k.read_at = clock::now();
+}
+
 std::int64_t status_reads::next_tick_ms() const {
   auto recheck = svc_.config->current()->http().status_wait_recheck_ms;
   std::lock_guard lock(mutex_);
@@ -142,19 +181,25 @@ status_view status_reads::view_of(persistence::session db, const persistence::op
   return v;
 }
 
+void status_reads::answer_from_memory(persistence::operation_row row, const view_check& may_view,
+                                      status_answer answer) {
+  auto* registry = svc_.actors;
+  may_view(row, [row, registry, answer = std::move(answer)](bool visible) {
+    if (!visible) return answer(failed_view(status_outcome::not_found));
+    status_view v;
+    v.row = row;
+    v.live = registry->find(row.operation_id).has_value();
+    answer(std::move(v));
+  });
+}
+
 void status_reads::read(status_query q, view_check may_view, status_answer answer) {
   // An ended change no one can move: answered from memory (its timeline still needs the query).
+  // So is a plain read of a change in flight whose row this instance read a moment ago.
   if (!q.timeline) {
-    if (auto row = cached_row(q.operation_id)) {
-      auto* registry = svc_.actors;
-      auto r = std::move(*row);
-      return may_view(r, [r, registry, answer = std::move(answer)](bool visible) {
-        if (!visible) return answer(failed_view(status_outcome::not_found));
-        status_view v;
-        v.row = r;
-        v.live = registry->find(r.operation_id).has_value();
-        answer(std::move(v));
-      });
+    if (auto row = cached_row(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
+    if (q.wait_ms <= 0 && !q.fresh) {
+      if (auto row = kept(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
     }
   }
   auto w = std::make_shared<waiter>();
@@ -179,11 +224,13 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
 }
 
 void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
-  bool queued = reads_.try_submit([this, w, may_view = std::move(may_view)](persistence::db_context& db) {
+  auto began = write_count();
+  bool queued = reads_.try_submit([this, w, began, may_view = std::move(may_view)](persistence::db_context& db) {
     auto row = persistence::load_operation(db, w->operation_id);
     if (row.outcome == persistence::db_outcome::not_found) return finish(w, failed_view(status_outcome::not_found));
     if (!row.ok()) return finish(w, failed_view(status_outcome::failed, row.error));
     remember(row.value);
+    keep(row.value, began);
     auto first = view_of(db, row.value, w->timeline);
     if (first.outcome != status_outcome::ok) return finish(w, std::move(first));
     may_view(row.value, [this, w, first = std::move(first)](bool visible) mutable {
@@ -212,6 +259,16 @@ void status_reads::row_written(const std::string& operation_id) {
   std::vector<waiter_ptr> to_read;
   {
     std::lock_guard lock(mutex_);
+    ++writes_;
+    if (auto it = kept_.find(operation_id); it != kept_.end()) {
+      it->second.row.reset();
+      it->second.written = writes_;
+    } else if (kept_.size() < max_cached_rows) {
+      kept_[operation_id].written = writes_;
+    } else {
+      kept_.clear();  // past the bound: forget everything, and keep nothing a read began before now
+      kept_floor_ = writes_;
+    }
     auto [begin, end] = waiters_.equal_range(operation_id);
     for (auto it = begin; it != end; ++it) {
       auto& w = it->second;

@@ -5,6 +5,12 @@
 // made only when asked for. Rows no one can move any more (a step without an outgoing edge in the
 // transition table, VALIDATED excepted: a revert still links it) are kept in a small cache and
 // answered without a query; such a row is immutable, so the cache is correct across instances.
+// The row of a change still in flight, once read, answers further plain reads of it for
+// `http.status_cache_ms`: a write of this instance (`row_written`) drops it at once, so this
+// instance's own moves are always seen; a move made through another instance is seen within that
+// bound (the same bound a wait's re-check gives); a caller that must see such a move at once asks
+// for a fresh read (`fresh`, HTTP `Cache-Control: no-cache`). A read that began before a write of
+// its change never keeps its (possibly older) row.
 //
 // A wait (`wait_ms` > 0) answers as soon as the change's version passes `since` (or the version it
 // had when the wait began), or it has ended, or the wait ran out (then with the unchanged state). No
@@ -42,6 +48,7 @@ struct status_query {
   bool timeline = false;
   std::int64_t wait_ms = 0;           // 0: answer at once
   std::optional<std::int64_t> since;  // with a wait: answer once the version is past it (default: the first read's)
+  bool fresh = false;                 // the database's state, never a kept in-flight row (Cache-Control: no-cache)
 };
 
 enum class status_outcome { ok, not_found, overloaded, failed };
@@ -77,12 +84,14 @@ class status_reads {
 
   std::size_t waiting() const;
   std::size_t cached() const;
+  std::size_t kept_in_flight() const;
 
  private:
   struct waiter;
   using waiter_ptr = std::shared_ptr<waiter>;
 
   void first_read(const waiter_ptr& w, view_check may_view);
+  void answer_from_memory(persistence::operation_row row, const view_check& may_view, status_answer answer);
   void reread(const waiter_ptr& w);
   /// Answers `w` from `row` when it moved or ended (or `deadline_passed`); true when it answered.
   bool settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
@@ -101,6 +110,20 @@ class status_reads {
   mutable std::mutex mutex_;
   std::unordered_multimap<std::string, waiter_ptr> waiters_;
   std::unordered_map<std::string, persistence::operation_row> ended_;
+
+  /// In-flight rows kept for `http.status_cache_ms`; an entry without a row marks a write.
+  struct kept_row {
+    std::optional<persistence::operation_row> row;
+    std::chrono::steady_clock::time_point read_at;
+    std::uint64_t written = 0;  // the write count when this instance last wrote the change
+  };
+  std::optional<persistence::operation_row> kept(const std::string& operation_id) const;
+  /// Keeps `row`, read by a read that began at write count `began`, unless the change was written since.
+  void keep(const persistence::operation_row& row, std::uint64_t began);
+  std::uint64_t write_count() const;
+  std::unordered_map<std::string, kept_row> kept_;
+  std::uint64_t writes_ = 0;      // row_written calls so far
+  std::uint64_t kept_floor_ = 0;  // reads that began before this count keep nothing (kept_ was emptied)
   std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();
 };
 

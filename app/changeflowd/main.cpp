@@ -301,6 +301,9 @@ int main(int argc, char** argv) {
           static_cast<double>(status_reads.waiting()));
     m.set("changeflow_status_cached_rows", "Ended changes whose status is answered from memory", {},
           static_cast<double>(status_reads.cached()));
+    m.set("changeflow_status_kept_rows",
+          "Rows of changes in flight kept to answer plain status reads (http.status_cache_ms)", {},
+          static_cast<double>(status_reads.kept_in_flight()));
   });
 
   http::service_context ctx{cfg, *db, metrics, persistence::all_migrations().back().version, nullptr, &svc};

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <set>
 
@@ -305,6 +306,16 @@ http_server::response status_response(const service::status_view& v) {
   return db_failure(v.error);
 }
 
+/// `Cache-Control: no-cache` (or `max-age=0`): the caller wants the database's state, not a row this
+/// instance read a moment ago.
+bool asks_fresh(std::optional<std::string_view> cache_control) {
+  if (!cache_control) return false;
+  std::string v(*cache_control);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v.find("no-cache") != std::string::npos || v.find("no-store") != std::string::npos ||
+         v.find("max-age=0") != std::string::npos;
+}
+
 /// GET /api/v1/changes/{id}[?include=timeline][&wait=<ms>[&since=<version>]]: the change (one
 /// query, or none for an ended change), its timeline when asked for, and the blocking wait
 /// (service/status_read). Shown to its requester, to callers permitted for its subject and to
@@ -324,6 +335,7 @@ void get_one(service_context& ctx, const http_server::request& req, const std::s
   q.operation_id = id;
   q.timeline = params.timeline;
   q.since = params.since;
+  q.fresh = asks_fresh(req.header("cache-control"));
   // A wait ends before the server's handler deadline would cut it (http.handler_timeout_ms).
   auto deadline_ms = ctx.config.current()->http().handler_timeout_ms;
   q.wait_ms = std::min(params.wait_ms, std::max<std::int64_t>(0, deadline_ms - 1000));

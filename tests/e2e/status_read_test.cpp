@@ -1,8 +1,10 @@
 // Status reads over real HTTP (changeflowd + changeflow-sim + MariaDB): the change without its
 // timeline unless asked for; the blocking wait (?wait=&since=) answering on the transition, at its
 // deadline with the unchanged state, at once for an ended change, 400 on bad values and 404 for a
-// change the caller may not see; and several instances on one database: a change moved by another
-// instance reaches a waiter through the re-check, and no instance serves a stale state.
+// change the caller may not see; plain reads answered from the row the instance read a moment ago
+// (http.status_cache_ms), dropped by every write of that instance; and several instances on one
+// database: a change moved by another instance reaches a waiter through the re-check, a fresh read
+// (Cache-Control: no-cache) is never stale, and a plain read is at most status_cache_ms behind.
 //
 // The waits use client deadlines SHORTER than the wait they ask for: an answer that arrives at all
 // proves the change's move ended the wait, not its deadline.
@@ -235,14 +237,52 @@ TEST(StatusRead, AWaitShowsNothingToACallerWhoMayNotSeeTheChange) {
   EXPECT_EQ(get(env.port(), url + "?wait=20000").status, 401);
 }
 
-TEST(StatusRead, AnotherInstancesWriteReachesWaitersAndNoStaleStateIsServed) {
+TEST(StatusRead, PlainReadsAreKeptAndEveryWriteOfThisInstanceIsSeenAtOnce) {
+  // Rows are kept for 10 minutes here: a write that did not drop the kept row would leave the
+  // change looking stuck and this test would time out. The whole flow is followed by plain polls
+  // (every step of the actor, both callbacks), then a second change is cancelled and read at once.
+  flow_env env(json{{"http", {{"status_cache_ms", 600000}}}});
+  auto id = submitted(env, "svc-kept");
+  ASSERT_FALSE(id.empty());
+  std::vector<std::string> steps;
+  json last;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto r = get(env.port(), "/api/v1/changes/" + id);
+        if (r.status != 200) return false;
+        last = body_of(r)["data"];
+        auto step = last["step"]["name"].get<std::string>();
+        if (steps.empty() || steps.back() != step) steps.push_back(step);
+        return last["phase"] == "VALIDATED";
+      },
+      60s))
+      << last.dump(2);
+  EXPECT_GE(steps.size(), 3u);
+  EXPECT_TRUE(is_subsequence(steps, timeline_steps(env.get_change(id))));
+  // The VALIDATED row (a revert may still move it) is kept to answer the next plain read.
+  EXPECT_GE(metric(env.port(), "changeflow_status_kept_rows"), 1);
+
+  auto other = submitted(env, "svc-kept-cancel");
+  ASSERT_FALSE(other.empty());
+  auto before = reach_step(env.port(), other, "APPROVAL_SENT");
+  ASSERT_EQ(cancel(env.port(), other).status, 200);
+  auto after = get(env.port(), "/api/v1/changes/" + other);
+  ASSERT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(body_of(after)["data"]["step"]["name"], "CANCELLED") << after.body;
+  EXPECT_GT(body_of(after)["data"]["version"].get<std::int64_t>(), before["version"].get<std::int64_t>());
+}
+
+TEST(StatusRead, AnotherInstancesWriteReachesWaitersAndFreshReadsAreNeverStale) {
   // Two instances on one database. A owns the change; B only reads it. B's waiter learns of A's
-  // cancel through its re-check (every 300 ms here), and B never answers an older state once the
-  // newer one is committed; an ended change is then answered from B's memory.
+  // cancel through its re-check (every 300 ms here); B keeps plain reads for 10 minutes, so right
+  // after A's commit a plain read on B still shows the row B read before (the documented bound),
+  // while a fresh read (Cache-Control: no-cache) shows the committed state; an ended change is then
+  // answered from B's memory.
   flow_env env(json{{"http", {{"status_wait_recheck_ms", 300}}}}, no_callbacks);
   json peer = env.config();
   peer["instance"]["id"] = "status-peer";
   peer["http"]["port"] = free_port();
+  peer["http"]["status_cache_ms"] = 600000;
   service_process b(peer, env.dir(), "changeflowd-peer");
 
   auto id = submitted(env, "svc-peer");
@@ -259,8 +299,12 @@ TEST(StatusRead, AnotherInstancesWriteReachesWaitersAndNoStaleStateIsServed) {
   ASSERT_TRUE(wait_until([&] { return metric(b.port(), "changeflow_status_waiters") >= 1; }, 10s));
   ASSERT_EQ(cancel(env.port(), id).status, 200);
   const auto committed = std::stoll(env.db().scalar("SELECT version FROM operation WHERE operation_id = '" + id + "'"));
-  // Read on B right after A's commit: the new state, never the one B served before.
-  auto after = get(b.port(), url);
+  // A plain read on B right after A's commit: the row B read before, within status_cache_ms.
+  auto kept = get(b.port(), url);
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(body_of(kept)["data"]["version"], v) << kept.body;
+  // A fresh read on B: the new state, never the one B served before.
+  auto after = get(b.port(), url, 10s, {{"Cache-Control", "no-cache"}});
   ASSERT_EQ(after.status, 200) << after.body;
   EXPECT_EQ(body_of(after)["data"]["version"], committed);
   EXPECT_EQ(body_of(after)["data"]["step"]["name"], "CANCELLED");
