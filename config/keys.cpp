@@ -152,6 +152,10 @@ std::vector<key_spec> make_keys() {
        "MariaDB/MySQL host (ignored when db.socket is set)."},
       {"db.port", at<&S::db, &db_settings::port>(), 3306, R, "MariaDB/MySQL port."},
       {"db.socket", at<&S::db, &db_settings::socket>(), J(), R, "Unix socket path; preferred over host/port when set."},
+      {"db.endpoints", at<&S::db, &db_settings::endpoints>(), J(), R,
+       "\"host:port\" of every node of a Galera cluster, in order of preference; a connection goes to the first node "
+       "that accepts it and is ready (wsrep_ready), and moves to the next on a connection error or a node that is not "
+       "ready (1047). Missing or empty -> db.socket or db.host/db.port."},
       {"db.user", at<&S::db, &db_settings::user>(), "changeflow", R, "Database user."},
       {"db.password", at<&S::db, &db_settings::password>(), "", R, "Database password."},
       {"db.name", at<&S::db, &db_settings::name>(), "changeflow", R, "Database (schema) name."},

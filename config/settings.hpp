@@ -76,6 +76,7 @@ struct db_settings {
   std::string host;
   std::int64_t port = 0;
   std::optional<std::string> socket;
+  std::vector<std::string> endpoints;  // "host:port" of every node of a cluster; empty: host/port
   std::string user;
   std::string password;
   std::string name;

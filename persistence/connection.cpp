@@ -1,15 +1,76 @@
 #include "persistence/connection.hpp"
 
+#include <cppconn/exception.h>
+#include <cppconn/resultset.h>
 #include <cppconn/statement.h>
 #include <mysql_driver.h>
 
+#include <charconv>
+#include <optional>
+
 namespace changeflow::persistence {
+
+std::optional<db_endpoint> parse_endpoint(const std::string& text) {
+  auto colon = text.rfind(':');
+  db_endpoint e;
+  e.host = text.substr(0, colon);
+  if (e.host.empty()) return std::nullopt;
+  if (colon == std::string::npos) return e;
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  int port = 0;
+  auto [end, ec] = std::from_chars(first, last, port);
+  if (ec != std::errc() || end != last || port <= 0 || port > 65535) return std::nullopt;
+  e.port = port;
+  return e;
+}
+
+namespace {
+
+/// One row of SHOW ... LIKE: its value, or "" when there is no such row.
+std::string shown(sql::Connection& conn, const std::string& show) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(show));
+  return rs->next() ? std::string(rs->getString(2)) : std::string();
+}
+
+/// Galera's "ready for application use". A server that does not replicate (wsrep_on OFF, or no such
+/// variable) is ready; its wsrep_ready says OFF without meaning anything.
+bool node_ready(sql::Connection& conn) {
+  if (shown(conn, "SHOW VARIABLES LIKE 'wsrep_on'") != "ON") return true;
+  return shown(conn, "SHOW STATUS LIKE 'wsrep_ready'") == "ON";
+}
+
+}  // namespace
 
 void init_driver() {
   sql::mysql::get_mysql_driver_instance();
 }
 
 std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool select_database) {
+  if (!s.endpoints.empty()) {
+    const auto n = s.endpoints.size();
+    const auto start = s.preferred->load() % n;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto at = (start + i) % n;
+      auto one = s;
+      one.endpoints.clear();
+      one.socket.clear();
+      one.host = s.endpoints[at].host;
+      one.port = s.endpoints[at].port;
+      try {
+        auto conn = open_connection(one, select_database);
+        if (!node_ready(*conn)) {
+          if (i + 1 == n) throw sql::SQLException("WSREP has not yet prepared node for application use", "08S01", 1047);
+          continue;
+        }
+        s.preferred->store(at);
+        return conn;
+      } catch (const sql::SQLException&) {
+        if (i + 1 == n) throw;
+      }
+    }
+  }
   sql::ConnectOptionsMap opts;
   if (!s.socket.empty()) {
     opts["hostName"] = sql::SQLString("unix://" + s.socket);

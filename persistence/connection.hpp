@@ -4,15 +4,31 @@
 
 #include <cppconn/connection.h>
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace changeflow::persistence {
+
+struct db_endpoint {
+  std::string host;
+  int port = 3306;
+};
+
+/// "host:port" (port defaults to 3306); nullopt when the text is not one.
+std::optional<db_endpoint> parse_endpoint(const std::string& text);
 
 struct db_settings {
   std::string host = "127.0.0.1";
   int port = 3306;
-  std::string socket;  // preferred when set
+  std::string socket;  // preferred when set and there are no endpoints
+  // The nodes of a cluster, in order of preference (empty: host/port or socket). Every connection of
+  // the process starts at the node the last successful connection used (`preferred`, shared), so
+  // all workers move together once a node fails.
+  std::vector<db_endpoint> endpoints;
+  std::shared_ptr<std::atomic<std::size_t>> preferred = std::make_shared<std::atomic<std::size_t>>(0);
   std::string user = "changeflow";
   std::string password;
   std::string database = "changeflow";
@@ -26,6 +42,9 @@ void init_driver();
 /// Opens a connection with CLIENT_FOUND_ROWS (affected rows = matched rows, so a guarded UPDATE that
 /// matches its row reports 1 even when no column value changed), utf8mb4, UTC session time zone and
 /// READ COMMITTED (no gap locks: admission never waits on a claim's range scan). Throws sql::SQLException.
+/// With endpoints: the first node, from the preferred one on, that accepts the connection and
+/// reports itself ready for application use (`wsrep_ready` ON; a server without Galera has no such
+/// status and is ready); throws the last node's error when none is.
 std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool select_database = true);
 
 }  // namespace changeflow::persistence

@@ -2,6 +2,8 @@
 
 #include <cppconn/exception.h>
 
+#include <atomic>
+
 namespace changeflow::persistence {
 
 std::string_view to_string(db_outcome o) {
@@ -27,6 +29,7 @@ bool is_retryable_code(int code) {
     case 2013:  // lost connection during query
     case 1927:  // connection killed (MariaDB)
     case 1053:  // server shutdown in progress
+    case 1047:  // a Galera node not ready for application use (lost its quorum): another node serves
       return true;
     default: return false;
   }
@@ -40,13 +43,23 @@ bool is_connection_lost_code(int code) {
     case 2013:
     case 2055:
     case 1927:
-    case 1053: return true;
+    case 1053:
+    case 1047: return true;
     default: return false;
   }
 }
 
+namespace {
+std::atomic<std::uint64_t> conflicts{0};
+}  // namespace
+
+std::uint64_t conflicts_seen() {
+  return conflicts.load(std::memory_order_relaxed);
+}
+
 db_error classify(const sql::SQLException& e) {
   int code = e.getErrorCode();
+  if (code == 1213) conflicts.fetch_add(1, std::memory_order_relaxed);
   db_error err;
   err.code = code;
   err.message = e.what();

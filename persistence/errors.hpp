@@ -2,6 +2,7 @@
 // The closed set of outcomes every repository call returns. Connector/C++ exceptions are caught at
 // the edge of persistence/ and translated here; nothing above this folder sees sql::SQLException.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,5 +38,10 @@ bool is_retryable_code(int code);
 /// connection is dead, and the session drops it so the next call opens a new one. Lock errors
 /// (1205, 1213) are retryable but leave the connection usable.
 bool is_connection_lost_code(int code);
+
+/// Deadlocks and, on a Galera cluster, certification failures (both 1213) this process's statements
+/// met so far; every one was answered as retryable (the guarded write is re-run and re-checks the
+/// row's version, so a write another node committed first makes it preempted, never a repeat).
+std::uint64_t conflicts_seen();
 
 }  // namespace changeflow::persistence

@@ -1,5 +1,6 @@
 #include "persistence/migrations.hpp"
 
+#include "base/ids.hpp"
 #include "persistence/sql_util.hpp"
 
 #include <cppconn/exception.h>
@@ -8,8 +9,11 @@
 #include <cppconn/statement.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <set>
+#include <string>
+#include <thread>
 
 namespace changeflow::persistence {
 
@@ -82,19 +86,57 @@ std::set<int> applied_versions(sql::Connection& conn) {
   return out;
 }
 
-struct named_lock {
+/// The migration lock: one row of `schema_migration_lock`, taken by inserting it. GET_LOCK is local to
+/// one server, so on a Galera cluster two instances starting on two nodes would both hold it; a row
+/// insert is replicated and certified, so exactly one of two concurrent takers commits (the other
+/// gets a duplicate key or, across nodes, a certification failure, and waits). A holder that died
+/// leaves the row until `expires_at`; a taker removes an expired row and tries again.
+struct migration_lock {
+  static constexpr int hold_seconds = 300;  // longer than any migration here takes
+  static constexpr int wait_seconds = hold_seconds + 60;
+
   sql::Connection& conn;
+  std::string holder = ids::new_uuid();
   bool held = false;
-  explicit named_lock(sql::Connection& c) : conn(c) {
-    std::unique_ptr<sql::Statement> st(conn.createStatement());
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT GET_LOCK(CONCAT(DATABASE(), '.migrations'), 60)"));
-    held = rs->next() && rs->getInt(1) == 1;
+
+  explicit migration_lock(sql::Connection& c) : conn(c) {
+    exec(conn, R"sql(
+CREATE TABLE IF NOT EXISTS schema_migration_lock (
+  name       VARCHAR(64)  NOT NULL,
+  holder     VARCHAR(64)  NOT NULL,
+  expires_at DATETIME(3)  NOT NULL,
+  PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql");
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_seconds);
+    while (!(held = try_take()) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the holder's migrations take seconds
+    }
   }
-  ~named_lock() {
+  ~migration_lock() {
     if (!held) return;
     try {
-      exec(conn, "DO RELEASE_LOCK(CONCAT(DATABASE(), '.migrations'))");
+      std::unique_ptr<sql::PreparedStatement> del(
+          conn.prepareStatement("DELETE FROM schema_migration_lock WHERE name = 'migrations' AND holder = ?"));
+      del->setString(1, holder);
+      del->executeUpdate();
     } catch (...) {
+    }
+  }
+
+  bool try_take() {
+    try {
+      exec(conn, "DELETE FROM schema_migration_lock WHERE name = 'migrations' AND expires_at < NOW(3)");
+      std::unique_ptr<sql::PreparedStatement> ins(
+          conn.prepareStatement("INSERT INTO schema_migration_lock (name, holder, expires_at) VALUES ('migrations', ?, "
+                                "NOW(3) + INTERVAL " +
+                                std::to_string(hold_seconds) + " SECOND)"));
+      ins->setString(1, holder);
+      ins->executeUpdate();
+      return true;
+    } catch (const sql::SQLException& e) {
+      // Held by someone else (1062), or taken on another node at the same moment (1213).
+      if (e.getErrorCode() == 1062 || e.getErrorCode() == 1213) return false;
+      throw;
     }
   }
 };
@@ -165,10 +207,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
   applied_at DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (version)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4)sql");
-    named_lock lock(conn);
+    migration_lock lock(conn);
     if (!lock.held) {
       result.ok = false;
-      result.error = "could not take the migration lock within 60 s";
+      result.error = "could not take the migration lock (schema_migration_lock) within " +
+                     std::to_string(migration_lock::wait_seconds) + " s";
       return result;
     }
     auto done = applied_versions(conn);

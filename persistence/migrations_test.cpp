@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 using namespace changeflow;
 using changeflow::testing::test_database;
 
@@ -59,4 +61,42 @@ TEST(Migrations, ProjectMigrationsApplyOnEmptyDatabase) {
   auto r = persistence::migrate(*conn, persistence::all_migrations());
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(persistence::current_schema_version(*conn).value, persistence::all_migrations().back().version);
+}
+
+TEST(Migrations, TwoMigratorsAtOnceApplyEachMigrationOnce) {
+  // The lock is a row (schema_migration_lock), so it holds across the nodes of a cluster too. Two
+  // migrators on two connections: each statement ran once (a second CREATE TABLE would fail).
+  test_database db(false);
+  std::vector<persistence::migration> ms = {
+      {1, "table", {"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(16))"}},
+      {2, "row", {"INSERT INTO t (v) VALUES ('once')", "DO SLEEP(0.3)"}},
+  };
+  persistence::migrate_result first, second;
+  std::thread other([&] {
+    auto c = db.connect();
+    second = persistence::migrate(*c, ms);
+  });
+  {
+    auto c = db.connect();
+    first = persistence::migrate(*c, ms);
+  }
+  other.join();
+  ASSERT_TRUE(first.ok) << first.error;
+  ASSERT_TRUE(second.ok) << second.error;
+  EXPECT_EQ(first.applied.size() + second.applied.size(), 2u);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM t"), "1");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM schema_migration_lock"), "0") << "the holder released it";
+}
+
+TEST(Migrations, ALockLeftByADeadHolderIsTakenOverOnceItExpires) {
+  test_database db(false);
+  auto conn = db.connect();
+  ASSERT_TRUE(persistence::migrate(*conn, {}).ok);  // creates the lock table
+  db.exec(
+      "INSERT INTO schema_migration_lock (name, holder, expires_at) VALUES ('migrations', 'crashed-instance', NOW(3) - "
+      "INTERVAL 1 SECOND)");
+  auto r = persistence::migrate(*conn, {{1, "after", {"CREATE TABLE t2 (id INT PRIMARY KEY)"}}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.applied, (std::vector<int>{1}));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM schema_migration_lock WHERE holder = 'crashed-instance'"), "0");
 }

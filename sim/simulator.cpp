@@ -1345,9 +1345,18 @@ struct simulator::impl {
       return;
     }
     for (int k = 0; k < copies; ++k) {
-      deliver(a.callback_url, real, signature(real), "approval", delay + step, 1);
+      deliver(copy_url(a.callback_url, k), real, signature(real), "approval", delay + step, 1);
       step += mode == "duplicate" ? ms(20) : opts.callback_copy_gap;
     }
+  }
+
+  /// Where copy `k` of a delivery to `url` goes: `url` itself, or for k >= 1 the same path on
+  /// callback_copy_base when set.
+  std::string copy_url(const std::string& url, int k) const {
+    if (k == 0 || opts.callback_copy_base.empty()) return url;
+    auto scheme = url.find("://");
+    auto path = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+    return opts.callback_copy_base + (path == std::string::npos ? std::string("/") : url.substr(path));
   }
 
   // ---- deploy pipeline
@@ -1391,7 +1400,8 @@ struct simulator::impl {
     auto gap = mode == "duplicate" ? ms(20) : opts.callback_copy_gap;
     for (int k = 0; k < copies; ++k) {
       // Same deliveryId each time: a redelivery, not a new deploy.
-      deliver(opts.deploy_callback_url, body.dump(), headers, "deploy", opts.pipeline_duration + gap * k, 1);
+      deliver(copy_url(opts.deploy_callback_url, k), body.dump(), headers, "deploy", opts.pipeline_duration + gap * k,
+              1);
     }
   }
 
@@ -1468,7 +1478,7 @@ struct simulator::impl {
           senders.emplace_back([&, k] {
             std::this_thread::sleep_for(gap * k);
             clients::http_client client;
-            ok[static_cast<std::size_t>(k)] = send_once(client, url, body, headers);
+            ok[static_cast<std::size_t>(k)] = send_once(client, copy_url(url, k), body, headers);
           });
         }
       }  // jthreads join here

@@ -35,6 +35,9 @@ struct sim_options {
   /// redelivery), copy k `callback_copy_gap` * k after the first. Fault rules override it.
   int callback_copies = 1;
   std::chrono::milliseconds callback_copy_gap{0};
+  /// Non-empty ("http://host:port"): every copy after the first goes to the same path on this base,
+  /// as a load balancer would spread one sender's redeliveries over two instances.
+  std::string callback_copy_base;
   /// Threads that send callbacks (each with its own connections; the copies of one delivery share
   /// one, in order). 0: the scheduler thread sends them itself, one at a time.
   int callback_lanes = 0;

@@ -57,6 +57,8 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
         o.callback_copies = std::max(1, std::stoi(value));
       else if (arg == "--callback-copy-gap-ms")
         o.callback_copy_gap = std::chrono::milliseconds(std::stoll(value));
+      else if (arg == "--callback-copy-base-url")
+        o.callback_copy_base = value;
       else if (arg == "--callback-lanes")
         o.callback_lanes = std::max(0, std::stoi(value));
       else if (arg == "--pipeline-running-reads")

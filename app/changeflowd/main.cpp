@@ -26,6 +26,7 @@
 #include "metrics/registry.hpp"
 #include "persistence/connection.hpp"
 #include "persistence/db_pool.hpp"
+#include "persistence/errors.hpp"
 #include "persistence/migrations.hpp"
 #include "runtime/services.hpp"
 #include "service/status_read.hpp"
@@ -107,6 +108,9 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
   s.host = db.host;
   s.port = static_cast<int>(db.port);
   s.socket = db.socket.value_or("");
+  for (const auto& text : db.endpoints) {
+    if (auto e = persistence::parse_endpoint(text)) s.endpoints.push_back(*e);
+  }
   s.user = db.user;
   s.password = db.password;
   s.database = db.name;
@@ -186,6 +190,12 @@ int main(int argc, char** argv) {
   if (auto missing = config::missing_required_keys(*loaded.snap); !missing.empty()) {
     for (const auto& e : missing) std::cerr << "changeflowd: config error: " << e << "\n";
     log::error("startup.config_incomplete", {{"errors", missing}});
+    return 1;
+  }
+  for (const auto& text : loaded.snap->db().endpoints) {
+    if (persistence::parse_endpoint(text)) continue;
+    std::cerr << "changeflowd: config error: db.endpoints: '" << text << "' is not host:port\n";
+    log::error("startup.config_invalid", {{"errors", {"db.endpoints: '" + text + "' is not host:port"}}});
     return 1;
   }
   if (opts.check_only) {
@@ -301,6 +311,9 @@ int main(int argc, char** argv) {
           static_cast<double>(status_reads.waiting()));
     m.set("changeflow_status_cached_rows", "Ended changes whose status is answered from memory", {},
           static_cast<double>(status_reads.cached()));
+    m.set("changeflow_db_conflicts_total",
+          "Deadlocks and Galera certification failures (MariaDB 1213) met by this process, each retried", {},
+          static_cast<double>(persistence::conflicts_seen()));
     m.set("changeflow_status_kept_rows",
           "Rows of changes in flight kept to answer plain status reads (http.status_cache_ms)", {},
           static_cast<double>(status_reads.kept_in_flight()));
