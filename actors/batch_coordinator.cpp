@@ -1,5 +1,7 @@
 #include "actors/batch_coordinator.hpp"
 
+#include "actors/reconciler.hpp"
+
 #include "effects/file_actions.hpp"
 
 #include "base/answer_guard.hpp"
@@ -367,10 +369,21 @@ void run(self_ptr self, drive& d, const core::action& a) {
       const auto expected = d.expected;
       const auto instance = self->state.svc->instance_id;
       const auto cause = a.text;
+      const auto project = d.state.where.repository;
+      std::vector<std::string> members;
+      for (const auto& m : d.members) members.push_back(m.operation_id);
+      auto* metrics = self->state.svc->metrics;
       on_db(self, {kind::settled, d.id, d.state.where},
-            [batch_id, expected, iid, cause, instance](session conn, batch_job_result& out) {
+            [batch_id, expected, iid, cause, instance, project, members, metrics](session conn, batch_job_result& out) {
               take_write(out, persistence::settle_succeeded(conn, batch_id, expected, iid, cause, instance));
               out.settled_as = "succeeded";
+              if (!out.ok) return;
+              // The batch MR's deploy pipeline may have called back before this settlement made its
+              // members MERGED (a coordinator that died between the merge and the settlement, or
+              // one that was slow): those deliveries were answered OUT_OF_ORDER. Apply them now, as
+              // the request actor does after its own MERGED write, instead of waiting for
+              // reconciliation's minimum age.
+              for (const auto& id : members) validate_if_already_deployed(conn, id, iid, project, *metrics);
             });
       return;
     }

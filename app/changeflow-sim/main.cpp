@@ -17,6 +17,8 @@ void usage() {
                "         [--deploy-secret Y] [--deploy-callback-url URL] [--callback-delay-ms D]\n"
                "         [--callback-attempts N]  deliveries per callback (backoff 100 ms doubling, capped at 2 s)\n"
                "         [--callback-copies N --callback-copy-gap-ms G]  every callback N times, same id, G ms apart\n"
+               "         [--callback-copy-base-url http://host:port]  copies after the first go to this base\n"
+               "           (the same path), as a load balancer spreads one sender's redeliveries\n"
                "         [--callback-lanes L]  threads sending callbacks (0: the scheduler thread)\n"
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
                "         [--pipeline-running-reads K]  a new pipeline reads \"running\" K times before its outcome\n"

@@ -21,15 +21,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace changeflow::testing;
@@ -98,15 +102,19 @@ class cluster {
   }
   /// One value from the mariadb client on `node`; "" on failure.
   std::string scalar(int node, const std::string& sql) {
-    auto out = log_dir_ + "/query.out";
+    // One output file per query: a child's log is appended to, and the sampler queries concurrently.
+    auto out = log_dir_ + "/query-" + std::to_string(++queries_) + ".out";
     child_process p({"/usr/bin/mariadb", "--no-defaults", "--socket=" + socket(node), "-uchangeflow", "-pchangeflow",
                      "changeflow", "-N", "-B", "-e", sql},
                     out);
     auto rc = p.wait_exit(60s);
     if (!rc || *rc != 0) return "";
-    std::ifstream in(out);
     std::string line;
-    std::getline(in, line);
+    {
+      std::ifstream in(out);
+      std::getline(in, line);
+    }
+    std::filesystem::remove(out);
     return line;
   }
   std::string log(const std::string& what) const {
@@ -128,6 +136,7 @@ class cluster {
   std::string dir_, log_dir_;
   int base_ = 0;
   bool started_ = false;
+  std::atomic<int> queries_{0};
 };
 
 json body_of(const http_result& r) {
@@ -290,4 +299,120 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
   const auto count = "SELECT COUNT(*) FROM operation WHERE phase = 'VALIDATED' AND operation_id IN (" + in_list + ")";
   EXPECT_EQ(db.scalar(1, count), std::to_string(ids.size()));
   EXPECT_EQ(db.scalar(3, count), std::to_string(ids.size()));
+}
+
+TEST(Cluster, ThreeInstancesMergeInBatchesThroughTheLossOfAnInstanceAndANode) {
+  // Batch rounds on: each instance runs a coordinator, and their claims race through three nodes.
+  // Mid-run node 2 dies and instance C is SIGKILLed, then C restarts with its own id. I1 (at most one
+  // active batch for the one partition) is sampled on every live node throughout.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto phase = [&](const std::string& what) {
+    std::cout << "[cluster] "
+              << std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0).count()
+              << " s: " << what << std::endl;
+  };
+  auto dir = make_temp_dir("cf-cluster-batch");
+  cluster db(dir);
+  phase("cluster up");
+  ASSERT_TRUE(db.started()) << db.log("start");
+
+  const unsigned short ports[3] = {free_port(), free_port(), free_port()};
+  sim_process sim(dir,
+                  {"--deploy-callback-url", "http://127.0.0.1:" + std::to_string(ports[0]) + "/api/v1/callbacks/deploy",
+                   "--callback-delay-ms", "30", "--pipeline-duration-ms", "60", "--rebase-duration-ms", "30",
+                   "--callback-copy-base-url", "http://127.0.0.1:" + std::to_string(ports[1])});
+  for (const char* kind : {"approval_callback", "deploy_callback"}) {
+    json rule = {{"kind", kind}, {"mode", "duplicate"}, {"copies", 2}, {"concurrent", true}, {"count", -1}};
+    ASSERT_EQ(http_call("127.0.0.1", sim.port(), "POST", "/_sim/faults", rule.dump()).status, 200);
+  }
+  std::vector<json> configs;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> order = {db.endpoint(1 + i), db.endpoint(1 + (i + 1) % 3), db.endpoint(1 + (i + 2) % 3)};
+    auto c = service_config(sim, ports[i], order, std::string("cluster-") + char('a' + i));
+    c["batch"] = {{"enabled", true}, {"round_interval_ms", 300}, {"max_members", 8}};
+    configs.push_back(c);
+  }
+  std::vector<std::unique_ptr<service_process>> svc;
+  for (int i = 0; i < 3; ++i) {
+    svc.push_back(std::make_unique<service_process>(configs[i], dir, std::string("changeflowd-") + char('a' + i)));
+  }
+  for (auto port : ports) {
+    ASSERT_TRUE(wait_until([&] { return http_call("127.0.0.1", port, "GET", "/readyz").status == 200; }, 60s));
+  }
+
+  // I1, sampled on every node that answers, every ~300 ms until the run ends.
+  std::atomic<bool> sampling{true};
+  std::atomic<int> most_active{0};
+  std::atomic<int> samples{0};
+  std::thread sampler([&] {
+    for (int tick = 0; sampling; ++tick) {
+      const int node = 1 + tick % nodes;  // each node in turn
+      auto v = db.scalar(node, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)");
+      if (!v.empty()) {  // empty: the node is down
+        ++samples;
+        most_active = std::max(most_active.load(), std::stoi(v));
+      }
+      wait_until([&] { return !sampling; }, 200ms);
+    }
+  });
+  const auto end_sampling = [&] {
+    sampling = false;
+    if (sampler.joinable()) sampler.join();
+  };
+  struct at_exit {
+    std::function<void()> f;
+    ~at_exit() { f(); }
+  } join_sampler{end_sampling};
+
+  std::vector<std::string> ids;
+  const auto submit_some = [&](int count, const std::string& tag, int instances) {
+    for (int i = 0; i < count; ++i) {
+      auto id = changeflow::ids::new_uuid();
+      ASSERT_TRUE(submit(ports[i % instances], id, tag + "-" + std::to_string(i))) << "submit " << tag << " " << i;
+      ids.push_back(id);
+    }
+  };
+  submit_some(30, "batch-before", 3);
+  ASSERT_TRUE(wait_until([&] { return validated(ports[0], ids) >= 8; }, 180s))
+      << validated(ports[0], ids) << " of " << ids.size() << " VALIDATED before the failures";
+
+  phase("8 VALIDATED");
+  ASSERT_EQ(db.kill_node(2), 0) << db.log("kill");
+  svc[2]->process().kill_now();
+  submit_some(10, "batch-after", 2);
+  svc[2] = std::make_unique<service_process>(configs[2], dir, "changeflowd-c2");
+  // Well under reconciliation's minimum age (300 s): a member whose deploy callback came before its
+  // batch was settled (C died in between) is validated by the settlement, not by reconciliation.
+  EXPECT_TRUE(wait_until([&] { return validated(ports[0], ids) == static_cast<int>(ids.size()); }, 120s))
+      << validated(ports[0], ids) << " of " << ids.size() << " VALIDATED";
+  phase("all VALIDATED");
+  for (auto port : ports) EXPECT_EQ(http_call("127.0.0.1", port, "GET", "/readyz").status, 200) << port;
+  end_sampling();
+  phase("sampling ended");
+
+  EXPECT_GT(samples.load(), 0);
+  EXPECT_LE(most_active.load(), 1) << "I1: two batches active at once on the one partition";
+  auto batches = db.scalar(1, "SELECT COUNT(*) FROM merge_batch");
+  ASSERT_FALSE(batches.empty());
+  EXPECT_GT(std::stoi(batches), 0) << "the changes went through batch rounds";
+  std::cout << "batches: " << batches << ", I1 samples: " << samples << ", most active at once: " << most_active
+            << "\n";
+
+  auto stats = body_of(http_call("127.0.0.1", sim.port(), "GET", "/_sim/stats"));
+  ASSERT_TRUE(stats.contains("attempts")) << stats.dump();
+  EXPECT_EQ(repeated_side_effects(stats), "");
+  // I5: the binding's phase is its operation's phase, on a node that stayed up.
+  EXPECT_EQ(db.scalar(1,
+                      "SELECT COUNT(*) FROM binding b JOIN operation o ON o.operation_id = b.operation_id WHERE "
+                      "b.phase <> o.phase"),
+            "0");
+
+  phase("checked");
+  ASSERT_EQ(db.restart_node(2), 0) << db.log("restart");
+  phase("node 2 back");
+  std::string in_list;
+  for (const auto& id : ids) in_list += (in_list.empty() ? "'" : ",'") + id + "'";
+  EXPECT_EQ(
+      db.scalar(2, "SELECT COUNT(*) FROM operation WHERE phase = 'VALIDATED' AND operation_id IN (" + in_list + ")"),
+      std::to_string(ids.size()));
 }
