@@ -5,6 +5,7 @@
 
 #include "actors/batch_coordinator.hpp"
 #include "actors/testing/in_process.hpp"
+#include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/http_client.hpp"
@@ -137,4 +138,48 @@ TEST_F(batch_in_process, AStaleResultIsIgnoredAndALostJobIsRetried) {
   settle();
   EXPECT_EQ(batch_status_name(), std::to_string(static_cast<int>(batch_status::SUCCEEDED)));
   expect_every_member_merged_once();
+}
+
+// The batch MR's deploy pipeline calls back before the settlement made its members MERGED (the
+// coordinator that merged died, or was slow): the delivery is recorded and answered OUT_OF_ORDER.
+// The settlement applies it to every member right after its commit, so none waits for
+// reconciliation's minimum age.
+TEST_F(batch_in_process, ASettlementAppliesADeployCallbackThatCameBeforeIt) {
+  start_round();
+  run_db();  // the claim
+  const auto recorded_iid = [&] {
+    return db_.scalar("SELECT COALESCE(MAX(mr_iid), 0) FROM merge_batch WHERE status = 1");
+  };
+  // The MR is opened (external) and recorded (database); stop before anything reads or merges it.
+  for (int step = 0; step < 10 && recorded_iid() == "0"; ++step) {
+    run_external();
+    run_db();
+  }
+  const auto iid = std::stoll(recorded_iid());
+  const auto project = db_.scalar("SELECT repository FROM merge_batch ORDER BY id DESC LIMIT 1");
+  ASSERT_GT(iid, 0);
+  persistence::deploy_callback_in cb;
+  cb.delivery_id = "early-deploy-" + std::to_string(iid);
+  cb.project = project;
+  cb.mr_iid = iid;
+  cb.status = "success";
+  nlohmann::json ids = members_;
+  cb.operation_ids_json = ids.dump();
+  auto recorded = persistence::record_deploy_delivery(setup_db_, cb, "{}");
+  ASSERT_TRUE(recorded.ok()) << recorded.error.message;
+  for (const auto& id : members_) {
+    auto row = persistence::load_operation(setup_db_, id);
+    ASSERT_TRUE(row.ok());
+    ASSERT_NE(row.value.phase, workflow::phase::MERGED) << "the delivery came before the settlement";
+  }
+
+  settle();  // merge, then the settlement
+  EXPECT_EQ(batch_status_name(), std::to_string(static_cast<int>(batch_status::SUCCEEDED)));
+  for (const auto& id : members_) {
+    auto row = persistence::load_operation(setup_db_, id);
+    ASSERT_TRUE(row.ok());
+    EXPECT_EQ(row.value.phase, workflow::phase::VALIDATED) << id << " " << workflow::to_string(row.value.step);
+  }
+  EXPECT_EQ(metrics_.counter_value("changeflow_validated_total", {{"via", "callback"}}),
+            static_cast<double>(members_.size()));
 }

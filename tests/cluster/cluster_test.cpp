@@ -7,6 +7,9 @@
 // through the other instance, so the two nodes certify conflicting writes of the same rows: those
 // conflicts happen (counted by changeflow_db_conflicts_total) and each is settled by a re-read, so
 // every change passes each step once. The node then rejoins and holds the same rows.
+// The second test runs three instances with batch rounds (three coordinators claiming through three
+// nodes), kills a node and SIGKILLs one instance mid-run, restarts the instance, and samples I1 (at
+// most one active batch per partition) on every live node throughout.
 
 #include "base/ids.hpp"
 #include "tests/support/http_client.hpp"
