@@ -13,6 +13,7 @@
 // live node throughout.
 
 #include "base/ids.hpp"
+#include "tests/support/flow_env.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sim_attempts.hpp"
@@ -152,31 +153,18 @@ json body_of(const http_result& r) {
 
 json service_config(const sim_process& sim, unsigned short port, std::vector<std::string> endpoints,
                     const std::string& id) {
-  std::string base = "http://127.0.0.1:" + std::to_string(port);
-  json c = test_secrets();
-  merge_json(
-      c, {
-             {"auth", {{"required", false}}},
-             {"access", {{"mode", "OPEN"}}},
-             {"instance", {{"id", id}}},
-             {"http", {{"port", port}}},
-             {"db",
-              {{"endpoints", endpoints},
-               {"user", "changeflow"},
-               {"password", "changeflow"},
-               {"name", "changeflow"},
-               {"connect_timeout_ms", 2000},
-               {"read_timeout_ms", 5000}}},
-             {"gitlab", {{"base_url", sim.base_url() + "/api/v4"}}},
-             {"approval",
-              {{"base_url", sim.base_url()},
-               {"callback_url", base + "/api/v1/callbacks/approval"},
-               {"backoff_base_ms", 10}}},
-             {"permission", {{"base_url", sim.base_url()}}},
-             {"poll",
-              {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 120000}}},
-             {"external", {{"request_timeout_ms", 3000}}},
-         });
+  json c = flow_config(sim.base_url(), port);
+  merge_json(c, {
+                    {"instance", {{"id", id}}},
+                    {"db",
+                     {{"endpoints", endpoints},
+                      {"user", "changeflow"},
+                      {"password", "changeflow"},
+                      {"name", "changeflow"},
+                      {"connect_timeout_ms", 2000},
+                      {"read_timeout_ms", 5000}}},
+                    {"poll", {{"timeout_ms", 120000}}},
+                });
   return c;
 }
 
@@ -205,17 +193,6 @@ int validated(unsigned short port, const std::vector<std::string>& ids) {
   int n = 0;
   for (const auto& id : ids) n += phase_of(port, id) == "VALIDATED" ? 1 : 0;
   return n;
-}
-
-/// The value of the unlabelled metric `name` on GET /metrics; -1 when absent.
-double metric_value(unsigned short port, const std::string& name) {
-  auto r = http_call("127.0.0.1", port, "GET", "/metrics");
-  std::istringstream in(r.body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
 }
 
 }  // namespace
@@ -281,7 +258,7 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
   // Both copies of every callback came at once, one through each instance (each on its own node):
   // the ledger rows they both wrote conflict at certification, and each conflict was retried.
   auto conflicts =
-      metric_value(port_a, "changeflow_db_conflicts_total") + metric_value(port_b, "changeflow_db_conflicts_total");
+      metric_sum(port_a, "changeflow_db_conflicts_total") + metric_sum(port_b, "changeflow_db_conflicts_total");
   std::cout << "certification conflicts (1213) met by the two instances: " << conflicts << "\n";
   EXPECT_GE(conflicts, 1) << "80 pairs of simultaneous copies through two nodes and not one certification conflict";
   // ... and each was settled by re-reading: every change went through each step once.

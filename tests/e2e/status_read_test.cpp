@@ -73,21 +73,6 @@ http_result cancel(unsigned short port, const std::string& id) {
                    {{"Content-Type", "application/json"}});
 }
 
-/// The value of the unlabelled gauge `name` on GET /metrics; -1 when absent.
-double metric(unsigned short port, const std::string& name) {
-  auto r = get(port, "/metrics");
-  if (r.status != 200) return -1;
-  std::size_t start = 0;
-  while (start < r.body.size()) {
-    auto end = r.body.find('\n', start);
-    if (end == std::string::npos) end = r.body.size();
-    auto line = r.body.substr(start, end - start);
-    start = end + 1;
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
-}
-
 }  // namespace
 
 TEST(StatusRead, TheTimelineOnlyWhenAskedFor) {
@@ -139,7 +124,7 @@ TEST(StatusRead, AWaitAnswersOnTheTransitionOrAtItsDeadlineUnchanged) {
   auto pending = std::async(std::launch::async, [&] {
     return get(env.port(), url + "?wait=20000&include=timeline&since=" + std::to_string(v), 15s);
   });
-  ASSERT_TRUE(wait_until([&] { return metric(env.port(), "changeflow_status_waiters") >= 1; }, 10s));
+  ASSERT_TRUE(wait_until([&] { return metric_sum(env.port(), "changeflow_status_waiters") >= 1; }, 10s));
   auto cancelled = cancel(env.port(), id);
   ASSERT_EQ(cancelled.status, 200) << cancelled.body;
   auto woke = pending.get();
@@ -149,7 +134,7 @@ TEST(StatusRead, AWaitAnswersOnTheTransitionOrAtItsDeadlineUnchanged) {
   EXPECT_GT(moved["version"].get<std::int64_t>(), v);
   ASSERT_TRUE(moved["timeline"].is_array());
   EXPECT_EQ(moved["timeline"].back()["to"], "CANCELLED");
-  EXPECT_EQ(metric(env.port(), "changeflow_status_waiters"), 0);
+  EXPECT_EQ(metric_sum(env.port(), "changeflow_status_waiters"), 0);
 
   // An ended change, or a version the caller has not seen yet: answered at once.
   auto ended = get(env.port(), url + "?wait=20000&since=" + moved["version"].dump(), 10s);
@@ -260,7 +245,7 @@ TEST(StatusRead, PlainReadsAreKeptAndEveryWriteOfThisInstanceIsSeenAtOnce) {
   EXPECT_GE(steps.size(), 3u);
   EXPECT_TRUE(is_subsequence(steps, timeline_steps(env.get_change(id))));
   // The VALIDATED row (a revert may still move it) is kept to answer the next plain read.
-  EXPECT_GE(metric(env.port(), "changeflow_status_kept_rows"), 1);
+  EXPECT_GE(metric_sum(env.port(), "changeflow_status_kept_rows"), 1);
 
   auto other = submitted(env, "svc-kept-cancel");
   ASSERT_FALSE(other.empty());
@@ -296,7 +281,7 @@ TEST(StatusRead, AnotherInstancesWriteReachesWaitersAndFreshReadsAreNeverStale) 
 
   auto pending = std::async(std::launch::async,
                             [&] { return get(b.port(), url + "?wait=20000&since=" + std::to_string(v), 15s); });
-  ASSERT_TRUE(wait_until([&] { return metric(b.port(), "changeflow_status_waiters") >= 1; }, 10s));
+  ASSERT_TRUE(wait_until([&] { return metric_sum(b.port(), "changeflow_status_waiters") >= 1; }, 10s));
   ASSERT_EQ(cancel(env.port(), id).status, 200);
   const auto committed = std::stoll(env.db().scalar("SELECT version FROM operation WHERE operation_id = '" + id + "'"));
   // A plain read on B right after A's commit: the row B read before, within status_cache_ms.
@@ -316,7 +301,7 @@ TEST(StatusRead, AnotherInstancesWriteReachesWaitersAndFreshReadsAreNeverStale) 
 
   // The ended change is kept in memory by B and still answered as committed; its timeline comes
   // from the database.
-  EXPECT_GE(metric(b.port(), "changeflow_status_cached_rows"), 1);
+  EXPECT_GE(metric_sum(b.port(), "changeflow_status_cached_rows"), 1);
   auto again = get(b.port(), url);
   EXPECT_EQ(body_of(again)["data"]["version"], committed);
   auto full = get(b.port(), url + "?include=timeline");

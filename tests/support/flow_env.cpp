@@ -20,30 +20,10 @@ flow_env::flow_env(const nlohmann::json& config, std::vector<std::string> sim_ar
   args.insert(args.end(), sim_args.begin(), sim_args.end());
   sim_ = std::make_unique<sim_process>(dir_, args);
   const auto& s = db_.settings();
-  // The suites built on flow_env exercise the workflow, not who may use it: they submit and read
-  // without a token (auth.required false, requester "anonymous") with user writes open. Suites
-  // about identity and access (identity_test, http_policy_test) set these back explicitly.
-  config_ = test_secrets();
-  merge_json(config_, {
-                          {"auth", {{"required", false}}},
-                          {"access", {{"mode", "OPEN"}}},
-                      });
+  config_ = flow_config(sim_->base_url(), port_);
   merge_json(
       config_,
-      {
-          {"http", {{"port", port_}}},
-          {"db",
-           {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}},
-          {"gitlab", {{"base_url", sim_->base_url() + "/api/v4"}}},
-          {"approval",
-           {{"base_url", sim_->base_url()},
-            {"callback_url", base + "/api/v1/callbacks/approval"},
-            {"backoff_base_ms", 10}}},
-          {"permission", {{"base_url", sim_->base_url()}}},
-          {"poll",
-           {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
-          {"external", {{"request_timeout_ms", 3000}}},
-      });
+      {{"db", {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}}}});
   merge_json(config_, config);
   service_ = std::make_unique<service_process>(config_, dir_);
 }
@@ -109,8 +89,37 @@ http_result flow_env::sim_call(const std::string& method, const std::string& tar
   return http_call("127.0.0.1", sim_->port(), method, target, body, headers);
 }
 
+nlohmann::json flow_config(const std::string& sim_base_url, unsigned short service_port) {
+  const std::string base = "http://127.0.0.1:" + std::to_string(service_port);
+  // The suites built on flow_env exercise the workflow, not who may use it: they submit and read
+  // without a token (auth.required false, requester "anonymous") with user writes open. Suites
+  // about identity and access (identity_test, http_policy_test) set these back explicitly.
+  auto config = test_secrets();
+  merge_json(
+      config,
+      {
+          {"auth", {{"required", false}}},
+          {"access", {{"mode", "OPEN"}}},
+          {"http", {{"port", service_port}}},
+          {"gitlab", {{"base_url", sim_base_url + "/api/v4"}}},
+          {"approval",
+           {{"base_url", sim_base_url},
+            {"callback_url", base + "/api/v1/callbacks/approval"},
+            {"backoff_base_ms", 10}}},
+          {"permission", {{"base_url", sim_base_url}}},
+          {"poll",
+           {{"short_interval_ms", 40}, {"short_attempts", 20}, {"long_interval_ms", 200}, {"timeout_ms", 20000}}},
+          {"external", {{"request_timeout_ms", 3000}}},
+      });
+  return config;
+}
+
 double flow_env::metric_sum(const std::string& name) {
-  auto r = http_call("127.0.0.1", port_, "GET", "/metrics");
+  return changeflow::testing::metric_sum(port_, name);
+}
+
+double metric_sum(unsigned short port, const std::string& name) {
+  auto r = http_call("127.0.0.1", port, "GET", "/metrics");
   if (r.status != 200) return -1;
   double sum = 0;
   std::size_t start = 0;

@@ -60,6 +60,15 @@ class flow_env {
   nlohmann::json config_;
 };
 
+/// The test defaults of a changeflowd wired to a sim (everything but `db`): fast polls, the sim's
+/// URLs, test_secrets(), user writes open and anonymous use allowed. flow_env merges its test
+/// database and the suite's config over it.
+nlohmann::json flow_config(const std::string& sim_base_url, unsigned short service_port);
+
+/// Sum of every sample of metric `name` (all label sets) on GET /metrics of the service on `port`;
+/// -1 when unreadable.
+double metric_sum(unsigned short port, const std::string& name);
+
 /// Step names of an operation's timeline, oldest first.
 std::vector<std::string> timeline_steps(const nlohmann::json& change);
 /// True when `needle` appears in `hay` in order (not necessarily adjacent).
