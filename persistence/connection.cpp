@@ -64,6 +64,13 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
           if (i + 1 == n) throw sql::SQLException("WSREP has not yet prepared node for application use", "08S01", 1047);
           continue;
         }
+        // Causal reads on a cluster: a read waits until this node has applied every write set the
+        // cluster committed before it. Two writers that each commit and then read what the other
+        // wrote (a deploy callback recorded on one node reading the members' phase, a settlement
+        // committing MERGED on another and reading the recorded callbacks) would otherwise both
+        // read a lagging node and both miss, leaving the change for reconciliation.
+        std::unique_ptr<sql::Statement> causal(conn->createStatement());
+        causal->execute("SET SESSION wsrep_sync_wait = 1");
         s.preferred->store(at);
         return conn;
       } catch (const sql::SQLException&) {
@@ -81,6 +88,10 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
   opts["password"] = sql::SQLString(s.password);
   // Option types are strict in Connector/C++ 1.1: bools must be bool, timeouts int.
   opts["CLIENT_FOUND_ROWS"] = true;
+  // Several statements in one round trip: the group commit of transitions (transition_group) sends
+  // its transaction as one text. Every value in changeflow's SQL text is escaped by the connection
+  // (sql_text / detail::statement), so this opens no injection path.
+  opts["CLIENT_MULTI_STATEMENTS"] = true;
   opts["OPT_CONNECT_TIMEOUT"] = s.connect_timeout_ms / 1000 > 0 ? s.connect_timeout_ms / 1000 : 1;
   opts["OPT_READ_TIMEOUT"] = s.read_timeout_ms / 1000 > 0 ? s.read_timeout_ms / 1000 : 1;
   opts["OPT_WRITE_TIMEOUT"] = s.read_timeout_ms / 1000 > 0 ? s.read_timeout_ms / 1000 : 1;
