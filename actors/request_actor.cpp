@@ -164,10 +164,13 @@ void submit_persist(self_ptr self) {
   auto* svc = st.svc;
   auto guard = make_answer_guard(
       [handle, id = req.operation_id] { caf::anon_send(handle, lost_job<messages::persisted>(id, "persist")); });
-  bool queued = st.svc->db->try_submit([handle, req, mr_iid, project, svc, guard](persistence::db_context& db) {
+  // After the transition committed (alone or in a group with other actors' transitions), on the
+  // database thread that committed it.
+  auto finish = [handle, req, mr_iid, project, svc, guard](persistence::db_context& db,
+                                                           const persistence::db_result<std::int64_t>& r,
+                                                           const persistence::operation_row* committed) {
     messages::persisted out;
     out.to_step = workflow::code_of(req.to);
-    auto r = persistence::transition(db, req);
     out.outcome = static_cast<int>(r.outcome);
     out.new_version = r.value;
     if (!r.ok()) {
@@ -175,13 +178,27 @@ void submit_persist(self_ptr self) {
     } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
       // The deploy pipeline may call back before MERGED is written (it was answered
       // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
-      validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics);
+      // A validation (or a failed check) moved the row past `committed`: status readers re-read it.
+      auto validated = validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics);
+      if (!validated.ok() || validated.value) committed = nullptr;
     }
     // After the validation above, so a status waiter that re-reads sees where the row ended up.
-    if (r.ok() && svc->row_written) svc->row_written(req.operation_id);
+    if (r.ok() && committed && svc->row_written_as) {
+      svc->row_written_as(*committed);
+    } else if (r.ok() && svc->row_written) {
+      svc->row_written(req.operation_id);
+    }
     guard->answered();
     caf::anon_send(handle, std::move(out));
-  });
+  };
+  bool queued = false;
+  if (st.svc->transitions) {
+    queued = st.svc->transitions->submit(req, std::move(finish));
+  } else {
+    queued = st.svc->db->try_submit([req, finish = std::move(finish)](persistence::db_context& db) {
+      finish(db, persistence::transition(db, req), nullptr);
+    });
+  }
   if (!queued) {
     guard->answered();
     // The database queue is full: nothing can be written now, not even a failure state. Back off and

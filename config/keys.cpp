@@ -165,6 +165,9 @@ std::vector<key_spec> make_keys() {
        "external systems' callbacks fail; missing -> db.queue_capacity / 10."},
       {"db.read_pool_size", at<&S::db, &db_settings::read_pool_size>(), 2, R,
        "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
+      {"db.transition_group_max", at<&S::db, &db_settings::transition_group_max>(), 32, R,
+       "Group commit: the most request-actor transitions committed together in one transaction and one round trip "
+       "(each keeps its own guard and outcome); 1 commits each alone. <1 -> 1."},
       {"db.queue_capacity", at<&S::db, &db_settings::queue_capacity>(), 20000, R,
        "Pending database jobs before new ones are rejected."},
       {"db.connect_timeout_ms", at<&S::db, &db_settings::connect_timeout_ms>(), 2000, R,

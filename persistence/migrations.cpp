@@ -42,6 +42,8 @@ std::vector<std::string> schema_v11();
 std::vector<std::string> schema_v12();
 // Migration 13: failed attempts and the last external error per step (retries are durable).
 std::vector<std::string> schema_v13();
+// Migration 14: grouped transitions learn which of them landed (the group acknowledgement trigger).
+std::vector<std::string> schema_v14();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -68,6 +70,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {11, "revert links", schema_v11()},
       {12, "merge commits of GitLab merge events", schema_v12()},
       {13, "failed attempts and last external error per step", schema_v13()},
+      {14, "group commit acknowledgement trigger", schema_v14()},
   };
   return migrations;
 }

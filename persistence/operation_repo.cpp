@@ -4,7 +4,10 @@
 #include "persistence/callback_sql.hpp"
 #include "persistence/operation_sql.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <map>
+#include <set>
 #include <stdexcept>
 
 namespace changeflow::persistence {
@@ -75,12 +78,11 @@ operation_row read_operation(sql::ResultSet& rs) {
   return r;
 }
 
-db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req) {
-  // One text statement, one round trip (migration 3: the trigger writes the event and the binding's
-  // phase). Text rather than a prepared statement because prepare + execute + close costs three
-  // round trips and the column list varies per call; every string goes through the connection's
-  // own escaping (mysql_real_escape_string, charset-aware), every number is formatted here.
-  const sql_text t(conn);
+std::string transition_update_sql(const sql_text& t, const transition_request& req) {
+  // One text statement (migration 3: the trigger writes the event and the binding's phase). Text
+  // rather than a prepared statement because prepare + execute + close costs three round trips and
+  // the column list varies per call; every string goes through the connection's own escaping
+  // (mysql_real_escape_string, charset-aware), every number is formatted here.
   const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
   std::string q;
   q.reserve(512);
@@ -132,6 +134,12 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
     q += " AND owner_instance = " + t.quote(req.fence->instance_id);
     q += " AND lease_epoch = " + std::to_string(req.fence->lease_epoch);
   }
+  return q;
+}
+
+db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req) {
+  // One round trip: the statement is autocommitted.
+  const std::string q = transition_update_sql(sql_text(conn), req);
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
   if (upd->executeUpdate(q) != 1) {
     // Only on the failure path: tell "gone" from "moved on" for the caller.
@@ -355,16 +363,25 @@ db_result<std::vector<operation_event_row>> list_events(session s, const std::st
   });
 }
 
-db_result<std::int64_t> transition(session s, const transition_request& req) {
-  using R = db_result<std::int64_t>;
+namespace {
+
+std::optional<db_error> refuse_transition(const transition_request& req) {
   if (req.retry_in_step && req.from != req.to) {
-    return R::failure(db_outcome::illegal_transition, "a retry stays in its step");
+    return db_error{db_outcome::illegal_transition, 0, "a retry stays in its step"};
   }
   if (!req.retry_in_step && !workflow::is_allowed(req.from, req.to, req.by)) {
-    return R::failure(db_outcome::illegal_transition, std::string(workflow::to_string(req.from)) + " -> " +
-                                                          std::string(workflow::to_string(req.to)) +
-                                                          " is not in the transition table");
+    return db_error{db_outcome::illegal_transition, 0,
+                    std::string(workflow::to_string(req.from)) + " -> " + std::string(workflow::to_string(req.to)) +
+                        " is not in the transition table"};
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+db_result<std::int64_t> transition(session s, const transition_request& req) {
+  using R = db_result<std::int64_t>;
+  if (auto refused = refuse_transition(req)) return R::failure(*refused);
   return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
     // The common case is one autocommitted statement (see apply_transition); only an admission to
     // the batch waiting set needs a second statement and therefore a transaction.
@@ -391,6 +408,154 @@ db_result<std::int64_t> transition(session s, const transition_request& req) {
     tx.commit();
     return r;
   });
+}
+
+namespace {
+
+/// The ids the group's trigger listed ("id,id,"), as a set.
+std::set<std::string> split_ack(const std::string& list) {
+  std::set<std::string> out;
+  std::size_t from = 0;
+  for (auto comma = list.find(',', from); comma != std::string::npos; comma = list.find(',', from)) {
+    out.insert(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out;
+}
+
+struct group_outcome {
+  std::set<std::string> landed;               // ids whose UPDATE matched its guard
+  std::map<std::string, operation_row> rows;  // with `want_rows`: every row as the group left it
+};
+
+/// Runs the group's one multi-statement and returns the ids whose UPDATE landed (and, with
+/// `want_rows`, the rows read inside the same transaction after the UPDATEs, so each landed row is
+/// exactly what its transition committed). Throws the driver's exception when any statement
+/// failed; the caller rolls back and runs the requests alone.
+group_outcome commit_group(sql::Connection& conn, const std::vector<const transition_request*>& group, bool want_rows) {
+  const detail::sql_text t(conn);
+  std::string q = "SET @changeflow_ack = ''; START TRANSACTION";
+  std::string ids;
+  for (const auto* req : group) {
+    q += "; ";
+    q += detail::transition_update_sql(t, *req);
+    ids += (ids.empty() ? "" : ", ") + t.quote(req->operation_id);
+  }
+  if (want_rows)
+    q += std::string("; SELECT ") + detail::operation_columns + " FROM operation WHERE operation_id IN (" + ids + ")";
+  q += "; COMMIT; SELECT @changeflow_ack; SET @changeflow_ack = NULL";
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  // Results arrive in statement order; the driver reports a failed statement as an exception from
+  // the call that reaches it. The SELECTs are the only statements with result sets.
+  const std::size_t statements = group.size() + 5 + (want_rows ? 1 : 0);
+  std::size_t at = 1;
+  bool has_rows = st->execute(q);
+  auto next_result_set = [&] {
+    while (!has_rows && at < statements) {
+      has_rows = st->getMoreResults();
+      ++at;
+    }
+    if (!has_rows) throw std::runtime_error("group commit: a result set did not come back");
+    has_rows = false;
+    return rs_ptr(st->getResultSet());
+  };
+  group_outcome out;
+  if (want_rows) {
+    rs_ptr rs = next_result_set();
+    while (rs->next()) {
+      auto row = detail::read_operation(*rs);
+      auto id = row.operation_id;
+      out.rows.emplace(std::move(id), std::move(row));
+    }
+  }
+  std::string list;
+  {
+    rs_ptr rs = next_result_set();
+    if (rs->next() && !rs->isNull(1)) list = rs->getString(1);
+  }
+  while (st->getMoreResults()) {
+  }  // the closing SET: read so the connection is ready for the next statement
+  out.landed = split_ack(list);
+  return out;
+}
+
+}  // namespace
+
+std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
+                                                      std::vector<std::optional<operation_row>>* rows) {
+  using R = db_result<std::int64_t>;
+  std::vector<R> out(reqs.size(), R::failure(db_outcome::fatal, "not run"));
+  if (rows) rows->assign(reqs.size(), std::nullopt);
+  std::vector<std::size_t> grouped, alone;
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    if (auto refused = refuse_transition(reqs[i])) {
+      out[i] = R::failure(*refused);
+    } else if (reqs[i].to == step::BATCH_WAITING || !ids.insert(reqs[i].operation_id).second) {
+      alone.push_back(i);
+    } else {
+      grouped.push_back(i);
+    }
+  }
+  if (grouped.size() == 1) alone.push_back(grouped.front());
+  if (grouped.size() >= 2) {
+    // Row locks in one order (by operation id), so two groups never wait on each other in a cycle.
+    std::sort(grouped.begin(), grouped.end(),
+              [&](std::size_t a, std::size_t b) { return reqs[a].operation_id < reqs[b].operation_id; });
+    std::vector<const transition_request*> group;
+    for (auto i : grouped) group.push_back(&reqs[i]);
+    auto landed = guarded<group_outcome>(s, [&](sql::Connection& conn) -> db_result<group_outcome> {
+      try {
+        return db_result<group_outcome>::success(commit_group(conn, group, rows != nullptr));
+      } catch (...) {
+        // The transaction may still be open (a statement failed before COMMIT): end it before the
+        // requests run alone on this connection. A lost connection fails here too; the session
+        // then opens a new one.
+        try {
+          std::unique_ptr<sql::Statement> rb(conn.createStatement());
+          rb->execute("ROLLBACK");
+          rb->execute("SET @changeflow_ack = NULL");
+        } catch (...) {
+        }
+        throw;
+      }
+    });
+    if (!landed.ok()) {
+      alone.insert(alone.end(), grouped.begin(), grouped.end());
+    } else {
+      std::vector<std::size_t> missed;
+      for (auto i : grouped) {
+        if (landed.value.landed.count(reqs[i].operation_id)) {
+          out[i] = R::success(reqs[i].expected_version + 1);
+          if (auto row = landed.value.rows.find(reqs[i].operation_id); rows && row != landed.value.rows.end()) {
+            (*rows)[i] = row->second;
+          }
+        } else {
+          missed.push_back(i);
+        }
+      }
+      // Only on the failure path, as for one transition: "gone" or "moved on".
+      for (auto i : missed) {
+        auto exists = guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
+          auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
+          probe->setString(1, reqs[i].operation_id);
+          rs_ptr rs(probe->executeQuery());
+          return db_result<bool>::success(rs->next());
+        });
+        if (!exists.ok()) {
+          out[i] = R::failure(exists.error);
+        } else {
+          out[i] = R::failure(exists.value ? db_outcome::preempted : db_outcome::not_found,
+                              "operation " + reqs[i].operation_id + " is not at version " +
+                                  std::to_string(reqs[i].expected_version) + " and step " +
+                                  std::string(workflow::to_string(reqs[i].from)));
+        }
+      }
+    }
+  }
+  std::sort(alone.begin(), alone.end());
+  for (auto i : alone) out[i] = transition(s, reqs[i]);
+  return out;
 }
 
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,

@@ -147,6 +147,22 @@ struct transition_request {
 /// not_found, retryable, fatal.
 db_result<std::int64_t> transition(session s, const transition_request& req);
 
+/// Group commit: the transitions of several operations in ONE transaction sent as ONE round trip
+/// (`SET; START TRANSACTION; UPDATE ...; ...; COMMIT; SELECT; SET`), so N ready transitions cost
+/// one commit (one fsync) instead of N. Each keeps its own guard (version, step, owner fence), and
+/// each gets its own outcome, in the order given: the trigger of migration 14 lists the rows that
+/// were updated, so a transition whose guard did not match is `preempted` (or `not_found`) while
+/// the others land. Requests that need more than their one UPDATE (admission to BATCH_WAITING) and
+/// a second request for the same operation run alone, as `transition()`. When the group as a whole
+/// fails (a deadlock, a certification conflict, a lost connection) it is rolled back and every
+/// request is run alone, so an error of one never becomes an outcome of another. Needs a connection
+/// opened with multi-statements (every connection of persistence::open_connection is).
+/// With `rows`: for each request that landed in the group, its row as the transition committed it
+/// (read inside the group's transaction, in the same round trip); nullopt for the others and for
+/// requests that ran alone.
+std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
+                                                      std::vector<std::optional<operation_row>>* rows = nullptr);
+
 struct validated_flip {
   std::string operation_id;
   std::string subject_id;

@@ -32,6 +32,12 @@ namespace {
 std::string count_events(const test_database& db, const std::string& id) {
   return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
 }
+std::int64_t session_questions(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Questions'"));
+  rs->next();
+  return rs->getInt64(2);
+}
 }  // namespace
 
 TEST(OperationRepo, CreateTransitionAndTimelineRoundTrip) {
@@ -135,12 +141,7 @@ TEST(OperationRepo, TransitionIsOneStatementWhoseTextSurvivesHostileBytes) {
   t.approval_id = hostile;
   t.last_error = hostile;
   // The statement counter moves by exactly one: no BEGIN/COMMIT, no second statement.
-  auto questions = [&] {
-    std::unique_ptr<sql::Statement> st(c->createStatement());
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Questions'"));
-    rs->next();
-    return rs->getInt64(2);
-  };
+  auto questions = [&] { return session_questions(*c); };
   const auto before = questions();
   auto v = transition(*c, t);
   const auto after = questions();
@@ -775,4 +776,124 @@ TEST(OperationRepo, RetriesAndTheFailureThatEndsAStepAreCountedForThatStep) {
   retry.expected_version = v + 1;
   retry.to = S::CREATE_MR_OPENED;
   EXPECT_EQ(transition(*c, retry).outcome, db_outcome::illegal_transition);
+}
+
+TEST(TransitionGroup, EachTransitionKeepsItsOwnGuardAndOutcomeInOneCommit) {
+  test_database db;
+  auto c = db.connect();
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  auto d = new_op(*c, "dora", "repo/d.yaml");
+  // b's guard names a version it is not at; the last names no operation at all.
+  std::vector<transition_request> reqs{test::to_approval_sent(a, 1), test::to_approval_sent(b, 7),
+                                       test::to_approval_sent(d, 1),
+                                       test::to_approval_sent("00000000-0000-0000-0000-000000000000", 1)};
+  auto out = transition_group(*c, reqs);
+  ASSERT_EQ(out.size(), 4u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error.message;
+  EXPECT_EQ(out[0].value, 2);
+  EXPECT_EQ(out[1].outcome, db_outcome::preempted);
+  ASSERT_TRUE(out[2].ok()) << out[2].error.message;
+  EXPECT_EQ(out[2].value, 2);
+  EXPECT_EQ(out[3].outcome, db_outcome::not_found);
+  EXPECT_EQ(load_operation(*c, a).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(load_operation(*c, b).value.step, S::APPROVAL_SENDING);
+  EXPECT_EQ(load_operation(*c, b).value.version, 1);
+  EXPECT_EQ(load_operation(*c, d).value.approval_id, "AP-" + d.substr(0, 8));
+  // Each landed transition wrote its own event (the trigger) and moved its binding.
+  EXPECT_EQ(count_events(db, a), "2");
+  EXPECT_EQ(count_events(db, b), "1");
+  EXPECT_EQ(count_events(db, d), "2");
+  EXPECT_EQ(find_binding(*c, "dora", "", "repo/d.yaml").value.phase, phase::APPROVAL_SENT);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE cause = 'approval submitted'"), "2");
+  // The acknowledgement list is cleared after the group: a later update on the same session adds
+  // nothing to it.
+  std::unique_ptr<sql::Statement> st(c->createStatement());
+  st->executeUpdate("UPDATE operation SET attempts = attempts + 1 WHERE operation_id = '" + a + "'");
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT @changeflow_ack IS NULL"));
+  ASSERT_TRUE(rs->next());
+  EXPECT_EQ(rs->getInt(1), 1);
+}
+
+TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
+  test_database db;
+  auto c = db.connect();
+  std::vector<transition_request> reqs;
+  for (int i = 0; i < 5; ++i)
+    reqs.push_back(test::to_approval_sent(new_op(*c, "s" + std::to_string(i), "repo/x.yaml"), 1));
+  std::unique_ptr<sql::Statement> st(c->createStatement());
+  auto session_status = [&](const std::string& name) {
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE '" + name + "'"));
+    rs->next();
+    return rs->getInt64(2);
+  };
+  const auto commits = session_status("Com_commit");
+  auto out = transition_group(*c, reqs);
+  for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(session_status("Com_commit") - commits, 1);
+  // Five UPDATEs, SET, START, COMMIT, SELECT, SET: ten statements; a SHOW in between each count.
+  const auto before = session_questions(*c);
+  for (auto& r : reqs) {
+    r.expected_version = 2;
+    r.from = S::APPROVAL_SENT;
+    r.to = S::APPROVAL_SENT;
+    r.retry_in_step = true;
+    r.last_error = "timeout";
+    r.wake_in_ms = 1000;
+  }
+  out = transition_group(*c, reqs);
+  for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(session_questions(*c) - before, 11) << "the group's ten statements plus this SHOW";
+  // A retry in its step lands as a guarded write too (version + 1, the failed attempt recorded).
+  EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.version, 3);
+  EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.attempts, 1);
+}
+
+TEST(TransitionGroup, AFailingStatementRollsTheGroupBackAndEveryRequestRunsAlone) {
+  test_database db;
+  auto c = db.connect();
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  auto d = new_op(*c, "dora", "repo/d.yaml");
+  // b's transition fails as a statement (not as a guard): an MR URL longer than its column, which
+  // strict mode refuses. Run alone, a and d land and b gets its own error; nothing of b is written.
+  auto bad = test::to_approval_sent(b, 1);
+  bad.mr_url = std::string(5000, 'u');
+  auto out = transition_group(*c, {test::to_approval_sent(a, 1), bad, test::to_approval_sent(d, 1)});
+  ASSERT_TRUE(out[0].ok()) << out[0].error.message;
+  EXPECT_FALSE(out[1].ok());
+  EXPECT_NE(out[1].outcome, db_outcome::preempted);
+  ASSERT_TRUE(out[2].ok()) << out[2].error.message;
+  EXPECT_EQ(load_operation(*c, a).value.version, 2);
+  EXPECT_EQ(load_operation(*c, b).value.version, 1);
+  EXPECT_EQ(load_operation(*c, d).value.version, 2);
+  EXPECT_EQ(count_events(db, a), "2");
+  EXPECT_EQ(count_events(db, b), "1");
+  // The session is usable and outside any transaction.
+  std::unique_ptr<sql::Statement> st(c->createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT @@in_transaction, @changeflow_ack IS NULL"));
+  ASSERT_TRUE(rs->next());
+  EXPECT_EQ(rs->getInt(1), 0);
+  EXPECT_EQ(rs->getInt(2), 1);
+}
+
+TEST(TransitionGroup, ASecondRequestForTheSameOperationAndABatchAdmissionRunAlone) {
+  test_database db;
+  auto c = db.connect();
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  auto first = test::to_approval_sent(a, 1);
+  auto again = test::to_approval_sent(a, 1);  // the same guard: only one of the two can land
+  auto out = transition_group(*c, {first, test::to_approval_sent(b, 1), again});
+  ASSERT_TRUE(out[0].ok()) << out[0].error.message;
+  ASSERT_TRUE(out[1].ok()) << out[1].error.message;
+  EXPECT_EQ(out[2].outcome, db_outcome::preempted);
+  EXPECT_EQ(count_events(db, a), "2");
+  // An illegal edge is refused before any SQL, the others still land.
+  transition_request illegal = test::to_approval_sent(b, 2);
+  illegal.from = S::APPROVAL_SENT;
+  illegal.to = S::CALLED_BACK;
+  auto refused = transition_group(*c, {illegal, test::to_approval_sent(new_op(*c, "carl", "repo/c.yaml"), 1)});
+  EXPECT_EQ(refused[0].outcome, db_outcome::illegal_transition);
+  EXPECT_TRUE(refused[1].ok()) << refused[1].error.message;
 }

@@ -17,6 +17,9 @@ namespace changeflow::persistence::detail {
 /// transition table: callers check `workflow::is_allowed` first, before any SQL.
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req);
 
+/// The guarded UPDATE of one transition, as text (the group commit sends several in one round trip).
+std::string transition_update_sql(const sql_text& t, const transition_request& req);
+
 /// A creation whose first step is not `workflow::is_initial_step` is refused before any SQL.
 std::optional<db_error> refuse_initial_step(const new_operation& op);
 

@@ -41,6 +41,18 @@ inline std::string new_op(session c, const std::string& subject, const std::stri
   return op.operation_id;
 }
 
+/// APPROVAL_SENDING -> APPROVAL_SENT guarded by `expected_version` (the group commit tests).
+inline transition_request to_approval_sent(const std::string& id, std::int64_t expected_version) {
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = expected_version;
+  t.from = workflow::step::APPROVAL_SENDING;
+  t.to = workflow::step::APPROVAL_SENT;
+  t.cause = "approval submitted";
+  t.approval_id = "AP-" + id.substr(0, 8);
+  return t;
+}
+
 /// Walks the operation from its current step through `path`; returns the final version.
 inline std::int64_t walk(session c, const std::string& id, std::initializer_list<workflow::step> path,
                          std::optional<std::int64_t> mr_iid = std::nullopt,

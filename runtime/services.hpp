@@ -8,6 +8,7 @@
 #include "effects/external_calls.hpp"
 #include "metrics/registry.hpp"
 #include "persistence/db_pool.hpp"
+#include "persistence/transition_committer.hpp"
 #include "workflow/decide.hpp"
 
 #include <caf/actor_system.hpp>
@@ -28,6 +29,9 @@ struct services {
   caf::actor_system* system = nullptr;
   config::store* config = nullptr;
   persistence::db_pool* db = nullptr;
+  /// The request actors' transitions, committed in groups on `db` (persistence/transition_committer).
+  /// Null: each transition is its own job on `db` (in-process tests that drive the pool by hand).
+  persistence::transition_committer* transitions = nullptr;
   external_pool* external = nullptr;
   metrics::registry* metrics = nullptr;
   actors::registry* actors = nullptr;
@@ -39,6 +43,10 @@ struct services {
   /// reads. Writers that do not call it are caught by the waiters' re-check and by the kept rows'
   /// bound (http.status_cache_ms).
   std::function<void(const std::string& operation_id)> row_written;
+  /// As row_written, with the row as that write committed it (read inside the write's own
+  /// transaction, as a group commit does): a status row kept for polling clients is replaced by it
+  /// instead of dropped, so their next read needs no query. Empty: row_written is called instead.
+  std::function<void(const persistence::operation_row& row)> row_written_as;
   /// Runs one external call of a request actor on an external-pool thread. `run_call` (the real
   /// clients); in-process actor tests put scripted external systems here.
   std::function<messages::call_reply(clients::external_context&, const config::snapshot&, const messages::call_request&,

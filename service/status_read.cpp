@@ -256,13 +256,31 @@ void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
 }
 
 void status_reads::row_written(const std::string& operation_id) {
+  written(operation_id, nullptr);
+}
+
+void status_reads::row_written_as(const persistence::operation_row& row) {
+  written(row.operation_id, &row);
+}
+
+void status_reads::written(const std::string& operation_id, const persistence::operation_row* committed) {
   std::vector<waiter_ptr> to_read;
   {
     std::lock_guard lock(mutex_);
     ++writes_;
     if (auto it = kept_.find(operation_id); it != kept_.end()) {
-      it->second.row.reset();
-      it->second.written = writes_;
+      // The committed row replaces the kept one only when that is the version it moved from: a
+      // kept row at any other version, or none (another write dropped it), means another write
+      // came between, which may be newer than `committed`.
+      auto& k = it->second;
+      if (committed && k.row && k.row->version + 1 == committed->version && !immutable_step(committed->step) &&
+          svc_.config->current()->http().status_cache_ms > 0) {
+        k.row = *committed;
+        k.read_at = clock::now();
+      } else {
+        k.row.reset();
+      }
+      k.written = writes_;
     } else if (kept_.size() < max_cached_rows) {
       kept_[operation_id].written = writes_;
     } else {

@@ -15,6 +15,10 @@
 // A wait (`wait_ms` > 0) answers as soon as the change's version passes `since` (or the version it
 // had when the wait began), or it has ended, or the wait ran out (then with the unchanged state). No
 // thread blocks: the waiter holds the answer callback. It wakes:
+// A write that hands over the row it committed (the request actors' group commits) refreshes a kept
+// row instead of dropping it, when the kept row is the version that write moved from, so a client
+// polling a change the actor moves step by step is answered without a query after each step.
+//
 //   - at once when a write of THIS instance moved the row (`row_written`, called from the commit
 //     paths through runtime::services::row_written): one primary-key read of that change;
 //   - through the re-check, for a change moved by another instance (or by a writer of this one that
@@ -77,6 +81,10 @@ class status_reads {
   void read(status_query q, view_check may_view, status_answer answer);
   /// A write of this instance moved the row of `operation_id`; any thread.
   void row_written(const std::string& operation_id);
+  /// As row_written, with the row that write committed: a kept row of the version just before it
+  /// (no other write of this instance came between) is replaced by `row` instead of dropped. Any
+  /// other kept state is dropped as by row_written, so an older row never replaces a newer one.
+  void row_written_as(const persistence::operation_row& row);
 
   /// Starts and stops the re-check job (the waits' deadlines and changes moved elsewhere).
   void start();
@@ -90,6 +98,7 @@ class status_reads {
   struct waiter;
   using waiter_ptr = std::shared_ptr<waiter>;
 
+  void written(const std::string& operation_id, const persistence::operation_row* committed);
   void first_read(const waiter_ptr& w, view_check may_view);
   void answer_from_memory(persistence::operation_row row, const view_check& may_view, status_answer answer);
   void reread(const waiter_ptr& w);

@@ -231,6 +231,23 @@ int main(int argc, char** argv) {
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().pool_size),
                                       static_cast<std::size_t>(snap->db().queue_capacity));
   db->reserve_slots(static_cast<std::size_t>(snap->db().reserved_for_callbacks()));
+  // Transitions of the request actors that are ready together commit together. Committer jobs are
+  // at most half the pool's threads, so callbacks and other database jobs always find a thread.
+  persistence::transition_committer transitions(
+      *db, static_cast<std::size_t>(snap->db().transition_group_max),
+      std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2),
+      static_cast<std::size_t>(snap->db().queue_capacity));
+  metrics.on_collect([&transitions](metrics::registry& m) {
+    auto s = transitions.stats();
+    m.set("changeflow_transition_groups", "Transactions that committed two or more transitions (group commit)", {},
+          static_cast<double>(s.groups));
+    m.set("changeflow_transitions_grouped", "Transitions committed in a group with others", {},
+          static_cast<double>(s.grouped));
+    m.set("changeflow_transitions_alone", "Transitions committed alone (no other was ready)", {},
+          static_cast<double>(s.alone));
+    m.set("changeflow_transition_group_largest", "Largest group committed since start", {},
+          static_cast<double>(s.largest_group));
+  });
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().read_pool_size),
                                            static_cast<std::size_t>(snap->db().queue_capacity));
@@ -285,6 +302,7 @@ int main(int argc, char** argv) {
   svc.system = &system;
   svc.config = &cfg;
   svc.db = db.get();
+  svc.transitions = &transitions;
   svc.external = &external;
   svc.metrics = &metrics;
   svc.actors = &live_actors;
@@ -305,6 +323,7 @@ int main(int argc, char** argv) {
   // of that change (set before any actor or pool job runs: the hook is read from their threads).
   service::status_reads status_reads(svc, *read_db);
   svc.row_written = [&status_reads](const std::string& operation_id) { status_reads.row_written(operation_id); };
+  svc.row_written_as = [&status_reads](const persistence::operation_row& row) { status_reads.row_written_as(row); };
   status_reads.start();
   metrics.on_collect([&status_reads](metrics::registry& m) {
     m.set("changeflow_status_waiters", "Status reads waiting for their change to move (?wait=)", {},

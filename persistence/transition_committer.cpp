@@ -1,0 +1,145 @@
+#include "persistence/transition_committer.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace changeflow::persistence {
+
+struct transition_committer::state {
+  mutable std::mutex mutex;
+  std::deque<pending> queue;
+  std::size_t committers = 0;  // committer jobs queued or running on the pool
+  std::uint64_t next_seq = 0;
+  transition_committer_stats stats;
+};
+
+namespace {
+
+/// Held by a committer job: if the pool destroys the job without running it (stopping, a test
+/// dropping it), the queued transitions are destroyed unrun, so their callers' answer guards fire
+/// instead of waiting for a commit that will never come.
+struct unrun_guard {
+  std::function<void()> on_unrun;
+  bool ran = false;
+  ~unrun_guard() {
+    if (!ran && on_unrun) on_unrun();
+  }
+};
+
+}  // namespace
+
+transition_committer::transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers,
+                                           std::size_t queue_capacity)
+    : pool_(pool),
+      max_group_(std::max<std::size_t>(1, max_group)),
+      max_committers_(std::max<std::size_t>(1, max_committers)),
+      capacity_(std::max<std::size_t>(1, queue_capacity)),
+      state_(std::make_shared<state>()) {}
+
+transition_committer::~transition_committer() {
+  drop_all(state_);
+}
+
+void transition_committer::drop_all(const std::shared_ptr<state>& st) {
+  std::deque<pending> dropped;
+  {
+    std::lock_guard lock(st->mutex);
+    dropped.swap(st->queue);
+    st->committers = 0;
+    st->stats.queued = 0;
+  }
+  // `dropped` is destroyed here, outside the lock: the completions' captures answer their callers.
+}
+
+bool transition_committer::submit(transition_request req, completion done) {
+  bool start = false;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->queue.size() >= capacity_) return false;
+    seq = ++state_->next_seq;
+    state_->queue.push_back(pending{seq, std::move(req), std::move(done)});
+    state_->stats.queued = state_->queue.size();
+    if (state_->committers < max_committers_) {
+      ++state_->committers;
+      start = true;
+    }
+  }
+  if (!start) return true;  // a running committer takes it with its next group
+  auto guard = std::make_shared<unrun_guard>();
+  std::weak_ptr<state> weak = state_;
+  guard->on_unrun = [weak] {
+    if (auto st = weak.lock()) drop_all(st);
+  };
+  if (pool_.try_submit([this, guard](db_context& ctx) {
+        guard->ran = true;
+        commit_loop(ctx);
+      })) {
+    return true;
+  }
+  guard->ran = true;  // refused, not dropped: handled here
+  pending mine;
+  std::deque<pending> stranded;
+  {
+    std::lock_guard lock(state_->mutex);
+    --state_->committers;
+    if (state_->committers > 0) return true;  // a running committer takes ours with its next group
+    // No committer is left: take ours back (the caller handles the refusal) and drop the others
+    // that counted on the job that could not start; their completions' guards answer them.
+    auto it = std::find_if(state_->queue.begin(), state_->queue.end(), [&](const pending& p) { return p.seq == seq; });
+    if (it != state_->queue.end()) {
+      mine = std::move(*it);
+      state_->queue.erase(it);
+    }
+    stranded.swap(state_->queue);
+    state_->stats.queued = 0;
+  }
+  mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
+  return false;
+}
+
+void transition_committer::commit_loop(db_context& ctx) {
+  for (;;) {
+    std::vector<pending> group;
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->queue.empty()) {
+        --state_->committers;
+        return;
+      }
+      const std::size_t n = std::min(max_group_, state_->queue.size());
+      group.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        group.push_back(std::move(state_->queue.front()));
+        state_->queue.pop_front();
+      }
+      state_->stats.queued = state_->queue.size();
+      if (n >= 2) {
+        ++state_->stats.groups;
+        state_->stats.grouped += n;
+        state_->stats.largest_group = std::max(state_->stats.largest_group, n);
+      } else {
+        ++state_->stats.alone;
+      }
+    }
+    if (group.size() == 1) {
+      auto r = transition(ctx, group.front().req);
+      group.front().done(ctx, r, nullptr);
+      continue;
+    }
+    std::vector<transition_request> reqs;
+    reqs.reserve(group.size());
+    for (auto& p : group) reqs.push_back(p.req);
+    std::vector<std::optional<operation_row>> rows;
+    auto results = transition_group(ctx, reqs, &rows);
+    for (std::size_t i = 0; i < group.size(); ++i) group[i].done(ctx, results[i], rows[i] ? &*rows[i] : nullptr);
+  }
+}
+
+transition_committer_stats transition_committer::stats() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->stats;
+}
+
+}  // namespace changeflow::persistence

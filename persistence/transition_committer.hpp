@@ -1,0 +1,71 @@
+#pragma once
+// Group commit of transitions: the transitions of many actors that are ready at the same moment are
+// committed together (persistence::transition_group: one round trip, one transaction, one fsync),
+// each still guarded by its own version check and each caller told its own outcome.
+//
+// Callers hand a transition and a completion; the committer queues them and keeps at most
+// `max_committers` jobs on the database pool, each of which takes everything queued (up to
+// `max_group`) and commits it as one group, then takes what arrived meanwhile. While one group
+// commits, the next one forms; a transition that finds the committers idle is committed at once,
+// alone, so a quiet system pays no latency for grouping. The completion runs on the database
+// thread with its connection (the caller can follow up in the same job, as a single transition's
+// job did).
+
+#include "persistence/db_pool.hpp"
+#include "persistence/operation_repo.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace changeflow::persistence {
+
+struct transition_committer_stats {
+  std::uint64_t groups = 0;       // commits of two or more transitions
+  std::uint64_t grouped = 0;      // transitions committed in those groups
+  std::uint64_t alone = 0;        // transitions committed alone
+  std::size_t queued = 0;         // waiting for a committer now
+  std::size_t largest_group = 0;  // since start
+};
+
+class transition_committer {
+ public:
+  /// The outcome, and for a transition that landed in a group its row as committed (read in the
+  /// group's own transaction); null when it ran alone or did not land.
+  using completion = std::function<void(db_context&, const db_result<std::int64_t>&, const operation_row*)>;
+
+  /// `max_group` 1 commits every transition alone (no grouping). `queue_capacity` bounds the
+  /// transitions waiting for a committer (a full queue refuses, as the pool's own queue does).
+  transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers, std::size_t queue_capacity);
+  ~transition_committer();
+  transition_committer(const transition_committer&) = delete;
+  transition_committer& operator=(const transition_committer&) = delete;
+
+  /// Queues one transition. False when the queue is full or the pool refused a committer job;
+  /// `done` is then destroyed unrun (its captures' destructors answer the caller, as a refused pool
+  /// job's do). Otherwise `done` runs exactly once, or is destroyed unrun if the pool drops the job.
+  bool submit(transition_request req, completion done);
+
+  transition_committer_stats stats() const;
+
+ private:
+  struct pending {
+    std::uint64_t seq = 0;
+    transition_request req;
+    completion done;
+  };
+  struct state;
+  void commit_loop(db_context& ctx);
+  static void drop_all(const std::shared_ptr<state>& st);
+
+  db_pool& pool_;
+  std::size_t max_group_;
+  std::size_t max_committers_;
+  std::size_t capacity_;
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace changeflow::persistence
