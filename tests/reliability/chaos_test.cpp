@@ -24,6 +24,7 @@
 
 #include "base/ids.hpp"
 #include "tests/support/flow_env.hpp"
+#include "tests/support/invariants.hpp"
 #include "tests/support/sim_attempts.hpp"
 
 #include <gtest/gtest.h>
@@ -57,23 +58,6 @@ unsigned chaos_seed() {
 }
 
 using table = changeflow::testing::rows;
-
-std::string describe(const table& t, std::size_t max_rows = 10) {
-  std::string s;
-  for (std::size_t i = 0; i < t.size() && i < max_rows; ++i) {
-    for (const auto& c : t[i]) s += c + " | ";
-    s += "\n";
-  }
-  if (t.size() > max_rows) s += "... (" + std::to_string(t.size()) + " rows)\n";
-  return s;
-}
-
-/// A named SQL invariant: the query lists the violating rows; none may exist.
-void expect_no_rows(test_database& db, const std::string& name, const std::string& sql) {
-  auto t = db.query(sql);
-  EXPECT_TRUE(t.empty()) << name << " violated by " << t.size() << " row(s):\n" << describe(t) << "SQL: " << sql;
-  std::cout << "[chaos] " << name << ": " << (t.empty() ? "ok" : "VIOLATED") << "\n";
-}
 
 // Terminal phases (workflow::is_terminal) and the steps that are parked on purpose: the outcome
 // is unknown after the poll budget / deploy wait and a human (or a late callback) settles them.
@@ -379,75 +363,7 @@ TEST(Chaos, MixedFaultsKillsAndReplaysKeepEveryInvariant) {
   // ---- SQL invariants
   // I4 (submit side): one row per accepted operationId, created once, nothing else created.
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), std::to_string(accepted)) << "one row per accepted change";
-  expect_no_rows(db, "I4 created once (one creation event per operation)",
-                 "SELECT operation_id, COUNT(*) FROM operation_event WHERE from_step IS NULL GROUP BY operation_id "
-                 "HAVING COUNT(*) <> 1 UNION ALL SELECT o.operation_id, 0 FROM operation o WHERE NOT EXISTS "
-                 "(SELECT 1 FROM operation_event e WHERE e.operation_id = o.operation_id AND e.from_step IS NULL)");
-  // I1: at most one active (RUNNING or BLOCKED) batch.
-  expect_no_rows(db, "I1 single active batch",
-                 "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4) HAVING COUNT(*) > 1");
-  // I2: a claimed request belongs to one batch at a time: between two CLAIMED events of an operation
-  // there is a REQUEUED (bisection / retry) event.
-  {
-    auto hist = db.query("SELECT operation_id, batch_id, event FROM merge_batch_history ORDER BY operation_id, id");
-    std::string bad;
-    std::map<std::string, std::string> held;  // operation -> batch it is claimed by ("" = not claimed)
-    for (const auto& h : hist) {
-      auto& cur = held[h[0]];
-      if (h[2] == "CLAIMED") {
-        if (!cur.empty()) bad += h[0] + " claimed by " + h[1] + " while held by " + cur + "\n";
-        cur = h[1];
-      } else {
-        cur.clear();
-      }
-    }
-    EXPECT_TRUE(bad.empty()) << "I2 double claim:\n" << bad;
-    std::cout << "[chaos] I2 no double claim (" << hist.size()
-              << " history rows): " << (bad.empty() ? "ok" : "VIOLATED") << "\n";
-  }
-  expect_no_rows(db, "I2 claimed members belong to their batch",
-                 "SELECT o.operation_id, o.batch_id, r.batch_id FROM operation o LEFT JOIN merge_batch_request r "
-                 "ON r.operation_id = o.operation_id WHERE o.step = 10602 AND (r.batch_id IS NULL OR "
-                 "(o.batch_id IS NOT NULL AND o.batch_id <> r.batch_id))");
-  expect_no_rows(db, "I4 no BATCH_WAITING operation without its waiting row",
-                 "SELECT o.operation_id FROM operation o LEFT JOIN merge_batch_request r ON r.operation_id = "
-                 "o.operation_id WHERE o.step = 10601 AND (r.id IS NULL OR r.batch_id IS NOT NULL)");
-  expect_no_rows(db, "I4 waiting rows only for operations still in the batch path",
-                 "SELECT r.operation_id, o.step FROM merge_batch_request r JOIN operation o ON o.operation_id = "
-                 "r.operation_id WHERE r.batch_id IS NULL AND o.step <> 10601");
-  // I5: one binding per relationship; the bound operation's phase is the binding's phase.
-  expect_no_rows(
-      db, "I5 one binding per relationship",
-      "SELECT subject_id, target_key, COUNT(*) FROM binding GROUP BY subject_id, target_key HAVING COUNT(*) > 1");
-  expect_no_rows(db, "I5 binding phase == operation phase",
-                 "SELECT b.subject_id, b.target_key, b.phase, o.phase FROM binding b JOIN operation o ON "
-                 "o.operation_id = b.operation_id WHERE b.phase <> o.phase");
-  expect_no_rows(db, "I5 every operation is bound (unique relationships in this run)",
-                 "SELECT o.operation_id FROM operation o LEFT JOIN binding b ON b.operation_id = o.operation_id "
-                 "WHERE b.id IS NULL");
-  // I6: every write is guarded by the version and leaves an event carrying the new version: the
-  // row's version is the last event's version, and no version was written twice (a stale writer
-  // that "won" would duplicate one).
-  expect_no_rows(
-      db, "I6 operation.version == MAX(event.version)",
-      "SELECT o.operation_id, o.version, MAX(e.version) FROM operation o JOIN operation_event e ON "
-      "e.operation_id = o.operation_id GROUP BY o.operation_id, o.version HAVING o.version <> MAX(e.version)");
-  expect_no_rows(db, "I6 no version written twice",
-                 "SELECT operation_id, version, COUNT(*) FROM operation_event GROUP BY operation_id, version "
-                 "HAVING COUNT(*) > 1");
-  // Counters equal flips: validation happens exactly once per validated operation.
-  expect_no_rows(db, "validated at most once",
-                 "SELECT operation_id, COUNT(*) FROM operation_event WHERE to_phase = 'VALIDATED' AND "
-                 "(from_phase IS NULL OR from_phase <> 'VALIDATED') GROUP BY operation_id HAVING COUNT(*) > 1");
-  expect_no_rows(db, "every VALIDATED operation has its validation event",
-                 "SELECT o.operation_id FROM operation o WHERE o.phase = 'VALIDATED' AND (SELECT COUNT(*) FROM "
-                 "operation_event e WHERE e.operation_id = o.operation_id AND e.to_phase = 'VALIDATED' AND "
-                 "e.from_phase <> 'VALIDATED') <> 1");
-  expect_no_rows(db, "one applied approval decision per operation",
-                 "SELECT operation_id, COUNT(*) FROM callback_ledger WHERE kind = 'approval' AND outcome = 'APPLIED' "
-                 "GROUP BY operation_id HAVING COUNT(*) > 1");
-  expect_no_rows(db, "approval ledger rows all classified",
-                 "SELECT delivery_id, outcome FROM callback_ledger WHERE kind = 'approval' AND outcome = 'PENDING'");
+  expect_invariants([&](const std::string& sql) { return db.query(sql); }, "chaos");
   std::cout << "[chaos] deploy ledger rows left PENDING (killed between record and apply): "
             << db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE kind = 'deploy' AND outcome = 'PENDING'") << "\n";
   // One owner at a time: per operation, the instance ids of its workflow events form runs; once a
