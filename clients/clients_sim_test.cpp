@@ -92,12 +92,22 @@ TEST_F(ClientsAgainstSim, BranchCommitIsIdempotentAndDuplicateMrResolvesToTheOpe
                                                  {{"create", "a.yaml", "x", "text", ""}}, "op-1");
   ASSERT_TRUE(first) << describe(first.error());
   EXPECT_TRUE(first->created);
+  EXPECT_EQ(requests("get_branch"), 0u) << "a new branch is created without reading it first";
+  // A second attempt of the same change: GitLab refuses the branch (it exists), the branch is read,
+  // and its head carries the change's marker: nothing is committed twice.
   auto again = gitlab->ensure_branch_with_commit("author-token", "change/op-1", "main", "op-1 change",
                                                  {{"create", "a.yaml", "x", "text", ""}}, "op-1");
   ASSERT_TRUE(again);
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->sha, first->sha);
-  EXPECT_EQ(requests("create_commit"), 1u);
+  EXPECT_EQ(requests("create_commit"), 2u) << "the first commit and the refused second";
+  EXPECT_EQ(requests("get_branch"), 1u);
+  // A branch left without this change's marker (another change's): the commit goes onto it.
+  auto onto = gitlab->ensure_branch_with_commit("author-token", "change/op-1", "main", "op-2 change",
+                                                {{"create", "b.yaml", "y", "text", ""}}, "op-2");
+  ASSERT_TRUE(onto) << describe(onto.error());
+  EXPECT_TRUE(onto->created);
+  EXPECT_NE(onto->sha, first->sha);
 
   auto mr = gitlab->create_mr("author-token", "change/op-1", "main", "op-1", "");
   ASSERT_TRUE(mr) << describe(mr.error());

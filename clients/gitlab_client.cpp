@@ -197,28 +197,25 @@ result<branch_commit> gitlab_client::ensure_branch_with_commit(const std::string
                                                                const std::string& message,
                                                                const std::vector<commit_action>& actions,
                                                                const std::string& change_marker) {
-  auto existing = get_branch(token, branch);
-  if (!existing) return existing.error();
-  if (existing->has_value()) {
-    const auto& head = existing->value();
-    if (!change_marker.empty() && head.head_message.find(change_marker) != std::string::npos) {
-      return branch_commit{head.head_sha, false};  // a previous attempt committed it; do not commit twice
-    }
-    auto commit = create_commit(token, branch, std::nullopt, message, actions);
-    if (!commit) return commit.error();
-    return branch_commit{commit->id, true};
-  }
+  // Optimistic: a change's branch is new in the common case, so the commit that creates it comes
+  // first and the branch is read only when GitLab says it exists already (400 "A branch called
+  // '<b>' already exists"): an earlier attempt of this change committed it (its marker is on the
+  // head: do not commit twice), or a lost race or lost response, or a leftover branch (commit onto it).
   auto commit = create_commit(token, branch, target_branch, message, actions);
   if (commit) return branch_commit{commit->id, true};
-  // Lost race or lost response: the branch now exists. Re-read it and decide by its head commit.
-  if (commit.error().status == 400 && commit.error().message.find("already exists") != std::string::npos) {
-    auto again = get_branch(token, branch);
-    if (!change_marker.empty() && again && again->has_value() &&
-        again->value().head_message.find(change_marker) != std::string::npos) {
-      return branch_commit{again->value().head_sha, false};
-    }
+  if (commit.error().status != 400 || commit.error().message.find("A branch called") == std::string::npos) {
+    return commit.error();
   }
-  return commit.error();
+  auto existing = get_branch(token, branch);
+  if (!existing) return existing.error();
+  if (!existing->has_value()) return commit.error();  // gone again: the caller's retry starts over
+  const auto& head = existing->value();
+  if (!change_marker.empty() && head.head_message.find(change_marker) != std::string::npos) {
+    return branch_commit{head.head_sha, false};
+  }
+  auto onto = create_commit(token, branch, std::nullopt, message, actions);
+  if (!onto) return onto.error();
+  return branch_commit{onto->id, true};
 }
 
 result<mr_opened> gitlab_client::create_mr(const std::string& token, const std::string& source_branch,

@@ -121,7 +121,8 @@ class gitlab_client {
                                     const std::optional<std::string>& start_branch, const std::string& message,
                                     const std::vector<commit_action>& actions);
   /// Idempotent: creates the branch from `target_branch` with one commit, or reuses the branch when
-  /// its head commit message already contains `change_marker` (e.g. the operation id).
+  /// its head commit message already contains `change_marker` (e.g. the operation id). The commit is
+  /// tried first; the branch is read only when GitLab answers that it exists.
   result<branch_commit> ensure_branch_with_commit(const std::string& token, const std::string& branch,
                                                   const std::string& target_branch, const std::string& message,
                                                   const std::vector<commit_action>& actions,
