@@ -34,11 +34,13 @@ std::string shown(sql::Connection& conn, const std::string& show) {
   return rs->next() ? std::string(rs->getString(2)) : std::string();
 }
 
+enum class node_state { single_server, ready, not_ready };
+
 /// Galera's "ready for application use". A server that does not replicate (wsrep_on OFF, or no such
-/// variable) is ready; its wsrep_ready says OFF without meaning anything.
-bool node_ready(sql::Connection& conn) {
-  if (shown(conn, "SHOW VARIABLES LIKE 'wsrep_on'") != "ON") return true;
-  return shown(conn, "SHOW STATUS LIKE 'wsrep_ready'") == "ON";
+/// variable) is a single server, always ready; its wsrep_ready says OFF without meaning anything.
+node_state node_ready(sql::Connection& conn) {
+  if (shown(conn, "SHOW VARIABLES LIKE 'wsrep_on'") != "ON") return node_state::single_server;
+  return shown(conn, "SHOW STATUS LIKE 'wsrep_ready'") == "ON" ? node_state::ready : node_state::not_ready;
 }
 
 }  // namespace
@@ -60,7 +62,8 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
       one.port = s.endpoints[at].port;
       try {
         auto conn = open_connection(one, select_database);
-        if (!node_ready(*conn)) {
+        const auto state = node_ready(*conn);
+        if (state == node_state::not_ready) {
           if (i + 1 == n) throw sql::SQLException("WSREP has not yet prepared node for application use", "08S01", 1047);
           continue;
         }
@@ -69,8 +72,11 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
         // wrote (a deploy callback recorded on one node reading the members' phase, a settlement
         // committing MERGED on another and reading the recorded callbacks) would otherwise both
         // read a lagging node and both miss, leaving the change for reconciliation.
-        std::unique_ptr<sql::Statement> causal(conn->createStatement());
-        causal->execute("SET SESSION wsrep_sync_wait = 1");
+        // (Only on a node that replicates: an endpoint list may name plain servers too.)
+        if (state == node_state::ready) {
+          std::unique_ptr<sql::Statement> causal(conn->createStatement());
+          causal->execute("SET SESSION wsrep_sync_wait = 1");
+        }
         s.preferred->store(at);
         return conn;
       } catch (const sql::SQLException&) {

@@ -1,5 +1,7 @@
 #include "persistence/transition_committer.hpp"
 
+#include "base/log.hpp"
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -67,6 +69,27 @@ bool transition_committer::submit(transition_request req, completion done) {
     }
   }
   if (!start) return true;  // a running committer takes it with its next group
+  if (launch()) return true;
+  pending mine;
+  std::deque<pending> stranded;
+  {
+    std::lock_guard lock(state_->mutex);
+    --state_->committers;
+    if (state_->committers > 0) return true;  // a running committer takes ours with its next group
+    // No committer is left: take ours back (the caller handles the refusal) and drop the others
+    // that counted on the job that could not start; their completions' guards answer them.
+    auto it = std::find_if(state_->queue.begin(), state_->queue.end(), [&](const pending& p) { return p.seq == seq; });
+    if (it == state_->queue.end()) return true;  // a committer that has ended since took ours: it ran
+    mine = std::move(*it);
+    state_->queue.erase(it);
+    stranded.swap(state_->queue);
+    state_->stats.queued = 0;
+  }
+  mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
+  return false;
+}
+
+bool transition_committer::launch() {
   auto guard = std::make_shared<unrun_guard>();
   std::weak_ptr<state> weak = state_;
   guard->on_unrun = [weak] {
@@ -78,34 +101,42 @@ bool transition_committer::submit(transition_request req, completion done) {
       })) {
     return true;
   }
-  guard->ran = true;  // refused, not dropped: handled here
-  pending mine;
-  std::deque<pending> stranded;
-  {
-    std::lock_guard lock(state_->mutex);
-    --state_->committers;
-    if (state_->committers > 0) return true;  // a running committer takes ours with its next group
-    // No committer is left: take ours back (the caller handles the refusal) and drop the others
-    // that counted on the job that could not start; their completions' guards answer them.
-    auto it = std::find_if(state_->queue.begin(), state_->queue.end(), [&](const pending& p) { return p.seq == seq; });
-    if (it != state_->queue.end()) {
-      mine = std::move(*it);
-      state_->queue.erase(it);
-    }
-    stranded.swap(state_->queue);
-    state_->stats.queued = 0;
-  }
-  mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
+  guard->ran = true;  // refused, not dropped: the caller handles it
   return false;
 }
 
 void transition_committer::commit_loop(db_context& ctx) {
+  // However this job ends, it no longer counts as a committer: an exception escaping it (a bug; the
+  // pool logs and counts it) must not leave the queue without anyone to take it. What is still
+  // queued then is handed to a fresh committer job.
+  struct leave_guard {
+    transition_committer& self;
+    bool normal = false;
+    ~leave_guard() {
+      if (normal) return;
+      bool restart = false;
+      {
+        std::lock_guard lock(self.state_->mutex);
+        restart = !self.state_->queue.empty() && self.state_->committers == 1;
+        if (!restart) --self.state_->committers;
+      }
+      if (restart && !self.launch()) drop_all(self.state_);
+    }
+  } leave{*this};
+  const auto complete = [&ctx](pending& p, const db_result<std::int64_t>& r, const operation_row* row) {
+    try {
+      p.done(ctx, r, row);
+    } catch (const std::exception& e) {
+      log::error("transition_committer.completion_failed", {{"operation_id", p.req.operation_id}, {"error", e.what()}});
+    }
+  };
   for (;;) {
     std::vector<pending> group;
     {
       std::lock_guard lock(state_->mutex);
       if (state_->queue.empty()) {
         --state_->committers;
+        leave.normal = true;
         return;
       }
       const std::size_t n = std::min(max_group_, state_->queue.size());
@@ -125,7 +156,7 @@ void transition_committer::commit_loop(db_context& ctx) {
     }
     if (group.size() == 1) {
       auto r = transition(ctx, group.front().req);
-      group.front().done(ctx, r, nullptr);
+      complete(group.front(), r, nullptr);
       continue;
     }
     std::vector<transition_request> reqs;
@@ -133,7 +164,7 @@ void transition_committer::commit_loop(db_context& ctx) {
     for (auto& p : group) reqs.push_back(p.req);
     std::vector<std::optional<operation_row>> rows;
     auto results = transition_group(ctx, reqs, &rows);
-    for (std::size_t i = 0; i < group.size(); ++i) group[i].done(ctx, results[i], rows[i] ? &*rows[i] : nullptr);
+    for (std::size_t i = 0; i < group.size(); ++i) complete(group[i], results[i], rows[i] ? &*rows[i] : nullptr);
   }
 }
 

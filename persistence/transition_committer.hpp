@@ -58,6 +58,8 @@ class transition_committer {
     completion done;
   };
   struct state;
+  /// Queues one committer job on the pool (its count already taken); false when the pool refuses.
+  bool launch();
   void commit_loop(db_context& ctx);
   static void drop_all(const std::shared_ptr<state>& st);
 

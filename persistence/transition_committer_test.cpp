@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 using namespace changeflow;
@@ -161,4 +162,29 @@ TEST(TransitionCommitter, AFullQueueRefusesAtOnceWithoutRunningTheCompletion) {
   EXPECT_FALSE(committer.submit(test::to_approval_sent(new_op(*c, "e", "repo/x.yaml"), 1), noop));
   EXPECT_EQ(pool.run_queued(ctx), 1u);
   EXPECT_EQ(committer.stats().grouped, 2u);
+}
+
+TEST(TransitionCommitter, ACompletionThatThrowsDoesNotStopTheOthersOrTheCommitter) {
+  test_database db;
+  auto c = db.connect();
+  auto pool = idle_pool(db, 100);
+  transition_committer committer(pool, 32, 1, 100);
+  int answered = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(committer.submit(test::to_approval_sent(new_op(*c, "s" + std::to_string(i), "repo/x.yaml"), 1),
+                                 [&answered, i](db_context&, const db_result<std::int64_t>&, const operation_row*) {
+                                   if (i == 1) throw std::runtime_error("completion bug");
+                                   ++answered;
+                                 }));
+  }
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(answered, 2) << "the completions after the one that threw still ran";
+  EXPECT_EQ(pool.stats().failed, 0u) << "nothing escaped the committer job";
+  bool ran = false;
+  ASSERT_TRUE(
+      committer.submit(test::to_approval_sent(new_op(*c, "after", "repo/y.yaml"), 1),
+                       [&ran](db_context&, const db_result<std::int64_t>& r, const operation_row*) { ran = r.ok(); }));
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_TRUE(ran);
 }
