@@ -40,16 +40,24 @@ transition_committer::transition_committer(db_pool& pool, std::size_t max_group,
       state_(std::make_shared<state>()) {}
 
 transition_committer::~transition_committer() {
-  drop_all(state_);
+  std::deque<pending> dropped;
+  {
+    std::lock_guard lock(state_->mutex);
+    dropped.swap(state_->queue);
+  }
+  // `dropped` is destroyed here, outside the lock: the completions' captures answer their callers.
 }
 
-void transition_committer::drop_all(const std::shared_ptr<state>& st) {
+void transition_committer::abandon(const std::shared_ptr<state>& st) {
   std::deque<pending> dropped;
   {
     std::lock_guard lock(st->mutex);
-    dropped.swap(st->queue);
-    st->committers = 0;
-    st->stats.queued = 0;
+    if (st->committers > 0) --st->committers;
+    // A committer still running takes the queue; with none left, nobody would.
+    if (st->committers == 0) {
+      dropped.swap(st->queue);
+      st->stats.queued = 0;
+    }
   }
   // `dropped` is destroyed here, outside the lock: the completions' captures answer their callers.
 }
@@ -93,7 +101,7 @@ bool transition_committer::launch() {
   auto guard = std::make_shared<unrun_guard>();
   std::weak_ptr<state> weak = state_;
   guard->on_unrun = [weak] {
-    if (auto st = weak.lock()) drop_all(st);
+    if (auto st = weak.lock()) abandon(st);
   };
   if (pool_.try_submit([this, guard](db_context& ctx) {
         guard->ran = true;
@@ -120,7 +128,7 @@ void transition_committer::commit_loop(db_context& ctx) {
         restart = !self.state_->queue.empty() && self.state_->committers == 1;
         if (!restart) --self.state_->committers;
       }
-      if (restart && !self.launch()) drop_all(self.state_);
+      if (restart && !self.launch()) abandon(self.state_);
     }
   } leave{*this};
   const auto complete = [&ctx](pending& p, const db_result<std::int64_t>& r, const operation_row* row) {

@@ -61,7 +61,9 @@ class transition_committer {
   /// Queues one committer job on the pool (its count already taken); false when the pool refuses.
   bool launch();
   void commit_loop(db_context& ctx);
-  static void drop_all(const std::shared_ptr<state>& st);
+  /// One committer job is gone without finishing (dropped unrun, or it could not hand over): it no
+  /// longer counts, and when no committer is left the queued transitions are dropped unrun.
+  static void abandon(const std::shared_ptr<state>& st);
 
   db_pool& pool_;
   std::size_t max_group_;

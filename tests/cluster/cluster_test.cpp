@@ -257,13 +257,13 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
       ids.push_back(id);
     }
   };
-  submit_some(150, "before");
-  ASSERT_TRUE(wait_until([&] { return validated(port_b, ids) >= 50; }, 180s))
+  submit_some(30, "before");
+  ASSERT_TRUE(wait_until([&] { return validated(port_b, ids) >= 10; }, 120s))
       << validated(port_b, ids) << " of " << ids.size() << " VALIDATED before the node loss";
 
   // Node 1 (instance A's first endpoint) dies mid-run.
   ASSERT_EQ(db.kill_node(1), 0) << db.log("kill");
-  submit_some(50, "after");
+  submit_some(10, "after");
   EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", port_a, "GET", "/readyz").status == 200; }, 60s))
       << "instance A is not ready after its node died";
   EXPECT_TRUE(wait_until([&] { return validated(port_b, ids) == static_cast<int>(ids.size()); }, 240s))
@@ -388,14 +388,14 @@ TEST(Cluster, ThreeInstancesMergeInBatchesThroughTheLossOfAnInstanceAndANode) {
       ids.push_back(id);
     }
   };
-  submit_some(60, "batch-before", 3);
-  ASSERT_TRUE(wait_until([&] { return validated(ports[0], ids) >= 16; }, 180s))
+  submit_some(30, "batch-before", 3);
+  ASSERT_TRUE(wait_until([&] { return validated(ports[0], ids) >= 8; }, 180s))
       << validated(ports[0], ids) << " of " << ids.size() << " VALIDATED before the failures";
 
-  phase("16 VALIDATED");
+  phase("8 VALIDATED");
   ASSERT_EQ(db.kill_node(2), 0) << db.log("kill");
   svc[2]->process().kill_now();
-  submit_some(20, "batch-after", 2);
+  submit_some(10, "batch-after", 2);
   svc[2] = std::make_unique<service_process>(configs[2], dir, "changeflowd-c2");
   // Under reconciliation's minimum age (300 s after a merge): a member whose deploy callback came
   // before its batch was settled (C died in between) is validated by the settlement, not by
