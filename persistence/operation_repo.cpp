@@ -534,22 +534,26 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
           missed.push_back(i);
         }
       }
-      // Only on the failure path, as for one transition: "gone" or "moved on".
-      for (auto i : missed) {
-        auto exists = guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
-          auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
-          probe->setString(1, reqs[i].operation_id);
-          rs_ptr rs(probe->executeQuery());
-          return db_result<bool>::success(rs->next());
-        });
-        if (!exists.ok()) {
-          out[i] = R::failure(exists.error);
-        } else {
-          out[i] = R::failure(exists.value ? db_outcome::preempted : db_outcome::not_found,
-                              "operation " + reqs[i].operation_id + " is not at version " +
-                                  std::to_string(reqs[i].expected_version) + " and step " +
-                                  std::string(workflow::to_string(reqs[i].from)));
+      // Only on the failure path, as for one transition: "gone" or "moved on". The rows the group
+      // read already say which exist; without them, one query for all the missed ids.
+      std::set<std::string> existing;
+      if (rows) {
+        for (const auto& [id, row] : landed.value.rows) existing.insert(id);
+      } else if (!missed.empty()) {
+        std::vector<std::string> ids;
+        for (auto i : missed) ids.push_back(reqs[i].operation_id);
+        auto found = load_operations(s, ids);
+        if (!found.ok()) {
+          for (auto i : missed) out[i] = R::failure(found.error);
+          missed.clear();
         }
+        for (const auto& row : found.value) existing.insert(row.operation_id);
+      }
+      for (auto i : missed) {
+        out[i] = R::failure(existing.count(reqs[i].operation_id) ? db_outcome::preempted : db_outcome::not_found,
+                            "operation " + reqs[i].operation_id + " is not at version " +
+                                std::to_string(reqs[i].expected_version) + " and step " +
+                                std::string(workflow::to_string(reqs[i].from)));
       }
     }
   }

@@ -32,11 +32,14 @@ namespace {
 std::string count_events(const test_database& db, const std::string& id) {
   return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
 }
-std::int64_t session_questions(sql::Connection& c) {
+std::int64_t session_status(sql::Connection& c, const std::string& name) {
   std::unique_ptr<sql::Statement> st(c.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Questions'"));
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE '" + name + "'"));
   rs->next();
   return rs->getInt64(2);
+}
+std::int64_t session_questions(sql::Connection& c) {
+  return session_status(c, "Questions");
 }
 }  // namespace
 
@@ -821,16 +824,10 @@ TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
   std::vector<transition_request> reqs;
   for (int i = 0; i < 5; ++i)
     reqs.push_back(test::to_approval_sent(new_op(*c, "s" + std::to_string(i), "repo/x.yaml"), 1));
-  std::unique_ptr<sql::Statement> st(c->createStatement());
-  auto session_status = [&](const std::string& name) {
-    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE '" + name + "'"));
-    rs->next();
-    return rs->getInt64(2);
-  };
-  const auto commits = session_status("Com_commit");
+  const auto commits = session_status(*c, "Com_commit");
   auto out = transition_group(*c, reqs);
   for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
-  EXPECT_EQ(session_status("Com_commit") - commits, 1);
+  EXPECT_EQ(session_status(*c, "Com_commit") - commits, 1);
   // Five UPDATEs, SET, START, COMMIT, SELECT, SET: ten statements; a SHOW in between each count.
   const auto before = session_questions(*c);
   for (auto& r : reqs) {

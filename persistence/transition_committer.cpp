@@ -56,7 +56,6 @@ void transition_committer::abandon(const std::shared_ptr<state>& st) {
     // A committer still running takes the queue; with none left, nobody would.
     if (st->committers == 0) {
       dropped.swap(st->queue);
-      st->stats.queued = 0;
     }
   }
   // `dropped` is destroyed here, outside the lock: the completions' captures answer their callers.
@@ -70,7 +69,6 @@ bool transition_committer::submit(transition_request req, completion done) {
     if (state_->queue.size() >= capacity_) return false;
     seq = ++state_->next_seq;
     state_->queue.push_back(pending{seq, std::move(req), std::move(done)});
-    state_->stats.queued = state_->queue.size();
     if (state_->committers < max_committers_) {
       ++state_->committers;
       start = true;
@@ -91,7 +89,6 @@ bool transition_committer::submit(transition_request req, completion done) {
     mine = std::move(*it);
     state_->queue.erase(it);
     stranded.swap(state_->queue);
-    state_->stats.queued = 0;
   }
   mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
   return false;
@@ -153,7 +150,6 @@ void transition_committer::commit_loop(db_context& ctx) {
         group.push_back(std::move(state_->queue.front()));
         state_->queue.pop_front();
       }
-      state_->stats.queued = state_->queue.size();
       if (n >= 2) {
         ++state_->stats.groups;
         state_->stats.grouped += n;
@@ -178,7 +174,9 @@ void transition_committer::commit_loop(db_context& ctx) {
 
 transition_committer_stats transition_committer::stats() const {
   std::lock_guard lock(state_->mutex);
-  return state_->stats;
+  auto out = state_->stats;
+  out.queued = state_->queue.size();
+  return out;
 }
 
 }  // namespace changeflow::persistence

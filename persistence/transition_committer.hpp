@@ -27,7 +27,7 @@ struct transition_committer_stats {
   std::uint64_t groups = 0;       // commits of two or more transitions
   std::uint64_t grouped = 0;      // transitions committed in those groups
   std::uint64_t alone = 0;        // transitions committed alone
-  std::size_t queued = 0;         // waiting for a committer now
+  std::size_t queued = 0;         // waiting for a committer now (read from the queue by stats())
   std::size_t largest_group = 0;  // since start
 };
 

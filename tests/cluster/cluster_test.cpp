@@ -36,6 +36,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -110,41 +111,21 @@ class cluster {
   /// a query that must see every commit made through the other nodes starts with
   /// `SET SESSION wsrep_sync_wait = 1` (a causal read).
   std::string scalar(int node, const std::string& sql) {
-    // One output file per query: a child's log is appended to, and the sampler queries concurrently.
-    auto out = log_dir_ + "/query-" + std::to_string(++queries_) + ".out";
-    child_process p({"/usr/bin/mariadb", "--no-defaults", "--socket=" + socket(node), "-uchangeflow", "-pchangeflow",
-                     "changeflow", "-N", "-B", "-e", sql},
-                    out);
-    auto rc = p.wait_exit(60s);
-    if (!rc || *rc != 0) return "";
-    std::string line;
-    {
-      std::ifstream in(out);
-      std::getline(in, line);
-    }
-    std::filesystem::remove(out);
-    return line;
+    auto lines = client(node, sql);
+    return lines && !lines->empty() ? lines->front() : "";
   }
-  /// Every row of a causal read on `node` (tab-separated by the client); empty on failure.
+  /// Every row of a causal read on `node` (tab-separated by the client); one row saying so when the
+  /// query fails, which a caller that expects no rows counts as a violation.
   changeflow::testing::rows query(int node, const std::string& sql) {
-    auto out = log_dir_ + "/query-" + std::to_string(++queries_) + ".out";
-    child_process p({"/usr/bin/mariadb", "--no-defaults", "--socket=" + socket(node), "-uchangeflow", "-pchangeflow",
-                     "changeflow", "-N", "-B", "-e", "SET SESSION wsrep_sync_wait = 1; " + sql},
-                    out);
-    auto rc = p.wait_exit(60s);
+    auto lines = client(node, "SET SESSION wsrep_sync_wait = 1; " + sql);
+    if (!lines) return {{"query failed on node " + std::to_string(node)}};
     changeflow::testing::rows result;
-    if (rc && *rc == 0) {
-      std::ifstream in(out);
-      for (std::string line; std::getline(in, line);) {
-        std::vector<std::string> row;
-        std::stringstream fields(line);
-        for (std::string f; std::getline(fields, f, '\t');) row.push_back(f);
-        result.push_back(std::move(row));
-      }
-    } else {
-      result.push_back({"query failed on node " + std::to_string(node)});  // counts as a violation
+    for (const auto& line : *lines) {
+      std::vector<std::string> row;
+      std::stringstream fields(line);
+      for (std::string f; std::getline(fields, f, '\t');) row.push_back(f);
+      result.push_back(std::move(row));
     }
-    std::filesystem::remove(out);
     return result;
   }
   std::string log(const std::string& what) const {
@@ -155,6 +136,23 @@ class cluster {
   }
 
  private:
+  /// The mariadb client's output lines for `sql` on `node`; nullopt when it failed.
+  std::optional<std::vector<std::string>> client(int node, const std::string& sql) {
+    // One output file per query: a child's log is appended to, and the sampler queries concurrently.
+    auto out = log_dir_ + "/query-" + std::to_string(++queries_) + ".out";
+    child_process p({"/usr/bin/mariadb", "--no-defaults", "--socket=" + socket(node), "-uchangeflow", "-pchangeflow",
+                     "changeflow", "-N", "-B", "-e", sql},
+                    out);
+    auto rc = p.wait_exit(60s);
+    std::optional<std::vector<std::string>> lines;
+    if (rc && *rc == 0) {
+      lines.emplace();
+      std::ifstream in(out);
+      for (std::string line; std::getline(in, line);) lines->push_back(line);
+    }
+    std::filesystem::remove(out);
+    return lines;
+  }
   int db(std::vector<std::string> args, const std::string& what) {
     args.insert(args.begin(), {"/bin/bash", source_dir() + "/scripts/db"});
     child_process p(args, log_dir_ + "/db-" + what + ".log");
