@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <utility>
 
 namespace changeflow::actors {
 
@@ -35,6 +36,10 @@ struct request_state {
   // At most one persist, call or reload is in flight; events that need the actor meanwhile set flags.
   bool busy = false;
   bool reload_pending = false;
+  // The next re-read must re-run the step even if the row is as this actor last knew it: a write
+  // was dropped or lost its guard. A re-read asked for by a nudge alone leaves a known row's wait be.
+  bool reload_must_resume = false;
+  // The current timer fired while a job was in flight; the next decision point runs the step.
   bool resume_pending = false;
   // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
   bool wake_now = false;
@@ -107,6 +112,7 @@ void arm_timer(self_ptr self, std::int64_t delay_ms) {
     self->state.wake_now = false;
     delay_ms = 0;
   }
+  self->state.resume_pending = false;  // this timer replaces the one that fired while busy
   auto gen = ++self->state.timer_generation;
   self->state.op.wake_at_ms = self->state.svc->now_ms() + delay_ms;
   self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), messages::wake{gen});
@@ -425,6 +431,7 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
         }
       }
       st.pending_write.reset();
+      st.reload_must_resume = true;
       submit_reload(self);
       return;
     case db_outcome::retryable:
@@ -440,6 +447,7 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
       st.pending_write.reset();
       arm_timer(self, 5000);
       st.reload_pending = true;
+      st.reload_must_resume = true;
       publish(self);
       return;
   }
@@ -507,6 +515,14 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     return;
   }
   bool moved = *s != st.op.current;
+  bool resume = std::exchange(st.reload_must_resume, false) || std::exchange(st.resume_pending, false);
+  if (!moved && r.version == st.op.version && !resume && st.op.wake_at_ms > st.svc->now_ms()) {
+    // The row is as this actor last wrote or read it (a nudge raced its own commit, e.g. the owner's
+    // changed-row poll read the new version before the commit's answer arrived): the wait it armed
+    // stands. Re-running the step now would cut a retry short of its back-off or Retry-After.
+    publish(self);
+    return;
+  }
   // Someone else wrote the row: the step it names reads the MR itself.
   st.op.last_read = {};
   st.op.current = *s;
@@ -586,7 +602,10 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
           return;
         }
         if (s.pending_write) return submit_persist(self);
-        if (s.reload_pending) return submit_reload(self);
+        if (s.reload_pending) {
+          s.resume_pending = true;  // the step this timer was for runs once the row is read
+          return submit_reload(self);
+        }
         process(self, workflow::resume{});
       },
       [self](const messages::external_reply& r) {
@@ -600,7 +619,12 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         auto& s = self->state;
         if (!s.busy && s.reload_pending) submit_reload(self);
       },
-      [self](const messages::row_loaded& r) { on_row_loaded(self, r); },
+      [self](const messages::row_loaded& r) {
+        on_row_loaded(self, r);
+        // A nudge that came during this read may be for a write made after it: read once more.
+        auto& s = self->state;
+        if (!s.busy && s.reload_pending && static_cast<db_outcome>(r.outcome) == db_outcome::ok) submit_reload(self);
+      },
       [self](const messages::row_changed&) {
         auto& s = self->state;
         if (s.busy) {

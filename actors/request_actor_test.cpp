@@ -65,6 +65,9 @@ class in_process : public actors::testing::in_process_actors {
 
   void answer(call_reply r) { answers_.push_back(std::move(r)); }
 
+  /// An actor in CREATE_MR_OPENED that read the pipeline running and waits for its next poll.
+  void polling_a_running_pipeline();
+
   persistence::operation_row row() {
     auto r = persistence::load_operation(setup_db_, id_);
     EXPECT_TRUE(r.ok()) << r.error.message;
@@ -75,6 +78,15 @@ class in_process : public actors::testing::in_process_actors {
     auto a = registry_.find(id_);
     ASSERT_TRUE(a.has_value());
     caf::anon_send(caf::actor_cast<request_actor>(*a), messages::row_changed{});
+  }
+
+  void webhook_pipeline(const std::string& sha, const std::string& status) {
+    auto a = registry_.find(id_);
+    ASSERT_TRUE(a.has_value());
+    messages::gitlab_event e;
+    e.sha = sha;
+    e.status = status;
+    caf::anon_send(caf::actor_cast<request_actor>(*a), e);
   }
 
   std::deque<call_reply> answers_;
@@ -95,6 +107,16 @@ call_reply pipeline(const std::string& status) {
   r.sha = r.pipeline_sha = "abc";
   r.pipeline_status = status;
   return r;
+}
+
+void in_process::polling_a_running_pipeline() {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  spawn();
+  run_messages();
+  answer(pipeline("running"));
+  run_external();
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "a running pipeline is polled again later";
 }
 
 call_reply merge(call_reply::merge_result m) {
@@ -150,12 +172,13 @@ TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
   created.mr_iid = 42;
   created.mr_url = "http://gitlab/mr/42";
   answer(created);
-  answer(pipeline("running"));  // the re-read re-runs the step it finds: one poll
   settle();
   EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
   EXPECT_EQ(row().version, version_before + 2) << "each transition written once";
   EXPECT_EQ(db_pool_.stats().completed, 3u) << "two writes and exactly one re-read for five nudges";
-  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr, call_kind::read_pipeline}));
+  // The re-read found the row as the actor wrote it: the pipeline wait it armed stands.
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr}));
+  EXPECT_TRUE(sched_.has_pending_timeout());
   EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 0.0);
 }
 
@@ -183,20 +206,13 @@ TEST_F(in_process, AnAnswerArrivingAfterTheRowMovedOnLosesItsWriteAndTheActorSto
   EXPECT_EQ(calls_.size(), 1u) << "no call after the cancel was seen";
 }
 
-// Every wait re-arms its timer with a new generation; a timer that was replaced (here by a re-read
-// that re-ran the step) fires into nothing.
+// Every wait re-arms its timer with a new generation; a timer that was replaced (here by a webhook
+// that ended the wait early) fires into nothing.
 TEST_F(in_process, AReplacedTimerIsIgnoredAndTheCurrentOneDrivesThePoll) {
-  id_ = new_op(setup_db_, "ann", "t1");
-  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
-  spawn();
+  ASSERT_NO_FATAL_FAILURE(polling_a_running_pipeline());
+  // A webhook ends the wait at once: one more poll, and a new timer.
+  webhook_pipeline("abc", "success");
   run_messages();
-  answer(pipeline("running"));
-  run_external();
-  ASSERT_TRUE(sched_.has_pending_timeout()) << "a running pipeline is polled again later";
-  // A nudge re-reads the row and re-runs the step at once: one more poll, and a new timer.
-  nudge();
-  run_messages();
-  run_db();
   answer(pipeline("running"));
   run_external();
   ASSERT_EQ(calls_.size(), 2u);
@@ -346,4 +362,64 @@ TEST_F(in_process, ARereadThatDiedIsReadAgain) {
   run_db();
   EXPECT_EQ(row().step, S::CREATE_STARTED) << "the re-read saw APPROVAL_APPROVED and the actor moved on";
   EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
+}
+
+// A failed call's retry waits for its back-off (here the Retry-After of a 429), whatever nudges the
+// actor meanwhile: a nudge for the actor's own commit (the owner's changed-row poll can read the new
+// version before the commit's answer reaches the actor) finds the row as the actor knows it and
+// leaves the wait be. A nudge for a row someone else changed still re-runs the step at once.
+TEST_F(in_process, ANudgeForTheActorsOwnWriteDoesNotCutARetryAfterShort) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_external(), 1u) << "APPROVAL_SENDING submits the approval request";
+  call_reply limited;
+  limited.kind = call_kind::submit_approval;
+  limited.outcome = call_reply::status::retryable;
+  limited.http_status = 429;
+  limited.retry_after_ms = 2000;
+  limited.error = "429 Too Many Requests";
+  answer(limited);
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "the failed attempt is written before the retry is armed";
+  nudge();  // arrives while the write is in flight
+  run_db();
+  nudge();  // arrives after the write's answer
+  run_messages();
+  settle();
+  EXPECT_EQ(calls_.size(), 1u) << "a nudge for the actor's own write re-ran the step before Retry-After";
+  EXPECT_EQ(row().attempts, 1);
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "the retry waits for its timer";
+  // The timer fires: the retry runs.
+  auto submitted = ok(call_kind::submit_approval);
+  submitted.approval_id = "appr-1";
+  answer(submitted);
+  ASSERT_TRUE(fire_next_timer());
+  settle();
+  EXPECT_EQ(calls_.size(), 2u);
+  EXPECT_EQ(row().step, S::APPROVAL_SENT);
+  // A change made elsewhere (the approval callback) still wakes the waiting actor at once.
+  walk(setup_db_, id_, {S::APPROVAL_APPROVED});
+  nudge();
+  run_messages();
+  run_db();  // the re-read sees APPROVAL_APPROVED and writes CREATE_STARTED
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
+}
+
+// A timer that fires while a re-read is in flight is not lost when the re-read finds the row
+// unchanged: the step runs.
+TEST_F(in_process, ATimerThatFiresDuringAnUnneededRereadStillRunsTheStep) {
+  ASSERT_NO_FATAL_FAILURE(polling_a_running_pipeline());
+  nudge();
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u) << "the nudge's re-read";
+  ASSERT_TRUE(fire_next_timer());  // the poll's time comes while the re-read is in flight
+  EXPECT_EQ(queued_external(), 0u) << "busy: the step waits for the re-read";
+  run_db();
+  ASSERT_EQ(queued_external(), 1u) << "the timer that fired during the re-read was lost";
+  answer(pipeline("running"));
+  run_external();
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline}));
 }
