@@ -490,8 +490,23 @@ void adopt(self_ptr self, std::int64_t batch_id, round_outcome outcome,
   if (known) st.claiming.insert(*known);
   const int timeout_s = static_cast<int>(st.svc->config->current()->batch().running_timeout_seconds);
   const job_tag tag{kind::round_prepared, 0, known.value_or(core::partition{}), true, known.has_value()};
-  on_db(self, tag, [batch_id, outcome, timeout_s](session conn, batch_job_result& out) {
+  const std::string instance = st.svc->instance_id;
+  on_db(self, tag, [batch_id, outcome, timeout_s, instance](session conn, batch_job_result& out) {
     out.batch_id = batch_id;
+    if (outcome == round_outcome::resume) {
+      // Driven only by its owner: a batch a live peer drives (an unblock asked on this instance,
+      // say) is left to that peer, whose next round picks it up.
+      auto mine = persistence::own_batch(conn, batch_id, instance);
+      if (mine.outcome == persistence::db_outcome::not_found) {
+        out.round = round_outcome::empty;
+        return;
+      }
+      if (!took(mine, out)) return;
+      if (!mine.value) {
+        out.round = round_outcome::slot_occupied;
+        return;
+      }
+    }
     auto r = persistence::load_batch(conn, batch_id);
     if (r.outcome == persistence::db_outcome::not_found) {
       out.round = round_outcome::empty;
@@ -526,15 +541,23 @@ void start_round(self_ptr self) {
   if (st.round_in_flight) return;
   st.round_in_flight = true;
   const int timeout_s = static_cast<int>(st.svc->config->current()->batch().running_timeout_seconds);
-  on_db(self, {kind::round_listed}, [timeout_s](session conn, batch_job_result& out) {
-    // 1. Timeout sweep (DB clock): a RUNNING batch older than the limit is settled like a failure.
+  const std::string instance = st.svc->instance_id;
+  on_db(self, {kind::round_listed}, [timeout_s, instance](session conn, batch_job_result& out) {
+    // 1. This coordinator's active batches, with those of instances whose lease expired taken over.
+    auto owned = persistence::own_active_batches(conn, instance);
+    if (!took(owned, out)) return;
+    // 2. Timeout sweep (DB clock): an owned RUNNING batch older than the limit is settled like a
+    // failure. A live peer's batch is its own to time out.
     auto stale = persistence::sweep_running_older_than(conn, timeout_s);
     if (!took(stale, out)) return;
-    for (auto id : stale.value) {
-      auto b = persistence::load_batch(conn, id);
-      if (b.ok()) out.stale.emplace_back(id, b.value.partition);
+    for (const auto& b : owned.value) {
+      if (std::find(stale.value.begin(), stale.value.end(), b.id) != stale.value.end()) {
+        out.stale.emplace_back(b.id, b.partition);
+      } else if (b.status == batch_status::RUNNING) {
+        out.owned.emplace_back(b.id, b.partition);
+      }
     }
-    // 2. Lock-free pre-check per partition: no "take the slot, then roll back" churn where nothing
+    // 3. Lock-free pre-check per partition: no "take the slot, then roll back" churn where nothing
     // waits.
     auto waiting = persistence::waiting_partitions(conn);
     if (!took(waiting, out)) return;
@@ -558,6 +581,12 @@ void on_round_listed(self_ptr self, const batch_job_result& r) {
     count_round(self, round_outcome::sweep);
     log::warn("batch.sweep", {{"batch_id", id}, {"partition", core::to_string(where)}});
     adopt(self, id, round_outcome::sweep, where);
+  }
+  // An owned batch nobody here drives: taken over from an instance that died or stopped.
+  for (const auto& [id, where] : r.owned) {
+    if (st.drives.count(where) || st.claiming.count(where)) continue;
+    log::info("batch.take_over", {{"batch_id", id}, {"partition", core::to_string(where)}});
+    adopt(self, id, round_outcome::resume, where);
   }
   const auto to_claim = core::partitions_to_claim(r.waiting, activity(st));
   if (r.waiting.empty()) count_round(self, round_outcome::empty);
@@ -643,10 +672,11 @@ void on_result(self_ptr self, drive& d, batch_job_result& r) {
   }
 }
 
-/// Start-up: every active batch is adopted (each in its own partition).
+/// Start-up: every active batch this instance owns, or takes over, is adopted (each in its own partition).
 void resume_active(self_ptr self) {
-  on_db(self, {kind::active_listed}, [](session conn, batch_job_result& out) {
-    auto r = persistence::find_active_batches(conn);
+  const std::string instance = self->state.svc->instance_id;
+  on_db(self, {kind::active_listed}, [instance](session conn, batch_job_result& out) {
+    auto r = persistence::own_active_batches(conn, instance);
     if (!took(r, out)) return;
     for (const auto& b : r.value) out.active.push_back(b.id);
   });

@@ -16,6 +16,11 @@
 // (workflow::batch::partitions_to_claim); several coordinators never hold two batches of one
 // partition because the database refuses the second slot.
 //
+// Each active batch has an owner (merge_batch.owner_instance): the instance that claimed it. A
+// coordinator drives only the batches its instance owns; at start and in every round it takes over
+// those of instances whose lease expired (persistence::own_active_batches), so a batch whose driver
+// died is resumed by one peer, and a restarted instance never adopts a batch a live peer drives.
+//
 // All blocking work runs on the database pool or the external pool; results come back as
 // messages.
 
@@ -82,7 +87,8 @@ struct batch_job_result {
   round_outcome round = round_outcome::error;       // round_prepared
   workflow::batch::partition partition;             // round_prepared: where the claim or the adopted batch is
   std::vector<workflow::batch::partition> waiting;  // round_listed
-  std::vector<std::pair<std::int64_t, workflow::batch::partition>> stale;  // round_listed
+  std::vector<std::pair<std::int64_t, workflow::batch::partition>> stale;  // round_listed: owned, past the timeout
+  std::vector<std::pair<std::int64_t, workflow::batch::partition>> owned;  // round_listed: owned, RUNNING, not stale
   std::vector<std::int64_t> active;                                        // active_listed
   bool adoption = false;     // round_prepared: from adopt (operator settle, unblock, resume, sweep)
   bool holds_claim = false;  // round_prepared: the job marked its partition as being claimed here

@@ -175,13 +175,17 @@ void remove_abandoned_requests(sql::Connection& conn) {
 
 namespace {
 /// Steps 1-3 of claim_round inside its transaction: slot, waiting read, guarded claim, history.
-claim_result claim_in(sql::Connection& conn, const batch_partition& where, int max_members, const claim_hook& hook) {
-  // 1. Take the partition's slot. A duplicate key leaves this transaction usable and with nothing
-  // written.
+claim_result claim_in(sql::Connection& conn, const batch_partition& where, int max_members, const claim_hook& hook,
+                      const std::string& instance_id) {
+  // 1. Take the partition's slot (the claimer owns the batch). A duplicate key leaves this
+  // transaction usable and with nothing written.
   try {
-    auto ins = prepare(conn, "INSERT INTO merge_batch (status, repository, target_branch) VALUES (1, ?, ?)");
+    auto ins = prepare(conn,
+                       "INSERT INTO merge_batch (status, repository, target_branch, owner_instance) "
+                       "VALUES (1, ?, ?, NULLIF(?, ''))");
     ins->setString(1, where.repository);
     ins->setString(2, where.target_branch);
+    ins->setString(3, instance_id);
     ins->executeUpdate();
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() == 1062) return claim_result{claim_kind::slot_occupied, 0, {}};
@@ -358,7 +362,8 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
 
 namespace {
 constexpr const char* batch_columns =
-    "SELECT id, status, repository, target_branch, mr_iid, branch, split_depth, parent_batch_id, failure_reason, "
+    "SELECT id, status, repository, target_branch, owner_instance, mr_iid, branch, split_depth, parent_batch_id, "
+    "failure_reason, "
     "CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED) AS created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms FROM merge_batch ";
 
@@ -367,6 +372,7 @@ batch_row read_batch(sql::ResultSet& rs) {
   b.id = rs.getInt64("id");
   b.status = static_cast<batch_status>(rs.getInt("status"));
   b.partition = {detail::str(rs, "repository"), detail::str(rs, "target_branch")};
+  b.owner_instance = detail::opt_string(rs, "owner_instance");
   b.mr_iid = detail::opt_int64(rs, "mr_iid");
   b.branch = detail::opt_string(rs, "branch");
   b.split_depth = rs.getInt("split_depth");
@@ -514,7 +520,7 @@ db_result<claim_result> claim_round(session s, const batch_partition& where, int
     return guarded<claim_result>(s, [&](sql::Connection& conn) -> R {
       remove_abandoned_requests(conn);
       detail::transaction tx(conn);
-      auto out = claim_in(conn, where, max_members, hook);
+      auto out = claim_in(conn, where, max_members, hook, instance_id);
       if (out.kind != claim_kind::claimed) return R::success(std::move(out));  // rollback: nothing kept
       out.depth = record_lineage_in(conn, out.batch_id);
       std::vector<std::string> ids;
@@ -579,6 +585,59 @@ db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status e
       int moved = detail::move_members(conn, lock_claimed_members(conn, batch_id), m);
       tx.commit();
       return db_result<int>::success(moved);
+    });
+  });
+}
+
+namespace {
+/// An active batch this instance may drive: its own, one without an owner, or one whose owner's
+/// lease expired (the owner died or stopped). `b` is merge_batch, `i` its owner's instance row.
+constexpr const char* adoptable =
+    "b.active_slot = 1 AND (b.owner_instance IS NULL OR b.owner_instance = ? OR i.instance_id IS NULL "
+    "OR i.status = 'STOPPED' OR i.lease_until < NOW(3))";
+
+/// Takes over the adoptable batches (all active ones, or only `batch_id`) that are not this
+/// instance's yet; one autocommitted, guarded UPDATE, so two instances never both take one. An
+/// empty `my_id` (a process without an instance identity, as in tests) owns what has no owner.
+void take_over_batches(sql::Connection& conn, const std::string& my_id, std::int64_t batch_id) {
+  auto st =
+      prepare(conn, std::string("UPDATE merge_batch b LEFT JOIN instance i ON i.instance_id = b.owner_instance "
+                                "SET b.owner_instance = NULLIF(?, '') WHERE ") +
+                        adoptable + " AND (b.owner_instance IS NULL OR b.owner_instance <> ?) AND (? = 0 OR b.id = ?)");
+  st->setString(1, my_id);
+  st->setString(2, my_id);
+  st->setString(3, my_id);
+  st->setInt64(4, batch_id);
+  st->setInt64(5, batch_id);
+  st->executeUpdate();
+}
+}  // namespace
+
+db_result<std::vector<batch_row>> own_active_batches(session s, const std::string& my_id) {
+  using V = std::vector<batch_row>;
+  return detail::retry_on_deadlock<V>([&] {
+    return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+      take_over_batches(conn, my_id, 0);
+      auto st = prepare(
+          conn, std::string(batch_columns) + "WHERE active_slot = 1 AND owner_instance <=> NULLIF(?, '') ORDER BY id");
+      st->setString(1, my_id);
+      rs_ptr rs(st->executeQuery());
+      V out;
+      while (rs->next()) out.push_back(read_batch(*rs));
+      return db_result<V>::success(std::move(out));
+    });
+  });
+}
+
+db_result<bool> own_batch(session s, std::int64_t batch_id, const std::string& my_id) {
+  return detail::retry_on_deadlock<bool>([&] {
+    return guarded<bool>(s, [&](sql::Connection& conn) -> db_result<bool> {
+      take_over_batches(conn, my_id, batch_id);
+      auto st = prepare(conn, "SELECT owner_instance FROM merge_batch WHERE id = ?");
+      st->setInt64(1, batch_id);
+      rs_ptr rs(st->executeQuery());
+      if (!rs->next()) return db_result<bool>::failure(db_outcome::not_found, "no batch " + std::to_string(batch_id));
+      return db_result<bool>::success(detail::opt_string(*rs, "owner_instance").value_or("") == my_id);
     });
   });
 }

@@ -111,6 +111,7 @@ db_result<int> requeue_members(session s, std::int64_t batch_id, const std::vect
 struct batch_row {
   std::int64_t id = 0;
   batch_partition partition;
+  std::optional<std::string> owner_instance;  // whose coordinator drives it (the claimer, or who took it over)
   batch_status status = batch_status::RUNNING;
   std::optional<std::int64_t> mr_iid;
   std::optional<std::string> branch;
@@ -142,6 +143,13 @@ db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status e
 
 /// The active batches (RUNNING or BLOCKED), at most one per partition, with their members.
 db_result<std::vector<batch_row>> find_active_batches(session s);
+
+/// The active batches this instance's coordinator drives, members not filled: the ones it owns,
+/// after taking over (guarded UPDATE of the owner) those without an owner or whose owner's lease
+/// expired. A live peer's batches are never taken: two coordinators never drive one batch.
+db_result<std::vector<batch_row>> own_active_batches(session s, const std::string& my_id);
+/// One batch: taken over if adoptable (see own_active_batches); true when it is this instance's.
+db_result<bool> own_batch(session s, std::int64_t batch_id, const std::string& my_id);
 
 struct waiting_row {
   std::string operation_id;

@@ -1,4 +1,5 @@
 #include "persistence/batch_repo.hpp"
+#include "persistence/instance_repo.hpp"
 
 #include "base/ids.hpp"
 #include "persistence/repo_test_support.hpp"
@@ -399,4 +400,60 @@ TEST(BatchRepo, SweepFindsOnlyOldRunningBatches) {
   EXPECT_EQ(sweep_running_older_than(*c, 600).value, std::vector<std::int64_t>{r.value.batch_id});
   ASSERT_TRUE(record_batch_mr(*c, r.value.batch_id, 42, "batch/1", "http://mr/42").ok());
   EXPECT_EQ(load_batch(*c, r.value.batch_id).value.mr_iid, 42);
+}
+
+// A batch is driven by the instance that claimed it. Another instance takes it over only when the
+// owner's lease has expired (or it has no owner), and then exactly one instance gets it; a live
+// owner's batch is never handed to a peer that starts up or runs a round.
+TEST(BatchRepo, ABatchIsTakenOverOnlyFromAnOwnerWhoseLeaseExpired) {
+  test_database db;
+  auto c = db.connect();
+  for (const char* id : {"inst-a", "inst-b", "inst-c"}) ASSERT_TRUE(register_instance(*c, id, 60).ok());
+  const batch_partition main_a{"team/a", "main"}, release_a{"team/a", "release"}, main_b{"team/b", "main"};
+  admit_many(*c, 2, main_a);
+  admit_many(*c, 1, release_a);
+  admit_many(*c, 1, main_b);
+  age_waiting(db);
+  auto by_a = claim_round(*c, main_a, 10, {}, {}, "inst-a");
+  auto by_b = claim_round(*c, release_a, 10, {}, {}, "inst-b");
+  auto unowned = claim_round(*c, main_b, 10);  // no instance: adoptable by the first to ask
+  ASSERT_EQ(by_a.value.kind, claim_kind::claimed);
+  ASSERT_EQ(by_b.value.kind, claim_kind::claimed);
+  ASSERT_EQ(unowned.value.kind, claim_kind::claimed);
+  EXPECT_EQ(load_batch(*c, by_a.value.batch_id).value.owner_instance.value_or(""), "inst-a");
+  EXPECT_FALSE(load_batch(*c, unowned.value.batch_id).value.owner_instance.has_value());
+
+  const auto ids_of = [](const db_result<std::vector<batch_row>>& r) {
+    EXPECT_TRUE(r.ok()) << r.error.message;
+    std::vector<std::int64_t> out;
+    for (const auto& b : r.value) out.push_back(b.id);
+    return out;
+  };
+  // Both owners live: each gets its own; the batch without an owner goes to the first who asks.
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-b")),
+            (std::vector<std::int64_t>{by_b.value.batch_id, unowned.value.batch_id}));
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-a")), std::vector<std::int64_t>{by_a.value.batch_id});
+  EXPECT_TRUE(ids_of(own_active_batches(*c, "inst-c")).empty()) << "a live peer's batch was taken";
+  auto not_mine = own_batch(*c, by_a.value.batch_id, "inst-c");
+  ASSERT_TRUE(not_mine.ok()) << not_mine.error.message;
+  EXPECT_FALSE(not_mine.value);
+  EXPECT_EQ(load_batch(*c, by_a.value.batch_id).value.owner_instance.value_or(""), "inst-a");
+
+  // inst-a stops (its lease ends now): the first peer to ask takes its batch, the next finds it owned.
+  ASSERT_TRUE(mark_instance_stopped(*c, "inst-a").ok());
+  auto taken = own_batch(*c, by_a.value.batch_id, "inst-c");
+  ASSERT_TRUE(taken.ok()) << taken.error.message;
+  EXPECT_TRUE(taken.value);
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-b")),
+            (std::vector<std::int64_t>{by_b.value.batch_id, unowned.value.batch_id}));
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-c")), std::vector<std::int64_t>{by_a.value.batch_id});
+
+  // inst-b's lease expires without a stop (it died): its batches go to the next peer that asks.
+  db.exec("UPDATE instance SET lease_until = NOW(3) - INTERVAL 1 SECOND WHERE instance_id = 'inst-b'");
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-c")),
+            (std::vector<std::int64_t>{by_a.value.batch_id, by_b.value.batch_id, unowned.value.batch_id}));
+  // A finished batch is nobody's to drive.
+  ASSERT_TRUE(finish_batch(*c, by_a.value.batch_id, batch_status::RUNNING, batch_status::SUCCEEDED, "").ok());
+  EXPECT_EQ(ids_of(own_active_batches(*c, "inst-c")),
+            (std::vector<std::int64_t>{by_b.value.batch_id, unowned.value.batch_id}));
 }

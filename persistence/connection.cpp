@@ -5,6 +5,7 @@
 #include <cppconn/statement.h>
 #include <mysql_driver.h>
 
+#include <atomic>
 #include <charconv>
 #include <optional>
 
@@ -43,7 +44,14 @@ node_state node_ready(sql::Connection& conn) {
   return shown(conn, "SHOW STATUS LIKE 'wsrep_ready'") == "ON" ? node_state::ready : node_state::not_ready;
 }
 
+std::atomic<std::uint64_t> skipped_unreachable{0};
+std::atomic<std::uint64_t> skipped_without_quorum{0};
+
 }  // namespace
+
+skipped_nodes nodes_skipped() {
+  return {skipped_unreachable.load(std::memory_order_relaxed), skipped_without_quorum.load(std::memory_order_relaxed)};
+}
 
 void init_driver() {
   sql::mysql::get_mysql_driver_instance();
@@ -64,6 +72,7 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
         auto conn = open_connection(one, select_database);
         const auto state = node_ready(*conn);
         if (state == node_state::not_ready) {
+          skipped_without_quorum.fetch_add(1, std::memory_order_relaxed);
           if (i + 1 == n) throw sql::SQLException("WSREP has not yet prepared node for application use", "08S01", 1047);
           continue;
         }
@@ -79,7 +88,8 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
         }
         s.preferred->store(at);
         return conn;
-      } catch (const sql::SQLException&) {
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() != 1047) skipped_unreachable.fetch_add(1, std::memory_order_relaxed);
         if (i + 1 == n) throw;
       }
     }

@@ -47,4 +47,13 @@ void init_driver();
 /// status and is ready); throws the last node's error when none is.
 std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool select_database = true);
 
+/// Nodes of `db.endpoints` this process passed over for the next one since it started: the node did
+/// not accept the connection, or accepted it without quorum (`wsrep_ready` OFF, e.g. cut off by a
+/// network partition).
+struct skipped_nodes {
+  std::uint64_t unreachable = 0;
+  std::uint64_t without_quorum = 0;
+};
+skipped_nodes nodes_skipped();
+
 }  // namespace changeflow::persistence

@@ -44,6 +44,8 @@ std::vector<std::string> schema_v12();
 std::vector<std::string> schema_v13();
 // Migration 14: grouped transitions learn which of them landed (the group acknowledgement trigger).
 std::vector<std::string> schema_v14();
+// Migration 15: the instance whose coordinator drives an active batch (adoption and takeover).
+std::vector<std::string> schema_v15();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -71,6 +73,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {12, "merge commits of GitLab merge events", schema_v12()},
       {13, "failed attempts and last external error per step", schema_v13()},
       {14, "group commit acknowledgement trigger", schema_v14()},
+      {15, "batch owner", schema_v15()},
   };
   return migrations;
 }

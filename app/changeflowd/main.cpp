@@ -333,6 +333,13 @@ int main(int argc, char** argv) {
     m.set("changeflow_db_conflicts_total",
           "Deadlocks and Galera certification failures (MariaDB 1213) met by this process, each retried", {},
           static_cast<double>(persistence::conflicts_seen()));
+    const auto skipped = persistence::nodes_skipped();
+    m.set("changeflow_db_nodes_unreachable_total",
+          "Connections that passed over a node of db.endpoints that did not accept them, for the next node", {},
+          static_cast<double>(skipped.unreachable));
+    m.set("changeflow_db_nodes_without_quorum_total",
+          "Connections that passed over a node of db.endpoints without quorum (wsrep_ready OFF), for the next node", {},
+          static_cast<double>(skipped.without_quorum));
     m.set("changeflow_status_kept_rows",
           "Rows of changes in flight kept to answer plain status reads (http.status_cache_ms)", {},
           static_cast<double>(status_reads.kept_in_flight()));

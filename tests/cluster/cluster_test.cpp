@@ -6,8 +6,10 @@
 // with no side effect repeated at GitLab. Every callback is delivered twice at once, the copy
 // through the other instance, so the two nodes certify conflicting writes of the same rows: those
 // conflicts happen (counted by changeflow_db_conflicts_total) and each is settled by a re-read, so
-// every change passes each step once. The node then rejoins and holds the same rows.
-// The second test (not in the default run yet, see its comment) runs three instances with batch
+// every change passes each step once. The node then rejoins and holds the same rows. The same run
+// is repeated with node 1 cut off by a network partition instead of killed (it stays up without
+// quorum and answers 1047), then healed.
+// The second test runs three instances with batch
 // rounds (three coordinators claiming through three nodes), kills a node and SIGKILLs one instance
 // mid-run, restarts the instance, and samples I1 (at most one active batch per partition) on every
 // live node throughout.
@@ -50,6 +52,14 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr int nodes = 3;
+
+/// CHANGEFLOW_CLUSTER_SCALE multiplies every number of changes (default 1: 200 through the node
+/// kill, 40 through the partition, 80 in batches); a larger run is a manual check.
+int scale() {
+  const char* s = std::getenv("CHANGEFLOW_CLUSTER_SCALE");
+  int n = s ? std::atoi(s) : 1;
+  return n > 0 ? n : 1;
+}
 
 std::string source_dir() {
   const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");
@@ -106,6 +116,13 @@ class cluster {
   }
   int restart_node(int node) {
     return db({"cluster", "restart-node", "--dir", dir_, "--node", std::to_string(node)}, "restart");
+  }
+  /// A network partition of one node (Galera's gmcast.isolate): it stays up without quorum.
+  int isolate_node(int node) {
+    return db({"cluster", "isolate-node", "--dir", dir_, "--node", std::to_string(node)}, "isolate");
+  }
+  int heal_node(int node) {
+    return db({"cluster", "heal-node", "--dir", dir_, "--node", std::to_string(node)}, "heal");
   }
   /// One value from the mariadb client on `node`; "" on failure. A node reads what it has applied:
   /// a query that must see every commit made through the other nodes starts with
@@ -216,9 +233,30 @@ int validated(unsigned short port, const std::vector<std::string>& ids) {
   return n;
 }
 
+/// What happens to node 1 mid-run in the two-instance test.
+enum class node_fault {
+  killed,   // SIGKILL; restarted at the end (it rejoins by IST)
+  cut_off,  // a network partition: it stays up, loses quorum and answers 1047; healed at the end
+};
+
+void two_instances_through(node_fault fault, int before, int after);
+
 }  // namespace
 
 TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
+  two_instances_through(node_fault::killed, 150, 50);
+}
+
+// A node cut off by a network partition keeps running without quorum: the instance that used it
+// gets 1047 (or loses its statements in flight), moves to a node of the majority and finishes every
+// change; nothing was written on the minority side, and once the partition heals the node catches
+// up and holds every row.
+TEST(Cluster, TwoInstancesFinishEveryChangeThroughANetworkPartitionOfANode) {
+  two_instances_through(node_fault::cut_off, 30, 10);
+}
+
+namespace {
+void two_instances_through(node_fault fault, int before, int after) {
   auto dir = make_temp_dir("cf-cluster");
   cluster db(dir);
   ASSERT_TRUE(db.started()) << "scripts/db cluster start failed (galera-4 and mariadb-backup come from "
@@ -255,19 +293,29 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
       ids.push_back(id);
     }
   };
-  submit_some(30, "before");
-  ASSERT_TRUE(wait_until([&] { return validated(port_b, ids) >= 10; }, 120s))
+  submit_some(before * scale(), "before");
+  ASSERT_TRUE(wait_until([&] { return validated(port_b, ids) >= after * scale(); }, 120s))
       << validated(port_b, ids) << " of " << ids.size() << " VALIDATED before the node loss";
 
-  // Node 1 (instance A's first endpoint) dies mid-run.
-  ASSERT_EQ(db.kill_node(1), 0) << db.log("kill");
-  submit_some(10, "after");
+  // Node 1 (instance A's first endpoint) dies, or is cut off, mid-run.
+  if (fault == node_fault::killed) {
+    ASSERT_EQ(db.kill_node(1), 0) << db.log("kill");
+  } else {
+    ASSERT_EQ(db.isolate_node(1), 0) << db.log("isolate");
+  }
+  submit_some(after * scale(), "after");
   EXPECT_TRUE(wait_until([&] { return http_call("127.0.0.1", port_a, "GET", "/readyz").status == 200; }, 60s))
       << "instance A is not ready after its node died";
   EXPECT_TRUE(wait_until([&] { return validated(port_b, ids) == static_cast<int>(ids.size()); }, 240s))
       << validated(port_b, ids) << " of " << ids.size() << " VALIDATED; log A: " << a.process().log_contents();
   EXPECT_EQ(http_call("127.0.0.1", port_a, "GET", "/readyz").status, 200);
   EXPECT_EQ(validated(port_a, ids), static_cast<int>(ids.size())) << "instance A reads the same states";
+  // Instance A really moved: its connections passed over node 1, refused (killed) or without
+  // quorum (cut off; it still accepts connections and answers 1047).
+  const auto skipped = metric_sum(port_a, fault == node_fault::killed ? "changeflow_db_nodes_unreachable_total"
+                                                                      : "changeflow_db_nodes_without_quorum_total");
+  std::cout << "instance A passed over node 1 " << skipped << " time(s)\n";
+  EXPECT_GE(skipped, 1) << "instance A never passed over node 1";
 
   // No side effect repeated at GitLab: a merge of a merged MR, a second approve by one bot, a second
   // MR for one branch (the sim counts every attempt, refused ones included).
@@ -301,7 +349,11 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
   changeflow::testing::expect_invariants([&](const std::string& sql) { return db.query(2, sql); }, "cluster");
 
   // The node rejoins (incremental state transfer) and holds every row the others wrote meanwhile.
-  ASSERT_EQ(db.restart_node(1), 0) << db.log("restart");
+  if (fault == node_fault::killed) {
+    ASSERT_EQ(db.restart_node(1), 0) << db.log("restart");
+  } else {
+    ASSERT_EQ(db.heal_node(1), 0) << db.log("heal");
+  }
   std::string in_list;
   for (const auto& id : ids) in_list += (in_list.empty() ? "'" : ",'") + id + "'";
   const auto count =
@@ -311,6 +363,7 @@ TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
   EXPECT_EQ(db.scalar(1, count), std::to_string(ids.size()));
   EXPECT_EQ(db.scalar(3, count), std::to_string(ids.size()));
 }
+}  // namespace
 
 // Every member must be validated by its deploy callback, well under reconciliation's minimum age:
 // a callback recorded on one node and a settlement committed on another each read what the other
@@ -386,21 +439,21 @@ TEST(Cluster, ThreeInstancesMergeInBatchesThroughTheLossOfAnInstanceAndANode) {
       ids.push_back(id);
     }
   };
-  submit_some(30, "batch-before", 3);
-  ASSERT_TRUE(wait_until([&] { return validated(ports[0], ids) >= 8; }, 180s))
+  submit_some(60 * scale(), "batch-before", 3);
+  ASSERT_TRUE(wait_until([&] { return validated(ports[0], ids) >= 16 * scale(); }, 180s))
       << validated(ports[0], ids) << " of " << ids.size() << " VALIDATED before the failures";
 
-  phase("8 VALIDATED");
+  phase(std::to_string(16 * scale()) + " of " + std::to_string(ids.size()) + " VALIDATED");
   ASSERT_EQ(db.kill_node(2), 0) << db.log("kill");
   svc[2]->process().kill_now();
-  submit_some(10, "batch-after", 2);
+  submit_some(20 * scale(), "batch-after", 2);
   svc[2] = std::make_unique<service_process>(configs[2], dir, "changeflowd-c2");
   // Under reconciliation's minimum age (300 s after a merge): a member whose deploy callback came
   // before its batch was settled (C died in between) is validated by the settlement, not by
   // reconciliation. The bound is generous for a loaded machine (the run takes ~10 s alone).
   EXPECT_TRUE(wait_until([&] { return validated(ports[0], ids) == static_cast<int>(ids.size()); }, 240s))
       << validated(ports[0], ids) << " of " << ids.size() << " VALIDATED";
-  phase("all VALIDATED");
+  phase("all " + std::to_string(ids.size()) + " VALIDATED");
   for (auto port : ports) EXPECT_EQ(http_call("127.0.0.1", port, "GET", "/readyz").status, 200) << port;
   end_sampling();
   phase("sampling ended");
