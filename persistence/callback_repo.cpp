@@ -61,91 +61,97 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
                                                     const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json) {
   using R = db_result<approval_applied>;
-  return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
-    // What the ledger holds under this delivery id: nothing, this operation's approval, or another's.
-    enum class recorded { none, same, other };
-    auto seen = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
-    seen->setString(1, delivery_id);
-    auto recorded_as = [&] {
-      rs_ptr rs(seen->executeQuery());
-      if (!rs->next()) return recorded::none;
-      return detail::str(*rs, "kind") == to_string(callback_kind::approval) &&
-                     detail::opt_string(*rs, "operation_id").value_or("") == operation_id
-                 ? recorded::same
-                 : recorded::other;
-    };
-    // A copy of a delivery already recorded for this operation is answered by one read, without a
-    // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
-    // transaction below, waits on the ledger's unique key and is answered there.
-    if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
-    detail::transaction tx(conn);
-    auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
-    if (!detail::insert_unless_duplicate(*ins)) {
-      // A duplicate only when the first delivery with this id was for this operation. Otherwise the
-      // id was reused for another one: recorded under a key of its own (so the change's page and
-      // the attention view list it, and its retries stay one row) and refused.
-      if (recorded_as() != recorded::other) return R::success({callback_outcome::DUPLICATE, {}, {}});
-      std::string key = "reused:" + operation_id + ":" + delivery_id;
-      if (key.size() > 191) key = "reused:" + ids::sha256_hex(key);
-      auto reused = prepare(conn,
-                            "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
-                            "received_at, applied_at) VALUES (?, ?, ?, ?, 'ID_REUSED', NOW(3), NULL)");
-      reused->setString(1, key);
-      reused->setString(2, std::string(to_string(callback_kind::approval)));
-      reused->setString(3, operation_id);
-      detail::set_opt_string(*reused, 4, payload_json.empty() ? std::nullopt : std::optional(payload_json));
-      detail::insert_unless_duplicate(*reused);
-      tx.commit();
-      return R::success({callback_outcome::ID_REUSED, {}, {}});
-    }
+  // A deadlock, or on a cluster a certification failure against the other copy or the actor's own
+  // write (1213), rolled the whole unit back: it is run again (the ledger read and the version
+  // guard decide afresh), so a copy that lost is answered DUPLICATE instead of a 500 the sender
+  // may give up on.
+  return detail::retry_on_deadlock<approval_applied>([&] {
+    return guarded<approval_applied>(s, [&](sql::Connection& conn) -> R {
+      // What the ledger holds under this delivery id: nothing, this operation's approval, or another's.
+      enum class recorded { none, same, other };
+      auto seen = prepare(conn, "SELECT kind, operation_id FROM callback_ledger WHERE delivery_id = ?");
+      seen->setString(1, delivery_id);
+      auto recorded_as = [&] {
+        rs_ptr rs(seen->executeQuery());
+        if (!rs->next()) return recorded::none;
+        return detail::str(*rs, "kind") == to_string(callback_kind::approval) &&
+                       detail::opt_string(*rs, "operation_id").value_or("") == operation_id
+                   ? recorded::same
+                   : recorded::other;
+      };
+      // A copy of a delivery already recorded for this operation is answered by one read, without a
+      // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
+      // transaction below, waits on the ledger's unique key and is answered there.
+      if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
+      detail::transaction tx(conn);
+      auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
+      if (!detail::insert_unless_duplicate(*ins)) {
+        // A duplicate only when the first delivery with this id was for this operation. Otherwise the
+        // id was reused for another one: recorded under a key of its own (so the change's page and
+        // the attention view list it, and its retries stay one row) and refused.
+        if (recorded_as() != recorded::other) return R::success({callback_outcome::DUPLICATE, {}, {}});
+        std::string key = "reused:" + operation_id + ":" + delivery_id;
+        if (key.size() > 191) key = "reused:" + ids::sha256_hex(key);
+        auto reused = prepare(conn,
+                              "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
+                              "received_at, applied_at) VALUES (?, ?, ?, ?, 'ID_REUSED', NOW(3), NULL)");
+        reused->setString(1, key);
+        reused->setString(2, std::string(to_string(callback_kind::approval)));
+        reused->setString(3, operation_id);
+        detail::set_opt_string(*reused, 4, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+        detail::insert_unless_duplicate(*reused);
+        tx.commit();
+        return R::success({callback_outcome::ID_REUSED, {}, {}});
+      }
 
-    auto finish = [&](approval_applied a) -> R {
-      auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
-      st->setString(1, std::string(to_string(a.outcome)));
-      st->setString(2, delivery_id);
-      st->executeUpdate();
-      tx.commit();
-      return R::success(std::move(a));
-    };
+      auto finish = [&](approval_applied a) -> R {
+        auto st = prepare(conn, "UPDATE callback_ledger SET outcome = ?, applied_at = NOW(3) WHERE delivery_id = ?");
+        st->setString(1, std::string(to_string(a.outcome)));
+        st->setString(2, delivery_id);
+        st->executeUpdate();
+        tx.commit();
+        return R::success(std::move(a));
+      };
 
-    // Lock order: operation, then binding.
-    auto so = prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
-    so->setString(1, operation_id);
-    rs_ptr ors(so->executeQuery());
-    if (!ors->next()) return finish({callback_outcome::IGNORED_STALE, {}, {}});
-    auto current = workflow::step_from_code(ors->getInt("step"));
-    const std::int64_t version = ors->getInt64("version");
+      // Lock order: operation, then binding.
+      auto so = prepare(conn, "SELECT step, version FROM operation WHERE operation_id = ? FOR UPDATE");
+      so->setString(1, operation_id);
+      rs_ptr ors(so->executeQuery());
+      if (!ors->next()) return finish({callback_outcome::IGNORED_STALE, {}, {}});
+      auto current = workflow::step_from_code(ors->getInt("step"));
+      const std::int64_t version = ors->getInt64("version");
 
-    auto sb = prepare(conn, "SELECT phase FROM binding WHERE operation_id = ? FOR UPDATE");
-    sb->setString(1, operation_id);
-    rs_ptr brs(sb->executeQuery());
-    if (!brs->next() || !current) return finish({callback_outcome::IGNORED_STALE, {}, {}});
-    auto bphase = workflow::parse_phase(detail::str(*brs, "phase"));
-    const step target = target_of(result);
+      auto sb = prepare(conn, "SELECT phase FROM binding WHERE operation_id = ? FOR UPDATE");
+      sb->setString(1, operation_id);
+      rs_ptr brs(sb->executeQuery());
+      if (!brs->next() || !current) return finish({callback_outcome::IGNORED_STALE, {}, {}});
+      auto bphase = workflow::parse_phase(detail::str(*brs, "phase"));
+      const step target = target_of(result);
 
-    if (!bphase || !workflow::is_awaiting_approval(*bphase) || !workflow::is_allowed(*current, target)) {
-      // A decision already took effect (e.g. WITHDRAWN after APPROVED, APPROVED after REJECTED):
-      // the event is out of order. Anything else (not yet asked, timed out) is stale.
-      auto decided =
-          prepare(conn, "SELECT 1 FROM operation_event WHERE operation_id = ? AND to_step IN (?, ?, ?) LIMIT 1");
-      decided->setString(1, operation_id);
-      decided->setInt(2, workflow::code_of(step::APPROVAL_APPROVED));
-      decided->setInt(3, workflow::code_of(step::APPROVAL_REJECTED));
-      decided->setInt(4, workflow::code_of(step::APPROVAL_WITHDRAWN));
-      rs_ptr drs(decided->executeQuery());
-      return finish({drs->next() ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}});
-    }
+      if (!bphase || !workflow::is_awaiting_approval(*bphase) || !workflow::is_allowed(*current, target)) {
+        // A decision already took effect (e.g. WITHDRAWN after APPROVED, APPROVED after REJECTED):
+        // the event is out of order. Anything else (not yet asked, timed out) is stale.
+        auto decided =
+            prepare(conn, "SELECT 1 FROM operation_event WHERE operation_id = ? AND to_step IN (?, ?, ?) LIMIT 1");
+        decided->setString(1, operation_id);
+        decided->setInt(2, workflow::code_of(step::APPROVAL_APPROVED));
+        decided->setInt(3, workflow::code_of(step::APPROVAL_REJECTED));
+        decided->setInt(4, workflow::code_of(step::APPROVAL_WITHDRAWN));
+        rs_ptr drs(decided->executeQuery());
+        return finish({drs->next() ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}});
+      }
 
-    transition_request req;
-    req.operation_id = operation_id;
-    req.expected_version = version;
-    req.from = *current;
-    req.to = target;
-    req.cause = "approval callback " + delivery_id;
-    req.actor = "callback";
-    auto applied = detail::apply_transition(conn, req);
-    if (!applied.ok()) return R::failure(applied.error);  // cannot happen under the row lock; rolled back
-    return finish({callback_outcome::APPLIED, target, applied.value});
+      transition_request req;
+      req.operation_id = operation_id;
+      req.expected_version = version;
+      req.from = *current;
+      req.to = target;
+      req.cause = "approval callback " + delivery_id;
+      req.actor = "callback";
+      auto applied = detail::apply_transition(conn, req);
+      if (!applied.ok()) return R::failure(applied.error);  // cannot happen under the row lock; rolled back
+      return finish({callback_outcome::APPLIED, target, applied.value});
+    });
   });
 }
 

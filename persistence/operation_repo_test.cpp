@@ -586,6 +586,52 @@ TEST(OperationRepo, ReconciliationWindowUsesDbClock) {
   EXPECT_EQ(w.value[0].mr_iid, 7);
 }
 
+// An approval callback chosen as a deadlock victim (on a cluster: the loser of a certification
+// conflict, the same 1213) is run again inside the repository and applied, not answered as a
+// failure the sender might give up on. The deadlock is forced: another transaction holds the
+// operation row, the callback records its delivery and waits for that row, then the other inserts
+// the same delivery id. That transaction has written more rows, so InnoDB rolls the callback back.
+TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
+  test_database db;
+  auto setup = db.connect();
+  auto id = new_op(*setup, "mel", "t");
+  auto other = db.connect();
+  other->setAutoCommit(false);
+  std::unique_ptr<sql::Statement> st(other->createStatement());
+  for (int i = 0; i < 5; ++i) {
+    st->execute(
+        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES "
+        "('heavier-" +
+        std::to_string(i) + "', 'approval', '" + id + "', 'APPLIED', NOW(3))");
+  }
+  std::unique_ptr<sql::ResultSet>(
+      st->executeQuery("SELECT * FROM operation WHERE operation_id = '" + id + "' FOR UPDATE"));
+  auto callback = db.connect();
+  const auto callback_id = connection_id(*callback);
+  const auto conflicts_before = conflicts_seen();
+  auto pending = std::async(std::launch::async, [&] {
+    return apply_approval_callback(*callback, "d-deadlock", id, approval_result::APPROVED, "");
+  });
+  ASSERT_TRUE(changeflow::testing::wait_until(
+      [&] {
+        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
+                         std::to_string(callback_id) + " AND INFO LIKE 'SELECT step, version FROM operation%'") == "1";
+      },
+      10s))
+      << "the callback never waited for the operation row";
+  // Closes the cycle: this insert waits for the callback's ledger row, which waits for our row lock.
+  st->execute(
+      "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES "
+      "('d-deadlock', 'approval', '" +
+      id + "', 'APPLIED', NOW(3))");
+  other->rollback();
+  auto r = pending.get();
+  ASSERT_TRUE(r.ok()) << r.error.code << " " << r.error.message;
+  EXPECT_EQ(r.value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(load_operation(*setup, id).value.step, S::APPROVAL_APPROVED);
+  EXPECT_GT(conflicts_seen(), conflicts_before) << "no deadlock happened: the test did not test the retry";
+}
+
 TEST(ApprovalCallback, GuardOutcomes) {
   test_database db;
   auto c = db.connect();
