@@ -78,11 +78,22 @@ bool port_free(int port) {
   return ok;
 }
 
-/// A base port P such that scripts/db cluster's ports (P.., P+100.., P+200.., P+300.. per node) are free.
+/// The first port the kernel hands out to outgoing connections (ip_local_port_range).
+int ephemeral_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return in >> low && low > 0 ? low : 32768;
+}
+
+/// A base port P such that scripts/db cluster's ports (P.., P+100.., P+200.., P+300.. per node) are
+/// free, all below the ephemeral range: a node restarted mid-test binds its IST port again, and an
+/// outgoing connection may hold any port of that range by then (seen: "IST listener ... Address
+/// already in use", and the node aborted its rejoin).
 int free_cluster_base() {
   std::mt19937 rng(std::random_device{}());
+  const int low = 10000, high = std::max(low + 1000, ephemeral_low() - 400);
   for (int attempt = 0; attempt < 200; ++attempt) {
-    int base = 20000 + static_cast<int>(rng() % 20000);
+    int base = low + static_cast<int>(rng() % static_cast<unsigned>(high - low));
     bool all = true;
     for (int block = 0; block < 4 && all; ++block) {
       for (int n = 0; n < nodes && all; ++n) all = port_free(base + block * 100 + n);
