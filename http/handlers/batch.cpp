@@ -22,6 +22,7 @@ nlohmann::json batch_json(const persistence::batch_row& b) {
       {"status", std::string(persistence::to_string(b.status))},
       {"repository", b.partition.repository},
       {"targetBranch", b.partition.target_branch},
+      {"ownerInstance", b.owner_instance ? nlohmann::json(*b.owner_instance) : nlohmann::json(nullptr)},
       {"mrIid", b.mr_iid ? nlohmann::json(*b.mr_iid) : nlohmann::json(nullptr)},
       {"branch", b.branch.value_or("")},
       {"splitDepth", b.split_depth},

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 using namespace changeflow::testing;
@@ -193,7 +195,7 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   json cfg_b = env.config();
   cfg_b["instance"]["id"] = "coord-b";
   cfg_b["http"]["port"] = free_port();
-  service_process b(cfg_b, env.dir(), "changeflowd-b");
+  auto b = std::make_unique<service_process>(cfg_b, env.dir(), "changeflowd-b");
   const std::vector<unsigned short> ports = {env.port(), static_cast<unsigned short>(cfg_b["http"]["port"].get<int>())};
 
   // Sample the active-slot count for the whole run, and fire manual rounds at both instances.
@@ -230,6 +232,17 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
     ASSERT_EQ(r.status, 202) << r.body << r.error;
     ids.push_back(json::parse(r.body)["data"]["operationId"].get<std::string>());
   }
+  // While coord-a drives a batch, coord-b is SIGKILLed and restarted with its own id: it resumes
+  // only its own batches, never the one its live peer drives (two drivers would approve and merge
+  // one MR twice, which the sim's attempt counts below would show).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 1 AND owner_instance = 'coord-a'") == 1;
+      },
+      std::chrono::seconds(60)))
+      << "coord-a never drove a batch";
+  b->process().kill_now();
+  b = std::make_unique<service_process>(cfg_b, env.dir(), "changeflowd-b2");
   for (const auto& id : ids) {
     auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
     EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
@@ -268,10 +281,36 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
             << ", members claimed by coord-b "
             << env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE to_step = 10602 AND instance_id = 'coord-b'")
             << "\n";
-  EXPECT_EQ(claimed, count(env, "SELECT COUNT(*) FROM merge_batch"));
+  // coord-b's counters start again at its restart: the rounds counted can only fall short of the rows.
+  EXPECT_LE(claimed, count(env, "SELECT COUNT(*) FROM merge_batch"));
+  EXPECT_GT(claimed, 0);
   // Judged on the requests the sim received: a merge of a merged MR is refused, so only the
   // attempts show one.
   EXPECT_EQ(repeated_side_effects(sim_stats(env)), "");
+  // The restarted coord-b resumed only batches it owned (with the old start-up adoption it also
+  // resumed the batch coord-a was driving).
+  std::istringstream b2_log(b->process().log_contents());
+  int resumed = 0;
+  for (std::string line; std::getline(b2_log, line);) {
+    auto event = json::parse(line, nullptr, false);
+    if (event.is_discarded() || event.value("event", "") != "batch.resume") continue;
+    ++resumed;
+    const auto batch_id = std::to_string(event.value("batch_id", 0));
+    EXPECT_EQ(env.db().scalar("SELECT owner_instance FROM merge_batch WHERE id = " + batch_id), "coord-b")
+        << "the restarted coord-b resumed batch " << batch_id << ", which coord-a drove";
+  }
+  std::cout << "batches resumed by the restarted coord-b: " << resumed << "\n";
+  // Each batch names the coordinator that drove it.
+  const std::vector<std::pair<std::string, std::string>> ops = {
+      {"Authorization", "Bearer " + changeflow::testing::mint_hs256(secret, "alice", 600)}};
+  auto listed = http_call("127.0.0.1", env.port(), "GET", "/api/v1/ops/batches?limit=100", {}, ops);
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  auto batches = json::parse(listed.body)["data"]["items"];
+  ASSERT_FALSE(batches.empty());
+  for (const auto& batch : batches) {
+    auto owner = batch["ownerInstance"];
+    EXPECT_TRUE(owner == "coord-a" || owner == "coord-b") << batch.dump();
+  }
 }
 
 TEST(Batch, MemberConflictingWithTheTargetFailsAfterMaxAttemptsTheOthersMerge) {

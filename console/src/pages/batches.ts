@@ -57,6 +57,7 @@ export async function renderBatches(ctx: PageContext): Promise<PageResult> {
       detail = h('section', { id: 'batch-detail' },
         h('h3', {}, `Batch ${b.id} — `, h('span', { class: 'status ' + (STATUS_CLASS[b.status] ?? '') }, b.status)),
         b.failureReason ? h('p', { class: 'err' }, 'Failure: ' + b.failureReason) : null,
+        h('p', { id: 'batch-owner' }, b.ownerInstance ? `Driven by instance ${b.ownerInstance}` : 'No owner: the next coordinator round takes it'),
         table(['change', 'title', 'subject', 'step', 'phase'], (b.members as any[]).map((m) => [
           link(`/operations/${m.operationId}`, m.operationId, { class: 'mono' }), m.title, m.subject, m.step, m.phase]), { id: 'batch-members' }),
         b.status === 'RUNNING' || b.status === 'BLOCKED'
