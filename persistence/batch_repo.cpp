@@ -642,26 +642,6 @@ db_result<bool> own_batch(session s, std::int64_t batch_id, const std::string& m
   });
 }
 
-db_result<std::vector<batch_row>> find_active_batches(session s) {
-  using V = std::vector<batch_row>;
-  std::vector<std::int64_t> ids;
-  auto r = guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    std::unique_ptr<sql::Statement> st(conn.createStatement());
-    rs_ptr rs(st->executeQuery("SELECT id FROM merge_batch WHERE active_slot = 1 ORDER BY id"));
-    while (rs->next()) ids.push_back(rs->getInt64(1));
-    return db_result<V>::success({});
-  });
-  if (!r.ok()) return r;
-  V out;
-  for (auto id : ids) {
-    auto b = load_batch(s, id);
-    if (b.outcome == db_outcome::not_found) continue;
-    if (!b.ok()) return db_result<V>::failure(b.error);
-    out.push_back(std::move(b.value));
-  }
-  return db_result<V>::success(std::move(out));
-}
-
 db_result<std::vector<waiting_row>> list_waiting(session s, int limit) {
   using V = std::vector<waiting_row>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {

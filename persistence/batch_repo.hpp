@@ -141,9 +141,6 @@ db_result<done> record_batch_mr(session s, std::int64_t batch_id, std::int64_t m
 db_result<int> settle_succeeded(session s, std::int64_t batch_id, batch_status expected, std::int64_t mr_iid,
                                 const std::string& cause, const std::string& instance_id);
 
-/// The active batches (RUNNING or BLOCKED), at most one per partition, with their members.
-db_result<std::vector<batch_row>> find_active_batches(session s);
-
 /// The active batches this instance's coordinator drives, members not filled: the ones it owns,
 /// after taking over (guarded UPDATE of the owner) those without an owner or whose owner's lease
 /// expired. A live peer's batches are never taken: two coordinators never drive one batch.

@@ -254,23 +254,6 @@ enum class node_fault {
   cut_off,  // a network partition: it stays up, loses quorum and answers 1047; healed at the end
 };
 
-void two_instances_through(node_fault fault, int before, int after);
-
-}  // namespace
-
-TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
-  two_instances_through(node_fault::killed, 150, 50);
-}
-
-// A node cut off by a network partition keeps running without quorum: the instance that used it
-// gets 1047 (or loses its statements in flight), moves to a node of the majority and finishes every
-// change; nothing was written on the minority side, and once the partition heals the node catches
-// up and holds every row.
-TEST(Cluster, TwoInstancesFinishEveryChangeThroughANetworkPartitionOfANode) {
-  two_instances_through(node_fault::cut_off, 30, 10);
-}
-
-namespace {
 void two_instances_through(node_fault fault, int before, int after) {
   auto dir = make_temp_dir("cf-cluster");
   cluster db(dir);
@@ -379,6 +362,18 @@ void two_instances_through(node_fault fault, int before, int after) {
   EXPECT_EQ(db.scalar(3, count), std::to_string(ids.size()));
 }
 }  // namespace
+
+TEST(Cluster, TwoInstancesOnThreeNodesFinishEveryChangeThroughTheLossOfANode) {
+  two_instances_through(node_fault::killed, 150, 50);
+}
+
+// A node cut off by a network partition keeps running without quorum: the instance that used it
+// gets 1047 (or loses its statements in flight), moves to a node of the majority and finishes every
+// change; nothing was written on the minority side, and once the partition heals the node catches
+// up and holds every row.
+TEST(Cluster, TwoInstancesFinishEveryChangeThroughANetworkPartitionOfANode) {
+  two_instances_through(node_fault::cut_off, 30, 10);
+}
 
 // Every member must be validated by its deploy callback, well under reconciliation's minimum age:
 // a callback recorded on one node and a settlement committed on another each read what the other
