@@ -66,32 +66,13 @@ std::string source_dir() {
   return s ? s : ".";
 }
 
-bool port_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-/// The first port the kernel hands out to outgoing connections (ip_local_port_range).
-int ephemeral_low() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int low = 0;
-  return in >> low && low > 0 ? low : 32768;
-}
-
 /// A base port P such that scripts/db cluster's ports (P.., P+100.., P+200.., P+300.. per node) are
-/// free, all below the ephemeral range: a node restarted mid-test binds its IST port again, and an
-/// outgoing connection may hold any port of that range by then (seen: "IST listener ... Address
-/// already in use", and the node aborted its rejoin).
+/// free, all in 10000-19999: below the ephemeral range (a node restarted mid-test binds its IST port
+/// again, and an outgoing connection may hold any port of that range by then; seen: "IST listener
+/// ... Address already in use", and the node aborted its rejoin) and apart from free_port()'s.
 int free_cluster_base() {
   std::mt19937 rng(std::random_device{}());
-  const int low = 10000, high = std::max(low + 1000, ephemeral_low() - 400);
+  const int low = 10000, high = std::max(low + 100, std::min(19600, ephemeral_port_low() - 400));
   for (int attempt = 0; attempt < 200; ++attempt) {
     int base = low + static_cast<int>(rng() % static_cast<unsigned>(high - low));
     bool all = true;

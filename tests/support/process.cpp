@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -158,17 +160,41 @@ bool wait_until(const std::function<bool()>& predicate, std::chrono::millisecond
   }
 }
 
-unsigned short free_port() {
+int ephemeral_port_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return in >> low && low > 0 ? low : 32768;
+}
+
+bool port_free(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+unsigned short free_port() {
+  // Drawn below the kernel's ephemeral range: between this probe and the server's bind, any
+  // outgoing connection on the machine may take an ephemeral port (seen: a changeflowd that could
+  // not listen on its port while the cluster test opened connections). 10000-19999 is the cluster
+  // test's range for its nodes.
+  static std::mutex mutex;
+  static std::mt19937 rng(std::random_device{}());
+  const int low = 20000, high = std::max(low + 1000, ephemeral_port_low());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    int port = 0;
+    {
+      std::lock_guard lock(mutex);
+      port = low + static_cast<int>(rng() % static_cast<unsigned>(high - low));
+    }
+    if (port_free(port)) return static_cast<unsigned short>(port);
+  }
+  throw std::runtime_error("no free port below the ephemeral range");
 }
 
 namespace {

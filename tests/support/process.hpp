@@ -49,8 +49,13 @@ bool wait_until(const std::function<bool()>& predicate, std::chrono::millisecond
 /// Deep-merges `over` into `base` (objects merge key by key; everything else replaces).
 void merge_json(nlohmann::json& base, const nlohmann::json& over);
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read, close).
+/// A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range (so no
+/// outgoing connection takes it before the server binds it).
 unsigned short free_port();
+/// Whether `port` on 127.0.0.1 can be bound right now.
+bool port_free(int port);
+/// The first port of the kernel's ephemeral range (ip_local_port_range; 32768 when unreadable).
+int ephemeral_port_low();
 
 /// What changeflowd has no default for, set for tests: the simulator's own callback secrets and
 /// GitLab tokens (sim/simulator.hpp) and a test-only HS256 secret. Merge test configs over it.
