@@ -19,6 +19,11 @@ std::string_view to_string(validation_path p) {
   return p == validation_path::callback ? "callback" : "reconciliation";
 }
 
+void count_validated(metrics::registry& metrics, validation_path via) {
+  metrics.inc("changeflow_validated_total", "Operations validated (MERGED -> VALIDATED), by path",
+              {{"via", std::string(to_string(via))}});
+}
+
 persistence::db_result<bool> validate_and_count(persistence::session db, const std::string& operation_id,
                                                 validation_path via, metrics::registry& metrics,
                                                 const persistence::ledger_settlement* settle, bool* settled) {
@@ -26,16 +31,31 @@ persistence::db_result<bool> validate_and_count(persistence::session db, const s
   if (!r.ok()) return persistence::db_result<bool>::failure(r.error);
   if (!r.value) return persistence::db_result<bool>::success(false);
   if (settled) *settled = r.value->settled;
-  // The flip is committed and this call made it: count here and nowhere else.
-  metrics.inc("changeflow_validated_total", "Operations validated (MERGED -> VALIDATED), by path",
-              {{"via", std::string(to_string(via))}});
+  count_validated(metrics, via);  // the flip is committed and this call made it
   return persistence::db_result<bool>::success(true);
 }
 
 persistence::db_result<bool> validate_if_already_deployed(persistence::session db, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
-                                                          metrics::registry& metrics) {
+                                                          metrics::registry& metrics,
+                                                          std::optional<std::int64_t> merged_version) {
   using R = persistence::db_result<bool>;
+  if (merged_version) {
+    auto checked = persistence::validate_if_deployed(db, operation_id, *merged_version, project, mr_iid);
+    if (!checked.ok()) return R::failure(checked.error);
+    if (checked.value.validated) {
+      count_validated(metrics, validation_path::callback);
+      return R::success(true);
+    }
+    if (!checked.value.failed_pipeline) return R::success(false);
+    auto row = persistence::load_operation(db, operation_id);
+    if (!row.ok()) return R::failure(row.error);
+    if (row.value.phase != workflow::phase::MERGED) return R::success(false);
+    const auto pipeline = *checked.value.failed_pipeline;
+    auto moved = mark_deploy_failed(db, row.value, mr_iid, pipeline ? std::optional(pipeline) : std::nullopt);
+    if (!moved.ok()) return R::failure(moved.error);
+    return R::success(false);
+  }
   auto deployed = persistence::deploy_succeeded(db, project, mr_iid, operation_id);
   if (!deployed.ok()) return R::failure(deployed.error);
   if (deployed.value) return validate_and_count(db, operation_id, validation_path::callback, metrics);

@@ -42,6 +42,10 @@ namespace changeflow::actors {
 enum class validation_path { callback, reconciliation };
 std::string_view to_string(validation_path p);
 
+/// `changeflow_validated_total{via}` +1: called once per flip, by the caller whose write made it,
+/// after it committed (the only place the counter moves).
+void count_validated(metrics::registry& metrics, validation_path via);
+
 /// mark_validated, then `changeflow_validated_total{via}` +1 only when THIS call flipped the
 /// binding (the flip is committed when mark_validated returns). Value: whether it flipped. With
 /// `settle`, a flip also classifies that delivery's ledger row in the same transaction, and
@@ -60,10 +64,12 @@ persistence::db_result<bool> mark_deploy_failed(persistence::session db, const p
 /// MR's deploy callback already arrived (it overtook our write and was answered OUT_OF_ORDER),
 /// apply it now instead of waiting for reconciliation (min_age) or the deploy timeout: a success
 /// validates, a failure (with no success recorded) moves the operation to DEPLOY_FAILED.
-/// Value: whether the operation was validated.
+/// Value: whether the operation was validated. With `merged_version` (the version the MERGED write
+/// committed) the check and the flip are one round trip (persistence::validate_if_deployed).
 persistence::db_result<bool> validate_if_already_deployed(persistence::session db, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
-                                                          metrics::registry& metrics);
+                                                          metrics::registry& metrics,
+                                                          std::optional<std::int64_t> merged_version = std::nullopt);
 
 /// Pure core of one run: which candidates the watermark covers and which keep waiting.
 struct reconcile_plan {

@@ -6,7 +6,10 @@
 
 #include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
+
+#include <cppconn/statement.h>
 
 #include <gtest/gtest.h>
 
@@ -14,13 +17,16 @@
 
 #include <atomic>
 #include <barrier>
+#include <future>
 #include <thread>
 
 using namespace changeflow;
 using namespace changeflow::persistence;
+using namespace std::chrono_literals;
 using changeflow::actors::validation_path;
 using changeflow::testing::test_database;
 using test::new_op;
+using test::S;
 using test::walk;
 
 namespace {
@@ -251,4 +257,199 @@ TEST(Reconciler, ValidateIfAlreadyDeployedAppliesAnOvertakingCallback) {
   EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + failed + "'"),
             std::to_string(workflow::code_of(workflow::step::DEPLOY_FAILED)));
   EXPECT_EQ(validated(m, "callback"), 2);
+}
+
+namespace {
+deploy_callback_in success_naming(const std::string& delivery, std::int64_t mr, const std::string& id) {
+  deploy_callback_in cb;
+  cb.delivery_id = delivery;
+  cb.project = project;
+  cb.mr_iid = mr;
+  cb.status = "success";
+  cb.operation_ids_json = "[\"" + id + "\"]";
+  return cb;
+}
+std::int64_t commits(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Com_commit'"));
+  rs->next();
+  return rs->getInt64(2);
+}
+}  // namespace
+
+// A success naming its one change: the delivery's two rows, the flip and the ledger's outcome with
+// its link to the change commit together, once; a copy writes nothing; the outcome follows where
+// the change stood.
+TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOneCommit) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "dee", "a", {}, project);
+  walk(*c, id, test::to_merged, 41);
+  const auto before = commits(*c);
+  auto r = record_and_settle_deploy(*c, success_naming("p-41", 41, id), "{}", id);
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(commits(*c) - before, 1);
+  EXPECT_EQ(r.value.recorded, record_outcome::inserted);
+  EXPECT_TRUE(r.value.validated);
+  EXPECT_EQ(r.value.outcome, deploy_outcome::APPLIED);
+  EXPECT_EQ(phase_of(db, id), "VALIDATED");
+  EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + id + "'"),
+            std::to_string(workflow::code_of(workflow::step::CALLED_BACK)));
+  EXPECT_EQ(db.scalar("SELECT CONCAT(actor, '|', cause) FROM operation_event WHERE operation_id = '" + id +
+                      "' ORDER BY id DESC LIMIT 1"),
+            "callback|validated via callback");
+  EXPECT_EQ(db.scalar("SELECT CONCAT(outcome, '|', applied_at IS NOT NULL) FROM callback_ledger "
+                      "WHERE delivery_id = 'deploy:p-41'"),
+            "APPLIED|1");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_operation o JOIN callback_ledger l ON l.id = o.ledger_id "
+                      "WHERE l.delivery_id = 'deploy:p-41' AND o.operation_id = '" +
+                      id + "'"),
+            "1");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'p-41' AND mr_iid = 41"), "1");
+
+  const auto events = db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
+  auto copy = record_and_settle_deploy(*c, success_naming("p-41", 41, id), "{}", id);
+  ASSERT_TRUE(copy.ok()) << copy.error.message;
+  EXPECT_EQ(copy.value.recorded, record_outcome::duplicate);
+  EXPECT_FALSE(copy.value.validated);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'"), events);
+
+  // Already validated: stale, and linked to the change all the same.
+  auto late = record_and_settle_deploy(*c, success_naming("p-41-rerun", 41, id), "{}", id);
+  ASSERT_TRUE(late.ok()) << late.error.message;
+  EXPECT_EQ(late.value.outcome, deploy_outcome::IGNORED_STALE);
+  EXPECT_FALSE(late.value.validated);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_operation WHERE operation_id = '" + id + "'"), "2");
+
+  // Overtook our own MERGED write: out of order, then applied by that writer right after it.
+  auto early = new_op(*c, "dee", "b", {}, project);
+  walk(*c, early, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
+       42);
+  auto ooo = record_and_settle_deploy(*c, success_naming("p-42", 42, early), "{}", early);
+  ASSERT_TRUE(ooo.ok()) << ooo.error.message;
+  EXPECT_EQ(ooo.value.outcome, deploy_outcome::OUT_OF_ORDER);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:p-42'"), "OUT_OF_ORDER");
+  EXPECT_EQ(phase_of(db, early), "MERGING");
+  metrics::registry m;
+  const auto merged_version = walk(*c, early, {S::HANDLE_MERGED}, 42);
+  auto applied = actors::validate_if_already_deployed(*c, early, 42, project, m, merged_version);
+  ASSERT_TRUE(applied.ok()) << applied.error.message;
+  EXPECT_TRUE(applied.value);
+  EXPECT_EQ(phase_of(db, early), "VALIDATED");
+  EXPECT_EQ(validated(m, "callback"), 1);
+  // The version guard: a writer that does not hold the version it names changes nothing.
+  auto again = actors::validate_if_already_deployed(*c, early, 42, project, m, merged_version);
+  ASSERT_TRUE(again.ok()) << again.error.message;
+  EXPECT_FALSE(again.value);
+  EXPECT_EQ(validated(m, "callback"), 1);
+
+  // No such change: recorded, left PENDING for the general path.
+  auto unknown = record_and_settle_deploy(*c, success_naming("p-43", 43, "00000000-0000-4000-8000-00000000dead"), "{}",
+                                          "00000000-0000-4000-8000-00000000dead");
+  ASSERT_TRUE(unknown.ok()) << unknown.error.message;
+  EXPECT_EQ(unknown.value.recorded, record_outcome::inserted);
+  EXPECT_FALSE(unknown.value.outcome);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:p-43'"), "PENDING");
+}
+
+// The deploy callback and the writer of MERGED race on real threads, change after change: every
+// change ends VALIDATED, by exactly one of them (the window the next test holds open is hit here
+// only by chance).
+TEST(DeploySettlement, RacingTheMergedWriterValidatesEveryChangeExactlyOnce) {
+  test_database db;
+  auto setup = db.connect();
+  constexpr int changes = 60;
+  std::vector<std::string> ids;
+  for (int i = 0; i < changes; ++i) {
+    ids.push_back(new_op(*setup, "racer", "t" + std::to_string(i), {}, project));
+    walk(*setup, ids.back(),
+         {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING}, 500 + i);
+  }
+  metrics::registry m;
+  std::atomic<int> by_callback{0}, errors{0};
+  std::barrier start(2);
+  std::thread writer([&] {
+    auto conn = db.connect();
+    start.arrive_and_wait();
+    for (int i = 0; i < changes; ++i) {
+      const auto v = walk(*conn, ids[i], {S::HANDLE_MERGED}, 500 + i);
+      auto r = actors::validate_if_already_deployed(*conn, ids[i], 500 + i, project, m, v);
+      if (!r.ok()) {
+        ADD_FAILURE() << "the MERGED writer's check: " << r.error.code << " " << r.error.message;
+        ++errors;
+      }
+    }
+  });
+  std::thread callback([&] {
+    auto conn = db.connect();
+    start.arrive_and_wait();
+    for (int i = 0; i < changes; ++i) {
+      auto r =
+          record_and_settle_deploy(*conn, success_naming("race-" + std::to_string(i), 500 + i, ids[i]), "{}", ids[i]);
+      if (!r.ok()) {
+        ADD_FAILURE() << "the callback: " << r.error.code << " " << r.error.message;
+        ++errors;
+      }
+      if (r.ok() && r.value.validated) ++by_callback;
+    }
+  });
+  writer.join();
+  callback.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'racer' AND phase = 'VALIDATED'"),
+            std::to_string(changes));
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event e JOIN operation o ON o.operation_id = e.operation_id "
+                      "WHERE o.subject_id = 'racer' AND e.to_phase = 'VALIDATED'"),
+            std::to_string(changes));
+  EXPECT_EQ(by_callback.load() + static_cast<int>(validated(m, "callback")), changes);
+}
+
+// The callback's unit is held open after its flip found the change not yet MERGED (its ledger row
+// waits behind another connection's uncommitted row with the same key). The MERGED writer must
+// wait for the unit's commit: were the row not locked until then, MERGED would commit, the writer's
+// check would miss the uncommitted delivery, the unit would commit OUT_OF_ORDER, and the change
+// would sit MERGED until reconciliation.
+TEST(DeploySettlement, TheMergedWriterWaitsForACallbackUnitInProgressAndThenValidates) {
+  test_database db;
+  auto setup = db.connect();
+  auto id = new_op(*setup, "held", "a", {}, project);
+  walk(*setup, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
+       77);
+  auto blocker = db.connect();
+  blocker->setAutoCommit(false);
+  std::unique_ptr<sql::Statement> st(blocker->createStatement());
+  st->execute(
+      "INSERT INTO callback_ledger (delivery_id, kind, outcome) VALUES ('deploy:held-77', 'deploy', 'PENDING')");
+  auto callback_conn = db.connect();
+  const auto callback_id = test::connection_id(*callback_conn);
+  auto callback = std::async(std::launch::async, [&] {
+    return record_and_settle_deploy(*callback_conn, success_naming("held-77", 77, id), "{}", id);
+  });
+  auto waiting_on_ledger = [&] {
+    return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(callback_id) +
+                     " AND INFO LIKE 'INSERT INTO callback_ledger%'") == "1";
+  };
+  ASSERT_TRUE(changeflow::testing::wait_until(waiting_on_ledger, 10s)) << "the callback's unit never got that far";
+  metrics::registry m;
+  auto writer_conn = db.connect();
+  const auto writer_id = test::connection_id(*writer_conn);
+  auto writer = std::async(std::launch::async, [&] {
+    const auto v = walk(*writer_conn, id, {S::HANDLE_MERGED}, 77);
+    return actors::validate_if_already_deployed(*writer_conn, id, 77, project, m, v);
+  });
+  EXPECT_TRUE(changeflow::testing::wait_until(
+      [&] {
+        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(writer_id) +
+                         " AND INFO LIKE 'UPDATE operation SET step%'") == "1";
+      },
+      10s))
+      << "the MERGED write did not wait for the callback's unit";
+  blocker->rollback();
+  auto settled = callback.get();
+  ASSERT_TRUE(settled.ok()) << settled.error.message;
+  EXPECT_EQ(settled.value.outcome, deploy_outcome::OUT_OF_ORDER);
+  auto checked = writer.get();
+  ASSERT_TRUE(checked.ok()) << checked.error.message;
+  EXPECT_TRUE(checked.value) << "the writer's check missed the delivery";
+  EXPECT_EQ(phase_of(db, id), "VALIDATED");
 }

@@ -185,7 +185,7 @@ void submit_persist(self_ptr self) {
       // The deploy pipeline may call back before MERGED is written (it was answered
       // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
       // A validation (or a failed check) moved the row past `committed`: status readers re-read it.
-      auto validated = validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics);
+      auto validated = validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics, r.value);
       if (!validated.ok() || validated.value) committed = nullptr;
     }
     // After the validation above, so a status waiter that re-reads sees where the row ended up.

@@ -55,6 +55,63 @@ step target_of(approval_result r) {
   }
   return step::APPROVAL_REJECTED;
 }
+/// The approval callback as ONE round trip and one commit: the ledger row, the guarded transition
+/// (any step awaiting approval that the transition table lets go to the decision's step; the
+/// transition trigger writes the event and moves the binding) and the ledger's classification,
+/// decided in SQL by the rules of the unit below. nullopt when the delivery id is already in the
+/// ledger (a racing copy, or an id reused for another operation): nothing was written, and the
+/// unit below answers it.
+std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn, const std::string& delivery_id,
+                                                          const std::string& operation_id, approval_result result,
+                                                          const std::string& payload_json) {
+  const step target = target_of(result);
+  const detail::sql_text t(conn);
+  const std::string id = t.quote(operation_id);
+  const std::string key = t.quote(delivery_id);
+  auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
+  const std::string cause = "approval callback " + delivery_id;
+  const std::string move = "UPDATE operation SET step = " + std::to_string(workflow::code_of(target)) +
+                           ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(target)))) +
+                           ", version = version + 1, attempts = 0, event_cause = " + t.quote(cause.substr(0, 255)) +
+                           ", event_actor = 'callback', event_instance = NULL WHERE operation_id = " + id +
+                           " AND step IN (" + detail::steps_into(&workflow::is_awaiting_approval, target) + ")";
+  // No flip: OUT_OF_ORDER when a decision already took effect, IGNORED_STALE otherwise (no such
+  // operation, its binding replaced by a re-apply, not yet asked, timed out).
+  const std::string outcome =
+      "SET @changeflow_outcome = CASE WHEN @changeflow_flip = 1 THEN 'APPLIED' "
+      "WHEN NOT EXISTS (SELECT 1 FROM binding WHERE operation_id = " +
+      id + ") THEN 'IGNORED_STALE' WHEN EXISTS (SELECT 1 FROM operation_event WHERE operation_id = " + id +
+      " AND to_step IN (" + std::to_string(workflow::code_of(step::APPROVAL_APPROVED)) + ", " +
+      std::to_string(workflow::code_of(step::APPROVAL_REJECTED)) + ", " +
+      std::to_string(workflow::code_of(step::APPROVAL_WITHDRAWN)) + ")) THEN 'OUT_OF_ORDER' ELSE 'IGNORED_STALE' END";
+  detail::transaction tx(conn, detail::transaction::begun_in_script{});
+  std::string flip, classified, version;
+  try {
+    detail::run_script(conn,
+                       {"START TRANSACTION", ins->bound_sql(), move, "SET @changeflow_flip = ROW_COUNT()", outcome,
+                        "UPDATE callback_ledger SET outcome = @changeflow_outcome, applied_at = NOW(3) "
+                        "WHERE delivery_id = " +
+                            key,
+                        "COMMIT",
+                        "SELECT @changeflow_flip, @changeflow_outcome, (SELECT version FROM operation "
+                        "WHERE operation_id = " +
+                            id + ")"},
+                       [&](sql::ResultSet& rs) {
+                         if (!rs.next()) return;
+                         flip = rs.isNull(1) ? "" : rs.getString(1);
+                         classified = rs.isNull(2) ? "" : rs.getString(2);
+                         version = rs.isNull(3) ? "" : rs.getString(3);
+                       });
+  } catch (const sql::SQLException& e) {
+    if (e.getErrorCode() != 1062) throw;
+    tx.rollback();
+    return std::nullopt;
+  }
+  tx.ended_by_script();
+  if (flip == "1") return approval_applied{callback_outcome::APPLIED, target, std::stoll(version)};
+  return approval_applied{
+      classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}};
+}
 }  // namespace
 
 db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
@@ -83,6 +140,9 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
       // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
       // transaction below, waits on the ledger's unique key and is answered there.
       if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
+      if (auto settled = record_and_apply_approval(conn, delivery_id, operation_id, result, payload_json)) {
+        return R::success(*settled);
+      }
       detail::transaction tx(conn);
       auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
       if (!detail::insert_unless_duplicate(*ins)) {

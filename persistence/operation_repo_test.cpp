@@ -615,7 +615,7 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
         return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
-                         std::to_string(callback_id) + " AND INFO LIKE 'SELECT step, version FROM operation%'") == "1";
+                         std::to_string(callback_id) + " AND INFO LIKE '%UPDATE operation SET step%'") == "1";
       },
       10s))
       << "the callback never waited for the operation row";

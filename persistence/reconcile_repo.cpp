@@ -60,6 +60,22 @@ db_result<std::vector<mr_operation>> operations_for_mr(session s, const std::str
   });
 }
 
+namespace {
+/// The delivery's row in deploy_callback (its MR number feeds the watermark).
+detail::stmt_ptr delivery_insert(sql::Connection& conn, const deploy_callback_in& cb) {
+  auto st = prepare(conn,
+                    "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
+                    "operation_ids, received_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
+  st->setString(1, cb.delivery_id);
+  st->setString(2, cb.project);
+  st->setInt64(3, cb.mr_iid);
+  detail::set_opt_int64(*st, 4, cb.pipeline_id);
+  st->setString(5, cb.status);
+  detail::set_opt_string(*st, 6, cb.operation_ids_json);
+  return st;
+}
+}  // namespace
+
 db_result<record_outcome> record_deploy_delivery(session s, const deploy_callback_in& cb,
                                                  const std::string& payload_json) {
   using R = db_result<record_outcome>;
@@ -76,15 +92,7 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
     };
     if (auto known = recorded_as()) return R::success(*known);
     detail::transaction tx(conn);
-    auto st = prepare(conn,
-                      "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, "
-                      "operation_ids, received_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
-    st->setString(1, cb.delivery_id);
-    st->setString(2, cb.project);
-    st->setInt64(3, cb.mr_iid);
-    detail::set_opt_int64(*st, 4, cb.pipeline_id);
-    st->setString(5, cb.status);
-    detail::set_opt_string(*st, 6, cb.operation_ids_json);
+    auto st = delivery_insert(conn, cb);
     if (!detail::insert_unless_duplicate(*st)) {
       // Rolled back: nothing written; the first copy committed meanwhile.
       tx.rollback();
@@ -97,6 +105,136 @@ db_result<record_outcome> record_deploy_delivery(session s, const deploy_callbac
       return R::success(record_outcome::duplicate);
     tx.commit();
     return R::success(record_outcome::inserted);
+  });
+}
+
+namespace {
+
+/// The flip to VALIDATED by a deploy (the transition trigger writes the event and moves the
+/// binding), for the steps of phase MERGED the transition table lets go to CALLED_BACK.
+std::string validate_update_sql(const detail::sql_text& t, const std::string& operation_id) {
+  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
+         ", phase = 'VALIDATED', version = version + 1, next_wake_at = NULL, event_cause = 'validated via callback', "
+         "event_actor = 'callback', event_instance = NULL WHERE operation_id = " +
+         t.quote(operation_id) + " AND phase = 'MERGED' AND step IN (" +
+         detail::steps_into([](workflow::phase p) { return p == workflow::phase::MERGED; },
+                            workflow::step::CALLED_BACK) +
+         ")";
+}
+
+}  // namespace
+
+db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
+                                                      const std::string& payload_json,
+                                                      const std::string& operation_id) {
+  using R = db_result<deploy_settlement>;
+  return detail::retry_on_deadlock<deploy_settlement>([&] {
+    return guarded<deploy_settlement>(s, [&](sql::Connection& conn) -> R {
+      const std::string key = deploy_ledger_key(cb.delivery_id);
+      auto pending = prepare(conn, "SELECT outcome = 'PENDING' FROM callback_ledger WHERE delivery_id = ?");
+      pending->setString(1, key);
+      auto recorded_as = [&]() -> std::optional<record_outcome> {
+        rs_ptr rs(pending->executeQuery());
+        if (!rs->next()) return std::nullopt;
+        return rs->getBoolean(1) ? record_outcome::duplicate_unapplied : record_outcome::duplicate;
+      };
+      deploy_settlement out;
+      if (auto known = recorded_as()) {
+        out.recorded = *known;
+        return R::success(out);
+      }
+      const detail::sql_text t(conn);
+      const std::string id = t.quote(operation_id);
+      auto delivery = delivery_insert(conn, cb);
+      // What the ledger says, from the flip and the row as this unit left it: a MERGED row that did
+      // not flip (or a missing one) stays PENDING for the general path.
+      const std::string outcome =
+          "(CASE WHEN @changeflow_flip = 1 THEN 'APPLIED' WHEN @changeflow_phase IS NULL OR "
+          "@changeflow_phase = 'MERGED' THEN 'PENDING' WHEN @changeflow_phase IN (" +
+          detail::terminal_phase_list() + ") THEN 'IGNORED_STALE' ELSE 'OUT_OF_ORDER' END)";
+      auto ledger = prepare(conn,
+                            "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, "
+                            "received_at, applied_at) VALUES (?, 'deploy', NULL, ?, " +
+                                outcome + ", NOW(3), IF(" + outcome + " = 'PENDING', NULL, NOW(3)))");
+      ledger->setString(1, key);
+      detail::set_opt_string(*ledger, 2, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+      auto link = prepare(conn,
+                          "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, ? FROM "
+                          "callback_ledger WHERE delivery_id = ? AND outcome <> 'PENDING'");
+      link->setString(1, operation_id);
+      link->setString(2, key);
+      detail::transaction tx(conn, detail::transaction::begun_in_script{});
+      std::string flip, phase;
+      try {
+        detail::run_script(
+            conn,
+            {"START TRANSACTION",
+             // Operation first (the lock order of every unit that writes it), held
+             // to COMMIT: see validate_if_deployed for the race this closes.
+             "SELECT 1 FROM operation WHERE operation_id = " + id + " FOR UPDATE", delivery->bound_sql(),
+             validate_update_sql(t, operation_id), "SET @changeflow_flip = ROW_COUNT()",
+             "SET @changeflow_phase = (SELECT phase FROM operation WHERE operation_id = " + id + ")",
+             ledger->bound_sql(), link->bound_sql(), "COMMIT", "SELECT @changeflow_flip, @changeflow_phase"},
+            [&](sql::ResultSet& rs) {
+              if (rs.getMetaData()->getColumnCount() == 2 && rs.next()) {
+                flip = rs.isNull(1) ? "" : rs.getString(1);
+                phase = rs.isNull(2) ? "" : rs.getString(2);
+              }
+            });
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() != 1062) throw;
+        // Nothing written: a copy committed between the read above and this unit.
+        tx.rollback();
+        out.recorded = recorded_as().value_or(record_outcome::duplicate);
+        return R::success(out);
+      }
+      tx.ended_by_script();
+      out.validated = flip == "1";
+      if (out.validated) {
+        out.outcome = deploy_outcome::APPLIED;
+      } else if (!phase.empty() && phase != "MERGED") {
+        auto p = workflow::parse_phase(phase);
+        out.outcome = p && workflow::is_terminal(*p) ? deploy_outcome::IGNORED_STALE : deploy_outcome::OUT_OF_ORDER;
+      }
+      return R::success(out);
+    });
+  });
+}
+
+db_result<deploy_check> validate_if_deployed(session s, const std::string& operation_id, std::int64_t version,
+                                             const std::string& project, std::int64_t mr_iid) {
+  using R = db_result<deploy_check>;
+  // Its statements autocommit one by one, so a deadlock victim (1213) is simply run again.
+  return detail::retry_on_deadlock<deploy_check>([&] {
+    return guarded<deploy_check>(s, [&](sql::Connection& conn) -> R {
+      const detail::sql_text t(conn);
+      const std::string id = t.quote(operation_id);
+      const std::string created = "(SELECT created_at FROM operation WHERE operation_id = " + id + ")";
+      const std::string recorded =
+          "SELECT 1 FROM deploy_callback WHERE mr_iid = " + std::to_string(mr_iid) +
+          " AND project = " + t.quote(project) + " AND (JSON_CONTAINS(operation_ids, JSON_QUOTE(" + id +
+          ")) OR ((operation_ids IS NULL OR JSON_LENGTH(operation_ids) = 0) AND received_at > " + created + "))";
+      deploy_check out;
+      bool read = false;
+      // The deliveries are read without locks (a statement of its own, reading what is committed), so
+      // this check never waits on a callback's unit in progress; the race is decided by the row lock
+      // that unit holds (see the header), not by this read.
+      detail::run_script(
+          conn,
+          {"SET @changeflow_deployed = EXISTS (" + recorded + " AND status = 'success')",
+           validate_update_sql(t, operation_id) + " AND version = " + std::to_string(version) +
+               " AND @changeflow_deployed = 1",
+           "SELECT ROW_COUNT(), (SELECT COALESCE(pipeline_id, 0) FROM deploy_callback WHERE status = 'failed' AND " +
+               recorded.substr(recorded.find("mr_iid = ")) + " ORDER BY id DESC LIMIT 1)"},
+          [&](sql::ResultSet& rs) {
+            if (!rs.next()) return;
+            read = true;
+            out.validated = rs.getInt64(1) == 1;
+            if (!out.validated && !rs.isNull(2)) out.failed_pipeline = rs.getInt64(2);
+          });
+      if (!read) return R::failure(db_outcome::fatal, "deploy check: its answer did not come back");
+      return R::success(out);
+    });
   });
 }
 

@@ -51,6 +51,23 @@ std::string deploy_ledger_key(const std::string& delivery_id);
 db_result<record_outcome> record_deploy_delivery(session s, const deploy_callback_in& cb,
                                                  const std::string& payload_json);
 
+/// A successful deploy delivery that names exactly one operation, recorded and applied in ONE
+/// round trip and one commit: the operation row is locked first, the delivery recorded in
+/// `deploy_callback` and the ledger, the operation flipped MERGED -> VALIDATED when it is MERGED
+/// (guarded by its phase and step; the transition trigger writes the event and moves the binding),
+/// and the ledger row classified and linked to the operation, all in one transaction sent as one
+/// text. A copy already recorded is answered by one read, as with record_deploy_delivery.
+struct deploy_settlement {
+  record_outcome recorded = record_outcome::inserted;
+  /// The ledger's classification, set in the same transaction; nullopt when the row could not be
+  /// classified there (the operation is missing, or MERGED but not at a step the flip may leave):
+  /// the ledger row is then PENDING and the caller applies the delivery the general way.
+  std::optional<deploy_outcome> outcome;
+  bool validated = false;  // this delivery flipped the operation (exactly one caller sees it)
+};
+db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
+                                                      const std::string& payload_json, const std::string& operation_id);
+
 /// The classified outcome on the ledger row of a deploy delivery, and the operations it was matched
 /// to (callback_operation, migration 13), in one transaction; only the first classification counts.
 db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, deploy_outcome outcome,
@@ -68,6 +85,19 @@ db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::st
 /// created, since MR iids repeat when a project is recreated.
 db_result<bool> deploy_succeeded(session s, const std::string& project, std::int64_t mr_iid,
                                  const std::string& operation_id);
+/// For the writer of MERGED, which knows the version it committed: in ONE round trip, the flip
+/// MERGED -> VALIDATED of that version when a successful deploy of the MR is recorded for the
+/// operation (same matching as deploy_succeeded), and otherwise the pipeline id of a failed one.
+/// Race with record_and_settle_deploy: that unit holds the operation row's lock from before its
+/// INSERT to its COMMIT, so the MERGED write and this check come wholly before it (it then sees
+/// MERGED and flips) or wholly after it (this check then sees its committed delivery).
+struct deploy_check {
+  bool validated = false;
+  std::optional<std::int64_t> failed_pipeline;  // when not validated: a failed deploy recorded (0: no id)
+};
+db_result<deploy_check> validate_if_deployed(session s, const std::string& operation_id, std::int64_t version,
+                                             const std::string& project, std::int64_t mr_iid);
+
 /// When a failed deploy callback for this MR of this project is recorded for this operation (same
 /// matching): its pipeline id (0 when the sender gave none); nullopt when there is none.
 db_result<std::optional<std::int64_t>> deploy_failed_pipeline(session s, const std::string& project,

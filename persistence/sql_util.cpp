@@ -1,6 +1,7 @@
 #include "persistence/sql_util.hpp"
 
 #include "workflow/status.hpp"
+#include "workflow/transitions.hpp"
 
 #include <mysql_connection.h>
 
@@ -101,6 +102,28 @@ bool statement::execute() {
   return st_->execute(bound_sql());
 }
 
+void run_script(sql::Connection& c, const std::vector<std::string>& statements,
+                const std::function<void(sql::ResultSet&)>& on_rows) {
+  std::string text;
+  for (const auto& s : statements) {
+    if (!text.empty()) text += ";\n";
+    text += s;
+  }
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  // Results arrive in statement order; a failed statement surfaces as an exception from the call
+  // that reaches it.
+  bool has_rows = st->execute(text);
+  for (std::size_t i = 0; i < statements.size(); ++i) {
+    if (i > 0) has_rows = st->getMoreResults();
+    if (has_rows) {
+      rs_ptr rs(st->getResultSet());
+      on_rows(*rs);
+    }
+  }
+  while (st->getMoreResults()) {
+  }  // nothing should be left; read it anyway so the connection is ready for the next statement
+}
+
 bool insert_unless_duplicate(statement& st) {
   try {
     st.executeUpdate();
@@ -109,6 +132,16 @@ bool insert_unless_duplicate(statement& st) {
     if (e.getErrorCode() == 1062) return false;
     throw;
   }
+}
+
+std::string steps_into(bool (*in_phase)(workflow::phase), workflow::step to) {
+  std::string s;
+  for (auto st : workflow::all_steps) {
+    if (!in_phase(workflow::phase_of(st)) || !workflow::is_allowed(st, to)) continue;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(workflow::code_of(st));
+  }
+  return s.empty() ? std::string("NULL") : s;
 }
 
 const std::string& terminal_phase_list() {

@@ -4,6 +4,7 @@
 
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
+#include "workflow/status.hpp"
 
 #include <cppconn/connection.h>
 #include <cppconn/exception.h>
@@ -12,6 +13,7 @@
 #include <cppconn/statement.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +32,12 @@ class transaction {
   // COMMIT and ROLLBACK are sent as statements: the driver's commit()/rollback() refuse to run
   // while the session's autocommit flag is on.
   explicit transaction(sql::Connection& c) : conn_(c) { run("START TRANSACTION"); }
+  /// For a transaction whose START TRANSACTION travelled inside a script (`run_script`): nothing is
+  /// sent now; the guard only ends it (rollback unless committed).
+  struct begun_in_script {};
+  transaction(sql::Connection& c, begun_in_script) : conn_(c) {}
+  /// The script itself ended the transaction (its own COMMIT ran): nothing left to end.
+  void ended_by_script() { committed_ = true; }
   ~transaction() {
     if (!committed_) {
       try {
@@ -106,6 +114,13 @@ class statement {
 };
 
 using stmt_ptr = std::unique_ptr<statement>;
+
+/// Sends `statements` as ONE text (one round trip; every connection allows several statements per
+/// text) and hands each result set, in statement order, to `on_rows`. A failing statement throws the
+/// driver's exception from here, and the statements after it did not run: a script that began a
+/// transaction leaves it open then, for the caller's guard to roll back.
+void run_script(sql::Connection& c, const std::vector<std::string>& statements,
+                const std::function<void(sql::ResultSet&)>& on_rows);
 
 /// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
 bool insert_unless_duplicate(statement& st);
@@ -196,6 +211,10 @@ db_result<T> retry_on_deadlock(F&& attempt, int attempts = 4) {
   for (int i = 1; i < attempts && r.outcome == db_outcome::retryable && r.error.code == 1213; ++i) r = attempt();
   return r;
 }
+
+/// The codes of the steps whose phase `in_phase` accepts and that the transition table lets go to
+/// `to`, as the inside of an `IN (...)` list (constants, never user input; "NULL" when none).
+std::string steps_into(bool (*in_phase)(workflow::phase), workflow::step to);
 
 /// `IN (...)` literal list of the terminal phase names (constants, never user input).
 const std::string& terminal_phase_list();

@@ -132,39 +132,12 @@ void delivery_claims::release(const std::string& id) {
   ids_.erase(id);
 }
 
-deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
-                          const deploy_delivery& d, const std::string& our_project) {
-  const auto& cb = d.cb;
-  deploy_intake out;
-  // A copy of a delivery this process is applying right now: answered at once, nothing read.
-  delivery_claims::scoped claim(claims, cb.delivery_id);
-  if (!claim.held()) {
-    count_callback(*svc.metrics, "deploy", "DUPLICATE");
-    out.status = deploy_intake_status::duplicate;
-    return out;
-  }
-  // Durable before anything else: the MR number (watermark) and the ledger row commit together.
-  auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);
-  if (!recorded.ok()) {
-    out.error = recorded.error;
-    return out;
-  }
-  if (recorded.value == persistence::record_outcome::duplicate) {
-    count_callback(*svc.metrics, "deploy", "DUPLICATE");
-    out.status = deploy_intake_status::duplicate;
-    return out;
-  }
-  config::hold_for_test_hook(svc.config->current()->faults().hold_after_deploy_record_ms);
-  if (recorded.value != persistence::record_outcome::inserted) {
-    log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
-  }
-  auto applied = apply_deploy(db, cb, d.operation_ids, our_project, *svc.metrics);
-  if (!applied.ok()) {
-    out.status = deploy_intake_status::apply_failed;
-    out.error = applied.error;
-    return out;
-  }
-  out = applied.value;
+namespace {
+
+/// Every deploy intake that got as far as an outcome ends here: status readers are told, the
+/// ledger row is classified when the unit that applied it did not, and the outcome is counted and logged.
+deploy_intake finish_deploy(persistence::session db, runtime::services& svc, const persistence::deploy_callback_in& cb,
+                            deploy_intake out) {
   if (svc.row_written) {
     for (const auto& id : out.operation_ids) svc.row_written(id);
   }
@@ -184,6 +157,75 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
                                 {"failed", out.failed},
                                 {"outcome", outcome}});
   return out;
+}
+
+/// A delivery recorded but not yet classified (just now, or by an earlier delivery that died before
+/// applying it): applied the general way.
+deploy_intake apply_recorded_deploy(persistence::session db, runtime::services& svc, const deploy_delivery& d,
+                                    const std::string& our_project, persistence::record_outcome recorded) {
+  const auto& cb = d.cb;
+  config::hold_for_test_hook(svc.config->current()->faults().hold_after_deploy_record_ms);
+  if (recorded != persistence::record_outcome::inserted) {
+    log::warn("callback.deploy_unapplied_redelivered", {{"delivery_id", cb.delivery_id}});
+  }
+  auto applied = apply_deploy(db, cb, d.operation_ids, our_project, *svc.metrics);
+  if (!applied.ok()) {
+    deploy_intake out;
+    out.status = deploy_intake_status::apply_failed;
+    out.error = applied.error;
+    return out;
+  }
+  return finish_deploy(db, svc, cb, applied.value);
+}
+
+deploy_intake duplicate_deploy(runtime::services& svc) {
+  count_callback(*svc.metrics, "deploy", "DUPLICATE");
+  deploy_intake out;
+  out.status = deploy_intake_status::duplicate;
+  return out;
+}
+
+}  // namespace
+
+deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
+                          const deploy_delivery& d, const std::string& our_project) {
+  const auto& cb = d.cb;
+  deploy_intake out;
+  // A copy of a delivery this process is applying right now: answered at once, nothing read.
+  delivery_claims::scoped claim(claims, cb.delivery_id);
+  if (!claim.held()) return duplicate_deploy(svc);
+  // A success naming one change (every single-change MR): recorded, applied and classified in one
+  // round trip and one commit, so no crash can come between the record and its application. What
+  // that unit could not classify is left PENDING and applied the general way.
+  if (cb.status == "success" && d.operation_ids.size() == 1) {
+    auto settled = persistence::record_and_settle_deploy(db, cb, d.payload, d.operation_ids.front());
+    if (!settled.ok()) {
+      out.error = settled.error;
+      return out;
+    }
+    if (settled.value.recorded == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
+    if (settled.value.recorded != persistence::record_outcome::inserted || !settled.value.outcome) {
+      return apply_recorded_deploy(db, svc, d, our_project, settled.value.recorded);
+    }
+    out.status = deploy_intake_status::applied;
+    out.outcome = *settled.value.outcome;
+    out.matched = 1;
+    out.operation_ids = d.operation_ids;
+    out.settled = true;
+    if (settled.value.validated) {
+      out.validated = 1;
+      actors::count_validated(*svc.metrics, actors::validation_path::callback);
+    }
+    return finish_deploy(db, svc, cb, std::move(out));
+  }
+  // Durable before anything else: the MR number (watermark) and the ledger row commit together.
+  auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);
+  if (!recorded.ok()) {
+    out.error = recorded.error;
+    return out;
+  }
+  if (recorded.value == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
+  return apply_recorded_deploy(db, svc, d, our_project, recorded.value);
 }
 
 }  // namespace changeflow::service
