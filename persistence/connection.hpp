@@ -5,6 +5,7 @@
 #include <cppconn/connection.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,5 +56,14 @@ struct skipped_nodes {
   std::uint64_t without_quorum = 0;
 };
 skipped_nodes nodes_skipped();
+
+/// Texts of several statements this process sent in one round trip each (the group commit of
+/// transitions, the callbacks' one-text units), and the statements they carried. The server counts
+/// every statement (Questions), so this process's round trips are Questions - (statements - texts).
+struct script_counts {
+  std::uint64_t texts = 0;
+  std::uint64_t statements = 0;
+};
+script_counts scripts_sent();
 
 }  // namespace changeflow::persistence

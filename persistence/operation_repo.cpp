@@ -160,30 +160,26 @@ std::optional<db_error> refuse_initial_step(const new_operation& op) {
                   std::string(workflow::to_string(op.initial_step)) + " is not an initial step"};
 }
 
-db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op) {
+db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction) {
   using R = db_result<create_outcome>;
+  const sql_text t(conn);
   const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
-  // Plain read; the binding write below pins what was read, so a change in between is detected,
-  // not lost. Read first because the operation's INSERT carries its first event (created or
-  // re-applied) to the creation trigger.
-  auto sel = prepare(conn,
-                     "SELECT operation_id, phase FROM binding WHERE subject_id = ? AND repository = ? "
-                     "AND target_key = ?");
-  sel->setString(1, op.subject_id);
-  sel->setString(2, op.repository);
-  sel->setString(3, op.target_key);
-  rs_ptr existing(sel->executeQuery());
-  std::optional<std::string> replaced_op, replaced_phase;
-  if (existing->next()) {
-    replaced_op = str(*existing, "operation_id");
-    replaced_phase = str(*existing, "phase");
-  }
-
+  const std::string target = "subject_id = " + t.quote(op.subject_id) + " AND repository = " + t.quote(op.repository) +
+                             " AND target_key = " + t.quote(op.target_key);
+  // The binding as it stands, locked (a concurrent first apply has no row to lock and is caught by
+  // the binding's unique key instead); the writes below pin exactly what was read.
+  const std::string read_binding =
+      "SELECT operation_id, phase INTO @changeflow_bound_op, @changeflow_bound_phase FROM binding WHERE " + target +
+      " FOR UPDATE";
+  // The operation's INSERT carries its first event (created or re-applied) to the creation trigger.
+  std::string cause = "IF(@changeflow_bound_op IS NULL, 'created', 're-applied')";
+  if (!op.revert_of.empty()) cause = "CONCAT(" + cause + ", " + t.quote("; revert of " + op.revert_of) + ")";
   auto ins = prepare(conn,
                      "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
                      "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
                      "event_cause, event_actor, event_instance, revert_of) "
-                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, " +
+                         cause + ", ?, ?, ?)");
   ins->setString(1, op.operation_id);
   ins->setString(2, op.subject_id);
   ins->setString(3, op.target_key);
@@ -197,64 +193,60 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   set_opt_string(*ins, 11, op.requester.empty() ? std::nullopt : std::optional(op.requester.substr(0, 160)));
   ins->setString(12, op.repository);
   ins->setString(13, op.target_branch);
-  std::string cause = replaced_op ? "re-applied" : "created";
-  if (!op.revert_of.empty()) cause += "; revert of " + op.revert_of;
-  ins->setString(14, cause);
-  ins->setString(15, op.actor.substr(0, 160));
-  set_opt_string(*ins, 16, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
-  set_opt_string(*ins, 17, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
+  ins->setString(14, op.actor.substr(0, 160));
+  set_opt_string(*ins, 15, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
+  set_opt_string(*ins, 16, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
+  const std::string id = t.quote(op.operation_id);
+  const std::string phase = t.quote(initial_phase);
+  std::string reappliable;
+  for (auto p : workflow::all_phases) {
+    if (!workflow::is_reappliable(p)) continue;
+    reappliable += (reappliable.empty() ? "'" : ", '") + std::string(workflow::to_string(p)) + "'";
+  }
+  std::vector<std::string> script;
+  if (begin_transaction) script.push_back("START TRANSACTION");
+  script.insert(
+      script.end(),
+      {"SET @changeflow_bound_op = NULL, @changeflow_bound_phase = NULL", read_binding, ins->bound_sql(),
+       // A first apply takes the target; a re-apply takes it over from a change that ended,
+       // pinned to the exact operation AND phase read (with several re-appliable phases, and
+       // with REJECTED -> re-apply -> REJECTED round trips, either alone could match a row
+       // that moved).
+       "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) SELECT " +
+           t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id + ", " +
+           phase + " FROM DUAL WHERE @changeflow_bound_op IS NULL",
+       "UPDATE binding SET operation_id = " + id + ", phase = " + phase + " WHERE " + target +
+           " AND @changeflow_bound_op IS NOT NULL AND operation_id = @changeflow_bound_op AND phase = "
+           "@changeflow_bound_phase AND phase IN (" +
+           reappliable + ")",
+       "SET @changeflow_bound = (SELECT COUNT(*) FROM binding WHERE " + target + " AND operation_id = " + id + ")",
+       "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
+       "replaced_operation_id, replaced_phase, applied_at) SELECT " +
+           t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
+           ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1",
+       "SELECT @changeflow_bound, @changeflow_bound_op IS NULL, @changeflow_bound_phase"});
+  bool bound = false, first_apply = true;
+  std::optional<std::string> held_phase;
   try {
-    ins->executeUpdate();
+    detail::run_script(conn, script, [&](sql::ResultSet& rs) {
+      if (!rs.next()) return;
+      bound = rs.getInt(1) == 1;
+      first_apply = rs.getInt(2) == 1;
+      if (!rs.isNull(3)) held_phase = rs.getString(3);
+    });
   } catch (const sql::SQLException& e) {
-    if (e.getErrorCode() == 1062) return R::success(create_outcome::duplicate_operation);
-    throw;
+    if (e.getErrorCode() != 1062) throw;
+    // The operation id exists (its INSERT is the first write that can collide), or a concurrent
+    // first apply took the target between the read and the binding's INSERT.
+    auto known = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
+    known->setString(1, op.operation_id);
+    rs_ptr rs(known->executeQuery());
+    return R::success(rs->next() ? create_outcome::duplicate_operation : create_outcome::preempted);
   }
-
-  if (!replaced_op) {
-    auto insb = prepare(conn,
-                        "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) "
-                        "VALUES (?, ?, ?, ?, ?)");
-    insb->setString(1, op.subject_id);
-    insb->setString(2, op.repository);
-    insb->setString(3, op.target_key);
-    insb->setString(4, op.operation_id);
-    insb->setString(5, initial_phase);
-    try {
-      insb->executeUpdate();
-    } catch (const sql::SQLException& e) {
-      if (e.getErrorCode() == 1062) return R::success(create_outcome::preempted);  // a concurrent first apply
-      throw;
-    }
-  } else {
-    auto p = workflow::parse_phase(*replaced_phase);
-    if (!p || !workflow::is_reappliable(*p)) return R::success(create_outcome::in_progress);
-    // Pin the exact phase AND operation id read: with several re-appliable phases, and with
-    // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved.
-    auto upd = prepare(conn,
-                       "UPDATE binding SET operation_id = ?, phase = ? "
-                       "WHERE subject_id = ? AND repository = ? AND target_key = ? AND phase = ? "
-                       "AND operation_id = ?");
-    upd->setString(1, op.operation_id);
-    upd->setString(2, initial_phase);
-    upd->setString(3, op.subject_id);
-    upd->setString(4, op.repository);
-    upd->setString(5, op.target_key);
-    upd->setString(6, *replaced_phase);
-    upd->setString(7, *replaced_op);
-    if (upd->executeUpdate() != 1) return R::success(create_outcome::preempted);
-  }
-
-  auto hist = prepare(conn,
-                      "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
-                      "replaced_operation_id, replaced_phase, applied_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))");
-  hist->setString(1, op.subject_id);
-  hist->setString(2, op.repository);
-  hist->setString(3, op.target_key);
-  hist->setString(4, op.operation_id);
-  set_opt_string(*hist, 5, replaced_op);
-  set_opt_string(*hist, 6, replaced_phase);
-  hist->executeUpdate();
-  return R::success(create_outcome::created);
+  if (bound) return R::success(create_outcome::created);
+  if (first_apply) return R::success(create_outcome::preempted);
+  auto p = held_phase ? workflow::parse_phase(*held_phase) : std::nullopt;
+  return R::success(!p || !workflow::is_reappliable(*p) ? create_outcome::in_progress : create_outcome::preempted);
 }
 
 }  // namespace detail
@@ -273,8 +265,8 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
   using R = db_result<create_outcome>;
   if (auto refused = detail::refuse_initial_step(op)) return R::failure(*refused);
   return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
-    detail::transaction tx(conn);
-    auto r = detail::insert_operation(conn, op);
+    detail::transaction tx(conn, detail::transaction::begun_in_script{});
+    auto r = detail::insert_operation(conn, op, true);
     if (r.ok() && r.value == create_outcome::created) tx.commit();
     return r;
   });
@@ -449,6 +441,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
   // the call that reaches it. The SELECTs are the only statements with result sets.
   const std::size_t statements = group.size() + 5 + (want_rows ? 1 : 0);
   std::size_t at = 1;
+  detail::count_script(statements);
   bool has_rows = st->execute(q);
   auto next_result_set = [&] {
     while (!has_rows && at < statements) {

@@ -5,6 +5,7 @@
 
 #include <mysql_connection.h>
 
+#include <atomic>
 #include <stdexcept>
 
 namespace changeflow::persistence::detail {
@@ -102,6 +103,15 @@ bool statement::execute() {
   return st_->execute(bound_sql());
 }
 
+// Process-wide: read by persistence::scripts_sent() below.
+std::atomic<std::uint64_t> script_texts{0};
+std::atomic<std::uint64_t> script_statements{0};
+
+void count_script(std::size_t statements) {
+  script_texts.fetch_add(1, std::memory_order_relaxed);
+  script_statements.fetch_add(statements, std::memory_order_relaxed);
+}
+
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows) {
   std::string text;
@@ -110,6 +120,7 @@ void run_script(sql::Connection& c, const std::vector<std::string>& statements,
     text += s;
   }
   std::unique_ptr<sql::Statement> st(c.createStatement());
+  count_script(statements.size());
   // Results arrive in statement order; a failed statement surfaces as an exception from the call
   // that reaches it.
   bool has_rows = st->execute(text);
@@ -158,3 +169,10 @@ const std::string& terminal_phase_list() {
 }
 
 }  // namespace changeflow::persistence::detail
+
+namespace changeflow::persistence {
+script_counts scripts_sent() {
+  return {detail::script_texts.load(std::memory_order_relaxed),
+          detail::script_statements.load(std::memory_order_relaxed)};
+}
+}  // namespace changeflow::persistence

@@ -2,6 +2,7 @@
 // Internal helpers shared by the repositories (not part of the public API): the transaction guard,
 // statement helpers, epoch-ms conversion and IN-list chunking.
 
+#include "persistence/connection.hpp"
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
 #include "workflow/status.hpp"
@@ -121,6 +122,9 @@ using stmt_ptr = std::unique_ptr<statement>;
 /// transaction leaves it open then, for the caller's guard to roll back.
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows);
+
+/// Counts one text of `statements` statements for persistence::scripts_sent().
+void count_script(std::size_t statements);
 
 /// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
 bool insert_unless_duplicate(statement& st);

@@ -247,6 +247,11 @@ int main(int argc, char** argv) {
           static_cast<double>(s.alone));
     m.set("changeflow_transition_group_largest", "Largest group committed since start", {},
           static_cast<double>(s.largest_group));
+    auto sent = persistence::scripts_sent();
+    m.set("changeflow_db_scripts", "Texts of several SQL statements sent in one round trip since start", {},
+          static_cast<double>(sent.texts));
+    m.set("changeflow_db_script_statements", "SQL statements those texts carried", {},
+          static_cast<double>(sent.statements));
   });
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().read_pool_size),
