@@ -625,10 +625,21 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         auto& s = self->state;
         if (!s.busy && s.reload_pending && static_cast<db_outcome>(r.outcome) == db_outcome::ok) submit_reload(self);
       },
-      [self](const messages::row_changed&) {
+      [self](const messages::row_changed& changed) {
         auto& s = self->state;
         if (s.busy) {
           s.reload_pending = true;
+          return;
+        }
+        if (changed.version != 0 && changed.version == s.op.version + 1 && !s.pending_write) {
+          // The writer moved only the step, from the version this actor holds: what a read would
+          // return, without the read (mr, approval id and ownership are as this actor knows them; a
+          // lost lease still shows at the next fenced write).
+          messages::row_loaded known;
+          known.outcome = static_cast<int>(db_outcome::ok);
+          known.step = changed.step;
+          known.version = changed.version;
+          on_row_loaded(self, known);
           return;
         }
         submit_reload(self);

@@ -9,6 +9,7 @@
 #include "actors/request_actor.hpp"
 
 #include "actors/testing/in_process.hpp"
+#include "persistence/callback_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -180,6 +181,57 @@ TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
   EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr}));
   EXPECT_TRUE(sched_.has_pending_timeout());
   EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 0.0);
+}
+
+// An approval callback tells the actor the step and version it wrote: an actor that held the
+// version before takes them without reading the row, and goes on at once. A nudge whose version
+// skips one the actor never saw is read from the database as before.
+TEST_F(in_process, AWriterThatNamesWhatItWroteSavesTheActorItsRead) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT});
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_db(), 0u) << "APPROVAL_SENT waits for the decision";
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  ASSERT_EQ(decided.value.new_step, S::APPROVAL_APPROVED);
+  auto a = registry_.find(id_);
+  ASSERT_TRUE(a.has_value());
+  caf::anon_send(
+      caf::actor_cast<request_actor>(*a),
+      messages::row_changed{"approval callback", workflow::code_of(S::APPROVAL_APPROVED), *decided.value.new_version});
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u);
+  db_pool_.run_queued(db_ctx_, 1);
+  EXPECT_EQ(row().step, S::CREATE_STARTED) << "the one job was the next transition, not a read of the row";
+  EXPECT_EQ(row().version, *decided.value.new_version + 1);
+  EXPECT_EQ(db_pool_.stats().completed, 1u);
+}
+
+TEST_F(in_process, ANudgeNamingAVersionTheActorCannotComeFromIsReadFromTheDatabase) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT});
+  spawn();
+  run_messages();
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  auto a = registry_.find(id_);
+  ASSERT_TRUE(a.has_value());
+  // One version too far: a write this actor never saw would lie between.
+  caf::anon_send(caf::actor_cast<request_actor>(*a),
+                 messages::row_changed{"approval callback", workflow::code_of(S::APPROVAL_APPROVED),
+                                       *decided.value.new_version + 1});
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u);
+  const auto version = row().version;
+  db_pool_.run_queued(db_ctx_, 1);
+  EXPECT_EQ(row().version, version) << "the first job was the read";
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u) << "then the transition the row it read calls for";
+  db_pool_.run_queued(db_ctx_, 1);
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
 }
 
 // A call's answer that arrives after someone else moved the row (here: the requester cancelled

@@ -115,8 +115,10 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
   log::info(
       "callback.approval",
       {{"operation_id", d.operation_id}, {"callback_id", d.delivery_id}, {"result", d.result}, {"outcome", outcome}});
-  if (r.value.outcome == persistence::callback_outcome::APPLIED ||
-      r.value.outcome == persistence::callback_outcome::DUPLICATE) {
+  if (r.value.outcome == persistence::callback_outcome::APPLIED) {
+    // The decision moved the step only: the actor takes the new step and version from here.
+    wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version);
+  } else if (r.value.outcome == persistence::callback_outcome::DUPLICATE) {
     wake_actor(db, svc, d.operation_id, std::nullopt, "approval callback");
   }
   return out;

@@ -10,10 +10,16 @@
 namespace changeflow::service {
 
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
-                       std::optional<workflow::step> to, const std::string& cause) {
+                       std::optional<workflow::step> to, const std::string& cause,
+                       std::optional<std::int64_t> written_version) {
   if (svc.row_written) svc.row_written(operation_id);
   if (auto a = svc.actors->find(operation_id)) {
-    caf::anon_send(*a, messages::row_changed{cause});
+    messages::row_changed nudge{cause};
+    if (to && written_version) {
+      nudge.step = workflow::code_of(*to);
+      nudge.version = *written_version;
+    }
+    caf::anon_send(*a, std::move(nudge));
     return "nudged";
   }
   if (to && !workflow::needs_actor(*to)) return "none_needed";

@@ -7,6 +7,7 @@
 #include "runtime/services.hpp"
 #include "workflow/status.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -15,7 +16,10 @@ namespace changeflow::service {
 /// `to` is the step just written, or nullopt when the caller does not know it (the row is read).
 /// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
 /// owner:<instance>.
+/// With `written_version` (and `to`), the writer moved only the step, to `to` at that version: a
+/// live actor that knew the version before takes it without reading the row.
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
-                       std::optional<workflow::step> to, const std::string& cause);
+                       std::optional<workflow::step> to, const std::string& cause,
+                       std::optional<std::int64_t> written_version = std::nullopt);
 
 }  // namespace changeflow::service
