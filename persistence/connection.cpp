@@ -1,4 +1,5 @@
 #include "persistence/connection.hpp"
+#include "persistence/sql_util.hpp"
 
 #include <cppconn/exception.h>
 #include <cppconn/resultset.h>
@@ -85,6 +86,7 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
         if (state == node_state::ready) {
           std::unique_ptr<sql::Statement> causal(conn->createStatement());
           causal->execute("SET SESSION wsrep_sync_wait = 1");
+          detail::send_scripts_one_by_one();
         }
         s.preferred->store(at);
         return conn;

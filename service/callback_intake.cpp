@@ -101,8 +101,17 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
 
 }  // namespace
 
-approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d) {
+approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
+                              delivery_claims* claims) {
   approval_intake out;
+  // The operation is part of the key: the same id for another operation is a reuse the ledger refuses.
+  const std::string remembered = "approval:" + d.delivery_id + ":" + d.operation_id;
+  if (claims && claims->is_settled(remembered)) {
+    count_callback(*svc.metrics, "approval", "DUPLICATE");
+    out.ok = true;
+    out.outcome = persistence::callback_outcome::DUPLICATE;
+    return out;
+  }
   auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
   if (!r.ok()) {
     out.error = r.error;
@@ -115,6 +124,7 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
   log::info(
       "callback.approval",
       {{"operation_id", d.operation_id}, {"callback_id", d.delivery_id}, {"result", d.result}, {"outcome", outcome}});
+  if (claims && r.value.outcome != persistence::callback_outcome::ID_REUSED) claims->settled(remembered);
   if (r.value.outcome == persistence::callback_outcome::APPLIED) {
     // The decision moved the step only: the actor takes the new step and version from here.
     wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version);
@@ -126,7 +136,23 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
 
 bool delivery_claims::claim(const std::string& id) {
   std::lock_guard lock(mutex_);
+  if (settled_.count(id)) return false;
   return ids_.insert(id).second;
+}
+
+void delivery_claims::settled(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  if (!settled_.insert(id).second) return;
+  settled_order_.push_back(id);
+  if (settled_order_.size() > remembered) {
+    settled_.erase(settled_order_.front());
+    settled_order_.pop_front();
+  }
+}
+
+bool delivery_claims::is_settled(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  return settled_.count(id) > 0;
 }
 
 void delivery_claims::release(const std::string& id) {
@@ -138,8 +164,8 @@ namespace {
 
 /// Every deploy intake that got as far as an outcome ends here: status readers are told, the
 /// ledger row is classified when the unit that applied it did not, and the outcome is counted and logged.
-deploy_intake finish_deploy(persistence::session db, runtime::services& svc, const persistence::deploy_callback_in& cb,
-                            deploy_intake out) {
+deploy_intake finish_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
+                            const persistence::deploy_callback_in& cb, deploy_intake out) {
   if (svc.row_written) {
     for (const auto& id : out.operation_ids) svc.row_written(id);
   }
@@ -149,6 +175,8 @@ deploy_intake finish_deploy(persistence::session db, runtime::services& svc, con
                          : persistence::set_deploy_outcome(db, cb.delivery_id, out.outcome, out.operation_ids);
   if (!set.ok()) {
     log::warn("callback.deploy_outcome_not_recorded", {{"delivery_id", cb.delivery_id}, {"error", set.error.message}});
+  } else {
+    claims.settled(cb.delivery_id);
   }
   count_callback(*svc.metrics, "deploy", outcome);
   log::info("callback.deploy", {{"delivery_id", cb.delivery_id},
@@ -163,8 +191,9 @@ deploy_intake finish_deploy(persistence::session db, runtime::services& svc, con
 
 /// A delivery recorded but not yet classified (just now, or by an earlier delivery that died before
 /// applying it): applied the general way.
-deploy_intake apply_recorded_deploy(persistence::session db, runtime::services& svc, const deploy_delivery& d,
-                                    const std::string& our_project, persistence::record_outcome recorded) {
+deploy_intake apply_recorded_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
+                                    const deploy_delivery& d, const std::string& our_project,
+                                    persistence::record_outcome recorded) {
   const auto& cb = d.cb;
   config::hold_for_test_hook(svc.config->current()->faults().hold_after_deploy_record_ms);
   if (recorded != persistence::record_outcome::inserted) {
@@ -177,7 +206,7 @@ deploy_intake apply_recorded_deploy(persistence::session db, runtime::services& 
     out.error = applied.error;
     return out;
   }
-  return finish_deploy(db, svc, cb, applied.value);
+  return finish_deploy(db, svc, claims, cb, applied.value);
 }
 
 deploy_intake duplicate_deploy(runtime::services& svc) {
@@ -207,7 +236,7 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
     }
     if (settled.value.recorded == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
     if (settled.value.recorded != persistence::record_outcome::inserted || !settled.value.outcome) {
-      return apply_recorded_deploy(db, svc, d, our_project, settled.value.recorded);
+      return apply_recorded_deploy(db, svc, claims, d, our_project, settled.value.recorded);
     }
     out.status = deploy_intake_status::applied;
     out.outcome = *settled.value.outcome;
@@ -218,7 +247,7 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
       out.validated = 1;
       actors::count_validated(*svc.metrics, actors::validation_path::callback);
     }
-    return finish_deploy(db, svc, cb, std::move(out));
+    return finish_deploy(db, svc, claims, cb, std::move(out));
   }
   // Durable before anything else: the MR number (watermark) and the ledger row commit together.
   auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);
@@ -227,7 +256,7 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
     return out;
   }
   if (recorded.value == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
-  return apply_recorded_deploy(db, svc, d, our_project, recorded.value);
+  return apply_recorded_deploy(db, svc, claims, d, our_project, recorded.value);
 }
 
 }  // namespace changeflow::service

@@ -8,10 +8,12 @@
 #include "persistence/session.hpp"
 #include "runtime/services.hpp"
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace changeflow::service {
@@ -38,18 +40,31 @@ struct approval_intake {
 /// Deduplicates, validates and applies the decision in one transaction, counts it, and wakes the
 /// actor (also for a duplicate: the first copy's 2xx may have been lost with a crash right after the
 /// commit, so make sure an actor drives the applied row). Runs on a database worker.
-approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d);
+class delivery_claims;
+
+/// With `claims`, a copy of a delivery this process applied (for the same operation) is answered
+/// DUPLICATE from memory and wakes nobody: the first copy told the actor, and no crash came between.
+approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
+                              delivery_claims* claims = nullptr);
 
 // -- deploy
 
-/// Deliveries this process is applying right now. A copy that arrives meanwhile (senders do deliver
-/// twice, at once) is a plain DUPLICATE; a copy of a delivery recorded but left PENDING by a process
+/// Deliveries this process is applying right now, and the last ones it settled. A copy that arrives
+/// meanwhile (senders do deliver twice, at once) is a plain DUPLICATE; so is a copy of a delivery this
+/// process recorded and classified (its ledger row is committed and final, so that is the answer the
+/// database would give), without a read. A copy of a delivery recorded but left PENDING by a process
 /// that died is applied by the copy. Across instances both may apply: harmless (guarded writes,
 /// flip-once validation), only the ledger's label is then the first one's.
 class delivery_claims {
  public:
+  /// False when a copy holds the id, or the id was settled here.
   bool claim(const std::string& id);
   void release(const std::string& id);
+  /// The delivery's unit committed its classification: later copies are answered from memory (the
+  /// last `remembered` ids; older ones read the ledger as before).
+  void settled(const std::string& id);
+  bool is_settled(const std::string& id);
+  static constexpr std::size_t remembered = 8192;
 
   /// A claim released when it goes out of scope; `held()` is false when another copy holds the id.
   class scoped {
@@ -71,6 +86,8 @@ class delivery_claims {
  private:
   std::mutex mutex_;
   std::set<std::string> ids_;
+  std::unordered_set<std::string> settled_;
+  std::deque<std::string> settled_order_;  // oldest first, to forget beyond `remembered`
 };
 
 struct deploy_delivery {

@@ -34,7 +34,8 @@ http_server::response outcome_response(std::string_view outcome, nlohmann::json 
 
 using service::count_callback;
 
-void approval_callback(service_context& ctx, http_server::request& req, http_server::responder reply) {
+void approval_callback(service_context& ctx, std::shared_ptr<service::delivery_claims> claims,
+                       http_server::request& req, http_server::responder reply) {
   auto snap = ctx.config.current();
   if (!approval_signature_valid(req, snap->callbacks().approval_secret)) {
     count_callback(ctx.metrics, "approval", "UNAUTHENTICATED");
@@ -57,8 +58,8 @@ void approval_callback(service_context& ctx, http_server::request& req, http_ser
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
-      [svc, d = std::move(d), reply](persistence::db_context& db) {
-        auto r = service::take_approval(db, *svc, d);
+      [svc, claims, d = std::move(d), reply](persistence::db_context& db) {
+        auto r = service::take_approval(db, *svc, d, claims.get());
         if (!r.ok) {
           if (r.error.outcome == db_outcome::retryable)
             return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
@@ -233,10 +234,10 @@ bool approval_signature_valid(const http_server::request& req, const std::option
 }
 
 void add_callback_routes(router& r, service_context& ctx) {
-  r.add(
-      {routes::approval_callback, [&ctx](http_server::request& req, const path_params&, http_server::responder reply) {
-         approval_callback(ctx, req, std::move(reply));
-       }});
+  r.add({routes::approval_callback, [&ctx, claims = std::make_shared<service::delivery_claims>()](
+                                        http_server::request& req, const path_params&, http_server::responder reply) {
+           approval_callback(ctx, claims, req, std::move(reply));
+         }});
   r.add({routes::deploy_callback, [&ctx, claims = std::make_shared<service::delivery_claims>()](
                                       http_server::request& req, const path_params&, http_server::responder reply) {
            deploy_callback(ctx, claims, req, std::move(reply));
