@@ -86,7 +86,6 @@ std::unique_ptr<sql::Connection> open_connection(const db_settings& s, bool sele
         if (state == node_state::ready) {
           std::unique_ptr<sql::Statement> causal(conn->createStatement());
           causal->execute("SET SESSION wsrep_sync_wait = 1");
-          detail::send_scripts_one_by_one();
         }
         s.preferred->store(at);
         return conn;

@@ -1,8 +1,11 @@
 // Database endpoints: "host:port" parsing, and a connection that moves past a node that does not
 // answer to the next one, with every later connection of the process starting at the node that served.
+// A table instance the server cached with a trigger it could not parse is dropped by the write that
+// meets it, so the retry succeeds.
 
 #include "persistence/connection.hpp"
 #include "persistence/errors.hpp"
+#include "persistence/sql_util.hpp"
 
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
@@ -11,6 +14,9 @@
 #include <cppconn/resultset.h>
 #include <cppconn/statement.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
 
 using namespace changeflow;
 
@@ -58,4 +64,63 @@ TEST(Endpoints, ANodeNotReadyForApplicationUseCountsAsALostConnection) {
   // the retry opens a new one, which starts at the next node.
   EXPECT_TRUE(persistence::is_connection_lost_code(1047));
   EXPECT_TRUE(persistence::is_retryable_code(1047));
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+persistence::db_result<bool> insert_row(persistence::session s, int id) {
+  return persistence::detail::guarded<bool>(s, [&](sql::Connection& conn) {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    st->execute("INSERT INTO t VALUES (" + std::to_string(id) + ")");
+    return persistence::db_result<bool>::success(true);
+  });
+}
+
+}  // namespace
+
+TEST(UnparsedTrigger, AWriteThatMeetsACachedTableWithAnUnparsedTriggerFlushesItAndItsRetrySucceeds) {
+  // What a Galera node that had just started did now and then: a table instance opened with a
+  // trigger whose parse failed stayed in the table cache, and every write given that instance failed
+  // with 1710 although the trigger is valid. Made here by opening the table while its trigger file
+  // holds a broken body and putting the valid body back while the instance stays cached.
+  changeflow::testing::test_database db(false);
+  db.exec("CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB");
+  db.exec("CREATE TABLE seen (id INT PRIMARY KEY) ENGINE=InnoDB");
+  db.exec("CREATE TRIGGER t_seen AFTER INSERT ON t FOR EACH ROW INSERT INTO seen VALUES (NEW.id)");
+  const auto trg = db.scalar("SELECT @@datadir") + "/" + db.name() + "/t.TRG";
+  const auto valid = read_file(trg);
+  const std::string body = "VALUES (NEW.id)";
+  const auto at = valid.find(body);
+  ASSERT_NE(at, std::string::npos) << "trigger file " << trg << " does not hold the body: " << valid;
+  auto broken = valid;
+  broken.replace(at, body.size(), "VALUES (NEW.id");
+
+  auto conn = db.connect();
+  write_file(trg, broken);
+  db.exec("FLUSH LOCAL TABLES");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM t"), "0");  // opens the table: its trigger fails to parse
+  write_file(trg, valid);
+
+  const auto evicted_before = persistence::unparsed_triggers_evicted();
+  auto first = insert_row(*conn, 1);
+  ASSERT_FALSE(first.ok()) << "the cached instance did not carry the broken trigger: the test made nothing";
+  EXPECT_EQ(first.error.code, 1710) << first.error.message;
+  EXPECT_EQ(first.outcome, persistence::db_outcome::retryable);
+  EXPECT_EQ(persistence::unparsed_triggers_evicted(), evicted_before + 1);
+
+  auto retry = insert_row(*conn, 1);
+  ASSERT_TRUE(retry.ok()) << retry.error.message;
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM seen"), "1") << "the trigger ran on the retry";
 }

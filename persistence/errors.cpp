@@ -1,8 +1,11 @@
 #include "persistence/errors.hpp"
 
+#include <cppconn/connection.h>
 #include <cppconn/exception.h>
+#include <cppconn/statement.h>
 
 #include <atomic>
+#include <memory>
 
 namespace changeflow::persistence {
 
@@ -30,6 +33,7 @@ bool is_retryable_code(int code) {
     case 1927:  // connection killed (MariaDB)
     case 1053:  // server shutdown in progress
     case 1047:  // a Galera node not ready for application use (lost its quorum): another node serves
+    case 1710:  // a trigger the server could not parse when it opened the table (see unparsed_trigger)
       return true;
     default: return false;
   }
@@ -51,10 +55,28 @@ bool is_connection_lost_code(int code) {
 
 namespace {
 std::atomic<std::uint64_t> conflicts{0};
+std::atomic<std::uint64_t> evicted{0};
 }  // namespace
 
 std::uint64_t conflicts_seen() {
   return conflicts.load(std::memory_order_relaxed);
+}
+
+std::uint64_t unparsed_triggers_evicted() {
+  return evicted.load(std::memory_order_relaxed);
+}
+
+void evict_unparsed_triggers(sql::Connection& conn) {
+  evicted.fetch_add(1, std::memory_order_relaxed);
+  try {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    // A FLUSH commits an open transaction: whatever the failed unit left open is rolled back first.
+    st->execute("ROLLBACK");
+    st->execute("FLUSH LOCAL TABLES");
+  } catch (const sql::SQLException& e) {
+    // Without the RELOAD privilege (1227) or on a lost connection the broken instance stays until
+    // the server drops it from its table cache; the caller retries either way.
+  }
 }
 
 db_error classify(const sql::SQLException& e) {
@@ -63,6 +85,12 @@ db_error classify(const sql::SQLException& e) {
   db_error err;
   err.code = code;
   err.message = e.what();
+  // A table instance opened with a trigger the server could not parse answers every write with 1064
+  // and the trigger's parse error (1710 when the open itself reports it): one condition, one code.
+  if (code == 1064 && err.message.rfind("Trigger '", 0) == 0 &&
+      err.message.find("' has an error in its body: ") != std::string::npos) {
+    err.code = code = 1710;
+  }
   if (code == 1062) {
     err.outcome = db_outcome::duplicate;
   } else if (is_retryable_code(code)) {

@@ -7,8 +7,9 @@
 #include <string_view>
 
 namespace sql {
+class Connection;
 class SQLException;
-}
+}  // namespace sql
 
 namespace changeflow::persistence {
 
@@ -43,5 +44,15 @@ bool is_connection_lost_code(int code);
 /// met so far; every one was answered as retryable (the guarded write is re-run and re-checks the
 /// row's version, so a write another node committed first makes it preempted, never a repeat).
 std::uint64_t conflicts_seen();
+
+/// MariaDB 1710, "Trigger ... has an error in its body", for a trigger that is valid: on a Galera
+/// node that had just started, a table instance opened then could carry a trigger whose parse failed
+/// (the syntax error named a different place each time), and the server's table cache kept handing
+/// that instance to the next statement, so writes failed for seconds on end. The error is retryable;
+/// the failed unit's session rolls back and sends FLUSH LOCAL TABLES, which drops the unused table
+/// instances of this node only (not replicated), so the retry opens the table again.
+void evict_unparsed_triggers(sql::Connection& conn);
+/// How many times this process did so.
+std::uint64_t unparsed_triggers_evicted();
 
 }  // namespace changeflow::persistence

@@ -103,8 +103,6 @@ bool statement::execute() {
   return st_->execute(bound_sql());
 }
 
-// Set once this process talks to a Galera node (see send_scripts_one_by_one).
-std::atomic<bool> scripts_one_by_one{false};
 // Process-wide: read by persistence::scripts_sent() below.
 std::atomic<std::uint64_t> script_texts{0};
 std::atomic<std::uint64_t> script_statements{0};
@@ -114,24 +112,8 @@ void count_script(std::size_t statements) {
   script_statements.fetch_add(statements, std::memory_order_relaxed);
 }
 
-void send_scripts_one_by_one() {
-  scripts_one_by_one.store(true, std::memory_order_relaxed);
-}
-
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows) {
-  if (scripts_one_by_one.load(std::memory_order_relaxed)) {
-    // The same statements in the same order on the same session (its variables and its open
-    // transaction carry over), one round trip each.
-    std::unique_ptr<sql::Statement> st(c.createStatement());
-    for (const auto& s : statements) {
-      if (st->execute(s)) {
-        rs_ptr rs(st->getResultSet());
-        on_rows(*rs);
-      }
-    }
-    return;
-  }
   std::string text;
   for (const auto& s : statements) {
     if (!text.empty()) text += ";\n";

@@ -123,12 +123,6 @@ using stmt_ptr = std::unique_ptr<statement>;
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows);
 
-/// From now on run_script sends its statements one by one (same order, same session). Called when
-/// a connection reaches a replicating Galera node: with MariaDB 10.11's Galera, triggers of a table
-/// opened inside a multi-statement text failed to parse there ("Trigger ... has an error in its
-/// body", every time on one node of the cluster test), while the same statements sent alone run.
-void send_scripts_one_by_one();
-
 /// Counts one text of `statements` statements for persistence::scripts_sent().
 void count_script(std::size_t statements);
 
@@ -205,6 +199,7 @@ db_result<T> guarded(session s, F&& body) {
   } catch (const sql::SQLException& e) {
     auto err = classify(e);
     if (is_connection_lost_code(err.code)) s.connection_lost();
+    if (err.code == 1710) evict_unparsed_triggers(*conn);
     return db_result<T>::failure(std::move(err));
   } catch (const std::exception& e) {
     return db_result<T>::failure(db_outcome::fatal, e.what());

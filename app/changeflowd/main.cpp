@@ -338,6 +338,10 @@ int main(int argc, char** argv) {
     m.set("changeflow_db_conflicts_total",
           "Deadlocks and Galera certification failures (MariaDB 1213) met by this process, each retried", {},
           static_cast<double>(persistence::conflicts_seen()));
+    m.set("changeflow_db_unparsed_trigger_evictions_total",
+          "Writes that met a table instance whose trigger the server failed to parse (MariaDB 1710); each "
+          "flushed this node's unused table instances and was retried",
+          {}, static_cast<double>(persistence::unparsed_triggers_evicted()));
     const auto skipped = persistence::nodes_skipped();
     m.set("changeflow_db_nodes_unreachable_total",
           "Connections that passed over a node of db.endpoints that did not accept them, for the next node", {},
