@@ -205,6 +205,10 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   pacer run;
   std::atomic<int> max_active{0};
   std::atomic<int> manual_rounds{0};
+  // Until coord-a is seen driving a batch, the manual rounds go to coord-a only (coord-b still runs
+  // its own timed rounds): with rounds at both, coord-b could win every round of a short run, and
+  // the kill below needs a batch its live peer drives.
+  std::atomic<bool> rounds_at_a_only{true};
   std::thread sampler([&] {
     test_connection conn(env.db());
     do {
@@ -217,7 +221,8 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
         {"Authorization", "Bearer " + changeflow::testing::mint_hs256(secret, "alice", 600)}};
     int i = 0;
     do {
-      auto r = http_call("127.0.0.1", ports[i++ % 2], "POST", "/api/v1/ops/batch/round", "{}", h);
+      auto r =
+          http_call("127.0.0.1", ports[rounds_at_a_only ? 0 : i++ % 2], "POST", "/api/v1/ops/batch/round", "{}", h);
       if (r.status == 200 || r.status == 202) ++manual_rounds;
     } while (run.pause(std::chrono::milliseconds(10)));
   });
@@ -241,6 +246,7 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
       },
       std::chrono::seconds(60)))
       << "coord-a never drove a batch";
+  rounds_at_a_only = false;
   b->process().kill_now();
   b = std::make_unique<service_process>(cfg_b, env.dir(), "changeflowd-b2");
   for (const auto& id : ids) {
