@@ -33,7 +33,7 @@ bool is_retryable_code(int code) {
     case 1927:  // connection killed (MariaDB)
     case 1053:  // server shutdown in progress
     case 1047:  // a Galera node not ready for application use (lost its quorum): another node serves
-    case 1710:  // a trigger the server could not parse when it opened the table (see unparsed_trigger)
+    case 1710:  // a table instance cached with a trigger it failed to parse (evict_unparsed_triggers)
       return true;
     default: return false;
   }
@@ -73,7 +73,7 @@ void evict_unparsed_triggers(sql::Connection& conn) {
     // A FLUSH commits an open transaction: whatever the failed unit left open is rolled back first.
     st->execute("ROLLBACK");
     st->execute("FLUSH LOCAL TABLES");
-  } catch (const sql::SQLException& e) {
+  } catch (const sql::SQLException&) {
     // Without the RELOAD privilege (1227) or on a lost connection the broken instance stays until
     // the server drops it from its table cache; the caller retries either way.
   }
