@@ -1,5 +1,4 @@
 #include "persistence/connection.hpp"
-#include "persistence/sql_util.hpp"
 
 #include <cppconn/exception.h>
 #include <cppconn/resultset.h>

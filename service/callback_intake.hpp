@@ -37,11 +37,11 @@ struct approval_intake {
   persistence::db_error error;
 };
 
+class delivery_claims;
+
 /// Deduplicates, validates and applies the decision in one transaction, counts it, and wakes the
 /// actor (also for a duplicate: the first copy's 2xx may have been lost with a crash right after the
 /// commit, so make sure an actor drives the applied row). Runs on a database worker.
-class delivery_claims;
-
 /// With `claims`, a copy of a delivery this process applied (for the same operation) is answered
 /// DUPLICATE from memory and wakes nobody: the first copy told the actor, and no crash came between.
 approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
