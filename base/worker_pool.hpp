@@ -32,6 +32,21 @@ struct worker_pool_stats {
   std::uint64_t failed = 0;  // jobs that threw
 };
 
+/// Held by a job that stands for work queued elsewhere (a group of transitions, a batch of reads):
+/// if the pool destroys the job without running it (stopping, a test dropping it), `on_unrun` fires,
+/// so the callers of that work are answered instead of waiting for a job that will never come. The
+/// job sets `ran` first thing when it runs.
+struct unrun_guard {
+  std::function<void()> on_unrun;
+  bool ran = false;
+  unrun_guard() = default;
+  unrun_guard(const unrun_guard&) = delete;
+  unrun_guard& operator=(const unrun_guard&) = delete;
+  ~unrun_guard() {
+    if (!ran && on_unrun) on_unrun();
+  }
+};
+
 template <class Context>
 class worker_pool {
  public:

@@ -16,21 +16,6 @@ struct transition_committer::state {
   transition_committer_stats stats;
 };
 
-namespace {
-
-/// Held by a committer job: if the pool destroys the job without running it (stopping, a test
-/// dropping it), the queued transitions are destroyed unrun, so their callers' answer guards fire
-/// instead of waiting for a commit that will never come.
-struct unrun_guard {
-  std::function<void()> on_unrun;
-  bool ran = false;
-  ~unrun_guard() {
-    if (!ran && on_unrun) on_unrun();
-  }
-};
-
-}  // namespace
-
 transition_committer::transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers,
                                            std::size_t queue_capacity)
     : pool_(pool),

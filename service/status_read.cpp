@@ -225,34 +225,148 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
 
 void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
   auto began = write_count();
+  if (!w->timeline) {
+    auto snap = svc_.config->current();
+    auto cap = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().queue_capacity));
+    auto jobs = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().read_pool_size));
+    std::unique_lock lock(mutex_);
+    if (pending_.size() >= cap) {
+      lock.unlock();
+      return finish(w, failed_view(status_outcome::overloaded));
+    }
+    pending_.push_back(pending_read{w, std::move(may_view), began});
+    if (drains_ >= jobs) return;  // a busy batch job takes it with the others
+    ++drains_;
+    lock.unlock();
+    return submit_drain();
+  }
   bool queued = reads_.try_submit([this, w, began, may_view = std::move(may_view)](persistence::db_context& db) {
     auto row = persistence::load_operation(db, w->operation_id);
     if (row.outcome == persistence::db_outcome::not_found) return finish(w, failed_view(status_outcome::not_found));
     if (!row.ok()) return finish(w, failed_view(status_outcome::failed, row.error));
     remember(row.value);
     keep(row.value, began);
-    auto first = view_of(db, row.value, w->timeline);
-    if (first.outcome != status_outcome::ok) return finish(w, std::move(first));
-    may_view(row.value, [this, w, first = std::move(first)](bool visible) mutable {
-      if (!visible) return finish(w, failed_view(status_outcome::not_found));
-      bool moved = false;
-      bool armed = false;
-      bool again = false;
-      {
-        std::lock_guard lock(mutex_);
-        if (!w->since) w->since = first.row.version;
-        moved = w->moved(first.row);
-        if (w->waits && !moved && clock::now() < w->deadline) {
-          armed = w->armed = true;
-          again = w->dirty;
-          w->dirty = false;
-        }
-      }
-      if (!armed) return finish(w, std::move(first));
-      if (again) reread(w);
-    });
+    after_first_read(w, may_view, view_of(db, row.value, w->timeline));
   });
   if (!queued) finish(w, failed_view(status_outcome::overloaded));
+}
+
+void status_reads::submit_drain() {
+  auto ticket = std::make_shared<unrun_guard>();
+  ticket->on_unrun = [this] { drain_lost(); };
+  bool queued = reads_.try_submit([this, ticket](persistence::db_context& db) {
+    ticket->ran = true;
+    drain(db);
+  });
+  if (queued) return;
+  ticket->ran = true;
+  drain_lost();
+}
+
+void status_reads::drain_lost() {
+  std::deque<pending_read> orphaned;
+  {
+    std::lock_guard lock(mutex_);
+    if (drains_ > 0) --drains_;
+    if (drains_ == 0) orphaned.swap(pending_);
+  }
+  for (auto& p : orphaned) finish(p.w, failed_view(status_outcome::overloaded));
+}
+
+void status_reads::drain(persistence::db_context& db) {
+  std::vector<pending_read> batch;
+  {
+    std::lock_guard lock(mutex_);
+    while (!pending_.empty() && batch.size() < status_batch_max) {
+      batch.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+  }
+  try {
+    if (!batch.empty()) answer_batch(db, batch);
+  } catch (const std::exception& e) {
+    // Only allocation can fail here; every read of the batch is still answered (finish is once only).
+    log::warn("status_read.batch_failed", {{"reads", std::to_string(batch.size())}, {"error", e.what()}});
+    for (auto& p : batch) finish(p.w, failed_view(status_outcome::failed));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (pending_.empty()) {
+      --drains_;
+      return;
+    }
+  }
+  submit_drain();  // more came meanwhile: the next job, behind whatever else the pool has queued
+}
+
+void status_reads::answer_batch(persistence::db_context& db, std::vector<pending_read>& batch) {
+  std::vector<std::string> ids;
+  std::unordered_set<std::string> seen;
+  for (const auto& p : batch) {
+    if (seen.insert(p.w->operation_id).second) ids.push_back(p.w->operation_id);
+  }
+  auto rows = persistence::load_operations(db, ids);
+  {
+    std::lock_guard lock(mutex_);
+    ++batch_stats_.queries;
+    batch_stats_.reads += batch.size();
+  }
+  std::unordered_map<std::string, const persistence::operation_row*> by_id;
+  if (rows.ok()) {
+    for (const auto& row : rows.value) {
+      remember(row);
+      by_id.emplace(row.operation_id, &row);
+    }
+  }
+  for (auto& p : batch) {
+    try {
+      if (!rows.ok()) {
+        finish(p.w, failed_view(status_outcome::failed, rows.error));
+        continue;
+      }
+      auto it = by_id.find(p.w->operation_id);
+      if (it == by_id.end()) {
+        finish(p.w, failed_view(status_outcome::not_found));
+        continue;
+      }
+      keep(*it->second, p.began);
+      status_view first;
+      first.row = *it->second;
+      after_first_read(p.w, p.may_view, std::move(first));
+    } catch (const std::exception& e) {
+      // One read's failure (its visibility check, its answer) never leaves the others unanswered.
+      log::warn("status_read.batch_item_failed", {{"operation_id", p.w->operation_id}, {"error", e.what()}});
+      finish(p.w, failed_view(status_outcome::failed));
+    }
+  }
+}
+
+void status_reads::after_first_read(const waiter_ptr& w, const view_check& may_view, status_view first) {
+  if (first.outcome != status_outcome::ok) return finish(w, std::move(first));
+  const auto row = first.row;
+  may_view(row, [this, w, first = std::move(first)](bool visible) mutable {
+    if (!visible) return finish(w, failed_view(status_outcome::not_found));
+    bool moved = false;
+    bool armed = false;
+    bool again = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (!w->since) w->since = first.row.version;
+      moved = w->moved(first.row);
+      if (w->waits && !moved && clock::now() < w->deadline) {
+        armed = w->armed = true;
+        again = w->dirty;
+        w->dirty = false;
+      }
+    }
+    if (!armed) return finish(w, std::move(first));
+    if (again) reread(w);
+  });
+}
+
+status_batch_stats status_reads::batch_stats() const {
+  std::lock_guard lock(mutex_);
+  return batch_stats_;
 }
 
 void status_reads::row_written(const std::string& operation_id) {

@@ -26,6 +26,14 @@
 //     `http.status_wait_recheck_ms`, so such a move is seen within that bound.
 // A waiter is registered before its first read, so a write that lands between that read and the
 // registration cannot be missed.
+//
+// Reads that need the database and arrive together share one query: a first read (plain or the
+// start of a wait, without the timeline) joins a queue, and at most `db.read_pool_size` batch jobs
+// drain it, each taking up to `status_batch_max` reads into one `operation_id IN (...)` query. A read
+// that finds a batch job free is queried at once, alone; under load the reads that arrive while the
+// jobs are busy wait for the next one together, so the queries per read fall as the load rises, and
+// no read waits for a timer. The queue is bounded by `db.queue_capacity` (past it: overloaded), and
+// a batch job the pool drops unrun answers its reads as overloaded instead of leaving them waiting.
 
 #include "actors/periodic_job.hpp"
 #include "persistence/db_pool.hpp"
@@ -34,6 +42,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -46,6 +55,14 @@ namespace changeflow::service {
 
 /// The longest wait a caller may ask for; it stays under the server's default handler timeout (30 s).
 inline constexpr std::int64_t max_status_wait_ms = 25000;
+/// Reads one batch job answers with one query at most.
+inline constexpr std::size_t status_batch_max = 64;
+
+/// Database reads made for first reads: queries sent and the reads they answered.
+struct status_batch_stats {
+  std::uint64_t queries = 0;
+  std::uint64_t reads = 0;
+};
 
 struct status_query {
   std::string operation_id;
@@ -93,6 +110,7 @@ class status_reads {
   std::size_t waiting() const;
   std::size_t cached() const;
   std::size_t kept_in_flight() const;
+  status_batch_stats batch_stats() const;
 
  private:
   struct waiter;
@@ -100,6 +118,18 @@ class status_reads {
 
   void written(const std::string& operation_id, const persistence::operation_row* committed);
   void first_read(const waiter_ptr& w, view_check may_view);
+  /// The part of a first read after its row was read: visibility, then the answer or the armed wait.
+  void after_first_read(const waiter_ptr& w, const view_check& may_view, status_view first);
+  /// Queues a batch job for the first reads; on a refusal, drain_lost() runs. Called with a job
+  /// already counted in drains_.
+  void submit_drain();
+  /// One batch job's work: up to status_batch_max queued reads in one query, then the next job.
+  void drain(persistence::db_context& db);
+  /// One query for `batch`, then each read's answer (or its armed wait).
+  struct pending_read;
+  void answer_batch(persistence::db_context& db, std::vector<pending_read>& batch);
+  /// A counted batch job will not run: uncount it, and when none is left, answer the queue overloaded.
+  void drain_lost();
   void answer_from_memory(persistence::operation_row row, const view_check& may_view, status_answer answer);
   void reread(const waiter_ptr& w);
   /// Answers `w` from `row` when it moved or ended (or `deadline_passed`); true when it answered.
@@ -119,6 +149,16 @@ class status_reads {
   mutable std::mutex mutex_;
   std::unordered_multimap<std::string, waiter_ptr> waiters_;
   std::unordered_map<std::string, persistence::operation_row> ended_;
+
+  /// First reads waiting for a batch job; `began` is the write count when each was asked.
+  struct pending_read {
+    waiter_ptr w;
+    view_check may_view;
+    std::uint64_t began = 0;
+  };
+  std::deque<pending_read> pending_;
+  std::size_t drains_ = 0;  // batch jobs queued or running
+  status_batch_stats batch_stats_;
 
   /// In-flight rows kept for `http.status_cache_ms`; an entry without a row marks a write.
   struct kept_row {

@@ -7,11 +7,15 @@
 #include "config/snapshot.hpp"
 #include "config/store.hpp"
 #include "persistence/repo_test_support.hpp"
+#include "persistence/sql_util.hpp"
 #include "tests/support/test_db.hpp"
 
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 using namespace changeflow;
 using changeflow::testing::test_database;
@@ -29,9 +33,11 @@ struct fixture {
   persistence::db_context ctx{db.settings()};
   std::unique_ptr<service::status_reads> reads;
 
-  fixture() {
-    auto loaded = config::load_from_json(nlohmann::json{{"http", {{"status_cache_ms", 600000}}}},
-                                         [](const std::string&) { return std::nullopt; });
+  explicit fixture(nlohmann::json db_keys = nlohmann::json::object()) {
+    nlohmann::json keys{{"http", {{"status_cache_ms", 600000}}}};
+    if (!db_keys.empty()) keys["db"] = db_keys;
+    auto loaded = config::load_from_json(keys, [](const std::string&) { return std::nullopt; });
+    if (!loaded.snap) ADD_FAILURE() << "test configuration refused";
     cfg = std::make_shared<config::store>(loaded.snap);
     svc.config = cfg.get();
     svc.actors = &live;
@@ -47,6 +53,26 @@ struct fixture {
     pool.run_queued(ctx);
     EXPECT_TRUE(got);
     return got ? got->row : persistence::operation_row{};
+  }
+  /// A plain read whose answer lands in `into`; nothing runs yet.
+  void ask(const std::string& id, std::optional<service::status_view>& into) {
+    reads->read(
+        service::status_query{id}, [](const persistence::operation_row&, auto decide) { decide(true); },
+        [&into](service::status_view v) { into = std::move(v); });
+  }
+  /// SELECTs the read pool's connection has run so far (the worker's own session counter).
+  long selects_so_far() {
+    long n = -1;
+    pool.try_submit([&n](persistence::db_context& db) {
+      n = persistence::detail::guarded<long>(db, [](sql::Connection& c) {
+            std::unique_ptr<sql::Statement> st(c.createStatement());
+            std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Com_select'"));
+            rs->next();
+            return persistence::db_result<long>::success(std::stol(rs->getString(2)));
+          }).value;
+    });
+    pool.run_queued(ctx);
+    return n;
   }
   /// Moves the row in the database only (no signal to the service), returning it as committed.
   persistence::operation_row move_behind_its_back(const std::string& id, const std::string& title) {
@@ -89,4 +115,84 @@ TEST(KeptStatusRows, ACommittedRowOneVersionOnReplacesTheKeptRowAndAnythingElseD
   f.move_behind_its_back(id, "v6");
   EXPECT_EQ(f.read(id).title, "v6");
   EXPECT_EQ(f.pool.stats().completed, 3u);
+}
+
+TEST(BatchedStatusReads, ReadsAskedTogetherAreAnsweredByOneQueryEachWithItsOwnRow) {
+  fixture f;  // db.read_pool_size 2: two batch jobs at most
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(persistence::test::new_op(*f.conn, "alice", "repo/t" + std::to_string(i)));
+  auto before = f.selects_so_far();
+
+  // Seven reads before any job runs: five changes, one of them twice, and one that does not exist.
+  std::vector<std::optional<service::status_view>> got(7);
+  for (int i = 0; i < 5; ++i) f.ask(ids[i], got[i]);
+  f.ask(ids[2], got[5]);
+  f.ask("00000000-0000-4000-8000-000000000000", got[6]);
+  EXPECT_EQ(f.pool.stats().queued, 2u) << "a job per free batch slot, not a job per read";
+  f.pool.run_queued(f.ctx);
+
+  EXPECT_EQ(f.selects_so_far() - before, 1) << "the first job took all seven reads into one query";
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(got[i]) << i;
+    EXPECT_EQ(got[i]->outcome, service::status_outcome::ok);
+    EXPECT_EQ(got[i]->row.operation_id, ids[i]);
+    EXPECT_EQ(got[i]->row.target_key, "repo/t" + std::to_string(i));
+  }
+  ASSERT_TRUE(got[5]);
+  EXPECT_EQ(got[5]->row.operation_id, ids[2]);
+  ASSERT_TRUE(got[6]);
+  EXPECT_EQ(got[6]->outcome, service::status_outcome::not_found);
+  EXPECT_EQ(f.reads->batch_stats().queries, 1u);
+  EXPECT_EQ(f.reads->batch_stats().reads, 7u);
+}
+
+TEST(BatchedStatusReads, MoreReadsThanOneBatchTakesAreAnsweredByTheJobsThatFollow) {
+  fixture f(nlohmann::json{{"read_pool_size", 1}});
+  const std::size_t n = service::status_batch_max + 6;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i)
+    ids.push_back(persistence::test::new_op(*f.conn, "bob", "repo/m" + std::to_string(i)));
+  auto before = f.selects_so_far();
+  std::vector<std::optional<service::status_view>> got(n);
+  for (std::size_t i = 0; i < n; ++i) f.ask(ids[i], got[i]);
+  EXPECT_EQ(f.pool.stats().queued, 1u);
+  f.pool.run_queued(f.ctx);  // runs the first job and the one it queues for the rest
+  EXPECT_EQ(f.selects_so_far() - before, 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(got[i]) << i;
+    EXPECT_EQ(got[i]->row.operation_id, ids[i]);
+  }
+}
+
+TEST(BatchedStatusReads, ABatchJobThePoolDropsUnrunAnswersItsReadsOverloadedAndTheNextReadsAreServed) {
+  fixture f;
+  auto a = persistence::test::new_op(*f.conn, "carol", "repo/x");
+  auto b = persistence::test::new_op(*f.conn, "carol", "repo/y");
+  std::optional<service::status_view> ga, gb;
+  f.ask(a, ga);
+  f.ask(b, gb);
+  ASSERT_EQ(f.pool.stats().queued, 2u);
+  ASSERT_TRUE(f.pool.drop_oldest());
+  EXPECT_FALSE(ga) << "the other job still takes the queue";
+  ASSERT_TRUE(f.pool.drop_oldest());
+  ASSERT_TRUE(ga);
+  ASSERT_TRUE(gb);
+  EXPECT_EQ(ga->outcome, service::status_outcome::overloaded);
+  EXPECT_EQ(gb->outcome, service::status_outcome::overloaded);
+  EXPECT_EQ(f.read(b).operation_id, b) << "no job is left counted as running";
+}
+
+TEST(BatchedStatusReads, AReadPastTheQueueBoundIsAnsweredOverloadedAtOnce) {
+  fixture f(nlohmann::json{{"read_pool_size", 1}, {"queue_capacity", 2}});
+  auto id = persistence::test::new_op(*f.conn, "dave", "repo/q");
+  std::vector<std::optional<service::status_view>> got(3);
+  for (auto& g : got) f.ask(id, g);
+  ASSERT_TRUE(got[2]);
+  EXPECT_EQ(got[2]->outcome, service::status_outcome::overloaded);
+  EXPECT_FALSE(got[0]);
+  f.pool.run_queued(f.ctx);
+  ASSERT_TRUE(got[0]);
+  ASSERT_TRUE(got[1]);
+  EXPECT_EQ(got[0]->outcome, service::status_outcome::ok);
+  EXPECT_EQ(got[1]->outcome, service::status_outcome::ok);
 }

@@ -349,6 +349,12 @@ int main(int argc, char** argv) {
     m.set("changeflow_db_nodes_without_quorum_total",
           "Connections that passed over a node of db.endpoints without quorum (wsrep_ready OFF), for the next node", {},
           static_cast<double>(skipped.without_quorum));
+    const auto batches = status_reads.batch_stats();
+    m.set("changeflow_status_read_queries_total",
+          "Queries sent for status reads that needed the database (reads asked together share one)", {},
+          static_cast<double>(batches.queries));
+    m.set("changeflow_status_read_db_reads_total", "Status reads those queries answered", {},
+          static_cast<double>(batches.reads));
     m.set("changeflow_status_kept_rows",
           "Rows of changes in flight kept to answer plain status reads (http.status_cache_ms)", {},
           static_cast<double>(status_reads.kept_in_flight()));
