@@ -274,11 +274,34 @@ void call_external(self_ptr self, const messages::call_request& req) {
   }
 }
 
+/// The wait about to be armed is a passivated one (passivated_wait) and nothing else is pending: the
+/// row holds everything (step, version, the deadline it committed or was read with), so the actor
+/// stops instead of holding a timer for days.
+bool passivates(self_ptr self) {
+  auto& st = self->state;
+  if (st.busy || st.pending_write || !st.after_commit.empty() || st.reload_pending || st.wake_now ||
+      st.resume_pending || st.unrecorded_mr || !st.unrecorded_approval.empty())
+    return false;
+  if (!passivated_wait(st.op.current, st.op.wake_at_ms, st.svc->now_ms(),
+                       st.svc->config->current()->durability().passivate_beyond_seconds))
+    return false;
+  log::debug("request.passivated", {{"operation_id", st.op.operation_id}, {"wake_at_ms", st.op.wake_at_ms}});
+  st.svc->metrics->inc("changeflow_passivated_total", "Waits for the approval decision left without a live actor",
+                       {{"when", "wait"}});
+  return true;
+}
+
 void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
   for (const auto& e : effects) {
     switch (e.what) {
       case workflow::effect::kind::call: call_external(self, e.call); break;
-      case workflow::effect::kind::timer: arm_timer(self, e.delay_ms); break;
+      case workflow::effect::kind::timer:
+        if (passivates(self)) {
+          self->quit();
+          return;
+        }
+        arm_timer(self, e.delay_ms);
+        break;
       case workflow::effect::kind::stop:
         publish(self);
         self->quit();
@@ -707,8 +730,19 @@ bool is_timed_wait(workflow::step s) {
 }
 }  // namespace
 
+bool passivated_wait(workflow::step s, std::int64_t wake_at_ms, std::int64_t now_ms, std::int64_t beyond_seconds) {
+  return s == workflow::step::APPROVAL_SENT && beyond_seconds > 0 && wake_at_ms > 0 &&
+         wake_at_ms - now_ms > beyond_seconds * 1000;
+}
+
 std::optional<request_actor> spawn_request_actor(runtime::services& svc, request_seed seed) {
   auto id = seed.op.operation_id;
+  if (passivated_wait(seed.op.current, seed.op.wake_at_ms, svc.now_ms(),
+                      svc.config->current()->durability().passivate_beyond_seconds)) {
+    svc.metrics->inc("changeflow_passivated_total", "Waits for the approval decision left without a live actor",
+                     {{"when", "spawn"}});
+    return std::nullopt;
+  }
   if (!seed.owner_instance.empty() && seed.owner_instance != svc.instance_id) {
     // Another instance owns the row: it drives the operation (it sees the change through its
     // changed-row poll); a second actor here would be a second writer.

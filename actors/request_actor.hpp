@@ -39,11 +39,20 @@ struct request_seed {
   std::int64_t lease_epoch = 0;
 };
 
+/// Passivation: true when an operation at `s` whose stored deadline is `wake_at_ms` needs no live
+/// actor now. Only the wait for the approval decision qualifies, and only while its deadline is more
+/// than `durability.passivate_beyond_seconds` away: everything that can move it brings an actor back
+/// from the row (the callback and cancels through service::wake_actor, a peer's write through the
+/// owner's inbox poll, the deadline through the sweep's stuck scan, which leaves such rows alone
+/// until it has passed, and its timeout).
+bool passivated_wait(workflow::step s, std::int64_t wake_at_ms, std::int64_t now_ms, std::int64_t beyond_seconds);
+
 /// Builds the seed from a stored row (submit or rehydration).
 request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms);
 
-/// Spawns the actor and registers it; returns nullopt when one is already registered, or when the row
-/// is owned by another instance (that owner drives it; a non-owner never spawns a second writer).
+/// Spawns the actor and registers it; returns nullopt when one is already registered, when the row
+/// is owned by another instance (that owner drives it; a non-owner never spawns a second writer), or
+/// when the row is a passivated wait (passivated_wait: nothing for an actor to do until it moves).
 /// A waiting step whose stored deadline (next_wake_at) lies ahead resumes when it falls due instead
 /// of at once; every other step re-runs at once (each step reads remote state before acting).
 std::optional<request_actor> spawn_request_actor(runtime::services& svc, request_seed seed);

@@ -36,7 +36,10 @@ namespace {
 /// One request actor, with the external systems scripted in `runtime::services::run_external`.
 class in_process : public actors::testing::in_process_actors {
  protected:
-  in_process() : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}}}) {
+  /// Passivation off unless a test asks for it: these tests watch the actor through its waits.
+  explicit in_process(std::int64_t passivate_beyond_seconds = 0)
+      : in_process_actors({{"poll", {{"short_interval_ms", 1000}, {"short_attempts", 3}}},
+                           {"durability", {{"passivate_beyond_seconds", passivate_beyond_seconds}}}}) {
     svc_.run_external = [this](clients::external_context&, const config::snapshot&, const messages::call_request& req,
                                const effects::call_context&) {
       calls_.push_back(req.kind);
@@ -474,4 +477,66 @@ TEST_F(in_process, ATimerThatFiresDuringAnUnneededRereadStillRunsTheStep) {
   answer(pipeline("running"));
   run_external();
   EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline}));
+}
+
+// Passivation at its default (60 s) against the default approval wait (7 days).
+class passivating : public in_process {
+ protected:
+  passivating() : in_process(60) {}
+
+  /// A new change, walked by its actor to APPROVAL_SENT (the approval request answered).
+  void sent_for_approval() {
+    id_ = new_op(setup_db_, "ann", "p1");
+    spawn();
+    run_messages();
+    auto submitted = ok(call_kind::submit_approval);
+    submitted.approval_id = "appr-p";
+    answer(submitted);
+    settle();
+  }
+};
+
+TEST_F(passivating, AnActorWaitingDaysForTheApprovalStopsOnceTheWaitIsStoredAndARowThatMovedBringsOneBack) {
+  sent_for_approval();
+  auto waiting = row();
+  ASSERT_EQ(waiting.step, S::APPROVAL_SENT);
+  ASSERT_TRUE(waiting.next_wake_at_ms.has_value()) << "the deadline is in the row before the actor goes";
+  EXPECT_GT(*waiting.next_wake_at_ms - now_ms_, 6 * 86400 * 1000LL);
+  EXPECT_FALSE(actor_alive()) << "a wait of days holds no actor";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "nor a timer";
+  EXPECT_FALSE(spawn_request_actor(svc_, seed_from_row(waiting, now_ms_)).has_value())
+      << "rehydration, the sweep and a nudge for an unmoved row spawn nothing for it";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivated_total", {{"when", "wait"}}), 1.0);
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivated_total", {{"when", "spawn"}}), 1.0);
+
+  // The approval callback moves the row (as its unit does) and the actor comes back from it.
+  walk(setup_db_, id_, {S::APPROVAL_APPROVED});
+  spawn();
+  run_messages();
+  run_db();  // APPROVAL_APPROVED -> CREATE_STARTED
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  EXPECT_TRUE(actor_alive());
+  EXPECT_EQ(queued_external(), 1u) << "and carries the change on: the MR is created";
+}
+
+TEST_F(passivating, AWaitWhoseDeadlineIsNearKeepsItsActorAndItsTimer) {
+  sent_for_approval();
+  auto waiting = row();
+  ASSERT_TRUE(waiting.next_wake_at_ms.has_value());
+  // Close to its deadline (30 s left, under the 60 s bound) a wait is spawned and times itself out.
+  now_ms_ = *waiting.next_wake_at_ms - 30000;
+  EXPECT_FALSE(actor_alive());
+  spawn();
+  run_messages();
+  EXPECT_TRUE(actor_alive());
+  EXPECT_TRUE(sched_.has_pending_timeout()) << "the actor waits out the last 30 s itself";
+}
+
+TEST(PassivatedWait, OnlyTheApprovalWaitWithItsDeadlineBeyondTheBound) {
+  const std::int64_t now = 1'000'000'000;
+  EXPECT_TRUE(passivated_wait(S::APPROVAL_SENT, now + 61'000, now, 60));
+  EXPECT_FALSE(passivated_wait(S::APPROVAL_SENT, now + 60'000, now, 60));
+  EXPECT_FALSE(passivated_wait(S::APPROVAL_SENT, 0, now, 60)) << "no stored deadline: keep the actor";
+  EXPECT_FALSE(passivated_wait(S::APPROVAL_SENT, now + 86'400'000, now, 0)) << "0 turns it off";
+  EXPECT_FALSE(passivated_wait(S::CREATE_MR_OPENED, now + 86'400'000, now, 60)) << "a poll is the actor's work";
 }

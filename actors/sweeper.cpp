@@ -96,7 +96,11 @@ void sweep(persistence::db_context& db, runtime::services* svc, rehydrator* rehy
   if (!stale.ok()) return;
   cursor = static_cast<int>(stale.value.size()) < page ? std::string() : stale.value.back().operation_id;
   std::vector<persistence::operation_row> orphans;
+  const auto now = svc->now_ms();
+  const auto beyond = snap->durability().passivate_beyond_seconds;
   for (auto& row : stale.value) {
+    // A passivated wait has no actor by design until its deadline comes near (or the row moves).
+    if (passivated_wait(row.step, row.next_wake_at_ms.value_or(0), now, beyond)) continue;
     if (workflow::needs_actor(row.step) && !svc->actors->find(row.operation_id)) orphans.push_back(std::move(row));
   }
   if (orphans.empty()) return;

@@ -273,6 +273,11 @@ std::vector<key_spec> make_keys() {
        "An owned operation unchanged this long with no live actor gets a new actor."},
       {"durability.approval_grace_seconds", positive<&S::durability, &durability_settings::approval_grace_seconds>(),
        30, H, "APPROVAL_SENT past its stored deadline by this much is timed out by the sweep."},
+      {"durability.passivate_beyond_seconds", at<&S::durability, &durability_settings::passivate_beyond_seconds>(), 60,
+       H,
+       "An operation waiting for the approval decision with its stored deadline further away than this has no "
+       "live actor: the actor stops once the wait is stored, and the callback, a cancel or operator action, or "
+       "the deadline (the sweep) brings one back from the row. 0 -> every wait keeps its actor; <0 -> 0."},
       {"durability.shutdown_deadline_ms", at<&S::durability, &durability_settings::shutdown_deadline_ms>(), 5000, R,
        "Graceful stop: time in-flight steps get to finish."},
 

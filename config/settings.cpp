@@ -30,6 +30,7 @@ void finish_settings(settings& s) {
   s.timeouts.approval_wait_seconds = std::max<std::int64_t>(1, s.timeouts.approval_wait_seconds);
   s.rehydrate.page_size = std::max<std::int64_t>(1, s.rehydrate.page_size);
   s.durability.shutdown_deadline_ms = std::max<std::int64_t>(0, s.durability.shutdown_deadline_ms);
+  s.durability.passivate_beyond_seconds = std::max<std::int64_t>(0, s.durability.passivate_beyond_seconds);
   s.batch.max_members = std::max<std::int64_t>(1, s.batch.max_members);
   s.notifications.batch = std::clamp<std::int64_t>(s.notifications.batch, 1, 1000);
   s.notifications.retry_cap_ms = std::max(s.notifications.retry_base_ms, s.notifications.retry_cap_ms);

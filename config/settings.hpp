@@ -184,6 +184,9 @@ struct durability_settings {
   std::int64_t stuck_after_seconds = 0;     // > 0
   std::int64_t approval_grace_seconds = 0;  // > 0
   std::int64_t shutdown_deadline_ms = 0;    // >= 0
+  /// A wait for the approval decision whose stored deadline is further away than this needs no live
+  /// actor (0: every wait keeps its actor). >= 0.
+  std::int64_t passivate_beyond_seconds = 0;
 
   bool operator==(const durability_settings&) const = default;
 };

@@ -107,9 +107,7 @@ std::size_t status_reads::cached() const {
 
 std::size_t status_reads::kept_in_flight() const {
   std::lock_guard lock(mutex_);
-  std::size_t n = 0;
-  for (const auto& [id, k] : kept_) n += k.row ? 1 : 0;
-  return n;
+  return kept_.size();
 }
 
 std::uint64_t status_reads::write_count() const {
@@ -122,7 +120,7 @@ std::optional<persistence::operation_row> status_reads::kept(const std::string& 
   if (ttl <= 0) return std::nullopt;
   std::lock_guard lock(mutex_);
   auto it = kept_.find(operation_id);
-  if (it == kept_.end() || !it->second.row) return std::nullopt;
+  if (it == kept_.end()) return std::nullopt;
   if (clock::now() - it->second.read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
   return it->second.row;
 }
@@ -132,13 +130,8 @@ void status_reads::keep(const persistence::operation_row& row, std::uint64_t beg
   if (svc_.config->current()->http().status_cache_ms <= 0) return;
   std::lock_guard lock(mutex_);
   if (began < kept_floor_) return;
-  auto it = kept_.find(row.operation_id);
-  if (it != kept_.end() && it->second.written > began) return;  // written after this read began
-  if (it == kept_.end() && kept_.size() >= max_cached_rows) {
-    kept_.clear();
-    kept_floor_ = writes_;
-    if (began < kept_floor_) return;
-  }
+  if (auto w = written_at_.find(row.operation_id); w != written_at_.end() && w->second > began) return;
+  if (kept_.size() >= max_cached_rows && !kept_.count(row.operation_id)) kept_.clear();
   auto& k = kept_[row.operation_id];
   k.row = row;
   k.read_at = clock::now();
@@ -387,19 +380,19 @@ void status_reads::written(const std::string& operation_id, const persistence::o
       // kept row at any other version, or none (another write dropped it), means another write
       // came between, which may be newer than `committed`.
       auto& k = it->second;
-      if (committed && k.row && k.row->version + 1 == committed->version && !immutable_step(committed->step) &&
+      if (committed && k.row.version + 1 == committed->version && !immutable_step(committed->step) &&
           svc_.config->current()->http().status_cache_ms > 0) {
         k.row = *committed;
         k.read_at = clock::now();
       } else {
-        k.row.reset();
+        kept_.erase(it);
       }
-      k.written = writes_;
-    } else if (kept_.size() < max_cached_rows) {
-      kept_[operation_id].written = writes_;
-    } else {
-      kept_.clear();  // past the bound: forget everything, and keep nothing a read began before now
+    }
+    if (written_at_.size() >= max_cached_rows && !written_at_.count(operation_id)) {
+      written_at_.clear();  // past the bound: forget every mark, and keep nothing a read began before now
       kept_floor_ = writes_;
+    } else {
+      written_at_[operation_id] = writes_;
     }
     auto [begin, end] = waiters_.equal_range(operation_id);
     for (auto it = begin; it != end; ++it) {

@@ -160,19 +160,22 @@ class status_reads {
   std::size_t drains_ = 0;  // batch jobs queued or running
   status_batch_stats batch_stats_;
 
-  /// In-flight rows kept for `http.status_cache_ms`; an entry without a row marks a write.
+  /// In-flight rows kept for `http.status_cache_ms`.
   struct kept_row {
-    std::optional<persistence::operation_row> row;
+    persistence::operation_row row;
     std::chrono::steady_clock::time_point read_at;
-    std::uint64_t written = 0;  // the write count when this instance last wrote the change
   };
   std::optional<persistence::operation_row> kept(const std::string& operation_id) const;
   /// Keeps `row`, read by a read that began at write count `began`, unless the change was written since.
   void keep(const persistence::operation_row& row, std::uint64_t began);
   std::uint64_t write_count() const;
   std::unordered_map<std::string, kept_row> kept_;
+  /// The write count when this instance last wrote each change: a read that began before it keeps
+  /// nothing. Apart from the rows, so a change written and never read costs a key and a number, not
+  /// a row (a passivated wait has no actor, and this map is what it leaves here).
+  std::unordered_map<std::string, std::uint64_t> written_at_;
   std::uint64_t writes_ = 0;      // row_written calls so far
-  std::uint64_t kept_floor_ = 0;  // reads that began before this count keep nothing (kept_ was emptied)
+  std::uint64_t kept_floor_ = 0;  // reads that began before this count keep nothing (written_at_ was emptied)
   std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();
 };
 

@@ -28,6 +28,9 @@ std::string wake_actor(persistence::session db, runtime::services& svc, const st
   if (!workflow::needs_actor(row.value.step)) return "none_needed";
   auto owner = row.value.owner_instance.value_or("");
   if (!owner.empty() && owner != svc.instance_id) return "owner:" + owner;
+  if (actors::passivated_wait(row.value.step, row.value.next_wake_at_ms.value_or(0), svc.now_ms(),
+                              svc.config->current()->durability().passivate_beyond_seconds))
+    return "passivated";
   return actors::spawn_request_actor(svc, actors::seed_from_row(row.value, svc.now_ms())) ? "spawned" : "not_started";
 }
 

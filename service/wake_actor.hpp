@@ -14,7 +14,8 @@
 namespace changeflow::service {
 
 /// `to` is the step just written, or nullopt when the caller does not know it (the row is read).
-/// Returns what happened, for answers and logs: nudged | none_needed | spawned | not_started |
+/// Returns what happened, for answers and logs: nudged | none_needed | spawned | passivated (a wait
+/// that needs no actor: actors::passivated_wait) | not_started |
 /// owner:<instance>.
 /// With `written_version` (and `to`), the writer moved only the step, to `to` at that version: a
 /// live actor that knew the version before takes it without reading the row.

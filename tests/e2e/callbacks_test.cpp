@@ -148,6 +148,10 @@ TEST(Callbacks, DuplicateDeliveryIsDuplicateAndChangesNothing) {
   flow_env env(base_config(), no_sim_decision);
   auto id = submit_ok(env, "dup-cb-1", "du", "svc-du");
   ASSERT_EQ(env.wait_for_step(id, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
+  // A wait of days holds no actor (durability.passivate_beyond_seconds): the callback brings it back.
+  ASSERT_TRUE(wait_until([&] { return metric(env, "changeflow_passivated_total", "when=\"wait\"") >= 1; },
+                         std::chrono::seconds(10)));
+  EXPECT_EQ(env.get_change(id)["live"], false) << env.get_change(id).dump(2);
   auto body = approval_body("cb-dup-1", id, "APPROVED");
 
   auto first = post_signed_approval(env, body);

@@ -222,14 +222,16 @@ TEST(Crash, RestartResumesWaitingRowsWithoutPaceAndDueRowsPaced) {
     }
     return sum;
   };
-  // All waiting rows live while most due rows are still queued behind the 1/s pace.
+  // All waiting rows resumed while most due rows are still queued behind the 1/s pace. A wait of
+  // days (the default approval wait) is resumed without an actor: passivated at spawn.
   double queued = 0;
   ASSERT_TRUE(wait_until(
       [&] {
         queued = metric("changeflow_rehydrate_queue");
-        return metric("changeflow_live_actors{phase=\"APPROVAL_SENT\"}") >= waiting;
+        return metric("changeflow_passivated_total{when=\"spawn\"}") >= waiting;
       },
       std::chrono::seconds(30)));
+  EXPECT_EQ(metric("changeflow_live_actors{phase=\"APPROVAL_SENT\"}"), 0) << "no actor holds a wait of days";
   EXPECT_GE(queued, 1) << "the due rows are paced, not started in one burst";
   // The paced rows are resumed too, one a second.
   EXPECT_TRUE(wait_until([&] { return metric("changeflow_rehydrate_queue") == 0; }, std::chrono::seconds(60)));
