@@ -221,7 +221,9 @@ void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
   if (!w->timeline) {
     auto snap = svc_.config->current();
     auto cap = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().queue_capacity));
-    auto jobs = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().read_pool_size));
+    // One read connection is left to everything else on the pool (timelines, the console, the waits'
+    // re-check), and fewer jobs make larger batches: the rest wait for the next query together.
+    auto jobs = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().read_pool_size - 1));
     std::unique_lock lock(mutex_);
     if (pending_.size() >= cap) {
       lock.unlock();

@@ -28,7 +28,8 @@
 // registration cannot be missed.
 //
 // Reads that need the database and arrive together share one query: a first read (plain or the
-// start of a wait, without the timeline) joins a queue, and at most `db.read_pool_size` batch jobs
+// start of a wait, without the timeline) joins a queue, and at most `db.read_pool_size` - 1 batch jobs
+// (at least one; the last connection stays free for the pool's other reads)
 // drain it, each taking up to `status_batch_max` reads into one `operation_id IN (...)` query. A read
 // that finds a batch job free is queried at once, alone; under load the reads that arrive while the
 // jobs are busy wait for the next one together, so the queries per read fall as the load rises, and

@@ -118,7 +118,7 @@ TEST(KeptStatusRows, ACommittedRowOneVersionOnReplacesTheKeptRowAndAnythingElseD
 }
 
 TEST(BatchedStatusReads, ReadsAskedTogetherAreAnsweredByOneQueryEachWithItsOwnRow) {
-  fixture f;  // db.read_pool_size 2: two batch jobs at most
+  fixture f(nlohmann::json{{"read_pool_size", 3}});  // two batch jobs at most; one connection stays free
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(persistence::test::new_op(*f.conn, "alice", "repo/t" + std::to_string(i)));
   auto before = f.selects_so_far();
@@ -147,7 +147,7 @@ TEST(BatchedStatusReads, ReadsAskedTogetherAreAnsweredByOneQueryEachWithItsOwnRo
 }
 
 TEST(BatchedStatusReads, MoreReadsThanOneBatchTakesAreAnsweredByTheJobsThatFollow) {
-  fixture f(nlohmann::json{{"read_pool_size", 1}});
+  fixture f;  // db.read_pool_size 2: one batch job
   const std::size_t n = service::status_batch_max + 6;
   std::vector<std::string> ids;
   for (std::size_t i = 0; i < n; ++i)
@@ -165,7 +165,7 @@ TEST(BatchedStatusReads, MoreReadsThanOneBatchTakesAreAnsweredByTheJobsThatFollo
 }
 
 TEST(BatchedStatusReads, ABatchJobThePoolDropsUnrunAnswersItsReadsOverloadedAndTheNextReadsAreServed) {
-  fixture f;
+  fixture f(nlohmann::json{{"read_pool_size", 3}});
   auto a = persistence::test::new_op(*f.conn, "carol", "repo/x");
   auto b = persistence::test::new_op(*f.conn, "carol", "repo/y");
   std::optional<service::status_view> ga, gb;
@@ -195,4 +195,17 @@ TEST(BatchedStatusReads, AReadPastTheQueueBoundIsAnsweredOverloadedAtOnce) {
   ASSERT_TRUE(got[1]);
   EXPECT_EQ(got[0]->outcome, service::status_outcome::ok);
   EXPECT_EQ(got[1]->outcome, service::status_outcome::ok);
+}
+
+TEST(BatchedStatusReads, OneReadConnectionIsLeftToThePoolsOtherReads) {
+  fixture f;  // db.read_pool_size 2
+  auto a = persistence::test::new_op(*f.conn, "erin", "repo/e1");
+  auto b = persistence::test::new_op(*f.conn, "erin", "repo/e2");
+  std::optional<service::status_view> ga, gb;
+  f.ask(a, ga);
+  f.ask(b, gb);
+  EXPECT_EQ(f.pool.stats().queued, 1u) << "the second read waits for the one batch job, not a second connection";
+  f.pool.run_queued(f.ctx);
+  ASSERT_TRUE(ga && gb);
+  EXPECT_EQ(gb->row.operation_id, b);
 }
