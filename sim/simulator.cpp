@@ -6,6 +6,7 @@
 #include "clients/http_client.hpp"
 #include "http/server/server.hpp"
 #include "sim/faults.hpp"
+#include "sim/file_snapshot.hpp"
 #include "sim/scheduler.hpp"
 
 #include <nlohmann/json.hpp>
@@ -130,29 +131,13 @@ struct sim_pipeline {
   int running_reads = 0;            // reads left that answer "running" (sim_options::pipeline_running_reads)
 };
 
-// A file as a branch (or a commit) holds it: its content and the last commit that changed it
-// (GitLab's `last_commit_id`).
-struct sim_file {
-  std::string content;
-  std::string last_commit_id;
-};
-using file_map = std::map<std::string, sim_file>;
-// A commit's files, shared by the branch head and the commit record (never modified once made, so a
-// branch head and every commit that has the same files share one map).
-using file_snapshot = std::shared_ptr<const file_map>;
-
-file_snapshot empty_files() {
-  static const auto none = std::make_shared<const file_map>();
-  return none;
-}
-
 struct sim_branch {
   std::string head_sha;
   std::string head_message;
   // Its files were changed on the branch it was created from after it forked (fault
   // target_conflict): a merge cannot apply cleanly and no rebase can fix it.
   bool conflicts_with_start = false;
-  file_snapshot files = empty_files();
+  file_snapshot files;
   // Every path a commit on this branch wrote since it forked (a superset of what it changed: a path
   // written back to its fork's version is in it too). What the branch changed is computed from these
   // alone, so the cost of a merge check does not grow with the repository's size.
@@ -185,6 +170,9 @@ struct sim_project {
   std::map<std::string, sim_branch> branches;
   std::map<std::string, file_snapshot> commits;  // every commit's files, so `ref` may name a commit
   std::map<std::int64_t, sim_mr> mrs;
+  // Every MR's iid by its source branch (MRs are never deleted): finding a branch's MRs does not
+  // scan all of them.
+  std::multimap<std::string, std::int64_t> mrs_by_source;
   std::int64_t next_iid = 1;
 };
 
@@ -308,7 +296,7 @@ struct simulator::impl {
         auto sha = next_sha();
         p.branches[b].head_sha = sha;
         p.branches[b].head_message = "Initial commit";
-        p.commits[sha] = empty_files();
+        p.commits[sha] = file_snapshot{};
       }
     }
   }
@@ -335,7 +323,7 @@ struct simulator::impl {
       auto sha = next_sha();
       it->second.branches["main"].head_sha = sha;
       it->second.branches["main"].head_message = "Initial commit";
-      it->second.commits[sha] = empty_files();
+      it->second.commits[sha] = file_snapshot{};
     }
     return &it->second;
   }
@@ -343,17 +331,17 @@ struct simulator::impl {
   // ---- files: what a branch changed since its fork, and whether its target changed them too
 
   /// The branch's files as of `ref`: a branch name, else a commit sha; nullptr when neither.
-  const file_map* files_at(const sim_project& proj, const std::string& ref) const {
-    if (auto b = proj.branches.find(ref); b != proj.branches.end()) return b->second.files.get();
-    if (auto c = proj.commits.find(ref); c != proj.commits.end()) return c->second.get();
+  const file_snapshot* files_at(const sim_project& proj, const std::string& ref) const {
+    if (auto b = proj.branches.find(ref); b != proj.branches.end()) return &b->second.files;
+    if (auto c = proj.commits.find(ref); c != proj.commits.end()) return &c->second;
     return nullptr;
   }
 
-  static bool same_version(const file_map& a, const file_map& b, const std::string& path) {
-    auto x = a.find(path);
-    auto y = b.find(path);
-    if (x == a.end() || y == b.end()) return (x == a.end()) == (y == b.end());
-    return x->second.last_commit_id == y->second.last_commit_id;
+  static bool same_version(const file_snapshot& a, const file_snapshot& b, const std::string& path) {
+    const auto* x = a.find(path);
+    const auto* y = b.find(path);
+    if (!x || !y) return (x == nullptr) == (y == nullptr);
+    return x->last_commit_id == y->last_commit_id;
   }
 
   /// Paths the branch changed (created, updated, deleted) since it forked.
@@ -362,7 +350,7 @@ struct simulator::impl {
     const auto* fork = files_at(proj, branch.fork_sha);
     if (!fork) return out;
     for (const auto& p : branch.touched) {
-      if (!same_version(*branch.files, *fork, p)) out.push_back(p);
+      if (!same_version(branch.files, *fork, p)) out.push_back(p);
     }
     return out;
   }
@@ -377,20 +365,20 @@ struct simulator::impl {
     const auto* fork = files_at(proj, s->second.fork_sha);
     if (!fork) return false;
     for (const auto& p : changed_since_fork(proj, s->second)) {
-      if (!same_version(*t->second.files, *fork, p)) return true;
+      if (!same_version(t->second.files, *fork, p)) return true;
     }
     return false;
   }
 
   /// The source's changes since its fork, applied onto `onto` (a merge or a rebase).
-  void apply_changes(const sim_project& proj, const sim_branch& source, file_map& onto,
+  void apply_changes(const sim_project& proj, const sim_branch& source, file_edit& onto,
                      const std::string& commit_id) const {
     for (const auto& p : changed_since_fork(proj, source)) {
-      auto it = source.files->find(p);
-      if (it == source.files->end()) {
+      const auto* f = source.files.find(p);
+      if (!f) {
         onto.erase(p);
       } else {
-        onto[p] = {it->second.content, commit_id.empty() ? it->second.last_commit_id : commit_id};
+        onto.put(p, {f->content, commit_id.empty() ? f->last_commit_id : commit_id});
       }
     }
   }
@@ -449,10 +437,9 @@ struct simulator::impl {
     // The source's changes replayed on the target's head: new commits, so the files it changed get
     // the new sha as their last commit.
     const auto& source = proj.branches[mr.source];
-    auto rebased = *proj.branches[mr.target].files;
+    file_edit rebased{proj.branches[mr.target].files, {}};
     apply_changes(proj, source, rebased, mr.sha);
-    move_head(proj, mr.source, mr.sha, "Rebased " + mr.source, std::make_shared<const file_map>(std::move(rebased)),
-              changed_since_fork(proj, source));
+    move_head(proj, mr.source, mr.sha, "Rebased " + mr.source, rebased.commit(), changed_since_fork(proj, source));
     proj.branches[mr.source].fork_sha = proj.branches[mr.target].head_sha;
     mr.base_sha = proj.branches[mr.target].head_sha;
     start_pipeline(mr, project_name, done_at);
@@ -872,8 +859,10 @@ struct simulator::impl {
     } else if (endpoint == "create_mr") {
       auto source = body.value("source_branch", "");
       ++a.create_mr[project_name + ":" + source];
-      for (const auto& [existing_iid, existing] : proj.mrs) {
-        if (existing.state == "opened" && existing.source == source) {
+      auto [from, to] = proj.mrs_by_source.equal_range(source);
+      for (auto i = from; i != to; ++i) {
+        const auto& existing = proj.mrs.at(i->second);
+        if (existing.state == "opened") {
           ++a.create_mr_while_open[project_name + ":" + source];
           break;
         }
@@ -887,10 +876,10 @@ struct simulator::impl {
     if (ref.empty()) return json_response(400, {{"error", "ref is missing"}});
     const auto* files = files_at(proj, ref);
     if (!files) return message(404, "404 Commit Not Found");
-    auto it = files->find(path);
-    if (it == files->end()) return message(404, "404 File Not Found");
+    const auto* found = files->find(path);
+    if (!found) return message(404, "404 File Not Found");
     auto b = proj.branches.find(ref);
-    const auto& f = it->second;
+    const auto& f = *found;
     return json_response(200, {{"file_name", path.substr(path.rfind('/') + 1)},
                                {"file_path", path},
                                {"size", f.content.size()},
@@ -906,7 +895,7 @@ struct simulator::impl {
 
   /// Applies the actions in order onto `files` as GitLab does, or answers its refusal (nothing is
   /// written then: the whole request is one commit).
-  std::optional<hs::response> apply_actions(const json& actions, file_map& files, const std::string& sha,
+  std::optional<hs::response> apply_actions(const json& actions, file_edit& files, const std::string& sha,
                                             std::vector<std::string>& written) {
     for (std::size_t i = 0; i < actions.size(); ++i) {
       const auto& a = actions[i];
@@ -924,25 +913,25 @@ struct simulator::impl {
         content = std::move(*decoded);
       }
       written.push_back(path);
-      auto existing = files.find(path);
+      const auto* existing = files.find(path);
       if (action == "create") {
-        if (existing != files.end()) return message(400, "A file with this name already exists");
-        files[path] = {content, sha};
+        if (existing) return message(400, "A file with this name already exists");
+        files.put(path, {content, sha});
         continue;
       }
       if (action != "update" && action != "delete") {
         return json_response(400, {{"error", field("action") + " does not have a valid value"}});
       }
-      if (existing == files.end()) return message(400, "A file with this name doesn't exist");
+      if (!existing) return message(400, "A file with this name doesn't exist");
       // Optimistic locking per action: the last commit the caller saw must still be the file's.
       if (a.contains("last_commit_id") && a["last_commit_id"].is_string() &&
-          a["last_commit_id"].get<std::string>() != existing->second.last_commit_id) {
+          a["last_commit_id"].get<std::string>() != existing->last_commit_id) {
         return message(400, "You are attempting to update a file that has changed since you started editing it.");
       }
       if (action == "delete") {
-        files.erase(existing);
+        files.erase(path);
       } else {
-        existing->second = {content, sha};
+        files.put(path, {content, sha});
       }
     }
     return std::nullopt;
@@ -966,13 +955,13 @@ struct simulator::impl {
     }
     const auto& from = proj.branches[exists ? branch : start];
     auto sha = next_sha();
-    auto files = *from.files;
+    file_edit files{from.files, {}};
     std::vector<std::string> written;
     if (auto refused = apply_actions(body["actions"], files, sha, written)) return std::move(*refused);
     auto msg = body["commit_message"].is_string() ? body["commit_message"].get<std::string>() : std::string();
     auto parent = from.head_sha;
     auto fork = exists ? from.fork_sha : from.head_sha;
-    move_head(proj, branch, sha, msg, std::make_shared<const file_map>(std::move(files)), written);
+    move_head(proj, branch, sha, msg, files.commit(), written);
     proj.branches[branch].fork_sha = fork;
     if (!exists && faults.take("target_conflict", "create_commit", subject)) {
       // Someone else changes the same files on the start branch right after the fork.
@@ -996,10 +985,12 @@ struct simulator::impl {
     if (source.empty() || target.empty()) return json_response(400, {{"error", "source_branch is missing"}});
     if (source == target) return message(422, json::array({"You can't use same project/branch for source and target"}));
     if (!proj.branches.count(source)) return message(422, json::array({"Source branch does not exist"}));
-    for (const auto& [iid, existing] : proj.mrs) {
-      if (existing.state == "opened" && existing.source == source && existing.target == target) {
+    auto [same_from, same_to] = proj.mrs_by_source.equal_range(source);
+    for (auto i = same_from; i != same_to; ++i) {
+      const auto& existing = proj.mrs.at(i->second);
+      if (existing.state == "opened" && existing.target == target) {
         return message(409, json::array({"Another open merge request already exists for this source branch: !" +
-                                         std::to_string(iid)}));
+                                         std::to_string(i->second)}));
       }
     }
     sim_mr mr;
@@ -1016,6 +1007,7 @@ struct simulator::impl {
     start_pipeline(mr, project_name, now);
     auto iid = mr.iid;
     auto& stored = proj.mrs[iid] = std::move(mr);
+    proj.mrs_by_source.emplace(stored.source, iid);
     return json_response(201, mr_json(project_name, stored, now));
   }
 
@@ -1084,10 +1076,10 @@ struct simulator::impl {
     // The files the source changed since its fork land on the target, each keeping the source
     // commit that changed it as its last commit (as `git log -1 -- <path>` reports after a merge).
     const auto& source = proj.branches[mr.source];
-    auto merged = *proj.branches[mr.target].files;
+    file_edit merged{proj.branches[mr.target].files, {}};
     apply_changes(proj, source, merged, {});
     move_head(proj, mr.target, *mr.merge_commit_sha, "Merge branch '" + mr.source + "' into '" + mr.target + "'",
-              std::make_shared<const file_map>(std::move(merged)), changed_since_fork(proj, source));
+              merged.commit(), changed_since_fork(proj, source));
     ++counters.merges[project_name + "!" + std::to_string(mr.iid)];
     send_mr_hook(project_name, mr, "merge");
     schedule_deploy(project_name, mr);
