@@ -136,13 +136,15 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
                    ? recorded::same
                    : recorded::other;
       };
-      // A copy of a delivery already recorded for this operation is answered by one read, without a
-      // transaction. A copy racing the first one's uncommitted row is not seen here: it takes the
-      // transaction below, waits on the ledger's unique key and is answered there.
-      if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
+      // The first delivery goes straight to its one-text unit: no read before it. A copy (this
+      // process answers the copies of what it settled from memory, so a copy here came to another
+      // instance, after a restart, or raced the first) meets the ledger's unique key in that unit,
+      // which rolls back; it is then answered by one read. A copy racing the first one's uncommitted
+      // row waits on that key until the first commits.
       if (auto settled = record_and_apply_approval(conn, delivery_id, operation_id, result, payload_json)) {
         return R::success(*settled);
       }
+      if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
       detail::transaction tx(conn);
       auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
       if (!detail::insert_unless_duplicate(*ins)) {

@@ -138,11 +138,10 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
         if (!rs->next()) return std::nullopt;
         return rs->getBoolean(1) ? record_outcome::duplicate_unapplied : record_outcome::duplicate;
       };
+      // No read before the unit: a copy meets deploy_callback's unique key in it and is answered by
+      // one read after the rollback (copies of what this process settled never get here: they are
+      // answered from memory).
       deploy_settlement out;
-      if (auto known = recorded_as()) {
-        out.recorded = *known;
-        return R::success(out);
-      }
       const detail::sql_text t(conn);
       const std::string id = t.quote(operation_id);
       auto delivery = delivery_insert(conn, cb);
@@ -183,7 +182,7 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
             });
       } catch (const sql::SQLException& e) {
         if (e.getErrorCode() != 1062) throw;
-        // Nothing written: a copy committed between the read above and this unit.
+        // Nothing written: the delivery was recorded before (or by a copy that committed first).
         tx.rollback();
         out.recorded = recorded_as().value_or(record_outcome::duplicate);
         return R::success(out);

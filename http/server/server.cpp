@@ -38,6 +38,10 @@ class session : public std::enable_shared_from_this<session> {
   session(tcp::socket&& socket, const server_options& opts, const handler& h, counters& c)
       : stream_(std::move(socket)), opts_(opts), handler_(h), counters_(c) {
     ++counters_.open;
+    // The peer of a connection does not change: asked once, not once per request (a system call).
+    beast::error_code peer_ec;
+    auto ep = stream_.socket().remote_endpoint(peer_ec);
+    if (!peer_ec) peer_address_ = ep.address().to_string();
   }
   ~session() { --counters_.open; }
 
@@ -73,9 +77,7 @@ class session : public std::enable_shared_from_this<session> {
     ++counters_.requests;
     auto& msg = parser_->get();
     request req = to_request(msg);  // beast_request.hpp (shared with fuzz/fuzz_http_request)
-    beast::error_code peer_ec;
-    auto ep = stream_.socket().remote_endpoint(peer_ec);
-    if (!peer_ec) req.peer_address = ep.address().to_string();
+    req.peer_address = peer_address_;
     req.keep_alive = msg.keep_alive();
     keep_alive_ = req.keep_alive;
     version_ = msg.version();
@@ -97,8 +99,10 @@ class session : public std::enable_shared_from_this<session> {
                        "The request took too long to handle; its outcome is unknown, retry with "
                        "the same Idempotency-Key");
     });
+    // A reply made on this strand (a handler that answers at once, e.g. a status read from memory)
+    // is written inline; one from another thread is queued onto the strand.
     responder reply([self, generation](response r) {
-      net::post(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
+      net::dispatch(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
         if (!self->awaiting_reply_ || generation != self->generation_) return;  // answered by the timeout
         self->handler_timer_.cancel();
         self->do_write(std::move(r));
@@ -168,6 +172,7 @@ class session : public std::enable_shared_from_this<session> {
   const server_options& opts_;
   const handler& handler_;
   counters& counters_;
+  std::string peer_address_;
   bool keep_alive_ = true;
   unsigned version_ = 11;
   // The handler's deadline, and which request's reply is awaited (a late reply of an earlier
