@@ -46,6 +46,8 @@ std::vector<std::string> schema_v13();
 std::vector<std::string> schema_v14();
 // Migration 15: the instance whose coordinator drives an active batch (adoption and takeover).
 std::vector<std::string> schema_v15();
+// Migration 16: notifications written by the operation triggers (no nested trigger on the timeline).
+std::vector<std::string> schema_v16();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -74,6 +76,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {13, "failed attempts and last external error per step", schema_v13()},
       {14, "group commit acknowledgement trigger", schema_v14()},
       {15, "batch owner", schema_v15()},
+      {16, "notifications from the operation triggers", schema_v16()},
   };
   return migrations;
 }
