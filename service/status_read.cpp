@@ -374,6 +374,7 @@ void status_reads::row_written_as(const persistence::operation_row& row) {
 
 void status_reads::written(const std::string& operation_id, const persistence::operation_row* committed) {
   std::vector<waiter_ptr> to_read;
+  std::vector<waiter_ptr> to_answer;
   {
     std::lock_guard lock(mutex_);
     ++writes_;
@@ -401,10 +402,19 @@ void status_reads::written(const std::string& operation_id, const persistence::o
       auto& w = it->second;
       if (!w->armed || w->reading) {
         w->dirty = true;
+      } else if (committed && !w->timeline && w->moved(*committed)) {
+        // The write handed over the row it committed, and that row already answers the wait: no
+        // read. (A later write cannot be missed: it finds this waiter gone, or answers it itself.)
+        to_answer.push_back(w);
       } else {
         to_read.push_back(w);
       }
     }
+  }
+  for (const auto& w : to_answer) {
+    status_view v;
+    v.row = *committed;
+    finish(w, std::move(v));
   }
   for (const auto& w : to_read) reread(w);
 }

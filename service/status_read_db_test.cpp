@@ -209,3 +209,48 @@ TEST(BatchedStatusReads, OneReadConnectionIsLeftToThePoolsOtherReads) {
   ASSERT_TRUE(ga && gb);
   EXPECT_EQ(gb->row.operation_id, b);
 }
+
+TEST(WaitedStatusRows, AWriteThatHandsOverItsRowAnswersTheWaitWithoutAQuery) {
+  fixture f;
+  auto id = persistence::test::new_op(*f.conn, "gina", "repo/g.yaml");
+  std::optional<service::status_view> got;
+  service::status_query q{id};
+  q.wait_ms = 20000;
+  f.reads->read(
+      q, [](const persistence::operation_row&, auto decide) { decide(true); },
+      [&got](service::status_view v) { got = std::move(v); });
+  f.pool.run_queued(f.ctx);  // the wait's first read: version 1, nothing moved yet
+  ASSERT_FALSE(got) << "the wait answered before the change moved";
+  const auto completed = f.pool.stats().completed;
+
+  // The database moves on behind the service's back (v3); the write hands over the row it
+  // committed (v2), which moved past the wait's version: the wait is answered with it, no read.
+  auto committed = f.move_behind_its_back(id, "v2");
+  f.move_behind_its_back(id, "v3 unseen");
+  f.reads->row_written_as(committed);
+  ASSERT_TRUE(got) << "the handed-over row did not answer the wait";
+  EXPECT_EQ(got->row.version, 2);
+  EXPECT_EQ(got->row.title, "v2");
+  f.pool.run_queued(f.ctx);
+  EXPECT_EQ(f.pool.stats().completed, completed) << "the wake queried the database";
+  EXPECT_EQ(f.reads->waiting(), 0u);
+}
+
+TEST(WaitedStatusRows, AWriteWithoutItsRowWakesTheWaitByAReadOfTheDatabase) {
+  fixture f;
+  auto id = persistence::test::new_op(*f.conn, "hal", "repo/h.yaml");
+  std::optional<service::status_view> got;
+  service::status_query q{id};
+  q.wait_ms = 20000;
+  f.reads->read(
+      q, [](const persistence::operation_row&, auto decide) { decide(true); },
+      [&got](service::status_view v) { got = std::move(v); });
+  f.pool.run_queued(f.ctx);
+  ASSERT_FALSE(got);
+  f.move_behind_its_back(id, "v2");
+  f.reads->row_written(id);
+  EXPECT_FALSE(got) << "answered before the database was read";
+  f.pool.run_queued(f.ctx);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->row.title, "v2");
+}
