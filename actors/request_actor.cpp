@@ -41,6 +41,10 @@ struct request_state {
   bool reload_must_resume = false;
   // The current timer fired while a job was in flight; the next decision point runs the step.
   bool resume_pending = false;
+  // A nudge that came while a job was in flight and named what its writer committed (step and
+  // version): when that job ends with this actor one version behind it, the nudge is taken as read
+  // instead of re-reading the row. Any other nudge or reason to re-read clears it.
+  std::optional<std::pair<int, std::int64_t>> nudged;
   // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
   bool wake_now = false;
   std::uint64_t timer_generation = 0;
@@ -122,6 +126,7 @@ void submit_reload(self_ptr self) {
   auto& st = self->state;
   st.busy = true;
   st.reload_pending = false;
+  st.nudged.reset();
   auto handle = caf::actor_cast<request_actor>(self);
   auto id = st.op.operation_id;
   auto now_ms = st.svc->now_ms;
@@ -511,6 +516,34 @@ void withdraw_unrecorded(self_ptr self) {
     log::warn("request.withdraw_unrecorded_dropped", {{"operation_id", id}, {"reason", "external pool full"}});
 }
 
+void on_row_loaded(self_ptr self, const messages::row_loaded& r);
+
+/// Another writer moved only the step, from the version this actor holds, and said what it wrote:
+/// what a read would return, without the read (mr, approval id and ownership are as this actor
+/// knows them; a lost lease still shows at the next fenced write).
+void take_known_write(self_ptr self, int step_code, std::int64_t version) {
+  messages::row_loaded known;
+  known.outcome = static_cast<int>(db_outcome::ok);
+  known.step = step_code;
+  known.version = version;
+  on_row_loaded(self, known);
+}
+
+/// The job in flight has ended and a nudge came meanwhile: when that nudge was the only one, named
+/// its write, and this actor (its own write included) holds the version just before it, the nudge
+/// is taken as read; otherwise the row is read again.
+void reload_or_take_nudge(self_ptr self) {
+  auto& st = self->state;
+  auto nudged = std::exchange(st.nudged, std::nullopt);
+  if (nudged && !st.reload_must_resume && !st.pending_write && nudged->second == st.op.version + 1) {
+    st.reload_pending = false;
+    st.svc->metrics->inc("changeflow_nudges_taken_total", "Nudges an actor took as read instead of reading its row");
+    take_known_write(self, nudged->first, nudged->second);
+    return;
+  }
+  submit_reload(self);
+}
+
 void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
   auto& st = self->state;
   st.busy = false;
@@ -635,12 +668,12 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         self->state.busy = false;
         process(self, workflow::reply{r.reply});
         auto& s = self->state;
-        if (!s.busy && s.reload_pending) submit_reload(self);
+        if (!s.busy && s.reload_pending) reload_or_take_nudge(self);
       },
       [self](const messages::persisted& p) {
         on_persisted(self, p);
         auto& s = self->state;
-        if (!s.busy && s.reload_pending) submit_reload(self);
+        if (!s.busy && s.reload_pending) reload_or_take_nudge(self);
       },
       [self](const messages::row_loaded& r) {
         on_row_loaded(self, r);
@@ -651,18 +684,17 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       [self](const messages::row_changed& changed) {
         auto& s = self->state;
         if (s.busy) {
+          // Only a first nudge that names its write can stand in for the read the job's end makes.
+          if (!s.reload_pending && changed.version != 0) {
+            s.nudged = std::pair{changed.step, changed.version};
+          } else {
+            s.nudged.reset();
+          }
           s.reload_pending = true;
           return;
         }
         if (changed.version != 0 && changed.version == s.op.version + 1 && !s.pending_write) {
-          // The writer moved only the step, from the version this actor holds: what a read would
-          // return, without the read (mr, approval id and ownership are as this actor knows them; a
-          // lost lease still shows at the next fenced write).
-          messages::row_loaded known;
-          known.outcome = static_cast<int>(db_outcome::ok);
-          known.step = changed.step;
-          known.version = changed.version;
-          on_row_loaded(self, known);
+          take_known_write(self, changed.step, changed.version);
           return;
         }
         submit_reload(self);

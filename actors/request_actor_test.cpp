@@ -71,6 +71,9 @@ class in_process : public actors::testing::in_process_actors {
 
   /// An actor in CREATE_MR_OPENED that read the pipeline running and waits for its next poll.
   void polling_a_running_pipeline();
+  /// The approval decision lands right behind the actor's own APPROVAL_SENT; `nudges` nudges naming
+  /// it arrive while that write is in flight.
+  void approval_decided_during_the_sent_write(int nudges);
 
   persistence::operation_row row() {
     auto r = persistence::load_operation(setup_db_, id_);
@@ -210,6 +213,57 @@ TEST_F(in_process, AWriterThatNamesWhatItWroteSavesTheActorItsRead) {
   EXPECT_EQ(row().step, S::CREATE_STARTED) << "the one job was the next transition, not a read of the row";
   EXPECT_EQ(row().version, *decided.value.new_version + 1);
   EXPECT_EQ(db_pool_.stats().completed, 1u);
+}
+
+// The approval decision lands right behind the actor's own APPROVAL_SENT (the approval system
+// answers at once): its nudges arrive while that write is in flight, naming the version just after
+// i Returns once the write and the decision committed and the actor has run its messages.
+void in_process::approval_decided_during_the_sent_write(int nudges) {
+  spawn();
+  run_messages();
+  auto submitted = ok(call_kind::submit_approval);
+  submitted.approval_id = "appr-1";
+  answer(submitted);
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT is in flight";
+  const auto sent_version = row().version + 1;
+  auto a = registry_.find(id_);
+  ASSERT_TRUE(a.has_value());
+  for (int i = 0; i < nudges; ++i) {
+    caf::anon_send(
+        caf::actor_cast<request_actor>(*a),
+        messages::row_changed{"approval callback", workflow::code_of(S::APPROVAL_APPROVED), sent_version + 1});
+  }
+  run_messages();
+  db_pool_.run_queued(db_ctx_, 1);  // the actor's write
+  ASSERT_EQ(row().version, sent_version);
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  ASSERT_EQ(decided.value.new_version.value_or(0), sent_version + 1);
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u);
+}
+
+// When the write commits, the one nudge is taken as read: the job that follows is the next
+// transition, not a read of the row.
+TEST_F(in_process, ANudgeThatCameDuringItsOwnWriteIsTakenAsReadWhenTheWriteCommits) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  approval_decided_during_the_sent_write(1);
+  db_pool_.run_queued(db_ctx_, 1);
+  EXPECT_EQ(row().step, S::CREATE_STARTED) << "the job after the write was a read of the row";
+  EXPECT_EQ(db_pool_.stats().completed, 2u) << "the actor's two writes, no read";
+  EXPECT_EQ(metrics_.counter_value("changeflow_nudges_taken_total"), 1.0);
+}
+
+// Two nudges in the same window: the row is read.
+TEST_F(in_process, TwoNudgesDuringItsOwnWriteAreReadFromTheDatabase) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  approval_decided_during_the_sent_write(2);
+  const auto version = row().version;
+  db_pool_.run_queued(db_ctx_, 1);
+  EXPECT_EQ(row().version, version) << "the job after the write must be a read";
+  EXPECT_EQ(metrics_.counter_value("changeflow_nudges_taken_total"), 0.0);
 }
 
 TEST_F(in_process, ANudgeNamingAVersionTheActorCannotComeFromIsReadFromTheDatabase) {

@@ -86,6 +86,7 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
       std::to_string(workflow::code_of(step::APPROVAL_WITHDRAWN)) + ")) THEN 'OUT_OF_ORDER' ELSE 'IGNORED_STALE' END";
   detail::transaction tx(conn, detail::transaction::begun_in_script{});
   std::string flip, classified, version;
+  std::optional<operation_row> row;
   try {
     detail::run_script(conn,
                        {"START TRANSACTION", ins->bound_sql(), move, "SET @changeflow_flip = ROW_COUNT()", outcome,
@@ -93,10 +94,18 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                         "WHERE delivery_id = " +
                             key,
                         "COMMIT",
+                        // The row as the decision left it (or newer), in the same round trip: an operation whose
+                        // wait was passivated gets its actor back from it without a read.
+                        std::string("SELECT ") + detail::operation_columns +
+                            " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
                         "SELECT @changeflow_flip, @changeflow_outcome, (SELECT version FROM operation "
                         "WHERE operation_id = " +
                             id + ")"},
                        [&](sql::ResultSet& rs) {
+                         if (rs.getMetaData()->getColumnCount() != 3) {
+                           if (rs.next()) row = detail::read_operation(rs);
+                           return;
+                         }
                          if (!rs.next()) return;
                          flip = rs.isNull(1) ? "" : rs.getString(1);
                          classified = rs.isNull(2) ? "" : rs.getString(2);
@@ -108,9 +117,9 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
     return std::nullopt;
   }
   tx.ended_by_script();
-  if (flip == "1") return approval_applied{callback_outcome::APPLIED, target, std::stoll(version)};
+  if (flip == "1") return approval_applied{callback_outcome::APPLIED, target, std::stoll(version), std::move(row)};
   return approval_applied{
-      classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}};
+      classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}, {}};
 }
 }  // namespace
 

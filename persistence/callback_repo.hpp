@@ -3,6 +3,7 @@
 // a redelivery into an answer (DUPLICATE), and the approval guard accepts
 // an event only for the operation that currently owns the binding and is currently waiting.
 
+#include "persistence/operation_repo.hpp"
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
 #include "workflow/status.hpp"
@@ -33,6 +34,9 @@ struct approval_applied {
   callback_outcome outcome = callback_outcome::IGNORED_STALE;
   std::optional<workflow::step> new_step;   // set when APPLIED
   std::optional<std::int64_t> new_version;  // set when APPLIED
+  /// The operation's row read right after the commit, when APPLIED by the one-text unit (the same
+  /// round trip): what starts an actor for it without another read.
+  std::optional<operation_row> row;
 };
 
 /// One transaction: ledger insert (duplicate -> DUPLICATE, nothing else), lock operation then

@@ -636,13 +636,20 @@ TEST(ApprovalCallback, GuardOutcomes) {
   EXPECT_EQ(a.value.outcome, callback_outcome::APPLIED);
   EXPECT_EQ(a.value.new_step, S::APPROVAL_APPROVED);
   EXPECT_EQ(a.value.new_version, 2);
+  // The row as committed comes back in the same round trip (an actor is started from it).
+  ASSERT_TRUE(a.value.row.has_value());
+  EXPECT_EQ(a.value.row->operation_id, id);
+  EXPECT_EQ(a.value.row->step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(a.value.row->version, 2);
+  EXPECT_EQ(a.value.row->subject_id, "lee");
   EXPECT_EQ(list_events(*c, id).value.back().actor, "callback");
   // Redelivery.
   EXPECT_EQ(apply_approval_callback(*c, "d1", id, approval_result::APPROVED, "").value.outcome,
             callback_outcome::DUPLICATE);
-  // WITHDRAWN after APPROVED took effect.
-  EXPECT_EQ(apply_approval_callback(*c, "d2", id, approval_result::WITHDRAWN, "").value.outcome,
-            callback_outcome::OUT_OF_ORDER);
+  // WITHDRAWN after APPROVED took effect: nothing applied, no row.
+  auto late = apply_approval_callback(*c, "d2", id, approval_result::WITHDRAWN, "");
+  EXPECT_EQ(late.value.outcome, callback_outcome::OUT_OF_ORDER);
+  EXPECT_FALSE(late.value.row.has_value());
   EXPECT_EQ(load_operation(*c, id).value.step, S::APPROVAL_APPROVED);
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd2'"), "OUT_OF_ORDER");
 

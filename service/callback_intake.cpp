@@ -127,7 +127,8 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
   if (claims && r.value.outcome != persistence::callback_outcome::ID_REUSED) claims->settled(remembered);
   if (r.value.outcome == persistence::callback_outcome::APPLIED) {
     // The decision moved the step only: the actor takes the new step and version from here.
-    wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version);
+    wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version,
+               r.value.row ? &*r.value.row : nullptr);
   } else if (r.value.outcome == persistence::callback_outcome::DUPLICATE) {
     wake_actor(db, svc, d.operation_id, std::nullopt, "approval callback");
   }

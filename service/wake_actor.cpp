@@ -11,7 +11,7 @@ namespace changeflow::service {
 
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause,
-                       std::optional<std::int64_t> written_version) {
+                       std::optional<std::int64_t> written_version, const persistence::operation_row* written_row) {
   if (svc.row_written) svc.row_written(operation_id);
   if (auto a = svc.actors->find(operation_id)) {
     messages::row_changed nudge{cause};
@@ -23,7 +23,8 @@ std::string wake_actor(persistence::session db, runtime::services& svc, const st
     return "nudged";
   }
   if (to && !workflow::needs_actor(*to)) return "none_needed";
-  auto row = persistence::load_operation(db, operation_id);
+  auto row = written_row ? persistence::db_result<persistence::operation_row>::success(*written_row)
+                         : persistence::load_operation(db, operation_id);
   if (!row.ok()) return "not_started";
   if (!workflow::needs_actor(row.value.step)) return "none_needed";
   auto owner = row.value.owner_instance.value_or("");

@@ -3,6 +3,7 @@
 // (an operator action, a cancel), the live actor reloads its row; when none lives here and the new
 // step needs one, and this instance owns the row, one is started from the row.
 
+#include "persistence/operation_repo.hpp"
 #include "persistence/session.hpp"
 #include "runtime/services.hpp"
 #include "workflow/status.hpp"
@@ -19,8 +20,11 @@ namespace changeflow::service {
 /// owner:<instance>.
 /// With `written_version` (and `to`), the writer moved only the step, to `to` at that version: a
 /// live actor that knew the version before takes it without reading the row.
+/// With `written_row`, the row as the writer read it right after its commit: an actor is started
+/// from it without reading the row again.
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause,
-                       std::optional<std::int64_t> written_version = std::nullopt);
+                       std::optional<std::int64_t> written_version = std::nullopt,
+                       const persistence::operation_row* written_row = nullptr);
 
 }  // namespace changeflow::service

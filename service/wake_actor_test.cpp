@@ -1,0 +1,76 @@
+// Waking the actor of a passivated wait: an approval decision brings its actor back from the row the
+// callback's unit returned in its own round trip, without reading the row again.
+#include "service/wake_actor.hpp"
+
+#include "actors/testing/in_process.hpp"
+#include "persistence/callback_repo.hpp"
+#include "persistence/repo_test_support.hpp"
+#include "persistence/sql_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace changeflow;
+using workflow::step;
+
+namespace {
+
+class waking : public actors::testing::in_process_actors {
+ protected:
+  waking() : in_process_actors({{"durability", {{"passivate_beyond_seconds", 60}}}}) {}
+
+  /// A change waiting days for its approval decision: no actor holds it.
+  std::string passivated_wait(const std::string& target) {
+    auto id = persistence::test::new_op(setup_db_, "wes", target);
+    persistence::test::walk(setup_db_, id, {step::APPROVAL_SENT});
+    db_.exec("UPDATE operation SET next_wake_at = NOW(3) + INTERVAL 7 DAY WHERE operation_id = '" + id + "'");
+    return id;
+  }
+  /// SELECTs the test's own session has sent so far (wake_actor reads through it).
+  long selects() { return std::stol(setup_db_scalar("SHOW SESSION STATUS LIKE 'Com_select'")); }
+  std::string setup_db_scalar(const std::string& sql) {
+    return persistence::detail::guarded<std::string>(
+               setup_db_,
+               [&](sql::Connection& c) {
+                 std::unique_ptr<sql::Statement> st(c.createStatement());
+                 std::unique_ptr<sql::ResultSet> rs(st->executeQuery(sql));
+                 rs->next();
+                 return persistence::db_result<std::string>::success(rs->getString(2));
+               })
+        .value;
+  }
+};
+
+TEST_F(waking, AnApprovalThatBringsBackAPassivatedWaitStartsItsActorFromTheRowItsUnitReturned) {
+  auto id = passivated_wait("w1");
+  ASSERT_FALSE(registry_.find(id).has_value());
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-w1", id, persistence::approval_result::APPROVED, "");
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  ASSERT_TRUE(decided.value.row.has_value());
+  const auto before = selects();
+  auto woke = service::wake_actor(setup_db_, svc_, id, decided.value.new_step, "approval callback",
+                                  decided.value.new_version, &*decided.value.row);
+  EXPECT_EQ(woke, "spawned");
+  EXPECT_EQ(selects() - before, 0) << "wake_actor read the row";
+  auto spawned = registry_.find(id);
+  ASSERT_TRUE(spawned.has_value());
+  track(caf::actor_cast<caf::actor>(*spawned));
+  run_messages();
+  EXPECT_EQ(queued_db(), 1u) << "the actor goes on from the row: APPROVAL_APPROVED -> CREATE_STARTED";
+
+  // Without the row it reads it, as every other writer's wake does.
+  auto other = passivated_wait("w2");
+  auto plain =
+      persistence::apply_approval_callback(setup_db_, "cb-w2", other, persistence::approval_result::APPROVED, "");
+  ASSERT_TRUE(plain.ok());
+  const auto before_plain = selects();
+  EXPECT_EQ(service::wake_actor(setup_db_, svc_, other, plain.value.new_step, "approval callback"), "spawned");
+  EXPECT_EQ(selects() - before_plain, 1) << "without the row, wake_actor reads it";
+  auto second = registry_.find(other);
+  ASSERT_TRUE(second.has_value());
+  track(caf::actor_cast<caf::actor>(*second));
+}
+
+}  // namespace
