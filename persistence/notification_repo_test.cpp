@@ -157,6 +157,30 @@ TEST(NotificationOutbox, TheOperationTriggersNotifyAndTheTimelineHasNoTrigger) {
       << "change.created and the phase change to APPROVAL_SENT, each once";
   EXPECT_EQ(db.scalar("SELECT COUNT(DISTINCT event_id) FROM notification_delivery WHERE operation_id = '" + id + "'"),
             "2");
+
+  // Written as any writer does (the staging columns on the row's own UPDATE): a step change inside a
+  // live phase is not notified, a move into a terminal phase is, and so is a step change inside it.
+  const auto steps_of = [](workflow::phase p) {
+    std::vector<S> out;
+    for (auto st : workflow::all_steps) {
+      if (workflow::phase_of(st) == p) out.push_back(st);
+    }
+    return out;
+  };
+  const auto move = [&](S to) {
+    db.exec("UPDATE operation SET step = " + std::to_string(workflow::code_of(to)) + ", phase = '" +
+            std::string(workflow::to_string(workflow::phase_of(to))) +
+            "', version = version + 1, event_cause = 'test', event_actor = 'test' WHERE operation_id = '" + id + "'");
+    return db.scalar("SELECT COUNT(*) FROM notification_delivery WHERE operation_id = '" + id + "'");
+  };
+  auto live = steps_of(workflow::phase::MR_CREATING);
+  auto failed = steps_of(workflow::phase::HANDLE_FAILED);
+  ASSERT_GE(live.size(), 2u);
+  ASSERT_GE(failed.size(), 2u);
+  EXPECT_EQ(move(live[0]), "3") << "into another live phase";
+  EXPECT_EQ(move(live[1]), "3") << "a step inside a live phase";
+  EXPECT_EQ(move(failed[0]), "4") << "into a terminal phase";
+  EXPECT_EQ(move(failed[1]), "5") << "a step inside a terminal phase";
 }
 
 TEST(NotificationOutbox, ATransitionThatLosesItsGuardWritesNoOutboxRow) {
