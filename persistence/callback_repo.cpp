@@ -55,27 +55,20 @@ step target_of(approval_result r) {
   }
   return step::APPROVAL_REJECTED;
 }
-/// The approval callback as ONE round trip and one commit: the guarded transition (any step awaiting
-/// approval that the transition table lets go to the decision's step; the transition trigger writes
-/// the event and moves the binding), its classification decided in SQL by the rules of the unit
-/// below, and the ledger row written once with that outcome. The ledger's unique key still decides
-/// a copy: its INSERT fails and the whole transaction, the transition included, rolls back. The
-/// operation row is locked first, as every unit that writes it does, so a copy racing the first
-/// waits for it and then moves nothing. nullopt when the delivery id is already in the ledger (a
-/// copy, or an id reused for another operation): nothing was written, and the unit below answers it.
+/// The approval callback as ONE round trip and one commit: the ledger row, the guarded transition
+/// (any step awaiting approval that the transition table lets go to the decision's step; the
+/// transition trigger writes the event and moves the binding) and the ledger's classification,
+/// decided in SQL by the rules of the unit below. nullopt when the delivery id is already in the
+/// ledger (a racing copy, or an id reused for another operation): nothing was written, and the
+/// unit below answers it.
 std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn, const std::string& delivery_id,
                                                           const std::string& operation_id, approval_result result,
                                                           const std::string& payload_json) {
   const step target = target_of(result);
   const detail::sql_text t(conn);
   const std::string id = t.quote(operation_id);
-  auto ins = prepare(conn,
-                     "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, "
-                     "applied_at) VALUES (?, ?, ?, ?, @changeflow_outcome, NOW(3), NOW(3))");
-  ins->setString(1, delivery_id);
-  ins->setString(2, std::string(to_string(callback_kind::approval)));
-  ins->setString(3, operation_id);
-  detail::set_opt_string(*ins, 4, payload_json.empty() ? std::nullopt : std::optional(payload_json));
+  const std::string key = t.quote(delivery_id);
+  auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
   const std::string cause = "approval callback " + delivery_id;
   const std::string move = "UPDATE operation SET step = " + std::to_string(workflow::code_of(target)) +
                            ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(target)))) +
@@ -95,26 +88,29 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
   std::string flip, classified, version;
   std::optional<operation_row> row;
   try {
-    detail::run_script(
-        conn,
-        {"START TRANSACTION", move, "SET @changeflow_flip = ROW_COUNT()", outcome, ins->bound_sql(), "COMMIT",
-         // The row as the decision left it (or newer), in the same round trip: an operation whose
-         // wait was passivated gets its actor back from it without a read.
-         std::string("SELECT ") + detail::operation_columns + " FROM operation WHERE operation_id = " + id +
-             " AND @changeflow_flip = 1",
-         "SELECT @changeflow_flip, @changeflow_outcome, (SELECT version FROM operation "
-         "WHERE operation_id = " +
-             id + ")"},
-        [&](sql::ResultSet& rs) {
-          if (rs.getMetaData()->getColumnCount() != 3) {
-            if (rs.next()) row = detail::read_operation(rs);
-            return;
-          }
-          if (!rs.next()) return;
-          flip = rs.isNull(1) ? "" : rs.getString(1);
-          classified = rs.isNull(2) ? "" : rs.getString(2);
-          version = rs.isNull(3) ? "" : rs.getString(3);
-        });
+    detail::run_script(conn,
+                       {"START TRANSACTION", ins->bound_sql(), move, "SET @changeflow_flip = ROW_COUNT()", outcome,
+                        "UPDATE callback_ledger SET outcome = @changeflow_outcome, applied_at = NOW(3) "
+                        "WHERE delivery_id = " +
+                            key,
+                        "COMMIT",
+                        // The row as the decision left it (or newer), in the same round trip: an operation whose
+                        // wait was passivated gets its actor back from it without a read.
+                        std::string("SELECT ") + detail::operation_columns +
+                            " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
+                        "SELECT @changeflow_flip, @changeflow_outcome, (SELECT version FROM operation "
+                        "WHERE operation_id = " +
+                            id + ")"},
+                       [&](sql::ResultSet& rs) {
+                         if (rs.getMetaData()->getColumnCount() != 3) {
+                           if (rs.next()) row = detail::read_operation(rs);
+                           return;
+                         }
+                         if (!rs.next()) return;
+                         flip = rs.isNull(1) ? "" : rs.getString(1);
+                         classified = rs.isNull(2) ? "" : rs.getString(2);
+                         version = rs.isNull(3) ? "" : rs.getString(3);
+                       });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;
     tx.rollback();

@@ -589,38 +589,35 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
   test_database db;
   auto setup = db.connect();
   auto id = new_op(*setup, "mel", "t");
-  // `other` holds the callback's ledger key (uncommitted) and is the heavier transaction, so the
-  // database picks the callback as the victim of the cycle below.
   auto other = db.connect();
   other->setAutoCommit(false);
   std::unique_ptr<sql::Statement> st(other->createStatement());
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 5; ++i) {
     st->execute(
         "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES "
         "('heavier-" +
         std::to_string(i) + "', 'approval', '" + id + "', 'APPLIED', NOW(3))");
   }
-  st->execute(
-      "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES "
-      "('d-deadlock', 'approval', '" +
-      id + "', 'APPLIED', NOW(3))");
+  std::unique_ptr<sql::ResultSet>(
+      st->executeQuery("SELECT * FROM operation WHERE operation_id = '" + id + "' FOR UPDATE"));
   auto callback = db.connect();
   const auto callback_id = connection_id(*callback);
   const auto conflicts_before = conflicts_seen();
   auto pending = std::async(std::launch::async, [&] {
     return apply_approval_callback(*callback, "d-deadlock", id, approval_result::APPROVED, "");
   });
-  // The callback has moved the operation row (its lock) and waits for the ledger key.
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
-        return db.scalar("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = " +
-                         std::to_string(callback_id) + " AND trx_state = 'LOCK WAIT'") == "1";
+        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
+                         std::to_string(callback_id) + " AND INFO LIKE '%UPDATE operation SET step%'") == "1";
       },
       10s))
-      << "the callback never waited for the ledger key";
-  // Closes the cycle: this read waits for the callback's row lock, which waits for our ledger key.
-  std::unique_ptr<sql::ResultSet>(
-      st->executeQuery("SELECT * FROM operation WHERE operation_id = '" + id + "' FOR UPDATE"));
+      << "the callback never waited for the operation row";
+  // Closes the cycle: this insert waits for the callback's ledger row, which waits for our row lock.
+  st->execute(
+      "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES "
+      "('d-deadlock', 'approval', '" +
+      id + "', 'APPLIED', NOW(3))");
   other->rollback();
   auto r = pending.get();
   ASSERT_TRUE(r.ok()) << r.error.code << " " << r.error.message;
