@@ -160,7 +160,8 @@ std::optional<db_error> refuse_initial_step(const new_operation& op) {
                   std::string(workflow::to_string(op.initial_step)) + " is not an initial step"};
 }
 
-db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction) {
+db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction,
+                                           bool commit_in_text) {
   using R = db_result<create_outcome>;
   const sql_text t(conn);
   const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
@@ -171,15 +172,28 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   const std::string read_binding =
       "SELECT operation_id, phase INTO @changeflow_bound_op, @changeflow_bound_phase FROM binding WHERE " + target +
       " FOR UPDATE";
+  std::string reappliable;
+  for (auto p : workflow::all_phases) {
+    if (!workflow::is_reappliable(p)) continue;
+    reappliable += (reappliable.empty() ? "'" : ", '") + std::string(workflow::to_string(p)) + "'";
+  }
   // The operation's INSERT carries its first event (created or re-applied) to the creation trigger.
+  // When the text commits itself, the row is written only when the change takes the target (no
+  // binding, or one whose change ended), which the binding's writes below then do; an id that exists
+  // is still inserted, so its primary key answers "duplicate" as before.
   std::string cause = "IF(@changeflow_bound_op IS NULL, 'created', 're-applied')";
   if (!op.revert_of.empty()) cause = "CONCAT(" + cause + ", " + t.quote("; revert of " + op.revert_of) + ")";
-  auto ins = prepare(conn,
-                     "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-                     "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
-                     "event_cause, event_actor, event_instance, revert_of) "
-                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, " +
-                         cause + ", ?, ?, ?)");
+  auto ins = prepare(
+      conn,
+      "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
+      "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
+      "event_cause, event_actor, event_instance, revert_of) "
+      "SELECT ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, " +
+          cause + ", ?, ?, ? FROM DUAL" +
+          (commit_in_text
+               ? " WHERE @changeflow_bound_op IS NULL OR @changeflow_bound_phase IN (" + reappliable +
+                     ") OR EXISTS (SELECT 1 FROM operation WHERE operation_id = " + t.quote(op.operation_id) + ")"
+               : std::string()));
   ins->setString(1, op.operation_id);
   ins->setString(2, op.subject_id);
   ins->setString(3, op.target_key);
@@ -198,11 +212,6 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   set_opt_string(*ins, 16, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
   const std::string id = t.quote(op.operation_id);
   const std::string phase = t.quote(initial_phase);
-  std::string reappliable;
-  for (auto p : workflow::all_phases) {
-    if (!workflow::is_reappliable(p)) continue;
-    reappliable += (reappliable.empty() ? "'" : ", '") + std::string(workflow::to_string(p)) + "'";
-  }
   std::vector<std::string> script;
   if (begin_transaction) script.push_back("START TRANSACTION");
   script.insert(
@@ -223,8 +232,9 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
        "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
        "replaced_operation_id, replaced_phase, applied_at) SELECT " +
            t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
-           ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1",
-       "SELECT @changeflow_bound, @changeflow_bound_op IS NULL, @changeflow_bound_phase"});
+           ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1"});
+  if (commit_in_text) script.push_back("COMMIT");
+  script.push_back("SELECT @changeflow_bound, @changeflow_bound_op IS NULL, @changeflow_bound_phase");
   bool bound = false, first_apply = true;
   std::optional<std::string> held_phase;
   try {
@@ -236,6 +246,11 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
     });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;
+    // The text stopped before its COMMIT: nothing of it stays.
+    if (commit_in_text) {
+      std::unique_ptr<sql::Statement> rb(conn.createStatement());
+      rb->execute("ROLLBACK");
+    }
     // The operation id exists (its INSERT is the first write that can collide), or a concurrent
     // first apply took the target between the read and the binding's INSERT.
     auto known = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
@@ -266,8 +281,11 @@ db_result<create_outcome> create_operation(session s, const new_operation& op) {
   if (auto refused = detail::refuse_initial_step(op)) return R::failure(*refused);
   return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn, detail::transaction::begun_in_script{});
-    auto r = detail::insert_operation(conn, op, true);
-    if (r.ok() && r.value == create_outcome::created) tx.commit();
+    auto r = detail::insert_operation(conn, op, true, true);
+    // Every answer comes with the transaction ended: committed by the text (what it wrote, or
+    // nothing), or rolled back after a duplicate key stopped it. Anything else threw, and the guard
+    // rolls back.
+    if (r.ok()) tx.ended_by_script();
     return r;
   });
 }

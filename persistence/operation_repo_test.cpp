@@ -197,6 +197,34 @@ TEST(BoundStatement, PlaceholdersOutsideQuotesAreBoundAndValuesEscaped) {
             "1");
 }
 
+// A submission is ONE round trip: the text reads the binding under its lock, writes only what a
+// change that takes the target writes, and commits itself. Round trips = the session's statements
+// (Questions) - (statements inside texts - texts); the two SHOW statements here are the other two.
+TEST(OperationRepo, ASubmissionIsOneRoundTripWhateverItsAnswer) {
+  test_database db;
+  auto c = db.connect();
+  auto round_trips = [&](auto&& run) {
+    const auto q0 = session_status(*c, "Questions");
+    const auto s0 = scripts_sent();
+    run();
+    const auto s1 = scripts_sent();
+    const auto q1 = session_status(*c, "Questions");
+    return (q1 - q0 - 1) - static_cast<std::int64_t>((s1.statements - s0.statements) - (s1.texts - s0.texts));
+  };
+  new_operation op;
+  op.operation_id = ids::new_uuid();
+  op.subject_id = "ria";
+  op.target_key = "t1";
+  EXPECT_EQ(round_trips([&] { EXPECT_EQ(create_operation(*c, op).value, create_outcome::created); }), 1);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + op.operation_id + "'"), "1")
+      << "committed by the text itself";
+  new_operation held = op;
+  held.operation_id = ids::new_uuid();
+  EXPECT_EQ(round_trips([&] { EXPECT_EQ(create_operation(*c, held).value, create_outcome::in_progress); }), 1);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), "1") << "a held target: nothing written";
+  EXPECT_EQ(session_status(*c, "Com_rollback"), 0) << "nothing to roll back either";
+}
+
 TEST(OperationRepo, CreateIsIdempotentAndRefusesToOverwriteActiveRows) {
   test_database db;
   auto c = db.connect();

@@ -23,12 +23,15 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
 /// A creation whose first step is not `workflow::is_initial_step` is refused before any SQL.
 std::optional<db_error> refuse_initial_step(const new_operation& op);
 
-/// create_operation's statements, sent as ONE text, inside a transaction the caller owns and
-/// commits only on `created` (any other answer wrote nothing the caller should keep). With
+/// create_operation's statements, sent as ONE text, inside a transaction the caller owns. With
 /// `begin_transaction` the text starts that transaction itself (the caller's guard was made with
-/// transaction::begun_in_script), so a creation is two round trips: this text and the COMMIT.
+/// transaction::begun_in_script). With `commit_in_text` as well, the text also ends it: every write
+/// in it is conditional on the binding it read under its lock (nothing is written unless the change
+/// takes the target), so it commits in the same round trip whatever the answer, and a creation is ONE
+/// round trip; a statement error stops the text before its COMMIT and the caller rolls back. Without
+/// it the caller commits only on `created` (any other answer wrote nothing the caller should keep).
 db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op,
-                                           bool begin_transaction = false);
+                                           bool begin_transaction = false, bool commit_in_text = false);
 
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;
