@@ -85,8 +85,8 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
       std::to_string(workflow::code_of(step::APPROVAL_REJECTED)) + ", " +
       std::to_string(workflow::code_of(step::APPROVAL_WITHDRAWN)) + ")) THEN 'OUT_OF_ORDER' ELSE 'IGNORED_STALE' END";
   detail::transaction tx(conn, detail::transaction::begun_in_script{});
-  std::string flip, classified, version;
-  std::optional<operation_row> row;
+  std::string flip, classified;
+  std::optional<operation_row> row;  // its version is the one the decision wrote (or a later one)
   try {
     detail::run_script(conn,
                        {"START TRANSACTION", ins->bound_sql(), move, "SET @changeflow_flip = ROW_COUNT()", outcome,
@@ -98,18 +98,15 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                         // wait was passivated gets its actor back from it without a read.
                         std::string("SELECT ") + detail::operation_columns +
                             " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
-                        "SELECT @changeflow_flip, @changeflow_outcome, (SELECT version FROM operation "
-                        "WHERE operation_id = " +
-                            id + ")"},
+                        "SELECT @changeflow_flip, @changeflow_outcome"},
                        [&](sql::ResultSet& rs) {
-                         if (rs.getMetaData()->getColumnCount() != 3) {
+                         if (rs.getMetaData()->getColumnCount() != 2) {
                            if (rs.next()) row = detail::read_operation(rs);
                            return;
                          }
                          if (!rs.next()) return;
                          flip = rs.isNull(1) ? "" : rs.getString(1);
                          classified = rs.isNull(2) ? "" : rs.getString(2);
-                         version = rs.isNull(3) ? "" : rs.getString(3);
                        });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;
@@ -117,7 +114,11 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
     return std::nullopt;
   }
   tx.ended_by_script();
-  if (flip == "1") return approval_applied{callback_outcome::APPLIED, target, std::stoll(version), std::move(row)};
+  if (flip == "1") {
+    // No row only if the operation was deleted right after the commit: then the version is unknown.
+    auto version = row ? std::optional<std::int64_t>(row->version) : std::nullopt;
+    return approval_applied{callback_outcome::APPLIED, target, version, std::move(row)};
+  }
   return approval_applied{
       classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}, {}};
 }

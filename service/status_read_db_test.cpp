@@ -60,6 +60,15 @@ struct fixture {
         service::status_query{id}, [](const persistence::operation_row&, auto decide) { decide(true); },
         [&into](service::status_view v) { into = std::move(v); });
   }
+  /// A wait of 20 s whose answer lands in `into`, with its first read run.
+  void wait_for(const std::string& id, std::optional<service::status_view>& into) {
+    service::status_query q{id};
+    q.wait_ms = 20000;
+    reads->read(
+        q, [](const persistence::operation_row&, auto decide) { decide(true); },
+        [&into](service::status_view v) { into = std::move(v); });
+    pool.run_queued(ctx);
+  }
   /// SELECTs the read pool's connection has run so far (the worker's own session counter).
   long selects_so_far() {
     long n = -1;
@@ -214,12 +223,7 @@ TEST(WaitedStatusRows, AWriteThatHandsOverItsRowAnswersTheWaitWithoutAQuery) {
   fixture f;
   auto id = persistence::test::new_op(*f.conn, "gina", "repo/g.yaml");
   std::optional<service::status_view> got;
-  service::status_query q{id};
-  q.wait_ms = 20000;
-  f.reads->read(
-      q, [](const persistence::operation_row&, auto decide) { decide(true); },
-      [&got](service::status_view v) { got = std::move(v); });
-  f.pool.run_queued(f.ctx);  // the wait's first read: version 1, nothing moved yet
+  f.wait_for(id, got);  // its first read: version 1, nothing moved yet
   ASSERT_FALSE(got) << "the wait answered before the change moved";
   const auto completed = f.pool.stats().completed;
 
@@ -240,12 +244,7 @@ TEST(WaitedStatusRows, AWriteWithoutItsRowWakesTheWaitByAReadOfTheDatabase) {
   fixture f;
   auto id = persistence::test::new_op(*f.conn, "hal", "repo/h.yaml");
   std::optional<service::status_view> got;
-  service::status_query q{id};
-  q.wait_ms = 20000;
-  f.reads->read(
-      q, [](const persistence::operation_row&, auto decide) { decide(true); },
-      [&got](service::status_view v) { got = std::move(v); });
-  f.pool.run_queued(f.ctx);
+  f.wait_for(id, got);
   ASSERT_FALSE(got);
   f.move_behind_its_back(id, "v2");
   f.reads->row_written(id);
