@@ -293,6 +293,11 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   EXPECT_TRUE(r.value.validated);
   EXPECT_EQ(r.value.outcome, deploy_outcome::APPLIED);
   EXPECT_EQ(phase_of(db, id), "VALIDATED");
+  // The row as the flip left it came back in the same round trip (for the change's status readers).
+  ASSERT_TRUE(r.value.row);
+  EXPECT_EQ(r.value.row->phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(std::to_string(r.value.row->version),
+            db.scalar("SELECT version FROM operation WHERE operation_id = '" + id + "'"));
   EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + id + "'"),
             std::to_string(workflow::code_of(workflow::step::CALLED_BACK)));
   EXPECT_EQ(db.scalar("SELECT CONCAT(actor, '|', cause) FROM operation_event WHERE operation_id = '" + id +
@@ -318,6 +323,7 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   auto late = record_and_settle_deploy(*c, success_naming("p-41-rerun", 41, id), "{}", id);
   ASSERT_TRUE(late.ok()) << late.error.message;
   EXPECT_EQ(late.value.outcome, deploy_outcome::IGNORED_STALE);
+  EXPECT_FALSE(late.value.row) << "a delivery that moved nothing hands back no row";
   EXPECT_FALSE(late.value.validated);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_operation WHERE operation_id = '" + id + "'"), "2");
 

@@ -165,11 +165,17 @@ void submit_reload(self_ptr self) {
   }
 }
 
+bool svc_watches(runtime::services* svc, const std::string& operation_id) {
+  return svc->row_watched && svc->row_watched(operation_id);
+}
+
 void submit_persist(self_ptr self) {
   auto& st = self->state;
   st.busy = true;
   auto handle = caf::actor_cast<request_actor>(self);
   auto req = *st.pending_write;
+  // A status reader keeps this change's row: have the committed row come back with the write.
+  req.want_row = svc_watches(st.svc, req.operation_id);
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
   auto project = st.repository;
   auto* svc = st.svc;
@@ -207,7 +213,9 @@ void submit_persist(self_ptr self) {
     queued = st.svc->transitions->submit(req, std::move(finish));
   } else {
     queued = st.svc->db->try_submit([req, finish = std::move(finish)](persistence::db_context& db) {
-      finish(db, persistence::transition(db, req), nullptr);
+      std::optional<persistence::operation_row> row;
+      auto r = persistence::transition(db, req, req.want_row ? &row : nullptr);
+      finish(db, r, row ? &*row : nullptr);
     });
   }
   if (!queued) {

@@ -16,6 +16,8 @@
 #include <caf/send.hpp>
 
 #include <deque>
+#include <string>
+#include <vector>
 
 namespace changeflow::messages {
 void PrintTo(call_kind k, std::ostream* os) {
@@ -68,6 +70,25 @@ class in_process : public actors::testing::in_process_actors {
   }
 
   void answer(call_reply r) { answers_.push_back(std::move(r)); }
+  /// A new change of ann's to `target`, its actor spawned, the approval request it makes answered
+  /// with `approval_id` (the answer is queued; the external pool has not run it yet).
+  void asked_for_approval(const std::string& target, const std::string& approval_id);
+  /// The approval callback's unit applies APPROVED to the change, and the actor is nudged with the
+  /// step and version it wrote (as the callback intake does); returns the unit's answer.
+  persistence::approval_applied approved_and_named() {
+    auto decided =
+        persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
+    EXPECT_TRUE(decided.ok()) << decided.error.message;
+    EXPECT_EQ(decided.value.new_step, S::APPROVAL_APPROVED);
+    auto a = registry_.find(id_);
+    EXPECT_TRUE(a.has_value());
+    if (a && decided.ok()) {
+      caf::anon_send(caf::actor_cast<request_actor>(*a),
+                     messages::row_changed{"approval callback", workflow::code_of(S::APPROVAL_APPROVED),
+                                           *decided.value.new_version});
+    }
+    return decided.value;
+  }
 
   /// An actor in CREATE_MR_OPENED that read the pipeline running and waits for its next poll.
   void polling_a_running_pipeline();
@@ -106,6 +127,15 @@ call_reply ok(call_kind k) {
   call_reply r;
   r.kind = k;
   return r;
+}
+
+void in_process::asked_for_approval(const std::string& target, const std::string& approval_id) {
+  id_ = new_op(setup_db_, "ann", target);
+  spawn();
+  run_messages();
+  auto submitted = ok(call_kind::submit_approval);
+  submitted.approval_id = approval_id;
+  answer(submitted);
 }
 
 call_reply pipeline(const std::string& status) {
@@ -158,6 +188,33 @@ TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
   EXPECT_TRUE(actor_alive());
 }
 
+// A change someone polls (its status row is kept): the actor's write brings its committed row back
+// and hands it to the status reads; a change nobody reads is only signalled, and its write carries
+// no read.
+TEST_F(in_process, AWriteToAWatchedChangeHandsItsCommittedRowToTheStatusReads) {
+  std::vector<std::int64_t> handed;
+  std::vector<std::string> told;
+  bool watched = true;
+  svc_.row_watched = [&](const std::string&) { return watched; };
+  svc_.row_written_as = [&](const persistence::operation_row& r) { handed.push_back(r.version); };
+  svc_.row_written = [&](const std::string& id) { told.push_back(id); };
+  asked_for_approval("t1", "appr-1");
+  run_external();
+  run_db();
+  ASSERT_EQ(row().step, S::APPROVAL_SENT);
+  EXPECT_EQ(handed, std::vector<std::int64_t>{row().version}) << "the row it committed was handed over";
+  EXPECT_TRUE(told.empty());
+
+  // Nobody reads it any more: the next write is signalled without a row.
+  watched = false;
+  approved_and_named();
+  run_messages();
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  EXPECT_EQ(told, std::vector<std::string>{id_});
+  EXPECT_EQ(handed.size(), 1u);
+}
+
 // Callback nudges that arrive while a write is in flight coalesce: one re-read after the write, not
 // one per nudge, and never a second write of the same transition.
 TEST_F(in_process, NudgesDuringAWriteCoalesceIntoOneReread) {
@@ -198,20 +255,12 @@ TEST_F(in_process, AWriterThatNamesWhatItWroteSavesTheActorItsRead) {
   spawn();
   run_messages();
   ASSERT_EQ(queued_db(), 0u) << "APPROVAL_SENT waits for the decision";
-  auto decided =
-      persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
-  ASSERT_TRUE(decided.ok()) << decided.error.message;
-  ASSERT_EQ(decided.value.new_step, S::APPROVAL_APPROVED);
-  auto a = registry_.find(id_);
-  ASSERT_TRUE(a.has_value());
-  caf::anon_send(
-      caf::actor_cast<request_actor>(*a),
-      messages::row_changed{"approval callback", workflow::code_of(S::APPROVAL_APPROVED), *decided.value.new_version});
+  auto decided = approved_and_named();
   run_messages();
   ASSERT_EQ(queued_db(), 1u);
   db_pool_.run_queued(db_ctx_, 1);
   EXPECT_EQ(row().step, S::CREATE_STARTED) << "the one job was the next transition, not a read of the row";
-  EXPECT_EQ(row().version, *decided.value.new_version + 1);
+  EXPECT_EQ(row().version, *decided.new_version + 1);
   EXPECT_EQ(db_pool_.stats().completed, 1u);
 }
 
@@ -540,12 +589,7 @@ class passivating : public in_process {
 
   /// A new change, walked by its actor to APPROVAL_SENT (the approval request answered).
   void sent_for_approval() {
-    id_ = new_op(setup_db_, "ann", "p1");
-    spawn();
-    run_messages();
-    auto submitted = ok(call_kind::submit_approval);
-    submitted.approval_id = "appr-p";
-    answer(submitted);
+    asked_for_approval("p1", "appr-p");
     settle();
   }
 };

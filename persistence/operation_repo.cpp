@@ -137,11 +137,31 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
   return q;
 }
 
-db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req) {
+db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
+                                         std::optional<operation_row>* committed) {
   // One round trip: the statement is autocommitted.
-  const std::string q = transition_update_sql(sql_text(conn), req);
+  const sql_text t(conn);
+  const std::string q = transition_update_sql(t, req);
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
-  if (upd->executeUpdate(q) != 1) {
+  bool landed = false;
+  if (!committed) {
+    landed = upd->executeUpdate(q) == 1;
+  } else {
+    // The same statement, then the row at the version it wrote, in one text: the UPDATE's own count
+    // (the first result of a multi-statement is reported) says whether it landed, and only then is
+    // the row read what it committed (another writer's row at that version would mean it did not).
+    count_script(2);
+    upd->execute(q + ";\nSELECT " + operation_columns + " FROM operation WHERE operation_id = " +
+                 t.quote(req.operation_id) + " AND version = " + std::to_string(req.expected_version + 1));
+    landed = upd->getUpdateCount() == 1;
+    if (upd->getMoreResults()) {
+      rs_ptr rs(upd->getResultSet());
+      if (landed && rs->next()) *committed = read_operation(*rs);
+    }
+    while (upd->getMoreResults()) {
+    }
+  }
+  if (!landed) {
     // Only on the failure path: tell "gone" from "moved on" for the caller.
     auto probe = prepare(conn, "SELECT 1 FROM operation WHERE operation_id = ?");
     probe->setString(1, req.operation_id);
@@ -161,7 +181,7 @@ std::optional<db_error> refuse_initial_step(const new_operation& op) {
 }
 
 db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction,
-                                           bool commit_in_text) {
+                                           bool commit_in_text, std::optional<operation_row>* created) {
   using R = db_result<create_outcome>;
   const sql_text t(conn);
   const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
@@ -234,11 +254,23 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
            t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
            ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1"});
   if (commit_in_text) script.push_back("COMMIT");
+  // The row as the creation committed it (nothing when the change did not take the target), so the
+  // first status read of a new change needs no query of its own.
+  const bool read_row = commit_in_text && created;
+  if (read_row) {
+    script.push_back(std::string("SELECT ") + operation_columns + " FROM operation WHERE operation_id = " + id +
+                     " AND @changeflow_bound = 1");
+  }
   script.push_back("SELECT @changeflow_bound, @changeflow_bound_op IS NULL, @changeflow_bound_phase");
   bool bound = false, first_apply = true;
   std::optional<std::string> held_phase;
+  std::optional<operation_row> row;
   try {
     detail::run_script(conn, script, [&](sql::ResultSet& rs) {
+      if (read_row && rs.getMetaData()->getColumnCount() > 3) {  // the row, before the answer's 3 columns
+        if (rs.next()) row = read_operation(rs);
+        return;
+      }
       if (!rs.next()) return;
       bound = rs.getInt(1) == 1;
       first_apply = rs.getInt(2) == 1;
@@ -258,7 +290,10 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
     rs_ptr rs(known->executeQuery());
     return R::success(rs->next() ? create_outcome::duplicate_operation : create_outcome::preempted);
   }
-  if (bound) return R::success(create_outcome::created);
+  if (bound) {
+    if (created) *created = std::move(row);
+    return R::success(create_outcome::created);
+  }
   if (first_apply) return R::success(create_outcome::preempted);
   auto p = held_phase ? workflow::parse_phase(*held_phase) : std::nullopt;
   return R::success(!p || !workflow::is_reappliable(*p) ? create_outcome::in_progress : create_outcome::preempted);
@@ -276,12 +311,12 @@ std::string_view to_string(create_outcome o) {
   return "preempted";
 }
 
-db_result<create_outcome> create_operation(session s, const new_operation& op) {
+db_result<create_outcome> create_operation(session s, const new_operation& op, std::optional<operation_row>* created) {
   using R = db_result<create_outcome>;
   if (auto refused = detail::refuse_initial_step(op)) return R::failure(*refused);
   return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
     detail::transaction tx(conn, detail::transaction::begun_in_script{});
-    auto r = detail::insert_operation(conn, op, true, true);
+    auto r = detail::insert_operation(conn, op, true, true, created);
     // Every answer comes with the transaction ended: committed by the text (what it wrote, or
     // nothing), or rolled back after a duplicate key stopped it. Anything else threw, and the guard
     // rolls back.
@@ -389,13 +424,13 @@ std::optional<db_error> refuse_transition(const transition_request& req) {
 
 }  // namespace
 
-db_result<std::int64_t> transition(session s, const transition_request& req) {
+db_result<std::int64_t> transition(session s, const transition_request& req, std::optional<operation_row>* committed) {
   using R = db_result<std::int64_t>;
   if (auto refused = refuse_transition(req)) return R::failure(*refused);
   return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
     // The common case is one autocommitted statement (see apply_transition); only an admission to
     // the batch waiting set needs a second statement and therefore a transaction.
-    if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req);
+    if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req, committed);
     detail::transaction tx(conn);
     auto r = detail::apply_transition(conn, req);
     if (!r.ok()) return r;  // rolled back by the guard

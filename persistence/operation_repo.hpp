@@ -80,7 +80,10 @@ std::string_view to_string(create_outcome o);
 /// Inserts operation + binding (insert, or in-place reset of a re-appliable row pinned to the exact
 /// phase and operation id read) + binding_history + first event, in one transaction (I5).
 /// An initial step that is not `is_initial_step` is refused as illegal_transition before any SQL.
-db_result<create_outcome> create_operation(session s, const new_operation& op);
+/// With `created`, the new row as the creation committed it is read in the same round trip and
+/// stored there (only when the answer is `created`).
+db_result<create_outcome> create_operation(session s, const new_operation& op,
+                                           std::optional<operation_row>* created = nullptr);
 
 db_result<operation_row> load_operation(session s, const std::string& operation_id);
 /// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
@@ -139,13 +142,20 @@ struct transition_request {
   /// stored as next_wake_at (wake_in_ms), with no timeline event and no change of `updated_at`.
   bool retry_in_step = false;
   std::optional<owner_fence> fence;
+  /// Someone reads this change's row (a status reader keeps it): when the transition commits alone,
+  /// the row it committed is read in the same round trip and handed to them (a group reads every
+  /// row it moved anyway).
+  bool want_row = false;
 };
 
 /// One transaction: guarded UPDATE operation, UPDATE binding phase, INSERT event, commit.
 /// With `retry_in_step`: the same guard, one UPDATE that records the failed attempt and the next try.
 /// Returns the new version. illegal_transition (no SQL ran), preempted (version/step/owner moved),
-/// not_found, retryable, fatal.
-db_result<std::int64_t> transition(session s, const transition_request& req);
+/// not_found, retryable, fatal. With `committed`, the row as this transition committed it is read in
+/// the same round trip (a second statement of the same text, pinned to the new version) and stored
+/// there; it stays unset when the transition did not land.
+db_result<std::int64_t> transition(session s, const transition_request& req,
+                                   std::optional<operation_row>* committed = nullptr);
 
 /// Group commit: the transitions of several operations in ONE transaction sent as ONE round trip
 /// (`SET; START TRANSACTION; UPDATE ...; ...; COMMIT; SELECT; SET`), so N ready transitions cost

@@ -197,20 +197,27 @@ TEST(BoundStatement, PlaceholdersOutsideQuotesAreBoundAndValuesEscaped) {
             "1");
 }
 
+namespace {
+/// Round trips `run` made on `c`: the session's statements (Questions) - (statements inside texts -
+/// texts), less the SHOW that reads the counter afterwards.
+template <typename Run>
+std::int64_t round_trips_of(sql::Connection& c, Run&& run) {
+  const auto q0 = session_status(c, "Questions");
+  const auto s0 = scripts_sent();
+  run();
+  const auto s1 = scripts_sent();
+  const auto q1 = session_status(c, "Questions");
+  return (q1 - q0 - 1) - static_cast<std::int64_t>((s1.statements - s0.statements) - (s1.texts - s0.texts));
+}
+}  // namespace
+
 // A submission is ONE round trip: the text reads the binding under its lock, writes only what a
 // change that takes the target writes, and commits itself. Round trips = the session's statements
 // (Questions) - (statements inside texts - texts); the two SHOW statements here are the other two.
 TEST(OperationRepo, ASubmissionIsOneRoundTripWhateverItsAnswer) {
   test_database db;
   auto c = db.connect();
-  auto round_trips = [&](auto&& run) {
-    const auto q0 = session_status(*c, "Questions");
-    const auto s0 = scripts_sent();
-    run();
-    const auto s1 = scripts_sent();
-    const auto q1 = session_status(*c, "Questions");
-    return (q1 - q0 - 1) - static_cast<std::int64_t>((s1.statements - s0.statements) - (s1.texts - s0.texts));
-  };
+  auto round_trips = [&](auto&& run) { return round_trips_of(*c, run); };
   new_operation op;
   op.operation_id = ids::new_uuid();
   op.subject_id = "ria";
@@ -223,6 +230,47 @@ TEST(OperationRepo, ASubmissionIsOneRoundTripWhateverItsAnswer) {
   EXPECT_EQ(round_trips([&] { EXPECT_EQ(create_operation(*c, held).value, create_outcome::in_progress); }), 1);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), "1") << "a held target: nothing written";
   EXPECT_EQ(session_status(*c, "Com_rollback"), 0) << "nothing to roll back either";
+}
+
+// A write that someone's status reads are watching brings its committed row back in the same
+// round trip: the creation, and a transition committed alone.
+TEST(OperationRepo, ACreationAndATransitionHandBackTheRowTheyCommittedInTheSameRoundTrip) {
+  test_database db;
+  auto c = db.connect();
+  auto round_trips = [&](auto&& run) { return round_trips_of(*c, run); };
+  auto op = test::new_operation_for("una", "t-row");
+  std::optional<operation_row> created;
+  EXPECT_EQ(round_trips([&] { EXPECT_EQ(create_operation(*c, op, &created).value, create_outcome::created); }), 1);
+  ASSERT_TRUE(created);
+  EXPECT_EQ(created->operation_id, op.operation_id);
+  EXPECT_EQ(created->version, 1);
+  EXPECT_EQ(created->step, S::APPROVAL_SENDING);
+  EXPECT_EQ(created->created_at_ms, load_operation(*c, op.operation_id).value.created_at_ms);
+
+  // A held target: no row comes back.
+  auto held = test::new_operation_for("una", "t-row");
+  std::optional<operation_row> none;
+  EXPECT_EQ(create_operation(*c, held, &none).value, create_outcome::in_progress);
+  EXPECT_FALSE(none);
+
+  auto t = test::to_approval_sent(op.operation_id, 1);
+  std::optional<operation_row> committed;
+  EXPECT_EQ(round_trips([&] { EXPECT_TRUE(transition(*c, t, &committed).ok()); }), 1);
+  ASSERT_TRUE(committed);
+  EXPECT_EQ(committed->version, 2);
+  EXPECT_EQ(committed->step, S::APPROVAL_SENT);
+  EXPECT_EQ(committed->approval_id, t.approval_id);
+  EXPECT_EQ(committed->updated_at_ms, load_operation(*c, op.operation_id).value.updated_at_ms);
+
+  // A guard miss: no row, and the outcome is told apart as before, whoever holds the next version.
+  std::optional<operation_row> stale_row;
+  EXPECT_EQ(transition(*c, t, &stale_row).outcome, db_outcome::preempted);
+  EXPECT_FALSE(stale_row) << "the row at version 2 is not what this (missed) transition committed";
+  auto gone = test::to_approval_sent("00000000-0000-4000-8000-0000000000aa", 1);
+  EXPECT_EQ(transition(*c, gone, &stale_row).outcome, db_outcome::not_found);
+  EXPECT_FALSE(stale_row);
+  // The connection is in step after all of it.
+  EXPECT_EQ(load_operation(*c, op.operation_id).value.version, 2);
 }
 
 TEST(OperationRepo, CreateIsIdempotentAndRefusesToOverwriteActiveRows) {

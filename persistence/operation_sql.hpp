@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,10 @@ namespace changeflow::persistence::detail {
 /// Guarded UPDATE operation + binding phase + event. Throws sql::SQLException; returns ok with the
 /// new version, or preempted / not_found (nothing written by this call then). Does not consult the
 /// transition table: callers check `workflow::is_allowed` first, before any SQL.
-db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req);
+/// With `committed`, the row at the new version is read in the same text and stored there (left
+/// unset when the UPDATE did not land).
+db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
+                                         std::optional<operation_row>* committed = nullptr);
 
 /// The guarded UPDATE of one transition, as text (the group commit sends several in one round trip).
 std::string transition_update_sql(const sql_text& t, const transition_request& req);
@@ -30,8 +34,10 @@ std::optional<db_error> refuse_initial_step(const new_operation& op);
 /// takes the target), so it commits in the same round trip whatever the answer, and a creation is ONE
 /// round trip; a statement error stops the text before its COMMIT and the caller rolls back. Without
 /// it the caller commits only on `created` (any other answer wrote nothing the caller should keep).
+/// With `commit_in_text` and `created`, the new row is read after the COMMIT in the same text.
 db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op,
-                                           bool begin_transaction = false, bool commit_in_text = false);
+                                           bool begin_transaction = false, bool commit_in_text = false,
+                                           std::optional<operation_row>* created = nullptr);
 
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;

@@ -2,6 +2,7 @@
 
 #include "persistence/callback_repo.hpp"
 #include "persistence/callback_sql.hpp"
+#include "persistence/operation_sql.hpp"
 
 #include <optional>
 
@@ -165,21 +166,30 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
       detail::transaction tx(conn, detail::transaction::begun_in_script{});
       std::string flip, phase;
       try {
-        detail::run_script(
-            conn,
-            {"START TRANSACTION",
-             // Operation first (the lock order of every unit that writes it), held
-             // to COMMIT: see validate_if_deployed for the race this closes.
-             "SELECT 1 FROM operation WHERE operation_id = " + id + " FOR UPDATE", delivery->bound_sql(),
-             validate_update_sql(t, operation_id), "SET @changeflow_flip = ROW_COUNT()",
-             "SET @changeflow_phase = (SELECT phase FROM operation WHERE operation_id = " + id + ")",
-             ledger->bound_sql(), link->bound_sql(), "COMMIT", "SELECT @changeflow_flip, @changeflow_phase"},
-            [&](sql::ResultSet& rs) {
-              if (rs.getMetaData()->getColumnCount() == 2 && rs.next()) {
-                flip = rs.isNull(1) ? "" : rs.getString(1);
-                phase = rs.isNull(2) ? "" : rs.getString(2);
-              }
-            });
+        detail::run_script(conn,
+                           {"START TRANSACTION",
+                            // Operation first (the lock order of every unit that writes it), held
+                            // to COMMIT: see validate_if_deployed for the race this closes.
+                            "SELECT 1 FROM operation WHERE operation_id = " + id + " FOR UPDATE", delivery->bound_sql(),
+                            validate_update_sql(t, operation_id), "SET @changeflow_flip = ROW_COUNT()",
+                            "SET @changeflow_phase = (SELECT phase FROM operation WHERE operation_id = " + id + ")",
+                            ledger->bound_sql(), link->bound_sql(), "COMMIT",
+                            // The row as the flip left it (or newer), for the change's status readers.
+                            std::string("SELECT ") + detail::operation_columns +
+                                " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
+                            "SELECT @changeflow_flip, @changeflow_phase"},
+                           [&](sql::ResultSet& rs) {
+                             const auto columns = rs.getMetaData()->getColumnCount();
+                             if (columns > 2) {  // the row (the lock's SELECT 1 has one column)
+                               if (rs.next()) out.row = detail::read_operation(rs);
+                               return;
+                             }
+                             if (columns != 2) return;
+                             if (rs.next()) {
+                               flip = rs.isNull(1) ? "" : rs.getString(1);
+                               phase = rs.isNull(2) ? "" : rs.getString(2);
+                             }
+                           });
       } catch (const sql::SQLException& e) {
         if (e.getErrorCode() != 1062) throw;
         // Nothing written: the delivery was recorded before (or by a copy that committed first).

@@ -9,6 +9,7 @@
 // operation's MR number with it (see actors/reconciler.hpp for the inference and its condition).
 
 #include "persistence/callback_repo.hpp"
+#include "persistence/operation_repo.hpp"
 #include "persistence/result.hpp"
 #include "persistence/session.hpp"
 #include "workflow/status.hpp"
@@ -64,6 +65,8 @@ struct deploy_settlement {
   /// the ledger row is then PENDING and the caller applies the delivery the general way.
   std::optional<deploy_outcome> outcome;
   bool validated = false;  // this delivery flipped the operation (exactly one caller sees it)
+  /// With `validated`: the row as the flip left it (or newer), read in the same round trip.
+  std::optional<operation_row> row;
 };
 db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
                                                       const std::string& payload_json, const std::string& operation_id);

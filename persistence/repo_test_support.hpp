@@ -23,8 +23,9 @@
 
 namespace changeflow::persistence::test {
 
-inline std::string new_op(session c, const std::string& subject, const std::string& target,
-                          const std::string& requester = {}, const std::string& repository = {}) {
+/// A new change's fields (a fresh id), not yet created.
+inline new_operation new_operation_for(const std::string& subject, const std::string& target,
+                                       const std::string& requester = {}, const std::string& repository = {}) {
   new_operation op;
   op.requester = requester;
   op.repository = repository;
@@ -35,6 +36,12 @@ inline std::string new_op(session c, const std::string& subject, const std::stri
   op.title = "change " + target;
   op.payload_json = R"({"files":[{"path":"a.yaml"}]})";
   op.owner_instance = "test-instance";
+  return op;
+}
+
+inline std::string new_op(session c, const std::string& subject, const std::string& target,
+                          const std::string& requester = {}, const std::string& repository = {}) {
+  auto op = new_operation_for(subject, target, requester, repository);
   auto r = create_operation(c, op);
   EXPECT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(r.value, create_outcome::created);

@@ -128,7 +128,17 @@ void run_script(sql::Connection& c, const std::vector<std::string>& statements,
     if (i > 0) has_rows = st->getMoreResults();
     if (has_rows) {
       rs_ptr rs(st->getResultSet());
-      on_rows(*rs);
+      try {
+        on_rows(*rs);
+      } catch (...) {
+        // A reader that failed on its rows (a column it expected is missing) must not leave the
+        // text's remaining results unread: the connection would answer "commands out of sync" to
+        // everything after. The results are drained, then the error goes on.
+        rs.reset();
+        while (st->getMoreResults()) {
+        }
+        throw;
+      }
     }
   }
   while (st->getMoreResults()) {

@@ -144,8 +144,9 @@ void transition_committer::commit_loop(db_context& ctx) {
       }
     }
     if (group.size() == 1) {
-      auto r = transition(ctx, group.front().req);
-      complete(group.front(), r, nullptr);
+      std::optional<operation_row> row;
+      auto r = transition(ctx, group.front().req, group.front().req.want_row ? &row : nullptr);
+      complete(group.front(), r, row ? &*row : nullptr);
       continue;
     }
     std::vector<transition_request> reqs;

@@ -166,8 +166,11 @@ namespace {
 /// Every deploy intake that got as far as an outcome ends here: status readers are told, the
 /// ledger row is classified when the unit that applied it did not, and the outcome is counted and logged.
 deploy_intake finish_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
-                            const persistence::deploy_callback_in& cb, deploy_intake out) {
-  if (svc.row_written) {
+                            const persistence::deploy_callback_in& cb, deploy_intake out,
+                            const persistence::operation_row* written = nullptr) {
+  if (written && out.operation_ids.size() == 1 && svc.row_written_as) {
+    svc.row_written_as(*written);  // the one change it moved, as the flip left it
+  } else if (svc.row_written) {
     for (const auto& id : out.operation_ids) svc.row_written(id);
   }
   auto outcome = std::string(persistence::to_string(out.outcome));
@@ -248,7 +251,7 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
       out.validated = 1;
       actors::count_validated(*svc.metrics, actors::validation_path::callback);
     }
-    return finish_deploy(db, svc, claims, cb, std::move(out));
+    return finish_deploy(db, svc, claims, cb, std::move(out), settled.value.row ? &*settled.value.row : nullptr);
   }
   // Durable before anything else: the MR number (watermark) and the ledger row commit together.
   auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);

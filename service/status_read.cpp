@@ -110,9 +110,29 @@ std::size_t status_reads::kept_in_flight() const {
   return kept_.size();
 }
 
-std::uint64_t status_reads::write_count() const {
+std::uint64_t status_reads::write_mark() const {
   std::lock_guard lock(mutex_);
   return writes_;
+}
+
+bool status_reads::watched(const std::string& operation_id) const {
+  return kept(operation_id).has_value();
+}
+
+void status_reads::created(const persistence::operation_row& row, std::uint64_t mark) {
+  keep(row, mark);
+}
+
+void status_reads::drop_expired(clock::time_point now, std::chrono::milliseconds ttl) {
+  if (now - last_expiry_ < ttl) return;
+  last_expiry_ = now;
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    if (now - it->second.read_at >= ttl) {
+      it = kept_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id) const {
@@ -127,14 +147,17 @@ std::optional<persistence::operation_row> status_reads::kept(const std::string& 
 
 void status_reads::keep(const persistence::operation_row& row, std::uint64_t began) {
   if (immutable_step(row.step)) return;  // the ended-change cache has it
-  if (svc_.config->current()->http().status_cache_ms <= 0) return;
+  const auto ttl = svc_.config->current()->http().status_cache_ms;
+  if (ttl <= 0) return;
+  const auto now = clock::now();
   std::lock_guard lock(mutex_);
   if (began < kept_floor_) return;
   if (auto w = written_at_.find(row.operation_id); w != written_at_.end() && w->second > began) return;
+  drop_expired(now, std::chrono::milliseconds(ttl));
   if (kept_.size() >= max_cached_rows && !kept_.count(row.operation_id)) kept_.clear();
   auto& k = kept_[row.operation_id];
   k.row = row;
-  k.read_at = clock::now();
+  k.read_at = now;
 }
 
 std::int64_t status_reads::next_tick_ms() const {
@@ -217,7 +240,7 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
 }
 
 void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
-  auto began = write_count();
+  auto began = write_mark();
   if (!w->timeline) {
     auto snap = svc_.config->current();
     auto cap = static_cast<std::size_t>(std::max<std::int64_t>(1, snap->db().queue_capacity));

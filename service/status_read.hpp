@@ -103,6 +103,13 @@ class status_reads {
   /// (no other write of this instance came between) is replaced by `row` instead of dropped. Any
   /// other kept state is dropped as by row_written, so an older row never replaces a newer one.
   void row_written_as(const persistence::operation_row& row);
+  /// Whether a plain read would be answered from a kept row now: someone polls this change.
+  bool watched(const std::string& operation_id) const;
+  /// This instance's writes so far; taken before a creation and handed back with its row.
+  std::uint64_t write_mark() const;
+  /// A change this instance just created, as the creation committed it: kept for its first polls
+  /// unless a write of this instance to it came after `mark` (then that write's row is newer).
+  void created(const persistence::operation_row& row, std::uint64_t mark);
 
   /// Starts and stops the re-check job (the waits' deadlines and changes moved elsewhere).
   void start();
@@ -169,8 +176,11 @@ class status_reads {
   std::optional<persistence::operation_row> kept(const std::string& operation_id) const;
   /// Keeps `row`, read by a read that began at write count `began`, unless the change was written since.
   void keep(const persistence::operation_row& row, std::uint64_t began);
-  std::uint64_t write_count() const;
+  /// Under mutex_: at most once per http.status_cache_ms, drops the kept rows older than that, so
+  /// rows kept for changes nobody polls (every created change is kept) do not pile up to the bound.
+  void drop_expired(std::chrono::steady_clock::time_point now, std::chrono::milliseconds ttl);
   std::unordered_map<std::string, kept_row> kept_;
+  std::chrono::steady_clock::time_point last_expiry_ = std::chrono::steady_clock::now();
   /// The write count when this instance last wrote each change: a read that began before it keeps
   /// nothing. Apart from the rows, so a change written and never read costs a key and a number, not
   /// a row (a passivated wait has no actor, and this map is what it leaves here).

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace changeflow;
@@ -82,6 +83,14 @@ struct fixture {
     });
     pool.run_queued(ctx);
     return n;
+  }
+  /// A new change created with its row handed back (as the submission creates one).
+  std::pair<persistence::new_operation, std::optional<persistence::operation_row>> create(const std::string& subject,
+                                                                                          const std::string& target) {
+    auto op = persistence::test::new_operation_for(subject, target);
+    std::optional<persistence::operation_row> row;
+    EXPECT_EQ(persistence::create_operation(*conn, op, &row).value, persistence::create_outcome::created);
+    return {op, row};
   }
   /// Moves the row in the database only (no signal to the service), returning it as committed.
   persistence::operation_row move_behind_its_back(const std::string& id, const std::string& title) {
@@ -252,4 +261,36 @@ TEST(WaitedStatusRows, AWriteWithoutItsRowWakesTheWaitByAReadOfTheDatabase) {
   f.pool.run_queued(f.ctx);
   ASSERT_TRUE(got);
   EXPECT_EQ(got->row.title, "v2");
+}
+
+TEST(KeptStatusRows, ACreatedRowAnswersTheFirstPollWithoutAQueryAndMarksTheChangeWatched) {
+  fixture f;
+  const auto mark = f.reads->write_mark();
+  auto [op, created] = f.create("ida", "repo/i.yaml");
+  ASSERT_TRUE(created) << "the creation did not hand back its row";
+  EXPECT_FALSE(f.reads->watched(op.operation_id));
+  f.reads->created(*created, mark);
+  EXPECT_TRUE(f.reads->watched(op.operation_id));
+
+  // Changed behind the service's back: only a read that queried would see the new title.
+  f.move_behind_its_back(op.operation_id, "moved elsewhere");
+  auto r = f.read(op.operation_id);
+  EXPECT_EQ(r.version, 1);
+  EXPECT_EQ(r.title, created->title);
+  EXPECT_EQ(f.pool.stats().completed, 0u) << "the first poll queried";
+}
+
+TEST(KeptStatusRows, ACreatedRowIsNotKeptWhenAWriteOfThisInstanceCameAfterItsMark) {
+  fixture f;
+  const auto mark = f.reads->write_mark();
+  auto [op, created] = f.create("jo", "repo/j.yaml");
+  ASSERT_TRUE(created);
+  // The actor's first write lands (and is signalled) before the creation's row is handed over: the
+  // creation's row is older than what the database holds, so it must not be kept.
+  auto v2 = f.move_behind_its_back(op.operation_id, "v2");
+  f.reads->row_written(op.operation_id);
+  f.reads->created(*created, mark);
+  EXPECT_FALSE(f.reads->watched(op.operation_id));
+  EXPECT_EQ(f.read(op.operation_id).version, v2.version);
+  EXPECT_EQ(f.pool.stats().completed, 1u);
 }

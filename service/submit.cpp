@@ -66,9 +66,16 @@ submit_result start_created(persistence::session db, runtime::services& svc, con
 
 namespace {
 
-/// Creates the operation and spawns its actor.
+/// Creates the operation and spawns its actor. The row the creation committed comes back in the
+/// same round trip and is kept for the change's first status poll.
 submit_result create_and_start(persistence::session db, runtime::services& svc, const persistence::new_operation& op) {
-  return start_created(db, svc, op, persistence::create_operation(db, op));
+  const bool reads = svc.write_mark && svc.row_created;
+  const auto mark = reads ? svc.write_mark() : 0;
+  std::optional<persistence::operation_row> row;
+  auto created = persistence::create_operation(db, op, reads ? &row : nullptr);
+  // Before the actor starts: its first write then finds the row kept and replaces it.
+  if (row) svc.row_created(*row, mark);
+  return start_created(db, svc, op, created);
 }
 
 }  // namespace

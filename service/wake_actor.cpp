@@ -12,7 +12,11 @@ namespace changeflow::service {
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause,
                        std::optional<std::int64_t> written_version, const persistence::operation_row* written_row) {
-  if (svc.row_written) svc.row_written(operation_id);
+  if (written_row && svc.row_written_as) {
+    svc.row_written_as(*written_row);
+  } else if (svc.row_written) {
+    svc.row_written(operation_id);
+  }
   if (auto a = svc.actors->find(operation_id)) {
     messages::row_changed nudge{cause};
     if (to && written_version) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 using namespace changeflow;
 using workflow::step;
@@ -71,6 +72,27 @@ TEST_F(waking, AnApprovalThatBringsBackAPassivatedWaitStartsItsActorFromTheRowIt
   auto second = registry_.find(other);
   ASSERT_TRUE(second.has_value());
   track(caf::actor_cast<caf::actor>(*second));
+}
+
+TEST_F(waking, TheStatusReadsAreHandedTheRowTheUnitReturnedOrToldOfTheWriteWithoutOne) {
+  std::vector<std::int64_t> handed;  // versions handed over with their row
+  std::vector<std::string> told;     // writes signalled without a row
+  svc_.row_written_as = [&](const persistence::operation_row& row) { handed.push_back(row.version); };
+  svc_.row_written = [&](const std::string& id) { told.push_back(id); };
+  auto id = passivated_wait("w3");
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-w3", id, persistence::approval_result::APPROVED, "");
+  ASSERT_TRUE(decided.ok() && decided.value.row.has_value());
+  service::wake_actor(setup_db_, svc_, id, decided.value.new_step, "approval callback", decided.value.new_version,
+                      &*decided.value.row);
+  EXPECT_EQ(handed, std::vector<std::int64_t>{decided.value.row->version});
+  EXPECT_TRUE(told.empty());
+  if (auto a = registry_.find(id)) track(caf::actor_cast<caf::actor>(*a));
+
+  // A wake without the row (a duplicate delivery, an operator's write) drops what the readers keep.
+  service::wake_actor(setup_db_, svc_, id, std::nullopt, "approval callback");
+  EXPECT_EQ(told, std::vector<std::string>{id});
+  EXPECT_EQ(handed.size(), 1u);
 }
 
 }  // namespace
