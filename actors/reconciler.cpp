@@ -35,6 +35,10 @@ persistence::db_result<bool> validate_and_count(persistence::session db, const s
   return persistence::db_result<bool>::success(true);
 }
 
+bool deploy_check_needed(const persistence::operation_row* committed, std::int64_t merged_version) {
+  return !committed || committed->version != merged_version || committed->deploy_reported;
+}
+
 persistence::db_result<bool> validate_if_already_deployed(persistence::session db, const std::string& operation_id,
                                                           std::int64_t mr_iid, const std::string& project,
                                                           metrics::registry& metrics,

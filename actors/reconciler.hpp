@@ -60,6 +60,13 @@ persistence::db_result<bool> validate_and_count(persistence::session db, const s
 persistence::db_result<bool> mark_deploy_failed(persistence::session db, const persistence::operation_row& row,
                                                 std::int64_t mr_iid, std::optional<std::int64_t> pipeline_id);
 
+/// Whether the writer of MERGED must run validate_if_already_deployed: always, unless the row its
+/// write committed (read in the same round trip) is at hand at `merged_version` and carries no mark
+/// of a deploy report that came before it (migration 17: every unit that records such a report
+/// marks the row under its lock, so a report committed before the MERGED write is on that row, and
+/// one after it found MERGED and validated the change itself).
+bool deploy_check_needed(const persistence::operation_row* committed, std::int64_t merged_version);
+
 /// For the writer of MERGED (request actor / batch coordinator), right after that commit: when the
 /// MR's deploy callback already arrived (it overtook our write and was answered OUT_OF_ORDER),
 /// apply it now instead of waiting for reconciliation (min_age) or the deploy timeout: a success

@@ -284,7 +284,15 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   test_database db;
   auto c = db.connect();
   auto id = new_op(*c, "dee", "a", {}, project);
-  walk(*c, id, test::to_merged, 41);
+  {
+    std::optional<operation_row> merged_row;
+    const auto merged_version = walk(*c, id, test::to_merged, 41, workflow::actor_kind::workflow, &merged_row);
+    // No report came before MERGED: the row says so, and its writer runs no check.
+    ASSERT_TRUE(merged_row);
+    EXPECT_FALSE(merged_row->deploy_reported);
+    EXPECT_FALSE(actors::deploy_check_needed(&*merged_row, merged_version));
+    EXPECT_TRUE(actors::deploy_check_needed(nullptr, merged_version)) << "without the row the writer must check";
+  }
   const auto before = commits(*c);
   auto r = record_and_settle_deploy(*c, success_naming("p-41", 41, id), "{}", id);
   ASSERT_TRUE(r.ok()) << r.error.message;
@@ -337,7 +345,11 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:p-42'"), "OUT_OF_ORDER");
   EXPECT_EQ(phase_of(db, early), "MERGING");
   metrics::registry m;
-  const auto merged_version = walk(*c, early, {S::HANDLE_MERGED}, 42);
+  std::optional<operation_row> merged_row;
+  const auto merged_version = walk(*c, early, {S::HANDLE_MERGED}, 42, workflow::actor_kind::workflow, &merged_row);
+  ASSERT_TRUE(merged_row);
+  EXPECT_TRUE(merged_row->deploy_reported) << "the early report is not marked on the row MERGED committed";
+  EXPECT_TRUE(actors::deploy_check_needed(&*merged_row, merged_version));
   auto applied = actors::validate_if_already_deployed(*c, early, 42, project, m, merged_version);
   ASSERT_TRUE(applied.ok()) << applied.error.message;
   EXPECT_TRUE(applied.value);
@@ -410,6 +422,31 @@ TEST(DeploySettlement, RacingTheMergedWriterValidatesEveryChangeExactlyOnce) {
   EXPECT_EQ(by_callback.load() + static_cast<int>(validated(m, "callback")), changes);
 }
 
+// The general path of a delivery (a failure, several or no named changes) marks the changes it
+// names before it decides anything from their phase: one not yet MERGED carries the mark into its
+// MERGED write; an ended one is left alone, and no marked row looks updated.
+TEST(DeploySettlement, AReportTakenTheGeneralWayIsMarkedOnChangesNotYetMergedOnly) {
+  test_database db;
+  auto c = db.connect();
+  auto merging = new_op(*c, "gen", "a", {}, project);
+  walk(*c, merging, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
+       51);
+  auto ended = new_op(*c, "gen", "b", {}, project);
+  walk(*c, ended, {S::APPROVAL_SENT, S::APPROVAL_REJECTED});
+  const auto updated = [&](const std::string& id) {
+    return db.scalar("SELECT updated_at FROM operation WHERE operation_id = '" + id + "'");
+  };
+  const auto merging_updated = updated(merging);
+  ASSERT_TRUE(mark_deploy_reported(*c, {merging, ended}).ok());
+  EXPECT_EQ(db.scalar("SELECT deploy_reported FROM operation WHERE operation_id = '" + merging + "'"), "1");
+  EXPECT_EQ(db.scalar("SELECT deploy_reported FROM operation WHERE operation_id = '" + ended + "'"), "0");
+  EXPECT_EQ(updated(merging), merging_updated) << "the mark moved updated_at";
+  std::optional<operation_row> merged_row;
+  const auto v = walk(*c, merging, {S::HANDLE_MERGED}, 51, workflow::actor_kind::workflow, &merged_row);
+  ASSERT_TRUE(merged_row);
+  EXPECT_TRUE(actors::deploy_check_needed(&*merged_row, v));
+}
+
 // The callback's unit is held open after its flip found the change not yet MERGED (its ledger row
 // waits behind another connection's uncommitted row with the same key). The MERGED writer must
 // wait for the unit's commit: were the row not locked until then, MERGED would commit, the writer's
@@ -439,8 +476,11 @@ TEST(DeploySettlement, TheMergedWriterWaitsForACallbackUnitInProgressAndThenVali
   metrics::registry m;
   auto writer_conn = db.connect();
   const auto writer_id = test::connection_id(*writer_conn);
+  std::optional<operation_row> merged_row;
   auto writer = std::async(std::launch::async, [&] {
-    const auto v = walk(*writer_conn, id, {S::HANDLE_MERGED}, 77);
+    const auto v = walk(*writer_conn, id, {S::HANDLE_MERGED}, 77, workflow::actor_kind::workflow, &merged_row);
+    // The row the MERGED write committed carries the report's mark: the writer checks.
+    EXPECT_TRUE(actors::deploy_check_needed(merged_row ? &*merged_row : nullptr, v));
     return actors::validate_if_already_deployed(*writer_conn, id, 77, project, m, v);
   });
   EXPECT_TRUE(changeflow::testing::wait_until(

@@ -175,7 +175,8 @@ void submit_persist(self_ptr self) {
   auto handle = caf::actor_cast<request_actor>(self);
   auto req = *st.pending_write;
   // A status reader keeps this change's row: have the committed row come back with the write.
-  req.want_row = svc_watches(st.svc, req.operation_id);
+  // The MERGED write always: its row says whether a deploy report came before it.
+  req.want_row = workflow::phase_of(req.to) == workflow::phase::MERGED || svc_watches(st.svc, req.operation_id);
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
   auto project = st.repository;
   auto* svc = st.svc;
@@ -192,9 +193,11 @@ void submit_persist(self_ptr self) {
     out.new_version = r.value;
     if (!r.ok()) {
       out.error = r.error.message;
-    } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid) {
+    } else if (workflow::phase_of(req.to) == workflow::phase::MERGED && mr_iid &&
+               deploy_check_needed(committed, r.value)) {
       // The deploy pipeline may call back before MERGED is written (it was answered
-      // OUT_OF_ORDER): validate now instead of waiting for reconciliation's min_age.
+      // OUT_OF_ORDER, and marked the row): validate now instead of waiting for reconciliation's
+      // min_age. The committed row says whether such a report came; without one, no check.
       // A validation (or a failed check) moved the row past `committed`: status readers re-read it.
       auto validated = validate_if_already_deployed(db, req.operation_id, *mr_iid, project, *svc->metrics, r.value);
       if (!validated.ok() || validated.value) committed = nullptr;

@@ -48,6 +48,7 @@ std::vector<std::string> schema_v14();
 std::vector<std::string> schema_v15();
 // Migration 16: notifications written by the operation triggers (no nested trigger on the timeline).
 std::vector<std::string> schema_v16();
+std::vector<std::string> schema_v17();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -77,6 +78,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {14, "group commit acknowledgement trigger", schema_v14()},
       {15, "batch owner", schema_v15()},
       {16, "notifications from the operation triggers", schema_v16()},
+      {17, "deploy reports that came before MERGED, marked on the row", schema_v17()},
   };
   return migrations;
 }

@@ -30,7 +30,7 @@ const char* const operation_columns =
     "created_at_ms, "
     "CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS SIGNED) AS updated_at_ms, requester, repository, "
     "target_branch, revert_of, reverted_by, last_error_status, "
-    "CAST(ROUND(UNIX_TIMESTAMP(last_error_at) * 1000) AS SIGNED) AS last_error_at_ms";
+    "CAST(ROUND(UNIX_TIMESTAMP(last_error_at) * 1000) AS SIGNED) AS last_error_at_ms, deploy_reported";
 
 namespace {
 step step_or_throw(int code) {
@@ -75,6 +75,7 @@ operation_row read_operation(sql::ResultSet& rs) {
   r.reverted_by = opt_string(rs, "reverted_by");
   if (auto status = opt_int64(rs, "last_error_status")) r.last_error_status = static_cast<int>(*status);
   r.last_error_at_ms = opt_int64(rs, "last_error_at_ms");
+  r.deploy_reported = rs.getInt("deploy_reported") != 0;
   return r;
 }
 

@@ -38,6 +38,7 @@ struct operation_row {
   std::optional<std::string> last_error;
   std::optional<int> last_error_status;          // HTTP status of the last external error (migration 13)
   std::optional<std::int64_t> last_error_at_ms;  // when it was met (DB clock); unset for operator notes
+  bool deploy_reported = false;  // a deploy report came before MERGED (migration 17): the MERGED writer checks
   std::int64_t created_at_ms = 0;
   std::int64_t updated_at_ms = 0;
   std::string requester;                   // verified identity that submitted it; "" for rows older than migration 6

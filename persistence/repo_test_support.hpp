@@ -60,10 +60,12 @@ inline transition_request to_approval_sent(const std::string& id, std::int64_t e
   return t;
 }
 
-/// Walks the operation from its current step through `path`; returns the final version.
+/// Walks the operation from its current step through `path`; returns the final version. With
+/// `last_row`, the row the last step committed (read in its round trip, as the actors' writes do).
 inline std::int64_t walk(session c, const std::string& id, std::initializer_list<workflow::step> path,
                          std::optional<std::int64_t> mr_iid = std::nullopt,
-                         workflow::actor_kind by = workflow::actor_kind::workflow) {
+                         workflow::actor_kind by = workflow::actor_kind::workflow,
+                         std::optional<operation_row>* last_row = nullptr) {
   auto row = load_operation(c, id);
   EXPECT_TRUE(row.ok());
   auto from = row.value.step;
@@ -77,7 +79,7 @@ inline std::int64_t walk(session c, const std::string& id, std::initializer_list
     t.cause = "test walk";
     t.mr_iid = mr_iid;
     t.by = by;
-    auto r = transition(c, t);
+    auto r = transition(c, t, last_row);
     EXPECT_TRUE(r.ok()) << workflow::to_string(from) << " -> " << workflow::to_string(to) << ": " << r.error.message;
     version = r.value;
     from = to;

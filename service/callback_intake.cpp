@@ -63,6 +63,10 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
   }
   out.matched = static_cast<int>(candidates.size());
   out.operation_ids = candidates;
+  // Before anything is decided from their phase: a change not yet MERGED is marked, so its MERGED
+  // writer checks the recorded reports (a MERGED committed before the mark is seen by the
+  // decisions below instead).
+  if (auto marked = persistence::mark_deploy_reported(db, candidates); !marked.ok()) return R::failure(marked.error);
   if (cb.status == "failed") return fail_deploys(db, cb, candidates, out);
   std::vector<std::string> not_flipped;
   // One matched change (the common case): its flip and the ledger's APPLIED commit together.
