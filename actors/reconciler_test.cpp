@@ -337,8 +337,7 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
 
   // Overtook our own MERGED write: out of order, then applied by that writer right after it.
   auto early = new_op(*c, "dee", "b", {}, project);
-  walk(*c, early, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
-       42);
+  walk(*c, early, test::to_merging, 42);
   auto ooo = record_and_settle_deploy(*c, success_naming("p-42", 42, early), "{}", early);
   ASSERT_TRUE(ooo.ok()) << ooo.error.message;
   EXPECT_EQ(ooo.value.outcome, deploy_outcome::OUT_OF_ORDER);
@@ -429,8 +428,7 @@ TEST(DeploySettlement, AReportTakenTheGeneralWayIsMarkedOnChangesNotYetMergedOnl
   test_database db;
   auto c = db.connect();
   auto merging = new_op(*c, "gen", "a", {}, project);
-  walk(*c, merging, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
-       51);
+  walk(*c, merging, test::to_merging, 51);
   auto ended = new_op(*c, "gen", "b", {}, project);
   walk(*c, ended, {S::APPROVAL_SENT, S::APPROVAL_REJECTED});
   const auto updated = [&](const std::string& id) {
@@ -456,8 +454,7 @@ TEST(DeploySettlement, TheMergedWriterWaitsForACallbackUnitInProgressAndThenVali
   test_database db;
   auto setup = db.connect();
   auto id = new_op(*setup, "held", "a", {}, project);
-  walk(*setup, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING},
-       77);
+  walk(*setup, id, test::to_merging, 77);
   auto blocker = db.connect();
   blocker->setAutoCommit(false);
   std::unique_ptr<sql::Statement> st(blocker->createStatement());

@@ -88,6 +88,8 @@ inline std::int64_t walk(session c, const std::string& id, std::initializer_list
 }
 
 using S = workflow::step;
+inline constexpr std::initializer_list<workflow::step> to_merging = {
+    S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING};
 inline constexpr std::initializer_list<workflow::step> to_merged = {
     S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING, S::HANDLE_MERGED};
 
