@@ -76,7 +76,8 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                            ", event_actor = 'callback', event_instance = NULL WHERE operation_id = " + id +
                            " AND step IN (" + detail::steps_into(&workflow::is_awaiting_approval, target) + ")";
   // No flip: OUT_OF_ORDER when a decision already took effect, IGNORED_STALE otherwise (no such
-  // operation, its binding replaced by a re-apply, not yet asked, timed out).
+  // operation, its binding replaced by a re-apply, not yet asked, timed out). A SET of its own: the
+  // flip's value is not visible to a later assignment of the same SET.
   const std::string outcome =
       "SET @changeflow_outcome = CASE WHEN @changeflow_flip = 1 THEN 'APPLIED' "
       "WHEN NOT EXISTS (SELECT 1 FROM binding WHERE operation_id = " +
@@ -94,19 +95,16 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                         "WHERE delivery_id = " +
                             key,
                         "COMMIT",
-                        // The row as the decision left it (or newer), in the same round trip: an operation whose
-                        // wait was passivated gets its actor back from it without a read.
-                        std::string("SELECT ") + detail::operation_columns +
-                            " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
-                        "SELECT @changeflow_flip, @changeflow_outcome"},
+                        // The answer, with the row as the decision left it (or newer) in the same result: an
+                        // operation whose wait was passivated gets its actor back from it without a read.
+                        detail::answer_with_row_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS "
+                                                    "changeflow_outcome",
+                                                    id, "@changeflow_flip = 1")},
                        [&](sql::ResultSet& rs) {
-                         if (rs.getMetaData()->getColumnCount() != 2) {
-                           if (rs.next()) row = detail::read_operation(rs);
-                           return;
-                         }
                          if (!rs.next()) return;
-                         flip = rs.isNull(1) ? "" : rs.getString(1);
-                         classified = rs.isNull(2) ? "" : rs.getString(2);
+                         flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");
+                         classified = rs.isNull("changeflow_outcome") ? "" : rs.getString("changeflow_outcome");
+                         if (!rs.isNull("operation_id")) row = detail::read_operation(rs);
                        });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;

@@ -45,6 +45,14 @@ phase phase_or_throw(const std::string& name) {
 }
 }  // namespace
 
+std::string answer_with_row_sql(const std::string& answer, const std::string& quoted_id, const std::string& when) {
+  // operation_columns name the operation's columns unqualified; the derived table's one column is
+  // named so that nothing collides with them.
+  return "SELECT " + answer + ", " + operation_columns +
+         " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON operation_id = " + quoted_id +
+         " AND " + when;
+}
+
 operation_row read_operation(sql::ResultSet& rs) {
   operation_row r;
   r.operation_id = str(rs, "operation_id");
@@ -255,27 +263,23 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
            t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
            ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1"});
   if (commit_in_text) script.push_back("COMMIT");
-  // The row as the creation committed it (nothing when the change did not take the target), so the
-  // first status read of a new change needs no query of its own.
+  // The answer; with the row as the creation committed it in the same statement (nothing when the
+  // change did not take the target), so the first status read of a new change needs no query.
   const bool read_row = commit_in_text && created;
-  if (read_row) {
-    script.push_back(std::string("SELECT ") + operation_columns + " FROM operation WHERE operation_id = " + id +
-                     " AND @changeflow_bound = 1");
-  }
-  script.push_back("SELECT @changeflow_bound, @changeflow_bound_op IS NULL, @changeflow_bound_phase");
+  const std::string answer =
+      "@changeflow_bound AS changeflow_bound, @changeflow_bound_op IS NULL AS changeflow_first_apply, "
+      "@changeflow_bound_phase AS changeflow_held_phase";
+  script.push_back(read_row ? answer_with_row_sql(answer, id, "@changeflow_bound = 1") : "SELECT " + answer);
   bool bound = false, first_apply = true;
   std::optional<std::string> held_phase;
   std::optional<operation_row> row;
   try {
     detail::run_script(conn, script, [&](sql::ResultSet& rs) {
-      if (read_row && rs.getMetaData()->getColumnCount() > 3) {  // the row, before the answer's 3 columns
-        if (rs.next()) row = read_operation(rs);
-        return;
-      }
       if (!rs.next()) return;
       bound = rs.getInt(1) == 1;
       first_apply = rs.getInt(2) == 1;
       if (!rs.isNull(3)) held_phase = rs.getString(3);
+      if (read_row && !rs.isNull("operation_id")) row = read_operation(rs);
     });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;
@@ -487,13 +491,20 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
     q += detail::transition_update_sql(t, *req);
     ids += (ids.empty() ? "" : ", ") + t.quote(req->operation_id);
   }
-  if (want_rows)
-    q += std::string("; SELECT ") + detail::operation_columns + " FROM operation WHERE operation_id IN (" + ids + ")";
-  q += "; COMMIT; SELECT @changeflow_ack; SET @changeflow_ack = NULL";
+  // The acknowledgement list is complete once the UPDATEs ran: it is read before the COMMIT, in the
+  // same statement as the rows (one row per operation, each carrying the list; one row with the
+  // list alone when none is found). A COMMIT that fails throws, and the group runs alone.
+  if (want_rows) {
+    q += std::string("; SELECT @changeflow_ack AS changeflow_ack, ") + detail::operation_columns +
+         " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON operation_id IN (" + ids + ")";
+  } else {
+    q += "; SELECT @changeflow_ack AS changeflow_ack";
+  }
+  q += "; COMMIT; SET @changeflow_ack = NULL";
   std::unique_ptr<sql::Statement> st(conn.createStatement());
   // Results arrive in statement order; the driver reports a failed statement as an exception from
-  // the call that reaches it. The SELECTs are the only statements with result sets.
-  const std::size_t statements = group.size() + 5 + (want_rows ? 1 : 0);
+  // the call that reaches it. The SELECT is the only statement with a result set.
+  const std::size_t statements = group.size() + 5;
   std::size_t at = 1;
   detail::count_script(statements);
   bool has_rows = st->execute(q);
@@ -507,21 +518,20 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
     return rs_ptr(st->getResultSet());
   };
   group_outcome out;
-  if (want_rows) {
+  std::string list;
+  {
     rs_ptr rs = next_result_set();
     while (rs->next()) {
+      if (!rs->isNull("changeflow_ack")) list = rs->getString("changeflow_ack");
+      if (!want_rows || rs->isNull("operation_id")) continue;
       auto row = detail::read_operation(*rs);
       auto id = row.operation_id;
       out.rows.emplace(std::move(id), std::move(row));
     }
   }
-  std::string list;
-  {
-    rs_ptr rs = next_result_set();
-    if (rs->next() && !rs->isNull(1)) list = rs->getString(1);
-  }
-  while (st->getMoreResults()) {
-  }  // the closing SET: read so the connection is ready for the next statement
+  // COMMIT and the closing SET: each result read (getMoreResults() is false for a result without
+  // rows, so it is called once per statement left), so the connection is ready for the next one.
+  for (; at < statements; ++at) st->getMoreResults();
   out.landed = split_ack(list);
   return out;
 }

@@ -42,6 +42,10 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;
 operation_row read_operation(sql::ResultSet& rs);
+/// One SELECT that answers a unit: `answer` (its own columns, each with an alias), followed by the
+/// operation row `quoted_id` when `when` holds (the row's columns are NULL otherwise). It always
+/// returns one row, so a unit's answer and the row it hands back travel as one statement.
+std::string answer_with_row_sql(const std::string& answer, const std::string& quoted_id, const std::string& when);
 
 // Writes of `operation` that other repositories' transactions compose (this table's writes all live
 // in operation_repo.cpp; the composing unit of work owns the transaction).

@@ -185,33 +185,32 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
       detail::transaction tx(conn, detail::transaction::begun_in_script{});
       std::string flip, phase;
       try {
-        detail::run_script(conn,
-                           {"START TRANSACTION",
-                            // Operation first (the lock order of every unit that writes it), held
-                            // to COMMIT: see validate_if_deployed for the race this closes.
-                            "SELECT 1 FROM operation WHERE operation_id = " + id + " FOR UPDATE", delivery->bound_sql(),
-                            validate_update_sql(t, operation_id), "SET @changeflow_flip = ROW_COUNT()",
-                            "SET @changeflow_phase = (SELECT phase FROM operation WHERE operation_id = " + id + ")",
-                            // Not flipped and not ended: the report came before MERGED. Marked on the row, under its
-                            // lock, so the writer of MERGED knows to check the recorded reports (migration 17).
-                            mark_reported_sql("= " + id) + " AND @changeflow_flip = 0", ledger->bound_sql(),
-                            link->bound_sql(), "COMMIT",
-                            // The row as the flip left it (or newer), for the change's status readers.
-                            std::string("SELECT ") + detail::operation_columns +
-                                " FROM operation WHERE operation_id = " + id + " AND @changeflow_flip = 1",
-                            "SELECT @changeflow_flip, @changeflow_phase"},
-                           [&](sql::ResultSet& rs) {
-                             const auto columns = rs.getMetaData()->getColumnCount();
-                             if (columns > 2) {  // the row (the lock's SELECT 1 has one column)
-                               if (rs.next()) out.row = detail::read_operation(rs);
-                               return;
-                             }
-                             if (columns != 2) return;
-                             if (rs.next()) {
-                               flip = rs.isNull(1) ? "" : rs.getString(1);
-                               phase = rs.isNull(2) ? "" : rs.getString(2);
-                             }
-                           });
+        detail::run_script(
+            conn,
+            {"START TRANSACTION",
+             // Operation first (the lock order of every unit that writes it), held
+             // to COMMIT: see validate_if_deployed for the race this closes.
+             "SELECT 1 FROM operation WHERE operation_id = " + id + " FOR UPDATE", delivery->bound_sql(),
+             validate_update_sql(t, operation_id),
+             // One SET, assigned in order; ROW_COUNT() is the flip's for all of it.
+             "SET @changeflow_flip = ROW_COUNT(), @changeflow_phase = (SELECT phase FROM operation "
+             "WHERE operation_id = " +
+                 id + ")",
+             // Not flipped and not ended: the report came before MERGED. Marked on the row, under its
+             // lock, so the writer of MERGED knows to check the recorded reports (migration 17).
+             mark_reported_sql("= " + id) + " AND @changeflow_flip = 0", ledger->bound_sql(), link->bound_sql(),
+             "COMMIT",
+             // The answer, with the row as the flip left it (or newer) for the change's
+             // status readers, in one statement.
+             detail::answer_with_row_sql("@changeflow_flip AS changeflow_flip, @changeflow_phase AS changeflow_phase",
+                                         id, "@changeflow_flip = 1")},
+            [&](sql::ResultSet& rs) {
+              // The lock's SELECT 1 comes back too (one column); the answer has the row's.
+              if (rs.getMetaData()->getColumnCount() <= 2 || !rs.next()) return;
+              flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");
+              phase = rs.isNull("changeflow_phase") ? "" : rs.getString("changeflow_phase");
+              if (!rs.isNull("operation_id")) out.row = detail::read_operation(rs);
+            });
       } catch (const sql::SQLException& e) {
         if (e.getErrorCode() != 1062) throw;
         // Nothing written: the delivery was recorded before (or by a copy that committed first).
