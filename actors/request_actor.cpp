@@ -165,18 +165,16 @@ void submit_reload(self_ptr self) {
   }
 }
 
-bool svc_watches(runtime::services* svc, const std::string& operation_id) {
-  return svc->row_watched && svc->row_watched(operation_id);
-}
-
 void submit_persist(self_ptr self) {
   auto& st = self->state;
   st.busy = true;
   auto handle = caf::actor_cast<request_actor>(self);
   auto req = *st.pending_write;
-  // A status reader keeps this change's row: have the committed row come back with the write.
-  // The MERGED write always: its row says whether a deploy report came before it.
-  req.want_row = workflow::phase_of(req.to) == workflow::phase::MERGED || svc_watches(st.svc, req.operation_id);
+  // The MERGED write brings its committed row back even when it commits alone: the row says
+  // whether a deploy report came before it. (A group reads every row it moved anyway; any other
+  // write alone does not: at low load a change moves several times between two polls, and a read per
+  // write would cost more than the one query the next poll makes.)
+  req.want_row = workflow::phase_of(req.to) == workflow::phase::MERGED;
   auto mr_iid = req.mr_iid ? req.mr_iid : st.op.mr_iid;
   auto project = st.repository;
   auto* svc = st.svc;

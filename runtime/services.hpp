@@ -48,10 +48,6 @@ struct services {
   /// transaction, as a group commit does): a status row kept for polling clients is replaced by it
   /// instead of dropped, so their next read needs no query. Empty: row_written is called instead.
   std::function<void(const persistence::operation_row& row)> row_written_as;
-  /// Whether a status reader keeps this change's row right now (a client polls it): a write then
-  /// brings its committed row back with it (one more statement in the same round trip) and hands it
-  /// over through row_written_as, so the next poll needs no query. Empty: nobody reads.
-  std::function<bool(const std::string& operation_id)> row_watched;
   /// A count of this instance's writes so far, taken before a creation, and the created row with it:
   /// the status reads keep the row for the change's first poll unless a write of this instance came
   /// after the count. Empty: nobody reads.

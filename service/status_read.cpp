@@ -115,18 +115,8 @@ std::uint64_t status_reads::write_mark() const {
   return writes_;
 }
 
-bool status_reads::watched(const std::string& operation_id) const {
-  auto ttl = svc_.config->current()->http().status_cache_ms;
-  if (ttl <= 0) return false;
-  std::lock_guard lock(mutex_);
-  auto it = kept_.find(operation_id);
-  return it != kept_.end() && it->second.polled && clock::now() - it->second.read_at < std::chrono::milliseconds(ttl);
-}
-
 void status_reads::created(const persistence::operation_row& row, std::uint64_t mark) {
-  // Not polled yet: the writes before its first poll bring no row back (a client that never polls
-  // costs nothing), and that first poll is answered from this row.
-  keep(row, mark, false);
+  keep(row, mark);
 }
 
 void status_reads::drop_expired(clock::time_point now, std::chrono::milliseconds ttl) {
@@ -141,18 +131,17 @@ void status_reads::drop_expired(clock::time_point now, std::chrono::milliseconds
   }
 }
 
-std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id, bool polled) {
+std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id) const {
   auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return std::nullopt;
   std::lock_guard lock(mutex_);
   auto it = kept_.find(operation_id);
   if (it == kept_.end()) return std::nullopt;
   if (clock::now() - it->second.read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
-  if (polled) it->second.polled = true;
   return it->second.row;
 }
 
-void status_reads::keep(const persistence::operation_row& row, std::uint64_t began, bool polled) {
+void status_reads::keep(const persistence::operation_row& row, std::uint64_t began) {
   if (immutable_step(row.step)) return;  // the ended-change cache has it
   const auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return;
@@ -165,7 +154,6 @@ void status_reads::keep(const persistence::operation_row& row, std::uint64_t beg
   auto& k = kept_[row.operation_id];
   k.row = row;
   k.read_at = now;
-  k.polled = k.polled || polled;
 }
 
 std::int64_t status_reads::next_tick_ms() const {
@@ -223,9 +211,7 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
   if (!q.timeline) {
     if (auto row = cached_row(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
     if (q.wait_ms <= 0 && !q.fresh) {
-      if (auto row = kept(q.operation_id, true)) {
-        return answer_from_memory(std::move(*row), may_view, std::move(answer));
-      }
+      if (auto row = kept(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
     }
   }
   auto w = std::make_shared<waiter>();

@@ -103,8 +103,6 @@ class status_reads {
   /// (no other write of this instance came between) is replaced by `row` instead of dropped. Any
   /// other kept state is dropped as by row_written, so an older row never replaces a newer one.
   void row_written_as(const persistence::operation_row& row);
-  /// Whether a client polls this change: its row is kept and a client's read has used it.
-  bool watched(const std::string& operation_id) const;
   /// This instance's writes so far; taken before a creation and handed back with its row.
   std::uint64_t write_mark() const;
   /// A change this instance just created, as the creation committed it: kept for its first polls
@@ -172,13 +170,11 @@ class status_reads {
   struct kept_row {
     persistence::operation_row row;
     std::chrono::steady_clock::time_point read_at;
-    bool polled = false;  // a client read it (not only kept from the creation): writes bring rows back
   };
-  /// The kept row of a change, when fresh; a client's read (`polled`) marks it read.
-  std::optional<persistence::operation_row> kept(const std::string& operation_id, bool polled = false);
+  std::optional<persistence::operation_row> kept(const std::string& operation_id) const;
   /// Keeps `row`, read by a read that began at write count `began` (or created then), unless the
-  /// change was written since. `polled`: a client's read brought it.
-  void keep(const persistence::operation_row& row, std::uint64_t began, bool polled = true);
+  /// change was written since.
+  void keep(const persistence::operation_row& row, std::uint64_t began);
   /// Under mutex_: at most once per http.status_cache_ms, drops the kept rows older than that, so
   /// rows kept for changes nobody polls (every created change is kept) do not pile up to the bound.
   void drop_expired(std::chrono::steady_clock::time_point now, std::chrono::milliseconds ttl);

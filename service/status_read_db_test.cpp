@@ -263,15 +263,13 @@ TEST(WaitedStatusRows, AWriteWithoutItsRowWakesTheWaitByAReadOfTheDatabase) {
   EXPECT_EQ(got->row.title, "v2");
 }
 
-// A created change is kept for its first poll, but is not "watched" (its writes bring no row back)
-// until a client has read it: a client that never polls costs nothing.
-TEST(KeptStatusRows, ACreatedRowAnswersTheFirstPollWithoutAQueryAndThatPollMakesTheChangeWatched) {
+// A change created through this instance is kept for its first poll.
+TEST(KeptStatusRows, ACreatedRowAnswersTheFirstPollWithoutAQuery) {
   fixture f;
   const auto mark = f.reads->write_mark();
   auto [op, created] = f.create("ida", "repo/i.yaml");
   ASSERT_TRUE(created) << "the creation did not hand back its row";
   f.reads->created(*created, mark);
-  EXPECT_FALSE(f.reads->watched(op.operation_id)) << "watched before anyone read it";
 
   // Changed behind the service's back: only a read that queried would see the new title.
   f.move_behind_its_back(op.operation_id, "moved elsewhere");
@@ -279,7 +277,6 @@ TEST(KeptStatusRows, ACreatedRowAnswersTheFirstPollWithoutAQueryAndThatPollMakes
   EXPECT_EQ(r.version, 1);
   EXPECT_EQ(r.title, created->title);
   EXPECT_EQ(f.pool.stats().completed, 0u) << "the first poll queried";
-  EXPECT_TRUE(f.reads->watched(op.operation_id)) << "a poll answered from the kept row did not mark it watched";
 }
 
 TEST(KeptStatusRows, ACreatedRowIsNotKeptWhenAWriteOfThisInstanceCameAfterItsMark) {
@@ -292,7 +289,6 @@ TEST(KeptStatusRows, ACreatedRowIsNotKeptWhenAWriteOfThisInstanceCameAfterItsMar
   auto v2 = f.move_behind_its_back(op.operation_id, "v2");
   f.reads->row_written(op.operation_id);
   f.reads->created(*created, mark);
-  EXPECT_FALSE(f.reads->watched(op.operation_id));
   EXPECT_EQ(f.read(op.operation_id).version, v2.version);
   EXPECT_EQ(f.pool.stats().completed, 1u);
 }

@@ -329,7 +329,6 @@ int main(int argc, char** argv) {
   service::status_reads status_reads(svc, *read_db);
   svc.row_written = [&status_reads](const std::string& operation_id) { status_reads.row_written(operation_id); };
   svc.row_written_as = [&status_reads](const persistence::operation_row& row) { status_reads.row_written_as(row); };
-  svc.row_watched = [&status_reads](const std::string& operation_id) { return status_reads.watched(operation_id); };
   svc.write_mark = [&status_reads] { return status_reads.write_mark(); };
   svc.row_created = [&status_reads](const persistence::operation_row& row, std::uint64_t mark) {
     status_reads.created(row, mark);
