@@ -45,6 +45,11 @@ phase phase_or_throw(const std::string& name) {
 }
 }  // namespace
 
+std::string deploy_reported_mark_sql(const std::string& where_id) {
+  return "UPDATE operation SET deploy_reported = 1, updated_at = updated_at WHERE operation_id " + where_id +
+         " AND deploy_reported = 0 AND phase NOT IN (" + terminal_phase_list() + ")";
+}
+
 std::string answer_with_row_sql(const std::string& answer, const std::string& quoted_id, const std::string& when) {
   // operation_columns name the operation's columns unqualified; the derived table's one column is
   // named so that nothing collides with them.
@@ -327,6 +332,18 @@ db_result<create_outcome> create_operation(session s, const new_operation& op, s
     // rolls back.
     if (r.ok()) tx.ended_by_script();
     return r;
+  });
+}
+
+db_result<done> mark_deploy_reported(session s, const std::vector<std::string>& operation_ids) {
+  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
+    if (operation_ids.empty()) return db_result<done>::success({});
+    const detail::sql_text t(conn);
+    std::string ids;
+    for (const auto& id : operation_ids) ids += (ids.empty() ? "" : ", ") + t.quote(id);
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    st->executeUpdate(detail::deploy_reported_mark_sql("IN (" + ids + ")"));
+    return db_result<done>::success({});
   });
 }
 

@@ -86,6 +86,12 @@ std::string_view to_string(create_outcome o);
 db_result<create_outcome> create_operation(session s, const new_operation& op,
                                            std::optional<operation_row>* created = nullptr);
 
+/// A deploy report was recorded for these changes before they were MERGED (the general path of a
+/// delivery: several or no named changes, a failure): marks the ones that have not ended, so their
+/// MERGED writer checks the recorded reports (migration 17). The single-change deploy unit
+/// (record_and_settle_deploy) marks in its own transaction.
+db_result<done> mark_deploy_reported(session s, const std::vector<std::string>& operation_ids);
+
 db_result<operation_row> load_operation(session s, const std::string& operation_id);
 /// Bulk read (chunked IN lists); ids that do not exist are simply absent from the answer.
 db_result<std::vector<operation_row>> load_operations(session s, const std::vector<std::string>& ids);

@@ -39,6 +39,10 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
                                            bool begin_transaction = false, bool commit_in_text = false,
                                            std::optional<operation_row>* created = nullptr);
 
+/// Marks the changes `where_id` selects (" = 'id'", "IN (...)") that have not ended: a deploy report
+/// came for them before they were MERGED (migration 17). Their `updated_at` stays as it was.
+std::string deploy_reported_mark_sql(const std::string& where_id);
+
 /// Column list of operation_row (times as epoch ms) and its reader.
 extern const char* const operation_columns;
 operation_row read_operation(sql::ResultSet& rs);

@@ -123,26 +123,7 @@ std::string validate_update_sql(const detail::sql_text& t, const std::string& op
          ")";
 }
 
-/// Marks the changes `where_id` selects (" = 'id'", " IN (...)") that have not ended: a deploy
-/// report came for them before they were MERGED. Their `updated_at` stays as it was.
-std::string mark_reported_sql(const std::string& where_id) {
-  return "UPDATE operation SET deploy_reported = 1, updated_at = updated_at WHERE operation_id " + where_id +
-         " AND deploy_reported = 0 AND phase NOT IN (" + detail::terminal_phase_list() + ")";
-}
-
 }  // namespace
-
-db_result<done> mark_deploy_reported(session s, const std::vector<std::string>& operation_ids) {
-  return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
-    if (operation_ids.empty()) return db_result<done>::success({});
-    const detail::sql_text t(conn);
-    std::string ids;
-    for (const auto& id : operation_ids) ids += (ids.empty() ? "" : ", ") + t.quote(id);
-    std::unique_ptr<sql::Statement> st(conn.createStatement());
-    st->executeUpdate(mark_reported_sql("IN (" + ids + ")"));
-    return db_result<done>::success({});
-  });
-}
 
 db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
                                                       const std::string& payload_json,
@@ -198,8 +179,8 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
                  id + ")",
              // Not flipped and not ended: the report came before MERGED. Marked on the row, under its
              // lock, so the writer of MERGED knows to check the recorded reports (migration 17).
-             mark_reported_sql("= " + id) + " AND @changeflow_flip = 0", ledger->bound_sql(), link->bound_sql(),
-             "COMMIT",
+             detail::deploy_reported_mark_sql("= " + id) + " AND @changeflow_flip = 0", ledger->bound_sql(),
+             link->bound_sql(), "COMMIT",
              // The answer, with the row as the flip left it (or newer) for the change's
              // status readers, in one statement.
              detail::answer_with_row_sql("@changeflow_flip AS changeflow_flip, @changeflow_phase AS changeflow_phase",

@@ -68,12 +68,6 @@ struct deploy_settlement {
   /// With `validated`: the row as the flip left it (or newer), read in the same round trip.
   std::optional<operation_row> row;
 };
-/// A deploy report was recorded for these changes before they were MERGED (the general path of a
-/// delivery: several or no named changes, a failure): marks the ones that have not ended, so their
-/// MERGED writer checks the recorded reports (migration 17). The single-change unit below marks in
-/// its own transaction.
-db_result<done> mark_deploy_reported(session s, const std::vector<std::string>& operation_ids);
-
 db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
                                                       const std::string& payload_json, const std::string& operation_id);
 
