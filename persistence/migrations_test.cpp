@@ -1,10 +1,14 @@
 #include "persistence/migrations.hpp"
 
+#include "persistence/operation_repo.hpp"
+
 #include "tests/support/test_db.hpp"
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <vector>
 
 using namespace changeflow;
 using changeflow::testing::test_database;
@@ -99,4 +103,37 @@ TEST(Migrations, ALockLeftByADeadHolderIsTakenOverOnceItExpires) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.applied, (std::vector<int>{1}));
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM schema_migration_lock WHERE holder = 'crashed-instance'"), "0");
+}
+
+// Migration 17 marks the changes in flight whose deploy report was recorded before the mark existed,
+// so their MERGED writer still checks the reports (an ended change, or one whose MR has no report,
+// stays unmarked).
+TEST(Migrations, ReportsRecordedBeforeTheMarkExistedAreMarkedOnChangesInFlight) {
+  test_database db(false);
+  auto conn = db.connect();
+  std::vector<persistence::migration> before;
+  for (const auto& m : persistence::all_migrations()) {
+    if (m.version < 17) before.push_back(m);
+  }
+  ASSERT_TRUE(persistence::migrate(*conn, before).ok);
+  const auto change = [&](const std::string& id, const std::string& target, const std::string& phase, int mr) {
+    persistence::new_operation op;
+    op.operation_id = id;
+    op.subject_id = "mig";
+    op.target_key = target;
+    op.repository = "group/project";
+    op.target_branch = "main";
+    ASSERT_EQ(persistence::create_operation(*conn, op).value, persistence::create_outcome::created);
+    db.exec("UPDATE operation SET phase = '" + phase + "', mr_iid = " + std::to_string(mr) + " WHERE operation_id = '" +
+            id + "'");
+  };
+  change("00000000-0000-4000-8000-000000000001", "a", "MERGING", 7);
+  change("00000000-0000-4000-8000-000000000002", "b", "VALIDATED", 7);
+  change("00000000-0000-4000-8000-000000000003", "c", "MERGING", 8);
+  db.exec(
+      "INSERT INTO deploy_callback (delivery_id, project, mr_iid, status) VALUES ('early', 'group/project', 7, "
+      "'success')");
+  auto r = persistence::migrate(*conn, persistence::all_migrations());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(deploy_reported ORDER BY operation_id) FROM operation"), "1,0,0");
 }
