@@ -92,8 +92,13 @@ TEST(StatusRead, TheTimelineOnlyWhenAskedFor) {
   EXPECT_EQ(doc["timeline"].front()["to"], "APPROVAL_SENDING");
   EXPECT_EQ(doc["timeline"].back()["to"], "APPROVAL_SENT");
   EXPECT_EQ(doc["timeline"].back()["version"], doc["version"]);
-  // Apart from the timeline, the same document.
+  // Apart from the timeline, the same document. `live` says whether an actor holds the change at
+  // the moment of each read, and a waiting change's actor may stop (passivation) or start between
+  // two reads, so the two documents may differ there.
   doc.erase("timeline");
+  ASSERT_TRUE(doc["live"].is_boolean() && plain["live"].is_boolean());
+  doc.erase("live");
+  plain.erase("live");
   EXPECT_EQ(doc, plain);
 
   auto bad = get(env.port(), "/api/v1/changes/" + id + "?include=events");
