@@ -97,9 +97,9 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                         "COMMIT",
                         // The answer, with the row as the decision left it (or newer) in the same result: an
                         // operation whose wait was passivated gets its actor back from it without a read.
-                        detail::answer_with_row_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS "
-                                                    "changeflow_outcome",
-                                                    id, "@changeflow_flip = 1")},
+                        detail::answer_with_rows_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS "
+                                                     "changeflow_outcome",
+                                                     "operation_id = " + id + " AND @changeflow_flip = 1")},
                        [&](sql::ResultSet& rs) {
                          if (!rs.next()) return;
                          flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");

@@ -50,12 +50,11 @@ std::string deploy_reported_mark_sql(const std::string& where_id) {
          " AND deploy_reported = 0 AND phase NOT IN (" + terminal_phase_list() + ")";
 }
 
-std::string answer_with_row_sql(const std::string& answer, const std::string& quoted_id, const std::string& when) {
+std::string answer_with_rows_sql(const std::string& answer, const std::string& rows_on) {
   // operation_columns name the operation's columns unqualified; the derived table's one column is
   // named so that nothing collides with them.
   return "SELECT " + answer + ", " + operation_columns +
-         " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON operation_id = " + quoted_id +
-         " AND " + when;
+         " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON " + rows_on;
 }
 
 operation_row read_operation(sql::ResultSet& rs) {
@@ -274,7 +273,8 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   const std::string answer =
       "@changeflow_bound AS changeflow_bound, @changeflow_bound_op IS NULL AS changeflow_first_apply, "
       "@changeflow_bound_phase AS changeflow_held_phase";
-  script.push_back(read_row ? answer_with_row_sql(answer, id, "@changeflow_bound = 1") : "SELECT " + answer);
+  script.push_back(read_row ? answer_with_rows_sql(answer, "operation_id = " + id + " AND @changeflow_bound = 1")
+                            : "SELECT " + answer);
   bool bound = false, first_apply = true;
   std::optional<std::string> held_phase;
   std::optional<operation_row> row;
@@ -512,8 +512,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
   // same statement as the rows (one row per operation, each carrying the list; one row with the
   // list alone when none is found). A COMMIT that fails throws, and the group runs alone.
   if (want_rows) {
-    q += std::string("; SELECT @changeflow_ack AS changeflow_ack, ") + detail::operation_columns +
-         " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON operation_id IN (" + ids + ")";
+    q += "; " + detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + ids + ")");
   } else {
     q += "; SELECT @changeflow_ack AS changeflow_ack";
   }

@@ -47,9 +47,10 @@ std::string deploy_reported_mark_sql(const std::string& where_id);
 extern const char* const operation_columns;
 operation_row read_operation(sql::ResultSet& rs);
 /// One SELECT that answers a unit: `answer` (its own columns, each with an alias), followed by the
-/// operation row `quoted_id` when `when` holds (the row's columns are NULL otherwise). It always
-/// returns one row, so a unit's answer and the row it hands back travel as one statement.
-std::string answer_with_row_sql(const std::string& answer, const std::string& quoted_id, const std::string& when);
+/// operation rows the join condition `rows_on` selects (e.g. "operation_id = 'x' AND @flip = 1");
+/// with none, one row whose operation columns are NULL. So a unit's answer and the rows it hands
+/// back travel as one statement.
+std::string answer_with_rows_sql(const std::string& answer, const std::string& rows_on);
 
 // Writes of `operation` that other repositories' transactions compose (this table's writes all live
 // in operation_repo.cpp; the composing unit of work owns the transaction).

@@ -183,8 +183,8 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
              link->bound_sql(), "COMMIT",
              // The answer, with the row as the flip left it (or newer) for the change's
              // status readers, in one statement.
-             detail::answer_with_row_sql("@changeflow_flip AS changeflow_flip, @changeflow_phase AS changeflow_phase",
-                                         id, "@changeflow_flip = 1")},
+             detail::answer_with_rows_sql("@changeflow_flip AS changeflow_flip, @changeflow_phase AS changeflow_phase",
+                                          "operation_id = " + id + " AND @changeflow_flip = 1")},
             [&](sql::ResultSet& rs) {
               // The lock's SELECT 1 comes back too (one column); the answer has the row's.
               if (rs.getMetaData()->getColumnCount() <= 2 || !rs.next()) return;
