@@ -108,7 +108,9 @@ std::vector<key_spec> make_keys() {
       {"http.address", at<&S::http, &http_settings::address>(), "127.0.0.1", R, "Listen address of the HTTP API."},
       {"http.port", at<&S::http, &http_settings::port>(), 8080, R,
        "Listen port; 0 picks a free port (written to --port-file)."},
-      {"http.threads", at<&S::http, &http_settings::threads>(), 2, R, "I/O threads of the HTTP server."},
+      {"http.threads", at<&S::http, &http_settings::threads>(), 2, R,
+       "I/O threads of the HTTP server; each runs its own event loop and serves the connections dealt to it at "
+       "accept, in turn."},
       {"http.body_limit_bytes", at<&S::http, &http_settings::body_limit_bytes>(), 1048576, R,
        "Largest accepted request body; larger -> 413."},
       {"http.header_limit_bytes", at<&S::http, &http_settings::header_limit_bytes>(), 16384, R,
@@ -134,8 +136,9 @@ std::vector<key_spec> make_keys() {
        "Lease an instance holds on its operations; renewed by heartbeat."},
       {"actors.threads", at<&S::actors, &actors_settings::threads>(), 2, R, "CAF scheduler threads."},
       {"actors.scheduler", at<&S::actors, &actors_settings::scheduler>(), "sharing", R,
-       "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle) | stealing (CAF's "
-       "polling work stealing: idle threads spin and nap, which costs CPU at moderate load); unknown -> sharing."},
+       "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle; a sleeping thread is "
+       "woken after the queue's lock is released) | stealing (CAF's polling work stealing: idle threads spin and "
+       "nap, which costs CPU at moderate load); unknown -> sharing."},
       {"log.level", at<&S::log, &log_settings::level>(), "info", H, "debug|info|warn|error; unknown -> info."},
       {"console.dir", at<&S::console, &console_settings::dir>(), J(), R,
        "Directory of the built console; missing -> console served as 404."},

@@ -4,6 +4,7 @@
 #include "http/server/beast_request.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -89,22 +91,14 @@ class session : public std::enable_shared_from_this<session> {
     auto self = shared_from_this();
     const auto generation = ++generation_;
     awaiting_reply_ = true;
-    handler_timer_.expires_after(opts_.handler_timeout);
-    handler_timer_.async_wait([self, generation](beast::error_code ec) {
-      if (ec || !self->awaiting_reply_ || generation != self->generation_) return;
-      ++self->counters_.timeouts;
-      log::warn("http.handler_timeout",
-                {{"timeout_ms", static_cast<std::int64_t>(self->opts_.handler_timeout.count())}});
-      self->send_error(503, "HANDLER_TIMEOUT",
-                       "The request took too long to handle; its outcome is unknown, retry with "
-                       "the same Idempotency-Key");
-    });
     // A reply made on this strand (a handler that answers at once, e.g. a status read from memory)
-    // is written inline; one from another thread is queued onto the strand.
+    // is written inline; one from another thread is queued onto the strand, so it cannot run before
+    // this function returns.
     responder reply([self, generation](response r) {
       net::dispatch(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
         if (!self->awaiting_reply_ || generation != self->generation_) return;  // answered by the timeout
-        self->handler_timer_.cancel();
+        if (self->deadline_armed_) self->handler_timer_.cancel();
+        self->deadline_armed_ = false;
         self->do_write(std::move(r));
       });
     });
@@ -116,6 +110,25 @@ class session : public std::enable_shared_from_this<session> {
     } catch (...) {
       reply(internal_error());
     }
+    // The handler's deadline is armed only for a reply still to come: most requests are answered
+    // inline, and a timer armed and cancelled per request is two trips through the reactor's timer
+    // queue (and often a timerfd update) for nothing.
+    if (awaiting_reply_ && generation == generation_) arm_deadline(generation);
+  }
+
+  void arm_deadline(std::uint64_t generation) {
+    deadline_armed_ = true;
+    handler_timer_.expires_after(opts_.handler_timeout);
+    handler_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+      if (ec || !self->awaiting_reply_ || generation != self->generation_) return;
+      self->deadline_armed_ = false;
+      ++self->counters_.timeouts;
+      log::warn("http.handler_timeout",
+                {{"timeout_ms", static_cast<std::int64_t>(self->opts_.handler_timeout.count())}});
+      self->send_error(503, "HANDLER_TIMEOUT",
+                       "The request took too long to handle; its outcome is unknown, retry with "
+                       "the same Idempotency-Key");
+    });
   }
 
   static response internal_error() {
@@ -179,27 +192,45 @@ class session : public std::enable_shared_from_this<session> {
   // request must not answer a later one).
   net::steady_timer handler_timer_{stream_.get_executor()};
   bool awaiting_reply_ = false;
+  bool deadline_armed_ = false;
   std::uint64_t generation_ = 0;
 };
 
 }  // namespace
 
 struct server::impl {
-  // Declaration order is destruction order reversed: destroying `ioc` destroys the handlers still
-  // queued on it, and with them the last sessions, which use opts, h and stats.
+  // Declaration order is destruction order reversed: destroying the contexts destroys the handlers
+  // still queued on them, and with them the last sessions, which use opts, h and stats.
   server_options opts;
   handler h;
   counters stats;
-  net::io_context ioc;
-  tcp::acceptor acceptor{net::make_strand(ioc)};
+  // One io_context per I/O thread, each connection on one of them (round robin at accept). With
+  // one context shared by all threads, every completion the reactor thread queued woke another
+  // thread (a futex wake-up and a context switch per request on a loaded server); a connection
+  // that stays on its thread's context is served without any hand-off between I/O threads.
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> keep_running;
+  std::optional<tcp::acceptor> acceptor;
+  std::size_t next_context = 0;
   std::vector<std::thread> threads;
   std::atomic<bool> accepting{false};
   std::uint16_t bound_port = 0;
   std::mutex stop_mutex;
   bool stopped = false;
 
+  impl(int thread_count) {
+    const int n = std::max(1, thread_count);
+    for (int t = 0; t < n; ++t) {
+      contexts.push_back(std::make_unique<net::io_context>(1));
+      keep_running.push_back(net::make_work_guard(*contexts.back()));
+    }
+    acceptor.emplace(net::make_strand(*contexts.front()));
+  }
+
   void do_accept() {
-    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    auto& target = *contexts[next_context];
+    next_context = (next_context + 1) % contexts.size();
+    acceptor->async_accept(net::make_strand(target), [this](beast::error_code ec, tcp::socket socket) {
       if (!accepting.load()) return;
       if (!ec) {
         std::make_shared<session>(std::move(socket), opts, h, stats)->run();
@@ -209,7 +240,7 @@ struct server::impl {
   }
 };
 
-server::server(server_options options, handler h) : impl_(std::make_unique<impl>()) {
+server::server(server_options options, handler h) : impl_(std::make_unique<impl>(options.threads)) {
   impl_->opts = std::move(options);
   impl_->h = std::move(h);
 }
@@ -224,27 +255,26 @@ void server::start() {
   auto address = net::ip::make_address(i.opts.address, ec);
   if (ec) throw std::runtime_error("invalid listen address '" + i.opts.address + "'");
   tcp::endpoint ep{address, i.opts.port};
-  i.acceptor.open(ep.protocol(), ec);
-  if (!ec) i.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) i.acceptor.bind(ep, ec);
-  if (!ec) i.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  i.acceptor->open(ep.protocol(), ec);
+  if (!ec) i.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) i.acceptor->bind(ep, ec);
+  if (!ec) i.acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
     throw std::runtime_error("cannot listen on " + i.opts.address + ":" + std::to_string(i.opts.port) + ": " +
                              ec.message());
   }
-  i.bound_port = i.acceptor.local_endpoint().port();
+  i.bound_port = i.acceptor->local_endpoint().port();
   i.accepting = true;
   i.do_accept();
-  int n = std::max(1, i.opts.threads);
-  for (int t = 0; t < n; ++t) i.threads.emplace_back([&i] { i.ioc.run(); });
+  for (auto& context : i.contexts) i.threads.emplace_back([&context] { context->run(); });
 }
 
 void server::stop_accepting() {
   auto& i = *impl_;
   if (!i.accepting.exchange(false)) return;
-  net::post(i.acceptor.get_executor(), [&i] {
+  net::post(i.acceptor->get_executor(), [&i] {
     beast::error_code ec;
-    i.acceptor.close(ec);
+    i.acceptor->close(ec);
   });
 }
 
@@ -254,14 +284,14 @@ void server::stop() {
   if (i.stopped) return;
   i.stopped = true;
   stop_accepting();
-  i.ioc.stop();
+  for (auto& context : i.contexts) context->stop();
   for (auto& t : i.threads) {
     if (t.joinable()) t.join();
   }
   i.threads.clear();
   // The posted close may not have run before the loop stopped: close the port here, synchronously.
   beast::error_code ec;
-  i.acceptor.close(ec);
+  i.acceptor->close(ec);
   // No request reaches the handler any more: release it (and whatever it owns, e.g. timer threads
   // that could call back into the application) now, while the application still exists. Sessions
   // still held by pending responders keep only the counters and the io_context, owned by `impl`.

@@ -54,6 +54,35 @@ TEST(HttpServer, RepliesFromAnotherThread) {
   s.stop();
 }
 
+// Each I/O thread runs a context of its own and connections are dealt to them in turn at accept:
+// a connection is served by one thread for its whole life, and consecutive connections by
+// different threads.
+TEST(HttpServer, ConnectionsAreDealtToTheIoThreadsInTurn) {
+  auto o = small_server();
+  o.threads = 2;
+  std::mutex mu;
+  std::vector<std::thread::id> served_by;
+  http_server::server s(o, [&](http_server::request&&, http_server::responder reply) {
+    {
+      std::lock_guard lock(mu);
+      served_by.push_back(std::this_thread::get_id());
+    }
+    http_server::response r;
+    r.body = "{}";
+    reply(std::move(r));
+  });
+  s.start();
+  for (int i = 0; i < 4; ++i) {
+    auto r = http_call("127.0.0.1", s.port(), "GET", "/");  // a connection each
+    ASSERT_EQ(r.status, 200) << r.error;
+  }
+  s.stop();
+  ASSERT_EQ(served_by.size(), 4u);
+  EXPECT_NE(served_by[0], served_by[1]);
+  EXPECT_EQ(served_by[0], served_by[2]);
+  EXPECT_EQ(served_by[1], served_by[3]);
+}
+
 TEST(HttpServer, ForgottenReplyBecomes500) {
   http_server::server s(small_server(), [](http_server::request&&, http_server::responder) {});
   s.start();
