@@ -136,9 +136,8 @@ std::vector<key_spec> make_keys() {
        "Lease an instance holds on its operations; renewed by heartbeat."},
       {"actors.threads", at<&S::actors, &actors_settings::threads>(), 2, R, "CAF scheduler threads."},
       {"actors.scheduler", at<&S::actors, &actors_settings::scheduler>(), "sharing", R,
-       "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle; a sleeping thread is "
-       "woken after the queue's lock is released) | stealing (CAF's polling work stealing: idle threads spin and "
-       "nap, which costs CPU at moderate load); unknown -> sharing."},
+       "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle) | stealing (CAF's "
+       "polling work stealing: idle threads spin and nap, which costs CPU at moderate load); unknown -> sharing."},
       {"log.level", at<&S::log, &log_settings::level>(), "info", H, "debug|info|warn|error; unknown -> info."},
       {"console.dir", at<&S::console, &console_settings::dir>(), J(), R,
        "Directory of the built console; missing -> console served as 404."},

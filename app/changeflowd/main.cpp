@@ -28,7 +28,6 @@
 #include "persistence/db_pool.hpp"
 #include "persistence/errors.hpp"
 #include "persistence/migrations.hpp"
-#include "runtime/scheduler_policy.hpp"
 #include "runtime/services.hpp"
 #include "service/status_read.hpp"
 
@@ -297,12 +296,9 @@ int main(int argc, char** argv) {
   caf_cfg.set("scheduler.max-threads", static_cast<size_t>(snap->actors().threads));
   // CAF's default work-stealing workers poll their queues and nap between polls; on a 2-core host
   // that polling measured as the largest CPU cost per change. Work sharing blocks idle workers on a
-  // condition variable instead, here with runtime/scheduler_policy's wake-up after the unlock.
-  if (snap->actors().scheduler == "stealing") {
-    caf_cfg.set("scheduler.policy", caf::atom("stealing"));
-  } else {
-    caf_cfg.load<runtime::quiet_sharing_scheduler>();
-  }
+  // condition variable instead.
+  caf_cfg.set("scheduler.policy",
+              snap->actors().scheduler == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   caf_cfg.add_message_types<caf::id_block::changeflow>();
   caf::actor_system system{caf_cfg};
 
