@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 using namespace changeflow::clients;
 
@@ -112,6 +114,186 @@ TEST(HttpClient, RefusedConnectionIsARetryableValue) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().what, call_error::kind::refused);
   EXPECT_TRUE(r.error().retryable);
+}
+
+namespace {
+
+// A plain HTTP server on 127.0.0.1 that answers each request it reads with the next scripted
+// answer: the answer's pieces are written one by one (a pause between them, as a network that
+// delivers a response in parts), and the connection is closed after it when the script says so.
+// Connections are served one after another on one thread; a request is read up to its blank line
+// (the client's requests here carry no body).
+struct scripted_answer {
+  std::vector<std::string> pieces;
+  bool close_after = false;
+  bool never_answer = false;  // read the request, then hold the connection open without answering
+};
+
+class scripted_server {
+ public:
+  explicit scripted_server(std::vector<scripted_answer> script)
+      : script_(std::move(script)), acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~scripted_server() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    {
+      std::lock_guard lock(mu_);
+      for (auto* s : open_) s->close(ec);
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  std::uint16_t port() const { return port_; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void serve() {
+    std::size_t next = 0;
+    while (!stopping_ && next < script_.size()) {
+      boost::asio::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec) return;
+      ++connections_;
+      {
+        std::lock_guard lock(mu_);
+        open_.push_back(&socket);
+      }
+      socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
+      std::string in;
+      while (next < script_.size()) {
+        char buf[4096];
+        while (in.find("\r\n\r\n") == std::string::npos) {
+          std::size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+          if (ec) break;
+          in.append(buf, n);
+        }
+        if (ec) break;
+        in.erase(0, in.find("\r\n\r\n") + 4);
+        const auto& answer = script_[next++];
+        if (answer.never_answer) {
+          socket.read_some(boost::asio::buffer(buf), ec);  // until the client gives up and closes
+          break;
+        }
+        for (std::size_t i = 0; i < answer.pieces.size() && !ec; ++i) {
+          if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          boost::asio::write(socket, boost::asio::buffer(answer.pieces[i]), ec);
+        }
+        if (answer.close_after || ec) break;
+      }
+      {
+        std::lock_guard lock(mu_);
+        open_.clear();
+      }
+      socket.close(ec);
+    }
+  }
+
+  std::vector<scripted_answer> script_;
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> connections_{0};
+  std::mutex mu_;
+  std::vector<boost::asio::ip::tcp::socket*> open_;
+};
+
+std::string ok_head(std::size_t length) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(length) + "\r\n\r\n";
+}
+
+http_request get(const std::string& target) {
+  http_request r;
+  r.target = target;
+  return r;
+}
+
+}  // namespace
+
+TEST(HttpClientPlain, AnswersInPiecesAreReadWholeAndTheConnectionIsReused) {
+  const std::string body = R"({"iid":7,"title":")" + std::string(3000, 'x') + R"("})";
+  const std::string head = ok_head(body.size());
+  std::vector<scripted_answer> script;
+  for (int i = 0; i < 3; ++i) {
+    // The header block itself split, then the body in two parts.
+    script.push_back({{head.substr(0, 20), head.substr(20) + body.substr(0, 100), body.substr(100)}, false, false});
+  }
+  scripted_server server(std::move(script));
+  http_client client;
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/mr/" + std::to_string(i)), {});
+    ASSERT_TRUE(r) << describe(r.error());
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, body);
+    EXPECT_EQ(r->header("content-type"), "application/json");
+  }
+  EXPECT_EQ(client.connections_opened(), 1u);
+  EXPECT_EQ(server.connections(), 1);
+}
+
+TEST(HttpClientPlain, AnAnswerThatEndsWithTheConnectionIsReadToItsEnd) {
+  scripted_server server({{{"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", R"({"done":)", "true}"}, true, false},
+                          {{ok_head(2), "{}"}, false, false}});
+  http_client client;
+  auto first = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/a"), {});
+  ASSERT_TRUE(first) << describe(first.error());
+  EXPECT_EQ(first->body, R"({"done":true})");
+  auto second = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/b"), {});
+  ASSERT_TRUE(second) << describe(second.error());
+  EXPECT_EQ(second->body, "{}");
+  EXPECT_EQ(client.connections_opened(), 2u);  // the first connection ended with its answer
+}
+
+TEST(HttpClientPlain, AConnectionClosedInTheBodyIsARetryableReset) {
+  scripted_server server({{{ok_head(100), R"({"partial":)"}, true, false}});
+  http_client client;
+  auto r = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/a"), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().what, call_error::kind::reset) << describe(r.error());
+  EXPECT_TRUE(r.error().retryable);
+}
+
+TEST(HttpClientPlain, AServerThatNeverAnswersIsARetryableTimeout) {
+  scripted_server server({{{}, false, true}});
+  http_client client;
+  transport_limits limits;
+  limits.request_timeout = std::chrono::milliseconds(300);
+  auto r = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/a"), limits);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().what, call_error::kind::timeout) << describe(r.error());
+  EXPECT_TRUE(r.error().retryable);
+}
+
+TEST(HttpClientPlain, AnAnswerOverTheLimitIsAProtocolError) {
+  const std::string body(5000, 'x');
+  scripted_server server({{{ok_head(body.size()) + body}, false, false}});
+  http_client client;
+  transport_limits limits;
+  limits.max_response_bytes = 1000;
+  auto r = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/a"), limits);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().what, call_error::kind::protocol);
+  EXPECT_EQ(r.error().message, "response too large");
+  EXPECT_FALSE(r.error().retryable);
+}
+
+TEST(HttpClientPlain, BytesAfterTheAnswerKeepTheConnectionFromBeingReused) {
+  scripted_server server(
+      {{{ok_head(2) + "{}" + "HTTP/1.1 200 OK\r\n"}, false, false}, {{ok_head(2), "{}"}, false, false}});
+  http_client client;
+  auto first = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/a"), {});
+  ASSERT_TRUE(first) << describe(first.error());
+  EXPECT_EQ(first->body, "{}");
+  // The scripted server serves one connection at a time: the second call can only be answered
+  // after the client dropped the first connection and opened another.
+  auto second = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/b"), {});
+  ASSERT_TRUE(second) << describe(second.error());
+  EXPECT_EQ(client.connections_opened(), 2u);
 }
 
 namespace {
