@@ -16,6 +16,9 @@
 //       the limit: a prepared guarded-UPDATE + commit loop on K connections (raw), and the persistence
 //       layer's own transition() on K connections, within one phase (repo) or across phases
 //       (repo-phase: the binding's phase moves too).
+//   changeflow-load texts  --n N [--rounds R] --db-pid PID DB
+//       one 15-statement transaction sent N times as separate statements of one text, then N times
+//       as one compound statement, R rounds: time and CPU (mariadbd, this process) per text.
 //   DB = --db-host H --db-port P [--db-user U] [--db-password W] --db-name NAME
 //
 // Output: human-readable lines plus `key=value` lines (prefixed "kv ") that bench/run turns into
@@ -772,6 +775,36 @@ std::vector<workflow::step> legal_cycle(bool phase_change) {
   return {};
 }
 
+// texts: the same 15-statement transaction sent as separate statements of one text and as one
+// compound statement, in alternating rounds on one connection; per text: wall time, and the CPU of
+// mariadbd (--db-pid) and of this process (the client's side of the exchange).
+int cmd_texts(const args& a) {
+  persistence::db_context db(db_from(a));
+  const long n = a.num("n", 2000), rounds = a.num("rounds", 3), db_pid = a.num("db-pid", 0);
+  const long self_pid = static_cast<long>(::getpid());
+  checked(persistence::bench_reset_raw_table(db));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 12; ++i) {
+    ids.push_back("t" + std::to_string(i));
+    checked(persistence::bench_insert_raw_row(db, ids.back()));
+  }
+  for (long r = 0; r < rounds; ++r) {
+    for (bool compound : {false, true}) {
+      const double db0 = cpu_ms(db_pid), self0 = cpu_ms(self_pid);
+      const auto t0 = clock_type::now();
+      const auto landed = checked(persistence::bench_text_loop(db, ids, compound, n));
+      const double wall_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+      const char* form = compound ? "compound" : "statements";
+      std::printf("kv texts.%s.r%ld.us_per_text=%.1f\n", form, r, wall_ms * 1000 / double(n));
+      std::printf("kv texts.%s.r%ld.db_cpu_us_per_text=%.1f\n", form, r, (cpu_ms(db_pid) - db0) * 1000 / double(n));
+      std::printf("kv texts.%s.r%ld.client_cpu_us_per_text=%.1f\n", form, r,
+                  (cpu_ms(self_pid) - self0) * 1000 / double(n));
+      std::printf("kv texts.%s.r%ld.updates_landed=%lld of %ld\n", form, r, static_cast<long long>(landed), n * 6);
+    }
+  }
+  return 0;
+}
+
 int cmd_raw(const args& a) {
   auto settings = db_from(a);
   const int conns = static_cast<int>(a.num("conns", 4));
@@ -883,6 +916,7 @@ int main(int argc, char** argv) {
     if (cmd == "flow") return cmd_flow(a);
     if (cmd == "hold") return cmd_hold(a);
     if (cmd == "raw") return cmd_raw(a);
+    if (cmd == "texts") return cmd_texts(a);
   } catch (const database_error& e) {
     std::cerr << "changeflow-load: database error " << e.code << ": " << e.what() << "\n";
     return 1;

@@ -151,6 +151,44 @@ bench_loop_result bench_raw_loop(session s, const std::vector<std::string>& ids,
   return out;
 }
 
+db_result<std::int64_t> bench_text_loop(session s, const std::vector<std::string>& ids, bool compound, long count) {
+  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> db_result<std::int64_t> {
+    const detail::sql_text t(conn);
+    std::int64_t landed = 0;
+    for (long k = 0; k < count; ++k) {
+      std::vector<std::string> parts{"START TRANSACTION"};
+      std::string counts;
+      for (int i = 0; i < 6; ++i) {
+        const auto& id = ids[static_cast<std::size_t>(k * 6 + i) % ids.size()];
+        parts.push_back("UPDATE bench_raw SET version = version + 1 WHERE id = " + t.quote(id));
+        parts.push_back("SET @bench_v" + std::to_string(i) + " = ROW_COUNT()");
+        counts += (i ? " + @bench_v" : "@bench_v") + std::to_string(i);
+      }
+      parts.push_back("SELECT " + counts);
+      parts.push_back("COMMIT");
+      auto read = [&](sql::ResultSet& rs) {
+        if (rs.next()) landed += rs.getInt64(1);
+      };
+      if (compound) {
+        detail::run_script(conn, parts, read);
+        continue;
+      }
+      std::string text;
+      for (const auto& part : parts) text += (text.empty() ? "" : ";\n") + part;
+      stmt st(conn.createStatement());
+      bool has_rows = st->execute(text);
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (i > 0) has_rows = st->getMoreResults();
+        if (has_rows) {
+          rs_ptr rs(st->getResultSet());
+          read(*rs);
+        }
+      }
+    }
+    return db_result<std::int64_t>::success(landed);
+  });
+}
+
 db_result<done> bench_delete_repo_rows(session s) {
   return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     stmt st(conn.createStatement());

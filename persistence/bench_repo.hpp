@@ -54,6 +54,12 @@ struct bench_loop_result {
 /// it a session of its own.
 bench_loop_result bench_raw_loop(session s, const std::vector<std::string>& ids, const std::atomic<bool>& stop);
 
+/// texts: `count` transactions over `ids` (bench_raw rows) in turn, each one text of 15 statements
+/// (START TRANSACTION, six guarded UPDATEs each followed by SET @v = ROW_COUNT(), a SELECT of the
+/// six counts, COMMIT), sent as separate statements of one text (`compound` false) or as one
+/// compound statement (`compound` true, detail::run_script). Returns the UPDATEs that landed.
+db_result<std::int64_t> bench_text_loop(session s, const std::vector<std::string>& ids, bool compound, long count);
+
 /// repo shapes: removes the operations they created (subject 'rawbench-%'), with their events and
 /// bindings, so the rehydrator never picks them up.
 db_result<done> bench_delete_repo_rows(session s);

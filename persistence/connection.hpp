@@ -57,12 +57,16 @@ struct skipped_nodes {
 };
 skipped_nodes nodes_skipped();
 
-/// Texts of several statements this process sent in one round trip each (the group commit of
-/// transitions, the callbacks' one-text units), and the statements they carried. The server counts
-/// every statement (Questions), so this process's round trips are Questions - (statements - texts).
+/// Texts of several statements this process sent in one round trip each, and the statements they
+/// carried. The server counts every statement of a plain text (Questions) but a compound statement
+/// (`BEGIN NOT ATOMIC ... END`: the group commit of transitions, the one-text units) once, so this
+/// process's round trips are Questions - (statements - texts), and the statements it had executed
+/// are Questions + (compound_statements - compound_texts).
 struct script_counts {
   std::uint64_t texts = 0;
   std::uint64_t statements = 0;
+  std::uint64_t compound_texts = 0;
+  std::uint64_t compound_statements = 0;
 };
 script_counts scripts_sent();
 

@@ -501,29 +501,30 @@ struct group_outcome {
 /// failed; the caller rolls back and runs the requests alone.
 group_outcome commit_group(sql::Connection& conn, const std::vector<const transition_request*>& group, bool want_rows) {
   const detail::sql_text t(conn);
-  std::string q = "SET @changeflow_ack = ''; START TRANSACTION";
+  std::vector<std::string> parts{"SET @changeflow_ack = ''", "START TRANSACTION"};
   std::string ids;
   for (const auto* req : group) {
-    q += "; ";
-    q += detail::transition_update_sql(t, *req);
+    parts.push_back(detail::transition_update_sql(t, *req));
     ids += (ids.empty() ? "" : ", ") + t.quote(req->operation_id);
   }
   // The acknowledgement list is complete once the UPDATEs ran: it is read before the COMMIT, in the
   // same statement as the rows (one row per operation, each carrying the list; one row with the
   // list alone when none is found). A COMMIT that fails throws, and the group runs alone.
   if (want_rows) {
-    q += "; " + detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + ids + ")");
+    parts.push_back(detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + ids + ")"));
   } else {
-    q += "; SELECT @changeflow_ack AS changeflow_ack";
+    parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
   }
-  q += "; COMMIT; SET @changeflow_ack = NULL";
+  parts.push_back("COMMIT");
+  parts.push_back("SET @changeflow_ack = NULL");
   std::unique_ptr<sql::Statement> st(conn.createStatement());
-  // Results arrive in statement order; the driver reports a failed statement as an exception from
-  // the call that reaches it. The SELECT is the only statement with a result set.
-  const std::size_t statements = group.size() + 5;
+  // One compound statement (detail::run_script says why): its answer is the SELECT's result set,
+  // then one final status. The driver reports a failed statement as an exception from the call that
+  // reaches it.
+  const std::size_t statements = 2;
   std::size_t at = 1;
-  detail::count_script(statements);
-  bool has_rows = st->execute(q);
+  detail::count_compound(parts.size());
+  bool has_rows = st->execute(detail::compound_statement(parts));
   auto next_result_set = [&] {
     while (!has_rows && at < statements) {
       has_rows = st->getMoreResults();
@@ -545,8 +546,8 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
       out.rows.emplace(std::move(id), std::move(row));
     }
   }
-  // COMMIT and the closing SET: each result read (getMoreResults() is false for a result without
-  // rows, so it is called once per statement left), so the connection is ready for the next one.
+  // The final status (getMoreResults() is false for a result without rows, so it is called once per
+  // result left), so the connection is ready for the next statement.
   for (; at < statements; ++at) st->getMoreResults();
   out.landed = split_ack(list);
   return out;

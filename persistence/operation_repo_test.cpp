@@ -198,8 +198,8 @@ TEST(BoundStatement, PlaceholdersOutsideQuotesAreBoundAndValuesEscaped) {
 }
 
 namespace {
-/// Round trips `run` made on `c`: the session's statements (Questions) - (statements inside texts -
-/// texts), less the SHOW that reads the counter afterwards.
+/// Round trips `run` made on `c`: the session's statements (Questions, where a compound statement
+/// counts once) - (statements inside plain texts - texts), less the SHOW that reads the counter.
 template <typename Run>
 std::int64_t round_trips_of(sql::Connection& c, Run&& run) {
   const auto q0 = session_status(c, "Questions");
@@ -213,7 +213,7 @@ std::int64_t round_trips_of(sql::Connection& c, Run&& run) {
 
 // A submission is ONE round trip: the text reads the binding under its lock, writes only what a
 // change that takes the target writes, and commits itself. Round trips = the session's statements
-// (Questions) - (statements inside texts - texts); the two SHOW statements here are the other two.
+// (Questions, where a compound statement counts once); the SHOW statements here are the others.
 TEST(OperationRepo, ASubmissionIsOneRoundTripWhateverItsAnswer) {
   test_database db;
   auto c = db.connect();
@@ -951,8 +951,10 @@ TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
   auto out = transition_group(*c, reqs);
   for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(session_status(*c, "Com_commit") - commits, 1);
-  // Five UPDATEs, SET, START, COMMIT, SELECT, SET: ten statements; a SHOW in between each count.
+  // Five UPDATEs, SET, START, COMMIT, SELECT, SET: ten statements in one compound statement, which
+  // the server counts as one statement (Questions); a SHOW in between each count.
   const auto before = session_questions(*c);
+  const auto statements_before = scripts_sent().compound_statements;
   for (auto& r : reqs) {
     r.expected_version = 2;
     r.from = S::APPROVAL_SENT;
@@ -963,7 +965,8 @@ TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
   }
   out = transition_group(*c, reqs);
   for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
-  EXPECT_EQ(session_questions(*c) - before, 11) << "the group's ten statements plus this SHOW";
+  EXPECT_EQ(session_questions(*c) - before, 2) << "the group's one compound statement plus this SHOW";
+  EXPECT_EQ(scripts_sent().compound_statements - statements_before, 10u) << "ten statements inside it";
   // A retry in its step lands as a guarded write too (version + 1, the failed attempt recorded).
   EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.version, 3);
   EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.attempts, 1);

@@ -106,25 +106,51 @@ bool statement::execute() {
 // Process-wide: read by persistence::scripts_sent() below.
 std::atomic<std::uint64_t> script_texts{0};
 std::atomic<std::uint64_t> script_statements{0};
+std::atomic<std::uint64_t> compound_texts{0};
+std::atomic<std::uint64_t> compound_statements{0};
 
 void count_script(std::size_t statements) {
   script_texts.fetch_add(1, std::memory_order_relaxed);
   script_statements.fetch_add(statements, std::memory_order_relaxed);
 }
 
+void count_compound(std::size_t statements) {
+  compound_texts.fetch_add(1, std::memory_order_relaxed);
+  compound_statements.fetch_add(statements, std::memory_order_relaxed);
+}
+
+std::string compound_statement(const std::vector<std::string>& statements) {
+  std::string text = "BEGIN NOT ATOMIC\n";
+  for (const auto& s : statements) {
+    text += s;
+    text += ";\n";
+  }
+  text += "END";
+  return text;
+}
+
+namespace {
+/// Whether a statement of a compound statement sends rows to the client: a SELECT that does not
+/// read INTO variables (SET, INSERT, UPDATE and transaction statements send nothing from inside).
+bool sends_rows(const std::string& s) {
+  auto from = s.find_first_not_of(" \t\r\n(");
+  if (from == std::string::npos || s.compare(from, 6, "SELECT") != 0) return false;
+  return s.find(" INTO @") == std::string::npos;
+}
+}  // namespace
+
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows) {
-  std::string text;
-  for (const auto& s : statements) {
-    if (!text.empty()) text += ";\n";
-    text += s;
-  }
   std::unique_ptr<sql::Statement> st(c.createStatement());
-  count_script(statements.size());
-  // Results arrive in statement order; a failed statement surfaces as an exception from the call
-  // that reaches it.
-  bool has_rows = st->execute(text);
-  for (std::size_t i = 0; i < statements.size(); ++i) {
+  count_compound(statements.size());
+  // One compound statement: the server answers it with the result sets of its SELECTs and one final
+  // status, where a text of separate statements is answered statement by statement (a packet the
+  // server sends and the client waits for per statement). A failing statement ends the compound
+  // statement with its error, which surfaces as an exception from the call that reaches it.
+  std::size_t results = 1;
+  for (const auto& s : statements) results += sends_rows(s) ? 1 : 0;
+  bool has_rows = st->execute(compound_statement(statements));
+  for (std::size_t i = 0; i < results; ++i) {
     if (i > 0) has_rows = st->getMoreResults();
     if (has_rows) {
       rs_ptr rs(st->getResultSet());
@@ -183,6 +209,8 @@ const std::string& terminal_phase_list() {
 namespace changeflow::persistence {
 script_counts scripts_sent() {
   return {detail::script_texts.load(std::memory_order_relaxed),
-          detail::script_statements.load(std::memory_order_relaxed)};
+          detail::script_statements.load(std::memory_order_relaxed),
+          detail::compound_texts.load(std::memory_order_relaxed),
+          detail::compound_statements.load(std::memory_order_relaxed)};
 }
 }  // namespace changeflow::persistence

@@ -116,15 +116,21 @@ class statement {
 
 using stmt_ptr = std::unique_ptr<statement>;
 
-/// Sends `statements` as ONE text (one round trip; every connection allows several statements per
-/// text) and hands each result set, in statement order, to `on_rows`. A failing statement throws the
-/// driver's exception from here, and the statements after it did not run: a script that began a
-/// transaction leaves it open then, for the caller's guard to roll back.
+/// Sends `statements` as ONE compound statement (`BEGIN NOT ATOMIC ... END`: one round trip, and
+/// one answer from the server instead of one per statement) and hands each result set, in statement
+/// order, to `on_rows`. A failing statement throws the driver's exception from here, and the
+/// statements after it did not run: a script that began a transaction leaves it open then, for the
+/// caller's guard to roll back.
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows);
 
+/// `statements` as one compound statement's text.
+std::string compound_statement(const std::vector<std::string>& statements);
+
 /// Counts one text of `statements` statements for persistence::scripts_sent().
 void count_script(std::size_t statements);
+/// Counts one compound statement of `statements` statements for persistence::scripts_sent().
+void count_compound(std::size_t statements);
 
 /// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
 bool insert_unless_duplicate(statement& st);

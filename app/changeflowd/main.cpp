@@ -252,6 +252,11 @@ int main(int argc, char** argv) {
           static_cast<double>(sent.texts));
     m.set("changeflow_db_script_statements", "SQL statements those texts carried", {},
           static_cast<double>(sent.statements));
+    m.set("changeflow_db_compound_statements",
+          "Compound statements (BEGIN NOT ATOMIC ... END) sent since start, one round trip each", {},
+          static_cast<double>(sent.compound_texts));
+    m.set("changeflow_db_compound_inner_statements", "SQL statements those compound statements carried", {},
+          static_cast<double>(sent.compound_statements));
   });
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().read_pool_size),
