@@ -16,7 +16,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 using namespace changeflow;
 
@@ -123,4 +126,34 @@ TEST(UnparsedTrigger, AWriteThatMeetsACachedTableWithAnUnparsedTriggerFlushesItA
   auto retry = insert_row(*conn, 1);
   ASSERT_TRUE(retry.ok()) << retry.error.message;
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM seen"), "1") << "the trigger ran on the retry";
+}
+
+// A script is one compound statement: every SELECT's rows reach the reader in order, whatever the
+// statement looks like (lower case, a literal that reads like INTO), and a reader that throws leaves
+// the connection ready for the next statement (its remaining results are read and fetched).
+TEST(Scripts, EveryResultSetReachesTheReaderAndAThrowingReaderLeavesTheConnectionReady) {
+  changeflow::testing::test_database db(false);
+  auto conn = db.connect();
+  std::vector<std::string> seen;
+  auto collect = [&](sql::ResultSet& rs) {
+    while (rs.next()) seen.push_back(rs.getString(1));
+  };
+  persistence::detail::run_script(*conn,
+                                  {"SET @a = 1", "SELECT 'one'", "select 'two'", "SELECT 'three INTO @x'", "DO 1",
+                                   "  (SELECT 'four')", "SET @a = 2"},
+                                  collect);
+  EXPECT_EQ(seen, (std::vector<std::string>{"one", "two", "three INTO @x", "four"}));
+
+  int calls = 0;
+  EXPECT_THROW(persistence::detail::run_script(*conn, {"SELECT 1", "SELECT 2", "SELECT 3", "SELECT 4"},
+                                               [&](sql::ResultSet&) {
+                                                 ++calls;
+                                                 throw std::runtime_error("reader failed");
+                                               }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 1);
+  std::unique_ptr<sql::Statement> st(conn->createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT 5"));
+  ASSERT_TRUE(rs->next());
+  EXPECT_EQ(rs->getInt(1), 5);
 }

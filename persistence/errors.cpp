@@ -45,6 +45,7 @@ bool is_connection_lost_code(int code) {
     case 2003:
     case 2006:
     case 2013:
+    case 2014:  // commands out of sync: the connection's protocol state is lost; a new one is needed
     case 2055:
     case 1927:
     case 1053:

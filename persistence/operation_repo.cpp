@@ -538,12 +538,20 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
   std::string list;
   {
     rs_ptr rs = next_result_set();
-    while (rs->next()) {
-      if (!rs->isNull("changeflow_ack")) list = rs->getString("changeflow_ack");
-      if (!want_rows || rs->isNull("operation_id")) continue;
-      auto row = detail::read_operation(*rs);
-      auto id = row.operation_id;
-      out.rows.emplace(std::move(id), std::move(row));
+    try {
+      while (rs->next()) {
+        if (!rs->isNull("changeflow_ack")) list = rs->getString("changeflow_ack");
+        if (!want_rows || rs->isNull("operation_id")) continue;
+        auto row = detail::read_operation(*rs);
+        auto id = row.operation_id;
+        out.rows.emplace(std::move(id), std::move(row));
+      }
+    } catch (...) {
+      // A row this build cannot read: the final status is read before the error goes on, so the
+      // caller's ROLLBACK and the requests run alone find the connection ready.
+      rs.reset();
+      detail::drain_results(*st);
+      throw;
     }
   }
   // The final status (getMoreResults() is false for a result without rows, so it is called once per

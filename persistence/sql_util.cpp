@@ -129,46 +129,34 @@ std::string compound_statement(const std::vector<std::string>& statements) {
   return text;
 }
 
-namespace {
-/// Whether a statement of a compound statement sends rows to the client: a SELECT that does not
-/// read INTO variables (SET, INSERT, UPDATE and transaction statements send nothing from inside).
-bool sends_rows(const std::string& s) {
-  auto from = s.find_first_not_of(" \t\r\n(");
-  if (from == std::string::npos || s.compare(from, 6, "SELECT") != 0) return false;
-  return s.find(" INTO @") == std::string::npos;
+void drain_results(sql::Statement& st) {
+  // A result set that is reached must be fetched, or the next call answers "commands out of sync".
+  while (st.getMoreResults()) rs_ptr(st.getResultSet());
 }
-}  // namespace
 
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows) {
   std::unique_ptr<sql::Statement> st(c.createStatement());
   count_compound(statements.size());
-  // One compound statement: the server answers it with the result sets of its SELECTs and one final
-  // status, where a text of separate statements is answered statement by statement (a packet the
-  // server sends and the client waits for per statement). A failing statement ends the compound
-  // statement with its error, which surfaces as an exception from the call that reaches it.
-  std::size_t results = 1;
-  for (const auto& s : statements) results += sends_rows(s) ? 1 : 0;
-  bool has_rows = st->execute(compound_statement(statements));
-  for (std::size_t i = 0; i < results; ++i) {
-    if (i > 0) has_rows = st->getMoreResults();
-    if (has_rows) {
-      rs_ptr rs(st->getResultSet());
-      try {
-        on_rows(*rs);
-      } catch (...) {
-        // A reader that failed on its rows (a column it expected is missing) must not leave the
-        // text's remaining results unread: the connection would answer "commands out of sync" to
-        // everything after. The results are drained, then the error goes on.
-        rs.reset();
-        while (st->getMoreResults()) {
-        }
-        throw;
-      }
+  // One compound statement: the server answers it with the result sets of its SELECTs, in order,
+  // and one final status, where a text of separate statements is answered statement by statement
+  // (a packet the server sends and the client waits for per statement). The final status is the
+  // only answer without rows, so the result sets are exactly those before it. A failing statement
+  // ends the compound statement with its error, which surfaces as an exception from the call that
+  // reaches it.
+  for (bool has_rows = st->execute(compound_statement(statements)); has_rows; has_rows = st->getMoreResults()) {
+    rs_ptr rs(st->getResultSet());
+    try {
+      on_rows(*rs);
+    } catch (...) {
+      // A reader that failed on its rows (a column it expected is missing) must not leave the
+      // remaining results unread: the connection would answer "commands out of sync" to everything
+      // after. The results are drained, then the error goes on.
+      rs.reset();
+      drain_results(*st);
+      throw;
     }
   }
-  while (st->getMoreResults()) {
-  }  // nothing should be left; read it anyway so the connection is ready for the next statement
 }
 
 bool insert_unless_duplicate(statement& st) {

@@ -127,6 +127,9 @@ void run_script(sql::Connection& c, const std::vector<std::string>& statements,
 /// `statements` as one compound statement's text.
 std::string compound_statement(const std::vector<std::string>& statements);
 
+/// Reads, and fetches, every result left on `st`, so its connection is ready for the next statement.
+void drain_results(sql::Statement& st);
+
 /// Counts one text of `statements` statements for persistence::scripts_sent().
 void count_script(std::size_t statements);
 /// Counts one compound statement of `statements` statements for persistence::scripts_sent().

@@ -90,6 +90,7 @@ class session : public std::enable_shared_from_this<session> {
     // connection is closed; the handler's late reply is dropped.
     auto self = shared_from_this();
     const auto generation = ++generation_;
+    const auto read_at = std::chrono::steady_clock::now();
     awaiting_reply_ = true;
     // A reply made on this strand (a handler that answers at once, e.g. a status read from memory)
     // is written inline; one from another thread is queued onto the strand, so it cannot run before
@@ -113,12 +114,13 @@ class session : public std::enable_shared_from_this<session> {
     // The handler's deadline is armed only for a reply still to come: most requests are answered
     // inline, and a timer armed and cancelled per request is two trips through the reactor's timer
     // queue (and often a timerfd update) for nothing.
-    if (awaiting_reply_ && generation == generation_) arm_deadline(generation);
+    if (awaiting_reply_ && generation == generation_) arm_deadline(generation, read_at);
   }
 
-  void arm_deadline(std::uint64_t generation) {
+  /// The deadline counts from the request's arrival (`read_at`), as if armed before the handler ran.
+  void arm_deadline(std::uint64_t generation, std::chrono::steady_clock::time_point read_at) {
     deadline_armed_ = true;
-    handler_timer_.expires_after(opts_.handler_timeout);
+    handler_timer_.expires_at(read_at + opts_.handler_timeout);
     handler_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
       if (ec || !self->awaiting_reply_ || generation != self->generation_) return;
       self->deadline_armed_ = false;
@@ -217,6 +219,15 @@ struct server::impl {
   std::uint16_t bound_port = 0;
   std::mutex stop_mutex;
   bool stopped = false;
+
+  // The cancelled accept still queued on the first context holds a socket (and a strand) of the
+  // context it was meant for: the first context goes first, the others after it, whatever order a
+  // vector's elements are destroyed in.
+  ~impl() {
+    keep_running.clear();
+    acceptor.reset();
+    for (auto& context : contexts) context.reset();
+  }
 
   impl(int thread_count) {
     const int n = std::max(1, thread_count);
