@@ -517,46 +517,22 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
   }
   parts.push_back("COMMIT");
   parts.push_back("SET @changeflow_ack = NULL");
-  std::unique_ptr<sql::Statement> st(conn.createStatement());
-  // One compound statement (detail::run_script says why): its answer is the SELECT's result set,
-  // then one final status. The driver reports a failed statement as an exception from the call that
-  // reaches it.
-  const std::size_t statements = 2;
-  std::size_t at = 1;
-  detail::count_compound(parts.size());
-  bool has_rows = st->execute(detail::compound_statement(parts));
-  auto next_result_set = [&] {
-    while (!has_rows && at < statements) {
-      has_rows = st->getMoreResults();
-      ++at;
-    }
-    if (!has_rows) throw std::runtime_error("group commit: a result set did not come back");
-    has_rows = false;
-    return rs_ptr(st->getResultSet());
-  };
+  // One compound statement through detail::run_script (one answer; every result read, also when
+  // a row cannot be read here). The SELECT's is its only result set.
   group_outcome out;
   std::string list;
-  {
-    rs_ptr rs = next_result_set();
-    try {
-      while (rs->next()) {
-        if (!rs->isNull("changeflow_ack")) list = rs->getString("changeflow_ack");
-        if (!want_rows || rs->isNull("operation_id")) continue;
-        auto row = detail::read_operation(*rs);
-        auto id = row.operation_id;
-        out.rows.emplace(std::move(id), std::move(row));
-      }
-    } catch (...) {
-      // A row this build cannot read: the final status is read before the error goes on, so the
-      // caller's ROLLBACK and the requests run alone find the connection ready.
-      rs.reset();
-      detail::drain_results(*st);
-      throw;
+  bool answered = false;
+  detail::run_script(conn, parts, [&](sql::ResultSet& rs) {
+    answered = true;
+    while (rs.next()) {
+      if (!rs.isNull("changeflow_ack")) list = rs.getString("changeflow_ack");
+      if (!want_rows || rs.isNull("operation_id")) continue;
+      auto row = detail::read_operation(rs);
+      auto id = row.operation_id;
+      out.rows.emplace(std::move(id), std::move(row));
     }
-  }
-  // The final status (getMoreResults() is false for a result without rows, so it is called once per
-  // result left), so the connection is ready for the next statement.
-  for (; at < statements; ++at) st->getMoreResults();
+  });
+  if (!answered) throw std::runtime_error("group commit: a result set did not come back");
   out.landed = split_ack(list);
   return out;
 }

@@ -114,6 +114,7 @@ void count_script(std::size_t statements) {
   script_statements.fetch_add(statements, std::memory_order_relaxed);
 }
 
+namespace {
 void count_compound(std::size_t statements) {
   compound_texts.fetch_add(1, std::memory_order_relaxed);
   compound_statements.fetch_add(statements, std::memory_order_relaxed);
@@ -129,10 +130,12 @@ std::string compound_statement(const std::vector<std::string>& statements) {
   return text;
 }
 
+/// Reads, and fetches, every result left on `st`: a result set that is reached must be fetched, or
+/// the next call answers "commands out of sync".
 void drain_results(sql::Statement& st) {
-  // A result set that is reached must be fetched, or the next call answers "commands out of sync".
   while (st.getMoreResults()) rs_ptr(st.getResultSet());
 }
+}  // namespace
 
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows) {

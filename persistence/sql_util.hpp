@@ -124,16 +124,8 @@ using stmt_ptr = std::unique_ptr<statement>;
 void run_script(sql::Connection& c, const std::vector<std::string>& statements,
                 const std::function<void(sql::ResultSet&)>& on_rows);
 
-/// `statements` as one compound statement's text.
-std::string compound_statement(const std::vector<std::string>& statements);
-
-/// Reads, and fetches, every result left on `st`, so its connection is ready for the next statement.
-void drain_results(sql::Statement& st);
-
 /// Counts one text of `statements` statements for persistence::scripts_sent().
 void count_script(std::size_t statements);
-/// Counts one compound statement of `statements` statements for persistence::scripts_sent().
-void count_compound(std::size_t statements);
 
 /// Runs an INSERT; false when it hit a unique key (1062, "already there"), any other error throws.
 bool insert_unless_duplicate(statement& st);
