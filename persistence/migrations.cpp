@@ -48,7 +48,10 @@ std::vector<std::string> schema_v14();
 std::vector<std::string> schema_v15();
 // Migration 16: notifications written by the operation triggers (no nested trigger on the timeline).
 std::vector<std::string> schema_v16();
+// Migration 17: a deploy report that came before MERGED is marked on the change's row.
 std::vector<std::string> schema_v17();
+// Migration 18: the binding's phase index, which every phase change rewrote and no query read.
+std::vector<std::string> schema_v18();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -79,6 +82,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {15, "batch owner", schema_v15()},
       {16, "notifications from the operation triggers", schema_v16()},
       {17, "deploy reports that came before MERGED, marked on the row", schema_v17()},
+      {18, "no phase index on the binding", schema_v18()},
   };
   return migrations;
 }

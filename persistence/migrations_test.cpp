@@ -137,3 +137,15 @@ TEST(Migrations, ReportsRecordedBeforeTheMarkExistedAreMarkedOnChangesInFlight) 
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(deploy_reported ORDER BY operation_id) FROM operation"), "1,0,0");
 }
+
+// Migration 18: every phase change of an operation moves its binding's phase, so each index on the
+// binding is written about six times per change. Only the indexes its lookups use are kept: the
+// relationship (submit, re-apply) and the operation (callbacks, reconciliation).
+TEST(Migrations, TheBindingKeepsOnlyTheIndexesItsLookupsUse) {
+  test_database db(false);
+  auto conn = db.connect();
+  ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
+                      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'binding'"),
+            "PRIMARY,uk_binding_operation,uk_binding_relationship");
+}
