@@ -1,12 +1,14 @@
 #include "http/dto/change_dto.hpp"
 
 #include "base/ids.hpp"
+#include "base/log.hpp"
 #include "effects/file_actions.hpp"
 #include "workflow/status.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <ctime>
+#include <string_view>
 
 namespace changeflow::http::dto {
 
@@ -199,6 +201,115 @@ nlohmann::json status_document(const persistence::operation_row& row,
   for (const auto& e : events) timeline.push_back(to_json(e));
   data["timeline"] = std::move(timeline);
   return data;
+}
+
+namespace {
+/// Appends `s` as a JSON string exactly as the envelope's dump writes it: printable ASCII without
+/// quote or backslash is copied; anything else (escapes, UTF-8, invalid bytes it replaces) goes
+/// through the same dump.
+void append_string(std::string& out, std::string_view s) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x7f && c != '"' && c != '\\';
+  });
+  if (!plain) {
+    out += log::safe_dump(nlohmann::json(std::string(s)));
+    return;
+  }
+  out.push_back('"');
+  out.append(s);
+  out.push_back('"');
+}
+
+void append_key(std::string& out, std::string_view key) {
+  out.push_back('"');
+  out.append(key);
+  out.append("\":");
+}
+
+void append_opt(std::string& out, const std::optional<std::string>& v) {
+  if (v) {
+    append_string(out, *v);
+  } else {
+    out.append("null");
+  }
+}
+}  // namespace
+
+std::string status_body(const persistence::operation_row& row, bool live) {
+  const auto phase = row.phase;
+  const auto hint = workflow::hint_for(phase, row.step);
+  std::string out;
+  out.reserve(1024);
+  // Keys in the order the envelope's dump writes them (sorted, as its object type keeps them).
+  out.append("{\"code\":\"OK\",\"data\":{");
+  append_key(out, "createdAt");
+  append_string(out, ms_to_iso(row.created_at_ms));
+  out.push_back(',');
+  append_key(out, "flow");
+  append_string(out, row.flow);
+  out.push_back(',');
+  append_key(out, "hint");
+  append_string(out, workflow::to_string(hint));
+  out.push_back(',');
+  append_key(out, "hintMessage");
+  append_string(out, workflow::describe(hint));
+  out.push_back(',');
+  append_key(out, "live");
+  out.append(live ? "true" : "false");
+  out.push_back(',');
+  append_key(out, "mrIid");
+  out.append(row.mr_iid ? std::to_string(*row.mr_iid) : "null");
+  out.push_back(',');
+  append_key(out, "mrUrl");
+  append_opt(out, row.mr_url);
+  out.push_back(',');
+  append_key(out, "operationId");
+  append_string(out, row.operation_id);
+  out.push_back(',');
+  append_key(out, "phase");
+  append_string(out, workflow::to_string(phase));
+  out.push_back(',');
+  append_key(out, "reapplyAllowed");
+  out.append(workflow::is_reappliable(phase) ? "true" : "false");
+  out.push_back(',');
+  append_key(out, "repository");
+  append_string(out, row.repository);
+  out.push_back(',');
+  append_key(out, "requester");
+  append_opt(out, row.requester.empty() ? std::nullopt : std::optional<std::string>(row.requester));
+  out.push_back(',');
+  append_key(out, "revertOf");
+  append_opt(out, row.revert_of);
+  out.push_back(',');
+  append_key(out, "revertedBy");
+  append_opt(out, row.reverted_by);
+  out.push_back(',');
+  append_key(out, "step");
+  out.append("{\"code\":");
+  out.append(std::to_string(workflow::code_of(row.step)));
+  out.append(",\"name\":");
+  append_string(out, workflow::to_string(row.step));
+  out.append("},");
+  append_key(out, "subject");
+  append_string(out, row.subject_id);
+  out.push_back(',');
+  append_key(out, "target");
+  append_string(out, row.target_key);
+  out.push_back(',');
+  append_key(out, "targetBranch");
+  append_string(out, row.target_branch);
+  out.push_back(',');
+  append_key(out, "title");
+  append_string(out, row.title);
+  out.push_back(',');
+  append_key(out, "updatedAt");
+  append_string(out, ms_to_iso(row.updated_at_ms));
+  out.push_back(',');
+  append_key(out, "version");
+  out.append(std::to_string(row.version));
+  out.append("},\"message\":\"OK\"}");
+  return out;
 }
 
 namespace {

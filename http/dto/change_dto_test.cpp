@@ -1,5 +1,8 @@
 #include "http/dto/change_dto.hpp"
 
+#include "base/log.hpp"
+#include "workflow/status.hpp"
+
 #include <gtest/gtest.h>
 
 using namespace changeflow::http::dto;
@@ -76,4 +79,54 @@ TEST(StatusDocument, TimelineOnlyWhenGiven) {
   full.erase("timeline");
   full["live"] = true;
   EXPECT_EQ(full, plain);
+}
+
+// The plain status read's body is written without the JSON tree: it must be, byte for byte, what the
+// envelope dumps for the same document, for every step and for text that needs escaping or repair.
+TEST(StatusDocument, TheWrittenBodyIsTheEnvelopesDumpByteForByte) {
+  using changeflow::persistence::operation_row;
+  const auto envelope_dump = [](const operation_row& row, bool live) {
+    return changeflow::log::safe_dump(
+        nlohmann::json{{"code", "OK"}, {"message", "OK"}, {"data", status_document(row, live)}});
+  };
+  operation_row base;
+  base.operation_id = "4f2c7d1e-0000-4000-8000-000000000001";
+  base.subject_id = "team-a";
+  base.target_key = "service/limits";
+  base.repository = "config/changes";
+  base.target_branch = "main";
+  base.title = "raise the limit";
+  base.flow = "approve_then_create";
+  base.version = 7;
+  base.created_at_ms = 1764800000123;
+  base.updated_at_ms = 1764800004567;
+  std::vector<operation_row> rows;
+  for (auto s : changeflow::workflow::all_steps) {
+    auto r = base;
+    r.step = s;
+    r.phase = changeflow::workflow::phase_of(s);
+    rows.push_back(r);
+  }
+  auto full = base;
+  full.requester = "alice";
+  full.mr_iid = 42;
+  full.mr_url = "http://gitlab/config/changes/-/merge_requests/42";
+  full.revert_of = "4f2c7d1e-0000-4000-8000-000000000002";
+  full.reverted_by = "4f2c7d1e-0000-4000-8000-000000000003";
+  rows.push_back(full);
+  for (const char* title :
+       {"quote \" and backslash \\", "tab\tnew line\ncontrol \x01 and DEL \x7f",
+        "unicode: \xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x9a\x80", "invalid: \xc3\x28 \xff end", ""}) {
+    auto r = full;
+    r.title = title;
+    r.subject_id = title;
+    r.requester = title;
+    rows.push_back(r);
+  }
+  for (const auto& row : rows) {
+    for (bool live : {true, false}) {
+      EXPECT_EQ(status_body(row, live), envelope_dump(row, live))
+          << row.title << " " << changeflow::workflow::to_string(row.step);
+    }
+  }
 }

@@ -295,10 +295,13 @@ service::view_check viewer(service_context& ctx, const std::optional<std::string
 /// The one outcome switch of a status read.
 http_server::response status_response(const service::status_view& v) {
   switch (v.outcome) {
-    case service::status_outcome::ok:
-      return outcome_response(
-          api_outcome::ok, {},
-          v.timeline ? dto::status_document(v.row, *v.timeline, v.live) : dto::status_document(v.row, v.live));
+    case service::status_outcome::ok: {
+      if (v.timeline) return outcome_response(api_outcome::ok, {}, dto::status_document(v.row, *v.timeline, v.live));
+      http_server::response r;
+      r.status = 200;
+      r.body = dto::status_body(v.row, v.live);
+      return r;
+    }
     case service::status_outcome::not_found: return no_such_operation();
     case service::status_outcome::overloaded: return overloaded();
     case service::status_outcome::failed: break;
