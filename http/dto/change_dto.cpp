@@ -221,94 +221,75 @@ void append_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-void append_key(std::string& out, std::string_view key) {
-  out.push_back('"');
-  out.append(key);
-  out.append("\":");
-}
-
-void append_opt(std::string& out, const std::optional<std::string>& v) {
-  if (v) {
-    append_string(out, *v);
-  } else {
-    out.append("null");
+/// Writes one JSON object's members in the order given, each value already in its JSON form or a
+/// string to quote.
+class object_writer {
+ public:
+  explicit object_writer(std::string& out) : out_(out) { out_.push_back('{'); }
+  object_writer& raw(std::string_view key, std::string_view json) {
+    name(key);
+    out_.append(json);
+    return *this;
   }
-}
+  object_writer& text(std::string_view key, std::string_view value) {
+    name(key);
+    append_string(out_, value);
+    return *this;
+  }
+  object_writer& maybe_text(std::string_view key, const std::optional<std::string>& value) {
+    return value ? text(key, *value) : raw(key, "null");
+  }
+  void close() { out_.push_back('}'); }
+
+ private:
+  void name(std::string_view key) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    out_.push_back('"');
+    out_.append(key);
+    out_.append("\":");
+  }
+  std::string& out_;
+  bool first_ = true;
+};
 }  // namespace
 
 std::string status_body(const persistence::operation_row& row, bool live) {
   const auto phase = row.phase;
   const auto hint = workflow::hint_for(phase, row.step);
-  std::string out;
-  out.reserve(1024);
+  std::string step;
+  object_writer(step)
+      .raw("code", std::to_string(workflow::code_of(row.step)))
+      .text("name", workflow::to_string(row.step))
+      .close();
+  std::string data;
+  data.reserve(768);
   // Keys in the order the envelope's dump writes them (sorted, as its object type keeps them).
-  out.append("{\"code\":\"OK\",\"data\":{");
-  append_key(out, "createdAt");
-  append_string(out, ms_to_iso(row.created_at_ms));
-  out.push_back(',');
-  append_key(out, "flow");
-  append_string(out, row.flow);
-  out.push_back(',');
-  append_key(out, "hint");
-  append_string(out, workflow::to_string(hint));
-  out.push_back(',');
-  append_key(out, "hintMessage");
-  append_string(out, workflow::describe(hint));
-  out.push_back(',');
-  append_key(out, "live");
-  out.append(live ? "true" : "false");
-  out.push_back(',');
-  append_key(out, "mrIid");
-  out.append(row.mr_iid ? std::to_string(*row.mr_iid) : "null");
-  out.push_back(',');
-  append_key(out, "mrUrl");
-  append_opt(out, row.mr_url);
-  out.push_back(',');
-  append_key(out, "operationId");
-  append_string(out, row.operation_id);
-  out.push_back(',');
-  append_key(out, "phase");
-  append_string(out, workflow::to_string(phase));
-  out.push_back(',');
-  append_key(out, "reapplyAllowed");
-  out.append(workflow::is_reappliable(phase) ? "true" : "false");
-  out.push_back(',');
-  append_key(out, "repository");
-  append_string(out, row.repository);
-  out.push_back(',');
-  append_key(out, "requester");
-  append_opt(out, row.requester.empty() ? std::nullopt : std::optional<std::string>(row.requester));
-  out.push_back(',');
-  append_key(out, "revertOf");
-  append_opt(out, row.revert_of);
-  out.push_back(',');
-  append_key(out, "revertedBy");
-  append_opt(out, row.reverted_by);
-  out.push_back(',');
-  append_key(out, "step");
-  out.append("{\"code\":");
-  out.append(std::to_string(workflow::code_of(row.step)));
-  out.append(",\"name\":");
-  append_string(out, workflow::to_string(row.step));
-  out.append("},");
-  append_key(out, "subject");
-  append_string(out, row.subject_id);
-  out.push_back(',');
-  append_key(out, "target");
-  append_string(out, row.target_key);
-  out.push_back(',');
-  append_key(out, "targetBranch");
-  append_string(out, row.target_branch);
-  out.push_back(',');
-  append_key(out, "title");
-  append_string(out, row.title);
-  out.push_back(',');
-  append_key(out, "updatedAt");
-  append_string(out, ms_to_iso(row.updated_at_ms));
-  out.push_back(',');
-  append_key(out, "version");
-  out.append(std::to_string(row.version));
-  out.append("},\"message\":\"OK\"}");
+  object_writer(data)
+      .text("createdAt", ms_to_iso(row.created_at_ms))
+      .text("flow", row.flow)
+      .text("hint", workflow::to_string(hint))
+      .text("hintMessage", workflow::describe(hint))
+      .raw("live", live ? "true" : "false")
+      .raw("mrIid", row.mr_iid ? std::to_string(*row.mr_iid) : "null")
+      .maybe_text("mrUrl", row.mr_url)
+      .text("operationId", row.operation_id)
+      .text("phase", workflow::to_string(phase))
+      .raw("reapplyAllowed", workflow::is_reappliable(phase) ? "true" : "false")
+      .text("repository", row.repository)
+      .maybe_text("requester", row.requester.empty() ? std::nullopt : std::optional<std::string>(row.requester))
+      .maybe_text("revertOf", row.revert_of)
+      .maybe_text("revertedBy", row.reverted_by)
+      .raw("step", step)
+      .text("subject", row.subject_id)
+      .text("target", row.target_key)
+      .text("targetBranch", row.target_branch)
+      .text("title", row.title)
+      .text("updatedAt", ms_to_iso(row.updated_at_ms))
+      .raw("version", std::to_string(row.version))
+      .close();
+  std::string out;
+  object_writer(out).text("code", "OK").raw("data", data).text("message", "OK").close();
   return out;
 }
 
