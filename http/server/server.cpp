@@ -8,7 +8,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -84,7 +83,8 @@ class session : public std::enable_shared_from_this<session> {
     keep_alive_ = req.keep_alive;
     version_ = msg.version();
 
-    // The handler may answer from another thread; post the reply back onto this strand. No stream
+    // The handler may answer from another thread; post the reply back onto this connection's event
+    // loop (its io_context, run by exactly one thread: that thread is what serialises the connection). No stream
     // operation is pending while the handler runs (a stream's expiry only cuts pending operations),
     // so the handler's deadline is a timer of its own: past it, the client gets a 503 and the
     // connection is closed; the handler's late reply is dropped.
@@ -92,8 +92,8 @@ class session : public std::enable_shared_from_this<session> {
     const auto generation = ++generation_;
     const auto read_at = std::chrono::steady_clock::now();
     awaiting_reply_ = true;
-    // A reply made on this strand (a handler that answers at once, e.g. a status read from memory)
-    // is written inline; one from another thread is queued onto the strand, so it cannot run before
+    // A reply made on the loop's own thread (a handler that answers at once, e.g. a status read from
+    // memory) is written inline; one from another thread is queued onto the loop, so it cannot run before
     // this function returns.
     responder reply([self, generation](response r) {
       net::dispatch(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
@@ -220,7 +220,7 @@ struct server::impl {
   std::mutex stop_mutex;
   bool stopped = false;
 
-  // The cancelled accept still queued on the first context holds a socket (and a strand) of the
+  // The cancelled accept still queued on the first context holds a socket of the
   // context it was meant for: the first context goes first, the others after it, whatever order a
   // vector's elements are destroyed in.
   ~impl() {
@@ -235,13 +235,13 @@ struct server::impl {
       contexts.push_back(std::make_unique<net::io_context>(1));
       keep_running.push_back(net::make_work_guard(*contexts.back()));
     }
-    acceptor.emplace(net::make_strand(*contexts.front()));
+    acceptor.emplace(contexts.front()->get_executor());
   }
 
   void do_accept() {
     auto& target = *contexts[next_context];
     next_context = (next_context + 1) % contexts.size();
-    acceptor->async_accept(net::make_strand(target), [this](beast::error_code ec, tcp::socket socket) {
+    acceptor->async_accept(target.get_executor(), [this](beast::error_code ec, tcp::socket socket) {
       if (!accepting.load()) return;
       if (!ec) {
         std::make_shared<session>(std::move(socket), opts, h, stats)->run();
