@@ -257,7 +257,12 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
        "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) SELECT " +
            t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id + ", " +
            phase + " FROM DUAL WHERE @changeflow_bound_op IS NULL",
-       "UPDATE binding SET operation_id = " + id + ", phase = " + phase + " WHERE " + target +
+       // Through the relationship key, as the read above locked it. Left to itself the optimizer
+       // picks the operation key (the shorter one, from `operation_id = @changeflow_bound_op`): a
+       // refused submit then waits for that key's entry while the bound change's transition
+       // trigger, holding it, waits for the row this text already holds: a deadlock.
+       "UPDATE binding FORCE INDEX (uk_binding_relationship) SET operation_id = " + id + ", phase = " + phase +
+           " WHERE " + target +
            " AND @changeflow_bound_op IS NOT NULL AND operation_id = @changeflow_bound_op AND phase = "
            "@changeflow_bound_phase AND phase IN (" +
            reappliable + ")",

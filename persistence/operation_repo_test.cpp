@@ -1020,3 +1020,37 @@ TEST(TransitionGroup, ASecondRequestForTheSameOperationAndABatchAdmissionRunAlon
   EXPECT_EQ(refused[0].outcome, db_outcome::illegal_transition);
   EXPECT_TRUE(refused[1].ok()) << refused[1].error.message;
 }
+
+// A refused submit reaches the binding only through its relationship key, as its locking read does.
+// Through the operation key it would wait for that key's entry, which the bound change's transition
+// trigger holds while it waits for the binding row the submit already holds (a deadlock the lifecycle
+// suite met). Here another transaction holds the operation key's entry of the bound change (a shared
+// lock on that index alone): the refused submit must answer without waiting for it.
+TEST(OperationRepo, ARefusedSubmitDoesNotWaitForTheBoundChangesOperationKey) {
+  test_database db;
+  auto c = db.connect();
+  const auto bound = test::new_op(*c, "sam", "limits.yaml");
+  auto holder = db.connect();
+  std::unique_ptr<sql::Statement> hold(holder->createStatement());
+  hold->execute("START TRANSACTION");
+  std::unique_ptr<sql::ResultSet> held(
+      hold->executeQuery("SELECT operation_id FROM binding FORCE INDEX (uk_binding_operation) WHERE operation_id = '" +
+                         bound + "' LOCK IN SHARE MODE"));
+  ASSERT_TRUE(held->next());
+  auto second = test::new_operation_for("sam", "limits.yaml");
+  std::promise<db_result<create_outcome>> result;
+  auto answered = result.get_future();
+  std::thread submitter([&] {
+    auto s = db.connect();
+    result.set_value(create_operation(*s, second));
+  });
+  const bool in_time =
+      changeflow::testing::wait_until([&] { return answered.wait_for(0ms) == std::future_status::ready; }, 20s);
+  hold->execute("ROLLBACK");  // lets a submit that waited go on, so the thread ends either way
+  submitter.join();
+  EXPECT_TRUE(in_time) << "the refused submit waited for the operation key's entry";
+  auto r = answered.get();
+  // A submit that waits for the entry runs into the connection's read timeout first.
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(r.value, create_outcome::in_progress);
+}
