@@ -6,6 +6,10 @@
 // (subject, repository, target) or by its operation, and every listing by phase or age reads the
 // operation table. Measured on the standard workload, the index cost the database about 4 % of its
 // CPU per change (docs/performance.md).
+//
+// Without it the optimizer reads the submit's binding UPDATE (relationship AND `operation_id =` the
+// bound change) through the shorter operation key, against the lock order of the submit and of the
+// transition trigger: that UPDATE names its key (operation_repo.cpp, FORCE INDEX).
 
 #include <string>
 #include <vector>
