@@ -329,14 +329,18 @@ std::string_view to_string(create_outcome o) {
 db_result<create_outcome> create_operation(session s, const new_operation& op, std::optional<operation_row>* created) {
   using R = db_result<create_outcome>;
   if (auto refused = detail::refuse_initial_step(op)) return R::failure(*refused);
-  return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
-    detail::transaction tx(conn, detail::transaction::begun_in_script{});
-    auto r = detail::insert_operation(conn, op, true, true, created);
-    // Every answer comes with the transaction ended: committed by the text (what it wrote, or
-    // nothing), or rolled back after a duplicate key stopped it. Anything else threw, and the guard
-    // rolls back.
-    if (r.ok()) tx.ended_by_script();
-    return r;
+  // A deadlock victim is rolled back whole by the server: the submission runs again (its reads and
+  // pins are redone), so a lock cycle with another writer of the binding never reaches the client.
+  return detail::retry_on_deadlock<create_outcome>([&] {
+    return guarded<create_outcome>(s, [&](sql::Connection& conn) -> R {
+      detail::transaction tx(conn, detail::transaction::begun_in_script{});
+      auto r = detail::insert_operation(conn, op, true, true, created);
+      // Every answer comes with the transaction ended: committed by the text (what it wrote, or
+      // nothing), or rolled back after a duplicate key stopped it. Anything else threw, and the
+      // guard rolls back.
+      if (r.ok()) tx.ended_by_script();
+      return r;
+    });
   });
 }
 

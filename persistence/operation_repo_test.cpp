@@ -1054,3 +1054,66 @@ TEST(OperationRepo, ARefusedSubmitDoesNotWaitForTheBoundChangesOperationKey) {
   ASSERT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(r.value, create_outcome::in_progress);
 }
+
+// A submission chosen as a deadlock victim runs again instead of answering the client with an error.
+// The cycle is made on purpose: a re-apply's binding UPDATE needs the operation key's entry of the
+// change it replaces, which another (heavier) transaction holds, and that transaction then asks for
+// the binding row the submission holds. InnoDB rolls back the lighter one, the submission; its
+// second run waits for the other transaction and then takes the target.
+TEST(OperationRepo, ASubmissionChosenAsADeadlockVictimRunsAgain) {
+  test_database db;
+  auto c = db.connect();
+  const auto ended = test::new_op(*c, "rita", "r.yaml");
+  db.exec("UPDATE operation SET step = 10301, phase = 'VALIDATED' WHERE operation_id = '" + ended + "'");
+  db.exec("UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = '" + ended + "'");
+  const auto binding_id = db.scalar("SELECT id FROM binding WHERE operation_id = '" + ended + "'");
+  db.exec("CREATE TABLE weight (id INT PRIMARY KEY) ENGINE=InnoDB");
+  auto other = db.connect();
+  std::unique_ptr<sql::Statement> o(other->createStatement());
+  o->execute("START TRANSACTION");
+  // Its weight (rows written) makes InnoDB choose the submission as the victim.
+  o->execute(
+      "INSERT INTO weight WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) "
+      "SELECT i FROM n");
+  std::unique_ptr<sql::ResultSet> key(
+      o->executeQuery("SELECT operation_id FROM binding FORCE INDEX (uk_binding_operation) WHERE operation_id = '" +
+                      ended + "' LOCK IN SHARE MODE"));
+  ASSERT_TRUE(key->next());
+  auto again = test::new_operation_for("rita", "r.yaml");
+  std::promise<db_result<create_outcome>> result;
+  auto answered = result.get_future();
+  std::thread submitter([&] {
+    auto s = db.connect();
+    result.set_value(create_operation(*s, again));
+  });
+  // The submission runs `statement` (it waits there for a lock held here).
+  const auto running = [&](const std::string& statement) {
+    return changeflow::testing::wait_until(
+        [&] {
+          return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE '" +
+                           statement + "%'") == "1";
+        },
+        20s);
+  };
+  const bool cycle_ready = running("UPDATE binding FORCE INDEX");
+  EXPECT_TRUE(cycle_ready) << "the submission never reached its binding UPDATE";
+  if (cycle_ready) {
+    o->execute("SET SESSION innodb_lock_wait_timeout = 5");  // a cycle InnoDB did not see ends here
+    try {
+      // Closes the cycle: the submission holds this row and waits for the key held here.
+      std::unique_ptr<sql::ResultSet> row(
+          o->executeQuery("SELECT id FROM binding WHERE id = " + binding_id + " FOR UPDATE"));
+      // The submission was rolled back; its second run waits for this row at its first read.
+      EXPECT_TRUE(running("SELECT operation_id, phase INTO")) << "the submission did not run again";
+    } catch (const sql::SQLException& e) {
+      ADD_FAILURE() << "this transaction lost the cycle (" << e.getErrorCode() << "): the test proves nothing";
+    }
+  }
+  o->execute("ROLLBACK");
+  submitter.join();
+  auto r = answered.get();
+  ASSERT_TRUE(r.ok()) << r.error.code << " " << r.error.message;
+  EXPECT_EQ(r.value, create_outcome::created);
+  EXPECT_EQ(db.scalar("SELECT operation_id FROM binding WHERE subject_id = 'rita' AND target_key = 'r.yaml'"),
+            again.operation_id);
+}

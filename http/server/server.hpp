@@ -1,8 +1,9 @@
 #pragma once
-// HTTP/1.1 server on Boost.Beast. Sessions do I/O only: each connection runs on its own strand,
-// every read has a deadline, bodies and header blocks are bounded, and one request is handled at
-// a time per connection (pipelined requests wait in the socket buffer). The handler may reply
-// from any thread; the reply is posted back to the connection's strand.
+// HTTP/1.1 server on Boost.Beast. Sessions do I/O only: each connection runs on one I/O thread's
+// event loop (an io_context run by that thread alone), every read has a deadline, bodies and header
+// blocks are bounded, and one request is handled at a time per connection (pipelined requests wait
+// in the socket buffer). The handler may reply from any thread; the reply is posted back to the
+// connection's event loop.
 
 #include "http/server/message.hpp"
 
