@@ -1021,6 +1021,25 @@ TEST(TransitionGroup, ASecondRequestForTheSameOperationAndABatchAdmissionRunAlon
   EXPECT_TRUE(refused[1].ok()) << refused[1].error.message;
 }
 
+namespace {
+/// Holds, in the transaction `st` runs, a shared lock on the operation key's entry of `operation_id`
+/// alone (the read is covered by that index, so the binding's row itself stays free).
+bool hold_operation_key(sql::Statement& st, const std::string& operation_id) {
+  std::unique_ptr<sql::ResultSet> held(
+      st.executeQuery("SELECT operation_id FROM binding FORCE INDEX (uk_binding_operation) WHERE operation_id = '" +
+                      operation_id + "' LOCK IN SHARE MODE"));
+  return held->next();
+}
+
+/// `create_operation` on a connection of its own, on another thread.
+std::future<db_result<create_outcome>> submit_in_background(const test_database& db, new_operation op) {
+  return std::async(std::launch::async, [&db, op = std::move(op)] {
+    auto s = db.connect();
+    return create_operation(*s, op);
+  });
+}
+}  // namespace
+
 // A refused submit reaches the binding only through its relationship key, as its locking read does.
 // Through the operation key it would wait for that key's entry, which the bound change's transition
 // trigger holds while it waits for the binding row the submit already holds (a deadlock the lifecycle
@@ -1033,21 +1052,11 @@ TEST(OperationRepo, ARefusedSubmitDoesNotWaitForTheBoundChangesOperationKey) {
   auto holder = db.connect();
   std::unique_ptr<sql::Statement> hold(holder->createStatement());
   hold->execute("START TRANSACTION");
-  std::unique_ptr<sql::ResultSet> held(
-      hold->executeQuery("SELECT operation_id FROM binding FORCE INDEX (uk_binding_operation) WHERE operation_id = '" +
-                         bound + "' LOCK IN SHARE MODE"));
-  ASSERT_TRUE(held->next());
-  auto second = test::new_operation_for("sam", "limits.yaml");
-  std::promise<db_result<create_outcome>> result;
-  auto answered = result.get_future();
-  std::thread submitter([&] {
-    auto s = db.connect();
-    result.set_value(create_operation(*s, second));
-  });
+  ASSERT_TRUE(hold_operation_key(*hold, bound));
+  auto answered = submit_in_background(db, test::new_operation_for("sam", "limits.yaml"));
   const bool in_time =
       changeflow::testing::wait_until([&] { return answered.wait_for(0ms) == std::future_status::ready; }, 20s);
-  hold->execute("ROLLBACK");  // lets a submit that waited go on, so the thread ends either way
-  submitter.join();
+  hold->execute("ROLLBACK");  // lets a submit that waited go on, so it ends either way
   EXPECT_TRUE(in_time) << "the refused submit waited for the operation key's entry";
   auto r = answered.get();
   // A submit that waits for the entry runs into the connection's read timeout first.
@@ -1075,17 +1084,9 @@ TEST(OperationRepo, ASubmissionChosenAsADeadlockVictimRunsAgain) {
   o->execute(
       "INSERT INTO weight WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) "
       "SELECT i FROM n");
-  std::unique_ptr<sql::ResultSet> key(
-      o->executeQuery("SELECT operation_id FROM binding FORCE INDEX (uk_binding_operation) WHERE operation_id = '" +
-                      ended + "' LOCK IN SHARE MODE"));
-  ASSERT_TRUE(key->next());
+  ASSERT_TRUE(hold_operation_key(*o, ended));
   auto again = test::new_operation_for("rita", "r.yaml");
-  std::promise<db_result<create_outcome>> result;
-  auto answered = result.get_future();
-  std::thread submitter([&] {
-    auto s = db.connect();
-    result.set_value(create_operation(*s, again));
-  });
+  auto answered = submit_in_background(db, again);
   // The submission runs `statement` (it waits there for a lock held here).
   const auto running = [&](const std::string& statement) {
     return changeflow::testing::wait_until(
@@ -1110,7 +1111,6 @@ TEST(OperationRepo, ASubmissionChosenAsADeadlockVictimRunsAgain) {
     }
   }
   o->execute("ROLLBACK");
-  submitter.join();
   auto r = answered.get();
   ASSERT_TRUE(r.ok()) << r.error.code << " " << r.error.message;
   EXPECT_EQ(r.value, create_outcome::created);
