@@ -239,6 +239,11 @@ class object_writer {
   object_writer& maybe_text(std::string_view key, const std::optional<std::string>& value) {
     return value ? text(key, *value) : raw(key, "null");
   }
+  /// A member whose value is an object, written in place by the writer returned (close it first).
+  object_writer object(std::string_view key) {
+    name(key);
+    return object_writer(out_);
+  }
   void close() { out_.push_back('}'); }
 
  private:
@@ -257,16 +262,13 @@ class object_writer {
 std::string status_body(const persistence::operation_row& row, bool live) {
   const auto phase = row.phase;
   const auto hint = workflow::hint_for(phase, row.step);
-  std::string step;
-  object_writer(step)
-      .raw("code", std::to_string(workflow::code_of(row.step)))
-      .text("name", workflow::to_string(row.step))
-      .close();
-  std::string data;
-  data.reserve(768);
+  std::string out;
+  out.reserve(1024);
   // Keys in the order the envelope's dump writes them (sorted, as its object type keeps them).
-  object_writer(data)
-      .text("createdAt", ms_to_iso(row.created_at_ms))
+  object_writer envelope(out);
+  envelope.text("code", "OK");
+  auto data = envelope.object("data");
+  data.text("createdAt", ms_to_iso(row.created_at_ms))
       .text("flow", row.flow)
       .text("hint", workflow::to_string(hint))
       .text("hintMessage", workflow::describe(hint))
@@ -279,17 +281,19 @@ std::string status_body(const persistence::operation_row& row, bool live) {
       .text("repository", row.repository)
       .maybe_text("requester", row.requester.empty() ? std::nullopt : std::optional<std::string>(row.requester))
       .maybe_text("revertOf", row.revert_of)
-      .maybe_text("revertedBy", row.reverted_by)
-      .raw("step", step)
-      .text("subject", row.subject_id)
+      .maybe_text("revertedBy", row.reverted_by);
+  data.object("step")
+      .raw("code", std::to_string(workflow::code_of(row.step)))
+      .text("name", workflow::to_string(row.step))
+      .close();
+  data.text("subject", row.subject_id)
       .text("target", row.target_key)
       .text("targetBranch", row.target_branch)
       .text("title", row.title)
       .text("updatedAt", ms_to_iso(row.updated_at_ms))
       .raw("version", std::to_string(row.version))
       .close();
-  std::string out;
-  object_writer(out).text("code", "OK").raw("data", data).text("message", "OK").close();
+  envelope.text("message", "OK").close();
   return out;
 }
 

@@ -84,17 +84,17 @@ class session : public std::enable_shared_from_this<session> {
     version_ = msg.version();
 
     // The handler may answer from another thread; post the reply back onto this connection's event
-    // loop (its io_context, run by exactly one thread: that thread is what serialises the connection). No stream
-    // operation is pending while the handler runs (a stream's expiry only cuts pending operations),
-    // so the handler's deadline is a timer of its own: past it, the client gets a 503 and the
-    // connection is closed; the handler's late reply is dropped.
+    // loop (its io_context, run by exactly one thread, which is what serialises the connection). No
+    // stream operation is pending while the handler runs (a stream's expiry only cuts pending
+    // operations), so the handler's deadline is a timer of its own: past it, the client gets a 503
+    // and the connection is closed; the handler's late reply is dropped.
     auto self = shared_from_this();
     const auto generation = ++generation_;
     const auto read_at = std::chrono::steady_clock::now();
     awaiting_reply_ = true;
-    // A reply made on the loop's own thread (a handler that answers at once, e.g. a status read from
-    // memory) is written inline; one from another thread is queued onto the loop, so it cannot run before
-    // this function returns.
+    // A reply made on the loop's own thread (a handler that answers at once, e.g. a status read
+    // from memory) is written inline; one from another thread is queued onto the loop, so it cannot
+    // run before this function returns.
     responder reply([self, generation](response r) {
       net::dispatch(self->stream_.get_executor(), [self, generation, r = std::move(r)]() mutable {
         if (!self->awaiting_reply_ || generation != self->generation_) return;  // answered by the timeout
