@@ -55,6 +55,19 @@ step target_of(approval_result r) {
   }
   return step::APPROVAL_REJECTED;
 }
+/// The guarded move of an operation awaiting approval to the decision's step (any step awaiting
+/// approval that the transition table lets go there; the transition trigger writes the event and
+/// moves the binding).
+std::string approval_move_sql(const detail::sql_text& t, const std::string& delivery_id,
+                              const std::string& operation_id, step target) {
+  const std::string cause = "approval callback " + delivery_id;
+  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(target)) +
+         ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(target)))) +
+         ", version = version + 1, attempts = 0, event_cause = " + t.quote(cause.substr(0, 255)) +
+         ", event_actor = 'callback', event_instance = NULL WHERE operation_id = " + t.quote(operation_id) +
+         " AND step IN (" + detail::steps_into(&workflow::is_awaiting_approval, target) + ")";
+}
+
 /// The approval callback as ONE round trip and one commit: the ledger row, the guarded transition
 /// (any step awaiting approval that the transition table lets go to the decision's step; the
 /// transition trigger writes the event and moves the binding) and the ledger's classification,
@@ -69,12 +82,7 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
   const std::string id = t.quote(operation_id);
   const std::string key = t.quote(delivery_id);
   auto ins = ledger_insert(conn, delivery_id, callback_kind::approval, operation_id, payload_json);
-  const std::string cause = "approval callback " + delivery_id;
-  const std::string move = "UPDATE operation SET step = " + std::to_string(workflow::code_of(target)) +
-                           ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(target)))) +
-                           ", version = version + 1, attempts = 0, event_cause = " + t.quote(cause.substr(0, 255)) +
-                           ", event_actor = 'callback', event_instance = NULL WHERE operation_id = " + id +
-                           " AND step IN (" + detail::steps_into(&workflow::is_awaiting_approval, target) + ")";
+  const std::string move = approval_move_sql(t, delivery_id, operation_id, target);
   // No flip: OUT_OF_ORDER when a decision already took effect, IGNORED_STALE otherwise (no such
   // operation, its binding replaced by a re-apply, not yet asked, timed out). A SET of its own: the
   // flip's value is not visible to a later assignment of the same SET.
@@ -223,6 +231,51 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
       return finish({callback_outcome::APPLIED, target, applied.value});
     });
   });
+}
+
+std::shared_ptr<group_unit> approval_callback_unit(
+    const std::string& delivery_id, const std::string& operation_id, approval_result result,
+    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done) {
+  struct answer {
+    bool flipped = false;
+    std::optional<operation_row> row;
+  };
+  auto got = std::make_shared<answer>();
+  auto unit = std::make_shared<group_unit>();
+  const step target = target_of(result);
+  unit->operation_id = operation_id;
+  unit->statements = [=](sql::Connection& conn, int tag) {
+    const detail::sql_text t(conn);
+    const std::string id = t.quote(operation_id);
+    // The flip first (it takes the operation's row lock, the group's lock order), then the ledger
+    // row already classified: two writes where the unit alone needs three. A copy (the ledger's
+    // unique key) or an operation not awaiting this decision undoes the unit's writes; the full
+    // rules then answer it alone.
+    return std::vector<std::string>{
+        "SET @changeflow_dup = 0",
+        "SAVEPOINT changeflow_unit",
+        approval_move_sql(t, delivery_id, operation_id, target),
+        "SET @changeflow_flip = ROW_COUNT()",
+        "IF @changeflow_flip = 1 THEN BEGIN DECLARE CONTINUE HANDLER FOR 1062 SET @changeflow_dup = 1; "
+        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, applied_at) "
+        "VALUES (" +
+            t.quote(delivery_id) + ", 'approval', " + id + ", " +
+            (payload_json.empty() ? std::string("NULL") : t.quote(payload_json)) +
+            ", 'APPLIED', NOW(3), NOW(3)); END; END IF",
+        "IF @changeflow_flip <> 1 OR @changeflow_dup = 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; "
+        "SET @changeflow_flip = 0; END IF",
+        detail::unit_flip_answer_sql(tag, id)};
+  };
+  unit->read = [got](sql::ResultSet& rs) { got->flipped = detail::read_unit_flip(rs, got->row); };
+  unit->finish = [=](db_context& ctx, bool joined) {
+    if (joined && got->flipped) {
+      auto version = got->row ? std::optional<std::int64_t>(got->row->version) : std::nullopt;
+      return done(ctx, db_result<approval_applied>::success(
+                           approval_applied{callback_outcome::APPLIED, target, version, std::move(got->row)}));
+    }
+    done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json));
+  };
+  return unit;
 }
 
 namespace {

@@ -9,6 +9,8 @@
 #include "workflow/status.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +49,15 @@ struct approval_applied {
 db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
                                                     const std::string& payload_json);
+
+/// apply_approval_callback as a unit that joins a transition group (transition_committer::
+/// submit_unit): in the group it flips the operation when it awaits this decision and records the
+/// delivery as APPLIED, in the group's one commit. Every other case (a copy, an id reused, an
+/// operation not awaiting approval) and a group that failed are answered by apply_approval_callback,
+/// run alone right after the group. `done` gets what apply_approval_callback would answer.
+std::shared_ptr<group_unit> approval_callback_unit(
+    const std::string& delivery_id, const std::string& operation_id, approval_result result,
+    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done);
 
 struct deploy_callback_in {
   std::string delivery_id;

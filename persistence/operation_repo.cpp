@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -55,6 +56,17 @@ std::string answer_with_rows_sql(const std::string& answer, const std::string& r
   // named so that nothing collides with them.
   return "SELECT " + answer + ", " + operation_columns +
          " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON " + rows_on;
+}
+
+std::string unit_flip_answer_sql(int tag, const std::string& quoted_id) {
+  return answer_with_rows_sql(std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip",
+                              "operation_id = " + quoted_id + " AND @changeflow_flip = 1");
+}
+
+bool read_unit_flip(sql::ResultSet& rs, std::optional<operation_row>& row) {
+  const bool flipped = !rs.isNull("changeflow_flip") && rs.getInt("changeflow_flip") == 1;
+  if (flipped && !rs.isNull("operation_id")) row = read_operation(rs);
+  return flipped;
 }
 
 operation_row read_operation(sql::ResultSet& rs) {
@@ -193,16 +205,31 @@ std::optional<db_error> refuse_initial_step(const new_operation& op) {
                   std::string(workflow::to_string(op.initial_step)) + " is not an initial step"};
 }
 
-db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction,
-                                           bool commit_in_text, std::optional<operation_row>* created) {
-  using R = db_result<create_outcome>;
+/// The statements of a submission (see insert_operation), each its own entry.
+struct creation_sql {
+  std::string reset;           // the binding variables cleared
+  std::string read_binding;    // the binding as it stands, locked, into the variables
+  std::string insert;          // the operation row, carrying its first event
+  std::string bind_first;      // a first apply takes the target
+  std::string bind_over;       // a re-apply takes it over from a change that ended
+  std::string count_bound;     // @changeflow_bound: 1 when this operation holds the target now
+  std::string history;         // the binding's history row, when bound
+  std::string answer_columns;  // what the answer reports
+};
+
+/// `conditional`: the operation row is written only when the change takes the target (or its id
+/// exists, so the primary key still answers "duplicate"), so a text that commits itself writes
+/// nothing for a held target.
+creation_sql creation_statements(sql::Connection& conn, const new_operation& op, bool conditional) {
   const sql_text t(conn);
   const std::string initial_phase(workflow::to_string(workflow::phase_of(op.initial_step)));
   const std::string target = "subject_id = " + t.quote(op.subject_id) + " AND repository = " + t.quote(op.repository) +
                              " AND target_key = " + t.quote(op.target_key);
+  creation_sql out;
+  out.reset = "SET @changeflow_bound_op = NULL, @changeflow_bound_phase = NULL";
   // The binding as it stands, locked (a concurrent first apply has no row to lock and is caught by
   // the binding's unique key instead); the writes below pin exactly what was read.
-  const std::string read_binding =
+  out.read_binding =
       "SELECT operation_id, phase INTO @changeflow_bound_op, @changeflow_bound_phase FROM binding WHERE " + target +
       " FOR UPDATE";
   std::string reappliable;
@@ -211,22 +238,18 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
     reappliable += (reappliable.empty() ? "'" : ", '") + std::string(workflow::to_string(p)) + "'";
   }
   // The operation's INSERT carries its first event (created or re-applied) to the creation trigger.
-  // When the text commits itself, the row is written only when the change takes the target (no
-  // binding, or one whose change ended), which the binding's writes below then do; an id that exists
-  // is still inserted, so its primary key answers "duplicate" as before.
   std::string cause = "IF(@changeflow_bound_op IS NULL, 'created', 're-applied')";
   if (!op.revert_of.empty()) cause = "CONCAT(" + cause + ", " + t.quote("; revert of " + op.revert_of) + ")";
-  auto ins = prepare(
-      conn,
-      "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
-      "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
-      "event_cause, event_actor, event_instance, revert_of) "
-      "SELECT ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, " +
-          cause + ", ?, ?, ? FROM DUAL" +
-          (commit_in_text
-               ? " WHERE @changeflow_bound_op IS NULL OR @changeflow_bound_phase IN (" + reappliable +
-                     ") OR EXISTS (SELECT 1 FROM operation WHERE operation_id = " + t.quote(op.operation_id) + ")"
-               : std::string()));
+  auto ins = prepare(conn,
+                     "INSERT INTO operation (operation_id, subject_id, target_key, flow, step, phase, version, "
+                     "title, payload, owner_instance, lease_epoch, requester, repository, target_branch, "
+                     "event_cause, event_actor, event_instance, revert_of) "
+                     "SELECT ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, " +
+                         cause + ", ?, ?, ? FROM DUAL" +
+                         (conditional ? " WHERE @changeflow_bound_op IS NULL OR @changeflow_bound_phase IN (" +
+                                            reappliable + ") OR EXISTS (SELECT 1 FROM operation WHERE operation_id = " +
+                                            t.quote(op.operation_id) + ")"
+                                      : std::string()));
   ins->setString(1, op.operation_id);
   ins->setString(2, op.subject_id);
   ins->setString(3, op.target_key);
@@ -243,43 +266,52 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   ins->setString(14, op.actor.substr(0, 160));
   set_opt_string(*ins, 15, op.owner_instance.empty() ? std::nullopt : std::optional(op.owner_instance));
   set_opt_string(*ins, 16, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
+  out.insert = ins->bound_sql();
   const std::string id = t.quote(op.operation_id);
   const std::string phase = t.quote(initial_phase);
+  out.bind_first = "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) SELECT " +
+                   t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
+                   ", " + phase + " FROM DUAL WHERE @changeflow_bound_op IS NULL";
+  // Pinned to the exact operation AND phase read (with several re-appliable phases, and with
+  // REJECTED -> re-apply -> REJECTED round trips, either alone could match a row that moved).
+  // Through the relationship key, as the read above locked it. Left to itself the optimizer picks
+  // the operation key (the shorter one, from `operation_id = @changeflow_bound_op`): a refused
+  // submit then waits for that key's entry while the bound change's transition trigger, holding it,
+  // waits for the row this text already holds: a deadlock.
+  out.bind_over = "UPDATE binding FORCE INDEX (uk_binding_relationship) SET operation_id = " + id +
+                  ", phase = " + phase + " WHERE " + target +
+                  " AND @changeflow_bound_op IS NOT NULL AND operation_id = @changeflow_bound_op AND phase = "
+                  "@changeflow_bound_phase AND phase IN (" +
+                  reappliable + ")";
+  out.count_bound =
+      "SET @changeflow_bound = (SELECT COUNT(*) FROM binding WHERE " + target + " AND operation_id = " + id + ")";
+  out.history =
+      "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
+      "replaced_operation_id, replaced_phase, applied_at) SELECT " +
+      t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
+      ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1";
+  out.answer_columns =
+      "@changeflow_bound AS changeflow_bound, @changeflow_bound_op IS NULL AS changeflow_first_apply, "
+      "@changeflow_bound_phase AS changeflow_held_phase";
+  return out;
+}
+
+db_result<create_outcome> insert_operation(sql::Connection& conn, const new_operation& op, bool begin_transaction,
+                                           bool commit_in_text, std::optional<operation_row>* created) {
+  using R = db_result<create_outcome>;
+  const sql_text t(conn);
+  const auto c = creation_statements(conn, op, commit_in_text);
+  const std::string id = t.quote(op.operation_id);
   std::vector<std::string> script;
   if (begin_transaction) script.push_back("START TRANSACTION");
-  script.insert(
-      script.end(),
-      {"SET @changeflow_bound_op = NULL, @changeflow_bound_phase = NULL", read_binding, ins->bound_sql(),
-       // A first apply takes the target; a re-apply takes it over from a change that ended,
-       // pinned to the exact operation AND phase read (with several re-appliable phases, and
-       // with REJECTED -> re-apply -> REJECTED round trips, either alone could match a row
-       // that moved).
-       "INSERT INTO binding (subject_id, repository, target_key, operation_id, phase) SELECT " +
-           t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id + ", " +
-           phase + " FROM DUAL WHERE @changeflow_bound_op IS NULL",
-       // Through the relationship key, as the read above locked it. Left to itself the optimizer
-       // picks the operation key (the shorter one, from `operation_id = @changeflow_bound_op`): a
-       // refused submit then waits for that key's entry while the bound change's transition
-       // trigger, holding it, waits for the row this text already holds: a deadlock.
-       "UPDATE binding FORCE INDEX (uk_binding_relationship) SET operation_id = " + id + ", phase = " + phase +
-           " WHERE " + target +
-           " AND @changeflow_bound_op IS NOT NULL AND operation_id = @changeflow_bound_op AND phase = "
-           "@changeflow_bound_phase AND phase IN (" +
-           reappliable + ")",
-       "SET @changeflow_bound = (SELECT COUNT(*) FROM binding WHERE " + target + " AND operation_id = " + id + ")",
-       "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
-       "replaced_operation_id, replaced_phase, applied_at) SELECT " +
-           t.quote(op.subject_id) + ", " + t.quote(op.repository) + ", " + t.quote(op.target_key) + ", " + id +
-           ", @changeflow_bound_op, @changeflow_bound_phase, NOW(3) FROM DUAL WHERE @changeflow_bound = 1"});
+  script.insert(script.end(), {c.reset, c.read_binding, c.insert, c.bind_first, c.bind_over, c.count_bound, c.history});
   if (commit_in_text) script.push_back("COMMIT");
   // The answer; with the row as the creation committed it in the same statement (nothing when the
   // change did not take the target), so the first status read of a new change needs no query.
   const bool read_row = commit_in_text && created;
-  const std::string answer =
-      "@changeflow_bound AS changeflow_bound, @changeflow_bound_op IS NULL AS changeflow_first_apply, "
-      "@changeflow_bound_phase AS changeflow_held_phase";
-  script.push_back(read_row ? answer_with_rows_sql(answer, "operation_id = " + id + " AND @changeflow_bound = 1")
-                            : "SELECT " + answer);
+  script.push_back(read_row
+                       ? answer_with_rows_sql(c.answer_columns, "operation_id = " + id + " AND @changeflow_bound = 1")
+                       : "SELECT " + c.answer_columns);
   bool bound = false, first_apply = true;
   std::optional<std::string> held_phase;
   std::optional<operation_row> row;
@@ -342,6 +374,52 @@ db_result<create_outcome> create_operation(session s, const new_operation& op, s
       return r;
     });
   });
+}
+
+std::shared_ptr<group_unit> create_operation_unit(
+    const new_operation& op, bool want_row,
+    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done) {
+  if (detail::refuse_initial_step(op)) return nullptr;
+  struct answer {
+    bool bound = false;
+    std::optional<operation_row> row;
+  };
+  auto got = std::make_shared<answer>();
+  auto unit = std::make_shared<group_unit>();
+  unit->operation_id = op.operation_id;
+  unit->statements = [op, want_row](sql::Connection& conn, int tag) {
+    const detail::sql_text t(conn);
+    const auto c = detail::creation_statements(conn, op, true);
+    const std::string answer = std::to_string(tag) + " AS changeflow_unit, @changeflow_bound AS changeflow_bound";
+    // The submission's statements as alone, with its writes undone unless the change took the
+    // target: a held target, an id that exists and a racing first apply (the unique keys, caught
+    // by the handler, which leaves the block) are all answered alone afterwards.
+    return std::vector<std::string>{
+        "SAVEPOINT changeflow_unit",
+        c.reset,
+        c.read_binding,
+        "SET @changeflow_dup = 0",
+        "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
+        "IF @changeflow_dup = 0 THEN " + c.bind_over + "; " + c.count_bound + "; " + c.history +
+            "; ELSE SET @changeflow_bound = 0; END IF",
+        "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
+        want_row ? detail::answer_with_rows_sql(
+                       answer, "operation_id = " + t.quote(op.operation_id) + " AND @changeflow_bound = 1")
+                 : "SELECT " + answer};
+  };
+  unit->read = [got, want_row](sql::ResultSet& rs) {
+    got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;
+    if (got->bound && want_row && !rs.isNull("operation_id")) got->row = detail::read_operation(rs);
+  };
+  unit->finish = [op, want_row, got, done](db_context& ctx, bool joined) {
+    if (joined && got->bound) {
+      return done(ctx, db_result<create_outcome>::success(create_outcome::created), std::move(got->row));
+    }
+    std::optional<operation_row> row;
+    auto r = create_operation(ctx, op, want_row ? &row : nullptr);
+    done(ctx, r, std::move(row));
+  };
+  return unit;
 }
 
 db_result<done> mark_deploy_reported(session s, const std::vector<std::string>& operation_ids) {
@@ -504,22 +582,40 @@ struct group_outcome {
   std::map<std::string, operation_row> rows;  // with `want_rows`: every row as the group left it
 };
 
+/// One member of a group, in the group's lock order: a transition or a unit.
+struct group_member {
+  const transition_request* req = nullptr;
+  group_unit* unit = nullptr;
+  const std::string& operation_id() const { return req ? req->operation_id : unit->operation_id; }
+};
+
 /// Runs the group's one multi-statement and returns the ids whose UPDATE landed (and, with
 /// `want_rows`, the rows read inside the same transaction after the UPDATEs, so each landed row is
-/// exactly what its transition committed). Throws the driver's exception when any statement
-/// failed; the caller rolls back and runs the requests alone.
-group_outcome commit_group(sql::Connection& conn, const std::vector<const transition_request*>& group, bool want_rows) {
+/// exactly what its transition committed). The units' statements run between the transitions and
+/// their answers are handed to them; they count only when this returns. Throws the driver's
+/// exception when any statement failed; the caller rolls back and runs the members alone.
+group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows) {
   const detail::sql_text t(conn);
   std::vector<std::string> parts{"SET @changeflow_ack = ''", "START TRANSACTION"};
   std::string ids;
-  for (const auto* req : group) {
-    parts.push_back(detail::transition_update_sql(t, *req));
-    ids += (ids.empty() ? "" : ", ") + t.quote(req->operation_id);
+  std::vector<group_unit*> units;
+  for (const auto& m : group) {
+    if (m.req) {
+      parts.push_back(detail::transition_update_sql(t, *m.req));
+      ids += (ids.empty() ? "" : ", ") + t.quote(m.req->operation_id);
+      continue;
+    }
+    auto unit_parts = m.unit->statements(conn, static_cast<int>(units.size()));
+    units.push_back(m.unit);
+    parts.insert(parts.end(), std::make_move_iterator(unit_parts.begin()), std::make_move_iterator(unit_parts.end()));
   }
   // The acknowledgement list is complete once the UPDATEs ran: it is read before the COMMIT, in the
   // same statement as the rows (one row per operation, each carrying the list; one row with the
-  // list alone when none is found). A COMMIT that fails throws, and the group runs alone.
-  if (want_rows) {
+  // list alone when none is found). A COMMIT that fails throws, and the group runs alone. A unit's
+  // own UPDATE adds its operation to the list too; no transition in the group moves that operation.
+  if (ids.empty()) {
+    parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
+  } else if (want_rows) {
     parts.push_back(detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + ids + ")"));
   } else {
     parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
@@ -527,29 +623,41 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<const transi
   parts.push_back("COMMIT");
   parts.push_back("SET @changeflow_ack = NULL");
   // One compound statement through detail::run_script (one answer; every result read, also when
-  // a row cannot be read here). The SELECT's is its only result set.
+  // a row cannot be read here). The units' answers come first, in their order, then the group's.
   group_outcome out;
   std::string list;
   bool answered = false;
+  std::size_t units_answered = 0;
   detail::run_script(conn, parts, [&](sql::ResultSet& rs) {
+    const auto first = rs.getMetaData()->getColumnLabel(1);
+    if (first == "changeflow_unit") {
+      if (!rs.next()) return;
+      const auto tag = static_cast<std::size_t>(rs.getInt("changeflow_unit"));
+      if (tag >= units.size()) throw std::runtime_error("group commit: an answer names no unit of the group");
+      units[tag]->read(rs);
+      ++units_answered;
+      return;
+    }
+    if (first != "changeflow_ack") return;
     answered = true;
     while (rs.next()) {
       if (!rs.isNull("changeflow_ack")) list = rs.getString("changeflow_ack");
-      if (!want_rows || rs.isNull("operation_id")) continue;
+      if (!want_rows || ids.empty() || rs.isNull("operation_id")) continue;
       auto row = detail::read_operation(rs);
       auto id = row.operation_id;
       out.rows.emplace(std::move(id), std::move(row));
     }
   });
-  if (!answered) throw std::runtime_error("group commit: a result set did not come back");
+  if (!answered || units_answered != units.size())
+    throw std::runtime_error("group commit: a result set did not come back");
   out.landed = split_ack(list);
   return out;
 }
 
-}  // namespace
-
-std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
-                                                      std::vector<std::optional<operation_row>>* rows) {
+/// transition_group's work; `joined[i]` tells whether units[i] committed in the group.
+std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<transition_request>& reqs,
+                                               std::vector<std::optional<operation_row>>* rows,
+                                               const std::vector<group_unit*>& units, std::vector<bool>& joined) {
   using R = db_result<std::int64_t>;
   std::vector<R> out(reqs.size(), R::failure(db_outcome::fatal, "not run"));
   if (rows) rows->assign(reqs.size(), std::nullopt);
@@ -564,13 +672,31 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
       grouped.push_back(i);
     }
   }
-  if (grouped.size() == 1) alone.push_back(grouped.front());
-  if (grouped.size() >= 2) {
+  // A unit joins only when no other member of the group writes its operation: then the rows the
+  // group reads and the list of landed transitions are the transitions' own.
+  std::vector<group_unit*> joining, left_out;
+  for (auto* u : units) {
+    if (ids.insert(u->operation_id).second) {
+      joining.push_back(u);
+    } else {
+      left_out.push_back(u);
+    }
+  }
+  if (grouped.size() + joining.size() < 2) {
+    if (grouped.size() == 1) alone.push_back(grouped.front());
+    grouped.clear();
+    left_out.insert(left_out.end(), joining.begin(), joining.end());
+    joining.clear();
+  }
+  joined.assign(units.size(), false);
+  bool committed = false;
+  if (!grouped.empty() || !joining.empty()) {
     // Row locks in one order (by operation id), so two groups never wait on each other in a cycle.
-    std::sort(grouped.begin(), grouped.end(),
-              [&](std::size_t a, std::size_t b) { return reqs[a].operation_id < reqs[b].operation_id; });
-    std::vector<const transition_request*> group;
-    for (auto i : grouped) group.push_back(&reqs[i]);
+    std::vector<group_member> group;
+    for (auto i : grouped) group.push_back({&reqs[i], nullptr});
+    for (auto* u : joining) group.push_back({nullptr, u});
+    std::sort(group.begin(), group.end(),
+              [](const group_member& a, const group_member& b) { return a.operation_id() < b.operation_id(); });
     auto landed = guarded<group_outcome>(s, [&](sql::Connection& conn) -> db_result<group_outcome> {
       try {
         return db_result<group_outcome>::success(commit_group(conn, group, rows != nullptr));
@@ -589,7 +715,9 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
     });
     if (!landed.ok()) {
       alone.insert(alone.end(), grouped.begin(), grouped.end());
+      left_out.insert(left_out.end(), joining.begin(), joining.end());
     } else {
+      committed = true;
       std::vector<std::size_t> missed;
       for (auto i : grouped) {
         if (landed.value.landed.count(reqs[i].operation_id)) {
@@ -607,9 +735,9 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
       if (rows) {
         for (const auto& [id, row] : landed.value.rows) existing.insert(id);
       } else if (!missed.empty()) {
-        std::vector<std::string> ids;
-        for (auto i : missed) ids.push_back(reqs[i].operation_id);
-        auto found = load_operations(s, ids);
+        std::vector<std::string> missed_ids;
+        for (auto i : missed) missed_ids.push_back(reqs[i].operation_id);
+        auto found = load_operations(s, missed_ids);
         if (!found.ok()) {
           for (auto i : missed) out[i] = R::failure(found.error);
           missed.clear();
@@ -626,7 +754,26 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
   }
   std::sort(alone.begin(), alone.end());
   for (auto i : alone) out[i] = transition(s, reqs[i]);
+  if (committed) {
+    for (std::size_t i = 0; i < units.size(); ++i)
+      joined[i] = std::find(joining.begin(), joining.end(), units[i]) != joining.end();
+  }
   return out;
+}
+
+}  // namespace
+
+std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
+                                                      std::vector<std::optional<operation_row>>* rows) {
+  std::vector<bool> joined;
+  return run_group(s, reqs, rows, {}, joined);
+}
+
+std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
+                                                      std::vector<std::optional<operation_row>>* rows,
+                                                      const std::vector<group_unit*>& units,
+                                                      std::vector<bool>& joined) {
+  return run_group(s, reqs, rows, units, joined);
 }
 
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,

@@ -10,9 +10,16 @@
 #include "workflow/transitions.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace sql {
+class Connection;
+class ResultSet;
+}  // namespace sql
 
 namespace changeflow::persistence {
 
@@ -179,6 +186,47 @@ db_result<std::int64_t> transition(session s, const transition_request& req,
 /// requests that ran alone.
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows = nullptr);
+
+/// A write of its own that can join a group's transaction: a callback's record and the flip it
+/// causes. Its statements run inside the group's transaction, between the transitions, in the
+/// group's lock order (by operation id); the group's one COMMIT makes them durable with the
+/// transitions. A unit does only its common case in a group: whatever it cannot finish there (a
+/// copy of a recorded delivery, an operation that is not where the unit expects it) it rolls back
+/// to the savepoint `changeflow_unit` it set, says so in its answer, and does afterwards alone with
+/// its full rules.
+struct group_unit {
+  /// The one operation whose row it writes (the lock order; a group that also moves this operation
+  /// leaves the unit out).
+  std::string operation_id;
+  /// Its statements, ending with one SELECT whose first column is `changeflow_unit` = `tag` (its
+  /// answer, read before the group's COMMIT). No other statement of the unit returns rows.
+  std::function<std::vector<std::string>(sql::Connection& conn, int tag)> statements;
+  /// Reads its answer's rows. What it read counts only when the group committed.
+  std::function<void(sql::ResultSet&)> read;
+  /// Runs once after the group (transition_committer calls it), on the group's connection.
+  /// `joined`: the group committed with the unit in it (its answer was read). Otherwise nothing of
+  /// it was written (left out, or the group failed and was rolled back) and the unit does its work
+  /// alone on `ctx`.
+  std::function<void(db_context& ctx, bool joined)> finish;
+};
+
+/// transition_group with units that join the same transaction (see group_unit). `joined[i]` says
+/// whether units[i] committed in the group; the caller then runs each unit's `finish`. Units run
+/// nothing alone here.
+std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
+                                                      std::vector<std::optional<operation_row>>* rows,
+                                                      const std::vector<group_unit*>& units, std::vector<bool>& joined);
+
+/// create_operation as a unit that joins a transition group (transition_committer::submit_unit):
+/// in the group the change takes its target (first apply, or re-apply over a change that ended)
+/// in the group's one commit. Every other answer (the target held, an id that exists, a racing
+/// first apply) and a group that failed are answered by create_operation, run alone right after
+/// the group; what the group tried is undone. With `want_row`, `done` also gets the row as the
+/// creation committed it. nullptr when create_operation would refuse the initial step before any
+/// SQL (the caller runs create_operation for that answer).
+std::shared_ptr<group_unit> create_operation_unit(
+    const new_operation& op, bool want_row,
+    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done);
 
 struct validated_flip {
   std::string operation_id;

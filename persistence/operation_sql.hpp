@@ -52,6 +52,12 @@ operation_row read_operation(sql::ResultSet& rs);
 /// back travel as one statement.
 std::string answer_with_rows_sql(const std::string& answer, const std::string& rows_on);
 
+/// A callback unit's answer inside a group (group_unit): its tag, `@changeflow_flip`, and the
+/// operation's row as the flip left it when it flipped. `quoted_id` is already quoted.
+std::string unit_flip_answer_sql(int tag, const std::string& quoted_id);
+/// Reads that answer (positioned on its row): true when the unit flipped, with the row in `row`.
+bool read_unit_flip(sql::ResultSet& rs, std::optional<operation_row>& row);
+
 // Writes of `operation` that other repositories' transactions compose (this table's writes all live
 // in operation_repo.cpp; the composing unit of work owns the transaction).
 

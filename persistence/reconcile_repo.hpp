@@ -15,6 +15,8 @@
 #include "workflow/status.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +72,15 @@ struct deploy_settlement {
 };
 db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_callback_in& cb,
                                                       const std::string& payload_json, const std::string& operation_id);
+
+/// record_and_settle_deploy as a unit that joins a transition group (transition_committer::
+/// submit_unit): in the group it flips the operation MERGED -> VALIDATED and records the delivery,
+/// its ledger row (APPLIED) and the row's link to the operation, in the group's one commit. A copy,
+/// an operation that is not MERGED and a group that failed are answered by record_and_settle_deploy,
+/// run alone right after the group. `done` gets what record_and_settle_deploy would answer.
+std::shared_ptr<group_unit> deploy_settle_unit(
+    const deploy_callback_in& cb, const std::string& payload_json, const std::string& operation_id,
+    std::function<void(db_context&, const db_result<deploy_settlement>&)> done);
 
 /// The classified outcome on the ledger row of a deploy delivery, and the operations it was matched
 /// to (callback_operation, migration 13), in one transaction; only the first classification counts.

@@ -47,13 +47,27 @@ void transition_committer::abandon(const std::shared_ptr<state>& st) {
 }
 
 bool transition_committer::submit(transition_request req, completion done) {
+  pending p;
+  p.req = std::move(req);
+  p.done = std::move(done);
+  return enqueue(std::move(p));
+}
+
+bool transition_committer::submit_unit(std::shared_ptr<group_unit> unit) {
+  pending p;
+  p.unit = std::move(unit);
+  return enqueue(std::move(p));
+}
+
+bool transition_committer::enqueue(pending p) {
   bool start = false;
   std::uint64_t seq = 0;
   {
     std::lock_guard lock(state_->mutex);
     if (state_->queue.size() >= capacity_) return false;
     seq = ++state_->next_seq;
-    state_->queue.push_back(pending{seq, std::move(req), std::move(done)});
+    p.seq = seq;
+    state_->queue.push_back(std::move(p));
     if (state_->committers < max_committers_) {
       ++state_->committers;
       start = true;
@@ -76,8 +90,20 @@ bool transition_committer::submit(transition_request req, completion done) {
     stranded.swap(state_->queue);
   }
   mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
+  mine.unit.reset();
   return false;
 }
+
+namespace {
+/// A unit's finish; an exception escaping it (a bug) is logged and goes no further.
+void finish_unit(group_unit& u, db_context& ctx, bool joined) {
+  try {
+    u.finish(ctx, joined);
+  } catch (const std::exception& e) {
+    log::error("transition_committer.unit_failed", {{"operation_id", u.operation_id}, {"error", e.what()}});
+  }
+}
+}  // namespace
 
 bool transition_committer::launch() {
   auto guard = std::make_shared<unrun_guard>();
@@ -135,13 +161,20 @@ void transition_committer::commit_loop(db_context& ctx) {
         group.push_back(std::move(state_->queue.front()));
         state_->queue.pop_front();
       }
+      std::size_t units = 0;
+      for (const auto& p : group) units += p.unit ? 1 : 0;
+      state_->stats.units += units;
       if (n >= 2) {
         ++state_->stats.groups;
-        state_->stats.grouped += n;
+        state_->stats.grouped += n - units;
         state_->stats.largest_group = std::max(state_->stats.largest_group, n);
-      } else {
+      } else if (units == 0) {
         ++state_->stats.alone;
       }
+    }
+    if (group.size() == 1 && group.front().unit) {
+      finish_unit(*group.front().unit, ctx, false);
+      continue;
     }
     if (group.size() == 1) {
       std::optional<operation_row> row;
@@ -150,11 +183,23 @@ void transition_committer::commit_loop(db_context& ctx) {
       continue;
     }
     std::vector<transition_request> reqs;
-    reqs.reserve(group.size());
-    for (auto& p : group) reqs.push_back(p.req);
+    std::vector<pending*> transitions;
+    std::vector<group_unit*> units;
+    for (auto& p : group) {
+      if (p.unit) {
+        units.push_back(p.unit.get());
+      } else {
+        reqs.push_back(p.req);
+        transitions.push_back(&p);
+      }
+    }
     std::vector<std::optional<operation_row>> rows;
-    auto results = transition_group(ctx, reqs, &rows);
-    for (std::size_t i = 0; i < group.size(); ++i) complete(group[i], results[i], rows[i] ? &*rows[i] : nullptr);
+    std::vector<bool> joined;
+    auto results = transition_group(ctx, reqs, &rows, units, joined);
+    // The actors' outcomes first: a unit that finishes alone must not hold them back.
+    for (std::size_t i = 0; i < transitions.size(); ++i)
+      complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
+    for (std::size_t i = 0; i < units.size(); ++i) finish_unit(*units[i], ctx, joined[i]);
   }
 }
 

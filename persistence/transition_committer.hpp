@@ -10,6 +10,9 @@
 // alone, so a quiet system pays no latency for grouping. The completion runs on the database
 // thread with its connection (the caller can follow up in the same job, as a single transition's
 // job did).
+//
+// Units (a callback's record and flip, persistence::group_unit) join the same groups: a callback
+// that arrives while transitions are committing shares their commit instead of paying its own.
 
 #include "persistence/db_pool.hpp"
 #include "persistence/operation_repo.hpp"
@@ -24,8 +27,9 @@
 namespace changeflow::persistence {
 
 struct transition_committer_stats {
-  std::uint64_t groups = 0;       // commits of two or more transitions
+  std::uint64_t groups = 0;       // commits of two or more members (transitions and units)
   std::uint64_t grouped = 0;      // transitions committed in those groups
+  std::uint64_t units = 0;        // units handed to a group or run alone (group_unit)
   std::uint64_t alone = 0;        // transitions committed alone
   std::size_t queued = 0;         // waiting for a committer now (read from the queue by stats())
   std::size_t largest_group = 0;  // since start
@@ -49,6 +53,12 @@ class transition_committer {
   /// job's do). Otherwise `done` runs exactly once, or is destroyed unrun if the pool drops the job.
   bool submit(transition_request req, completion done);
 
+  /// Queues a unit (persistence::group_unit) to join the next group: it commits with the
+  /// transitions ready at the same moment, or alone when nothing else is. False as for submit; the
+  /// unit is then destroyed unrun. Otherwise its `finish` runs exactly once, or the unit is
+  /// destroyed unrun if the pool drops the job.
+  bool submit_unit(std::shared_ptr<group_unit> unit);
+
   transition_committer_stats stats() const;
 
  private:
@@ -56,7 +66,9 @@ class transition_committer {
     std::uint64_t seq = 0;
     transition_request req;
     completion done;
+    std::shared_ptr<group_unit> unit;  // set for a unit (req and done unused)
   };
+  bool enqueue(pending p);
   struct state;
   /// Queues one committer job on the pool (its count already taken); false when the pool refuses.
   bool launch();

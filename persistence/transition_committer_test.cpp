@@ -2,12 +2,16 @@
 // itself, so it decides which transitions are waiting when a committer takes its group.
 #include "persistence/transition_committer.hpp"
 
+#include "persistence/binding_repo.hpp"
+#include "persistence/callback_repo.hpp"
+#include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "tests/support/test_db.hpp"
 
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -16,6 +20,7 @@ using namespace changeflow::persistence;
 using changeflow::testing::test_database;
 using test::new_op;
 using S = workflow::step;
+using workflow::phase;
 
 namespace {
 
@@ -187,4 +192,314 @@ TEST(TransitionCommitter, ACompletionThatThrowsDoesNotStopTheOthersOrTheCommitte
                        [&ran](db_context&, const db_result<std::int64_t>& r, const operation_row*) { ran = r.ok(); }));
   EXPECT_EQ(pool.run_queued(ctx), 1u);
   EXPECT_TRUE(ran);
+}
+
+// -- callbacks that join the group (group_unit)
+
+namespace {
+
+std::string count_events(const test_database& db, const std::string& id) {
+  return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "'");
+}
+
+using approval_answer = std::optional<db_result<approval_applied>>;
+using deploy_answer = std::optional<db_result<deploy_settlement>>;
+
+std::shared_ptr<group_unit> approve(const std::string& delivery, const std::string& id, approval_answer& out) {
+  return approval_callback_unit(delivery, id, approval_result::APPROVED, R"({"c":1})",
+                                [&out](db_context&, const db_result<approval_applied>& r) { out = r; });
+}
+
+deploy_callback_in deployed(const std::string& delivery, std::int64_t mr, const std::string& id) {
+  deploy_callback_in cb;
+  cb.delivery_id = delivery;
+  cb.project = "config/changes";
+  cb.mr_iid = mr;
+  cb.pipeline_id = 7000 + mr;
+  cb.status = "success";
+  cb.operation_ids_json = "[\"" + id + "\"]";
+  return cb;
+}
+
+std::shared_ptr<group_unit> deploy(const std::string& delivery, std::int64_t mr, const std::string& id,
+                                   deploy_answer& out) {
+  return deploy_settle_unit(deployed(delivery, mr, id), "{}", id,
+                            [&out](db_context&, const db_result<deploy_settlement>& r) { out = r; });
+}
+
+auto count_ok(int& n) {
+  return [&n](db_context&, const db_result<std::int64_t>& r, const operation_row*) { n += r.ok() ? 1 : 0; };
+}
+
+}  // namespace
+
+/// A committer on a pool without threads, as above, for the tests of units joining its groups.
+class GroupUnits : public ::testing::Test {
+ protected:
+  test_database db;
+  std::unique_ptr<sql::Connection> c = db.connect();
+  db_pool pool = idle_pool(db, 100);
+  transition_committer committer{pool, 32, 1, 100};
+};
+
+// An approval and a deploy callback that arrive while transitions are committing share their
+// commit: one compound statement (one round trip, one transaction) for all four, each with the
+// answer it would have had alone, and the ledger rows it would have written.
+TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  test::walk(*c, waiting, {S::APPROVAL_SENT});
+  auto merged = new_op(*c, "mona", "repo/m.yaml");
+  test::walk(*c, merged, test::to_merged, 41);
+  int landed = 0;
+  approval_answer approval;
+  deploy_answer deployment;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-cb-1", waiting, approval)));
+  ASSERT_TRUE(committer.submit_unit(deploy("dep-1", 41, merged, deployment)));
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
+  const auto compounds = scripts_sent().compound_texts;
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(scripts_sent().compound_texts - compounds, 1u) << "the four members in one compound statement";
+  EXPECT_EQ(landed, 2);
+  auto st = committer.stats();
+  EXPECT_EQ(st.groups, 1u);
+  EXPECT_EQ(st.grouped, 2u);
+  EXPECT_EQ(st.units, 2u);
+
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(approval->value.new_step, S::APPROVAL_APPROVED);
+  ASSERT_TRUE(approval->value.row);
+  EXPECT_EQ(approval->value.row->step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(approval->value.new_version, approval->value.row->version);
+  EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(db.scalar("SELECT CONCAT(kind, ' ', operation_id, ' ', outcome, ' ', applied_at IS NOT NULL) FROM "
+                      "callback_ledger WHERE delivery_id = 'apr-cb-1'"),
+            "approval " + waiting + " APPLIED 1");
+  EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + waiting +
+                      "' AND to_step = " + std::to_string(workflow::code_of(S::APPROVAL_APPROVED))),
+            "approval callback apr-cb-1");
+
+  ASSERT_TRUE(deployment && deployment->ok()) << (deployment ? deployment->error.message : "no answer");
+  EXPECT_EQ(deployment->value.recorded, record_outcome::inserted);
+  EXPECT_EQ(deployment->value.outcome, deploy_outcome::APPLIED);
+  EXPECT_TRUE(deployment->value.validated);
+  ASSERT_TRUE(deployment->value.row);
+  EXPECT_EQ(deployment->value.row->phase, phase::VALIDATED);
+  EXPECT_EQ(find_binding(*c, "mona", "", "repo/m.yaml").value.phase, phase::VALIDATED);
+  EXPECT_EQ(db.scalar("SELECT CONCAT(mr_iid, ' ', status) FROM deploy_callback WHERE delivery_id = 'dep-1'"),
+            "41 success");
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:dep-1'"), "APPLIED");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_operation o JOIN callback_ledger l ON l.id = o.ledger_id "
+                      "WHERE l.delivery_id = 'deploy:dep-1' AND o.operation_id = '" +
+                      merged + "'"),
+            "1");
+  EXPECT_EQ(load_operation(*c, a).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(load_operation(*c, b).value.step, S::APPROVAL_SENT);
+}
+
+// What a group cannot apply (a copy of a recorded delivery, a deploy for a change not yet MERGED)
+// is undone inside the group, to the unit's savepoint, without touching the transitions beside it,
+// and answered alone by the full rules.
+TEST_F(GroupUnits, ACallbackTheGroupCannotApplyIsUndoneThereAndAnsweredAlone) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  test::walk(*c, waiting, {S::APPROVAL_SENT});
+  // The delivery was recorded for this operation before, without moving it (as a copy that raced
+  // an earlier one would find): the group's flip meets the ledger's key and is undone.
+  db.exec(
+      "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES ('apr-seen', "
+      "'approval', '" +
+      waiting + "', 'IGNORED_STALE', NOW(3))");
+  auto early = new_op(*c, "eve", "repo/e.yaml");
+  test::walk(*c, early, test::to_merging, 42);
+  int landed = 0;
+  approval_answer copy;
+  deploy_answer overtaking;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-seen", waiting, copy)));
+  ASSERT_TRUE(committer.submit_unit(deploy("dep-early", 42, early, overtaking)));
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
+  const auto waiting_version = load_operation(*c, waiting).value.version;
+  const auto early_version = load_operation(*c, early).value.version;
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 2);
+  EXPECT_EQ(committer.stats().groups, 1u) << "the group itself committed";
+
+  ASSERT_TRUE(copy && copy->ok()) << (copy ? copy->error.message : "no answer");
+  EXPECT_EQ(copy->value.outcome, callback_outcome::DUPLICATE);
+  EXPECT_EQ(load_operation(*c, waiting).value.version, waiting_version) << "the undone flip left no trace";
+  EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(count_events(db, waiting), "2");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE delivery_id = 'apr-seen'"), "1");
+
+  // The deploy overtook MERGED: recorded alone, OUT_OF_ORDER, the row marked so the MERGED writer
+  // checks the recorded reports.
+  ASSERT_TRUE(overtaking && overtaking->ok()) << (overtaking ? overtaking->error.message : "no answer");
+  EXPECT_EQ(overtaking->value.recorded, record_outcome::inserted);
+  EXPECT_EQ(overtaking->value.outcome, deploy_outcome::OUT_OF_ORDER);
+  EXPECT_FALSE(overtaking->value.validated);
+  EXPECT_EQ(load_operation(*c, early).value.version, early_version);
+  EXPECT_EQ(db.scalar("SELECT deploy_reported FROM operation WHERE operation_id = '" + early + "'"), "1");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'dep-early'"), "1");
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:dep-early'"), "OUT_OF_ORDER");
+
+  EXPECT_EQ(load_operation(*c, a).value.version, 2);
+  EXPECT_EQ(load_operation(*c, b).value.version, 2);
+}
+
+// A group that fails as a whole (a statement error) is rolled back with its units in it; each unit
+// then applies alone, exactly once.
+TEST_F(GroupUnits, AFailedGroupRunsItsCallbacksAloneOnce) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  test::walk(*c, waiting, {S::APPROVAL_SENT});
+  auto bad = test::to_approval_sent(a, 1);
+  bad.mr_url = std::string(5000, 'u');  // longer than its column: strict mode refuses the statement
+  int landed = 0;
+  approval_answer approval;
+  ASSERT_TRUE(committer.submit(bad, count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-after-failure", waiting, approval)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 0);
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(count_events(db, waiting), "3") << "created, sent, approved: the rolled-back group wrote nothing";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE delivery_id = 'apr-after-failure'"), "1");
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'apr-after-failure'"), "APPLIED");
+  EXPECT_EQ(load_operation(*c, a).value.version, 1);
+}
+
+// A callback for an operation that a transition of the same group moves is left out of the group
+// and applied alone after it, against what that transition committed.
+TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  int landed = 0;
+  approval_answer approval;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-same-op", a, approval)));
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 2);
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(approval->value.new_version, 3) << "applied on top of the transition to APPROVAL_SENT";
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(to_step ORDER BY id) FROM operation_event WHERE operation_id = '" + a + "'"),
+            std::to_string(workflow::code_of(S::APPROVAL_SENDING)) + "," +
+                std::to_string(workflow::code_of(S::APPROVAL_SENT)) + "," +
+                std::to_string(workflow::code_of(S::APPROVAL_APPROVED)));
+}
+
+// A unit alone in the queue runs alone, as the callback did before it could join a group.
+TEST_F(GroupUnits, ACallbackWithNothingElseReadyRunsAlone) {
+  auto merged = new_op(*c, "mona", "repo/m.yaml");
+  test::walk(*c, merged, test::to_merged, 43);
+  deploy_answer deployment;
+  ASSERT_TRUE(committer.submit_unit(deploy("dep-alone", 43, merged, deployment)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  ASSERT_TRUE(deployment && deployment->ok()) << (deployment ? deployment->error.message : "no answer");
+  EXPECT_TRUE(deployment->value.validated);
+  auto st = committer.stats();
+  EXPECT_EQ(st.groups, 0u);
+  EXPECT_EQ(st.units, 1u);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:dep-alone'"), "APPLIED");
+}
+
+namespace {
+
+struct creation_answer {
+  std::optional<db_result<create_outcome>> outcome;
+  std::optional<operation_row> row;
+};
+
+std::shared_ptr<group_unit> create(const new_operation& op, creation_answer& out) {
+  return create_operation_unit(
+      op, true, [&out](db_context&, const db_result<create_outcome>& r, std::optional<operation_row> row) {
+        out.outcome = r;
+        out.row = std::move(row);
+      });
+}
+
+}  // namespace
+
+// A submission that takes a free target shares the group's commit: its operation row, first event
+// and binding, with the row it committed handed back, in the group's one compound statement. A
+// re-apply over a change that ended takes the target over in the group too, with its history row.
+TEST_F(GroupUnits, SubmissionsReadyWithTransitionsCommitInTheirGroup) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto ended = new_op(*c, "rita", "repo/r.yaml");
+  db.exec("UPDATE binding SET phase = 'VALIDATED' WHERE operation_id = '" + ended + "'");
+  auto fresh = test::new_operation_for("nora", "repo/n.yaml");
+  auto again = test::new_operation_for("rita", "repo/r.yaml");
+  int landed = 0;
+  creation_answer first, over;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(create(fresh, first)));
+  ASSERT_TRUE(committer.submit_unit(create(again, over)));
+  const auto compounds = scripts_sent().compound_texts;
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(scripts_sent().compound_texts - compounds, 1u) << "the three members in one compound statement";
+  EXPECT_EQ(landed, 1);
+  EXPECT_EQ(committer.stats().units, 2u);
+
+  ASSERT_TRUE(first.outcome && first.outcome->ok()) << (first.outcome ? first.outcome->error.message : "no answer");
+  EXPECT_EQ(first.outcome->value, create_outcome::created);
+  ASSERT_TRUE(first.row);
+  EXPECT_EQ(first.row->operation_id, fresh.operation_id);
+  EXPECT_EQ(first.row->version, 1);
+  EXPECT_EQ(find_binding(*c, "nora", "", "repo/n.yaml").value.operation_id, fresh.operation_id);
+  EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + fresh.operation_id + "'"),
+            "created");
+
+  ASSERT_TRUE(over.outcome && over.outcome->ok()) << (over.outcome ? over.outcome->error.message : "no answer");
+  EXPECT_EQ(over.outcome->value, create_outcome::created);
+  EXPECT_EQ(find_binding(*c, "rita", "", "repo/r.yaml").value.operation_id, again.operation_id);
+  EXPECT_EQ(db.scalar("SELECT CONCAT(replaced_operation_id, ' ', replaced_phase) FROM binding_history WHERE "
+                      "operation_id = '" +
+                      again.operation_id + "'"),
+            ended + " VALIDATED");
+  EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + again.operation_id + "'"),
+            "re-applied");
+}
+
+// A submission the group cannot carry out (its target held by a change in flight, its id already
+// taken) leaves nothing of itself in the group and is answered alone, as it was before.
+TEST_F(GroupUnits, ARefusedSubmissionLeavesNothingInTheGroupAndIsAnsweredAlone) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto holder = new_op(*c, "hank", "repo/h.yaml");
+  auto blocked = test::new_operation_for("hank", "repo/h.yaml");
+  auto taken = test::new_operation_for("tess", "repo/t.yaml");
+  taken.operation_id = a;  // an id that exists
+  int landed = 0;
+  creation_answer refused, duplicate;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(create(blocked, refused)));
+  ASSERT_TRUE(committer.submit_unit(create(taken, duplicate)));
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(holder, 1), count_ok(landed)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 2);
+  EXPECT_EQ(committer.stats().groups, 1u);
+  ASSERT_TRUE(refused.outcome && refused.outcome->ok());
+  EXPECT_EQ(refused.outcome->value, create_outcome::in_progress);
+  EXPECT_FALSE(refused.row);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + blocked.operation_id + "'"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + blocked.operation_id + "'"), "0");
+  EXPECT_EQ(find_binding(*c, "hank", "", "repo/h.yaml").value.operation_id, holder);
+  ASSERT_TRUE(duplicate.outcome && duplicate.outcome->ok());
+  EXPECT_EQ(duplicate.outcome->value, create_outcome::duplicate_operation);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'tess'"), "0");
+  EXPECT_EQ(load_operation(*c, a).value.subject_id, "alice");
+  EXPECT_EQ(load_operation(*c, a).value.version, 2);
 }

@@ -105,18 +105,13 @@ persistence::db_result<deploy_intake> apply_deploy(persistence::session db, cons
 
 }  // namespace
 
-approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
-                              delivery_claims* claims) {
+namespace {
+
+/// What an approval delivery's database answer means: counted, logged, remembered, and the actor woken.
+approval_intake finish_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
+                                delivery_claims* claims, const std::string& remembered,
+                                const persistence::db_result<persistence::approval_applied>& r) {
   approval_intake out;
-  // The operation is part of the key: the same id for another operation is a reuse the ledger refuses.
-  const std::string remembered = "approval:" + d.delivery_id + ":" + d.operation_id;
-  if (claims && claims->is_settled(remembered)) {
-    count_callback(*svc.metrics, "approval", "DUPLICATE");
-    out.ok = true;
-    out.outcome = persistence::callback_outcome::DUPLICATE;
-    return out;
-  }
-  auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
   if (!r.ok()) {
     out.error = r.error;
     return out;
@@ -137,6 +132,51 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
     wake_actor(db, svc, d.operation_id, std::nullopt, "approval callback");
   }
   return out;
+}
+
+approval_intake duplicate_approval(runtime::services& svc) {
+  count_callback(*svc.metrics, "approval", "DUPLICATE");
+  approval_intake out;
+  out.ok = true;
+  out.outcome = persistence::callback_outcome::DUPLICATE;
+  return out;
+}
+
+/// The key a delivery is remembered by: the operation is part of it, because the same id for
+/// another operation is a reuse the ledger refuses.
+std::string approval_key(const approval_delivery& d) {
+  return "approval:" + d.delivery_id + ":" + d.operation_id;
+}
+
+}  // namespace
+
+approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
+                              delivery_claims* claims) {
+  const std::string remembered = approval_key(d);
+  if (claims && claims->is_settled(remembered)) return duplicate_approval(svc);
+  auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
+  return finish_approval(db, svc, d, claims, remembered, r);
+}
+
+bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, std::shared_ptr<delivery_claims> claims,
+                           std::function<void(approval_intake)> done) {
+  if (!svc.transitions || !claims) return false;
+  const std::string remembered = approval_key(d);
+  // A copy that arrives while this process applies the first one is a DUPLICATE at once: it would
+  // otherwise wait in its own group on the first one's row lock, holding that group's commit back.
+  auto claim = std::make_shared<delivery_claims::scoped>(*claims, remembered);
+  if (!claim->held()) {
+    done(duplicate_approval(svc));
+    return true;
+  }
+  auto* services = &svc;
+  auto unit = persistence::approval_callback_unit(
+      d.delivery_id, d.operation_id, d.decision, d.payload,
+      [services, d, claims, claim, remembered, done](persistence::db_context& db,
+                                                     const persistence::db_result<persistence::approval_applied>& r) {
+        done(finish_approval(db, *services, d, claims.get(), remembered, r));
+      });
+  return svc.transitions->submit_unit(std::move(unit));
 }
 
 bool delivery_claims::claim(const std::string& id) {
@@ -224,7 +264,51 @@ deploy_intake duplicate_deploy(runtime::services& svc) {
   return out;
 }
 
+/// What the one-change unit (record_and_settle_deploy, alone or in a group) answered, taken further:
+/// what it could not classify is applied the general way.
+deploy_intake settled_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
+                             const deploy_delivery& d, const std::string& our_project,
+                             const persistence::db_result<persistence::deploy_settlement>& settled) {
+  deploy_intake out;
+  if (!settled.ok()) {
+    out.error = settled.error;
+    return out;
+  }
+  if (settled.value.recorded == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
+  if (settled.value.recorded != persistence::record_outcome::inserted || !settled.value.outcome) {
+    return apply_recorded_deploy(db, svc, claims, d, our_project, settled.value.recorded);
+  }
+  out.status = deploy_intake_status::applied;
+  out.outcome = *settled.value.outcome;
+  out.matched = 1;
+  out.operation_ids = d.operation_ids;
+  out.settled = true;
+  if (settled.value.validated) {
+    out.validated = 1;
+    actors::count_validated(*svc.metrics, actors::validation_path::callback);
+  }
+  return finish_deploy(db, svc, claims, d.cb, std::move(out), settled.value.row ? &*settled.value.row : nullptr);
+}
+
 }  // namespace
+
+bool take_deploy_grouped(runtime::services& svc, std::shared_ptr<delivery_claims> claims, const deploy_delivery& d,
+                         const std::string& our_project, std::function<void(deploy_intake)> done) {
+  if (!svc.transitions || !claims || d.cb.status != "success" || d.operation_ids.size() != 1) return false;
+  auto claim = std::make_shared<delivery_claims::scoped>(*claims, d.cb.delivery_id);
+  if (!claim->held()) {
+    done(duplicate_deploy(svc));
+    return true;
+  }
+  auto* services = &svc;
+  auto unit = persistence::deploy_settle_unit(
+      d.cb, d.payload, d.operation_ids.front(),
+      [services, claims, claim, d, our_project, done](persistence::db_context& db,
+                                                      const persistence::db_result<persistence::deploy_settlement>& r) {
+        done(settled_deploy(db, *services, *claims, d, our_project, r));
+      });
+  return svc.transitions->submit_unit(std::move(unit));
+}
 
 deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
                           const deploy_delivery& d, const std::string& our_project) {
@@ -237,25 +321,8 @@ deploy_intake take_deploy(persistence::session db, runtime::services& svc, deliv
   // round trip and one commit, so no crash can come between the record and its application. What
   // that unit could not classify is left PENDING and applied the general way.
   if (cb.status == "success" && d.operation_ids.size() == 1) {
-    auto settled = persistence::record_and_settle_deploy(db, cb, d.payload, d.operation_ids.front());
-    if (!settled.ok()) {
-      out.error = settled.error;
-      return out;
-    }
-    if (settled.value.recorded == persistence::record_outcome::duplicate) return duplicate_deploy(svc);
-    if (settled.value.recorded != persistence::record_outcome::inserted || !settled.value.outcome) {
-      return apply_recorded_deploy(db, svc, claims, d, our_project, settled.value.recorded);
-    }
-    out.status = deploy_intake_status::applied;
-    out.outcome = *settled.value.outcome;
-    out.matched = 1;
-    out.operation_ids = d.operation_ids;
-    out.settled = true;
-    if (settled.value.validated) {
-      out.validated = 1;
-      actors::count_validated(*svc.metrics, actors::validation_path::callback);
-    }
-    return finish_deploy(db, svc, claims, cb, std::move(out), settled.value.row ? &*settled.value.row : nullptr);
+    return settled_deploy(db, svc, claims, d, our_project,
+                          persistence::record_and_settle_deploy(db, cb, d.payload, d.operation_ids.front()));
   }
   // Durable before anything else: the MR number (watermark) and the ledger row commit together.
   auto recorded = persistence::record_deploy_delivery(db, cb, d.payload);

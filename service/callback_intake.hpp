@@ -9,6 +9,7 @@
 #include "runtime/services.hpp"
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,6 +47,14 @@ class delivery_claims;
 /// DUPLICATE from memory and wakes nobody: the first copy told the actor, and no crash came between.
 approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
                               delivery_claims* claims = nullptr);
+
+/// take_approval through the group committer (runtime::services::transitions): the delivery's
+/// record and flip commit with the transitions ready at the same moment. A copy of a delivery this
+/// process is applying or applied is answered DUPLICATE at once. `done` runs once with the intake,
+/// on a database worker. False when there is no committer or it refused (a full queue): nothing was
+/// done and the caller runs take_approval itself.
+bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, std::shared_ptr<delivery_claims> claims,
+                           std::function<void(approval_intake)> done);
 
 // -- deploy
 
@@ -119,5 +128,13 @@ struct deploy_intake {
 /// `our_project` is the callback's project when it is a configured repository, else "". Runs on a database worker.
 deploy_intake take_deploy(persistence::session db, runtime::services& svc, delivery_claims& claims,
                           const deploy_delivery& d, const std::string& our_project);
+
+/// take_deploy through the group committer for a success that names one operation (every
+/// single-change MR): its record, flip and classification commit with the transitions ready at the
+/// same moment. `done` runs once with the intake, on a database worker. False when the delivery is
+/// of another kind, or there is no committer or it refused: nothing was done and the caller runs
+/// take_deploy itself.
+bool take_deploy_grouped(runtime::services& svc, std::shared_ptr<delivery_claims> claims, const deploy_delivery& d,
+                         const std::string& our_project, std::function<void(deploy_intake)> done);
 
 }  // namespace changeflow::service

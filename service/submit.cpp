@@ -80,6 +80,25 @@ submit_result create_and_start(persistence::session db, runtime::services& svc, 
 
 }  // namespace
 
+bool submit_grouped(runtime::services& svc, const persistence::new_operation& op,
+                    std::function<void(const submit_result&)> done) {
+  if (!svc.transitions) return false;
+  const bool reads = svc.write_mark && svc.row_created;
+  const auto mark = reads ? svc.write_mark() : 0;
+  auto* services = &svc;
+  auto unit = persistence::create_operation_unit(
+      op, reads,
+      [services, op, mark, done](persistence::db_context& db,
+                                 const persistence::db_result<persistence::create_outcome>& created,
+                                 std::optional<persistence::operation_row> row) {
+        // Before the actor starts: its first write then finds the row kept and replaces it.
+        if (row) services->row_created(*row, mark);
+        done(start_created(db, *services, op, created));
+      });
+  if (!unit) return false;
+  return svc.transitions->submit_unit(std::move(unit));
+}
+
 std::optional<gate_result> submit(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                                   const idempotent_request& idem, const submit_render& render) {
   if (idem.key.empty()) {

@@ -45,4 +45,12 @@ using submit_render = std::function<stored_answer(const submit_result&)>;
 std::optional<gate_result> submit(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                                   const idempotent_request& idem, const submit_render& render);
 
+/// Submits `op` without an idempotency key through the group committer
+/// (runtime::services::transitions): the creation commits with the transitions and callbacks ready
+/// at the same moment. `done` runs once with the result, on a database worker. False when there is
+/// no committer, it refused (a full queue), or the creation would be refused before any SQL: nothing
+/// was done and the caller runs submit() itself.
+bool submit_grouped(runtime::services& svc, const persistence::new_operation& op,
+                    std::function<void(const submit_result&)> done);
+
 }  // namespace changeflow::service

@@ -239,8 +239,11 @@ int main(int argc, char** argv) {
       static_cast<std::size_t>(snap->db().queue_capacity));
   metrics.on_collect([&transitions](metrics::registry& m) {
     auto s = transitions.stats();
-    m.set("changeflow_transition_groups", "Transactions that committed two or more transitions (group commit)", {},
+    m.set("changeflow_transition_groups",
+          "Transactions that committed two or more members: transitions, submissions, callbacks (group commit)", {},
           static_cast<double>(s.groups));
+    m.set("changeflow_group_units", "Submissions and callbacks handed to the group committer (in a group or alone)", {},
+          static_cast<double>(s.units));
     m.set("changeflow_transitions_grouped", "Transitions committed in a group with others", {},
           static_cast<double>(s.grouped));
     m.set("changeflow_transitions_alone", "Transitions committed alone (no other was ready)", {},

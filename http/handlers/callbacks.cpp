@@ -53,25 +53,29 @@ void approval_callback(service_context& ctx, std::shared_ptr<service::delivery_c
   d.decision = fields.decision;
   d.payload = req.body;
   auto* svc = ctx.services;
+  auto answer = [reply, delivery_id = d.delivery_id, operation_id = d.operation_id](const service::approval_intake& r) {
+    if (!r.ok) {
+      if (r.error.outcome == db_outcome::retryable)
+        return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
+      return reply(internal_error("database: " + r.error.message));
+    }
+    if (r.outcome == persistence::callback_outcome::ID_REUSED) {
+      return reply(outcome_response(api_outcome::delivery_id_reused, {}, nullptr,
+                                    "approval callback id " + delivery_id + " reused for " + operation_id));
+    }
+    reply(outcome_response(persistence::to_string(r.outcome)));
+  };
   // Durable before the 2xx: the ledger row and the transition commit in one transaction; delivery
   // to the actor is only a nudge, so a crash after the 2xx loses nothing (rehydration resumes).
+  // That transaction is the group commit's when the committer takes it (it shares the commit of
+  // the transitions ready at the same moment).
+  if (service::take_approval_grouped(*svc, d, claims, answer)) return;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
-  bool queued = ctx.db.try_submit(
-      [svc, claims, d = std::move(d), reply](persistence::db_context& db) {
-        auto r = service::take_approval(db, *svc, d, claims.get());
-        if (!r.ok) {
-          if (r.error.outcome == db_outcome::retryable)
-            return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
-          return reply(internal_error("database: " + r.error.message));
-        }
-        if (r.outcome == persistence::callback_outcome::ID_REUSED) {
-          return reply(outcome_response(api_outcome::delivery_id_reused, {}, nullptr,
-                                        "approval callback id " + d.delivery_id + " reused for " + d.operation_id));
-        }
-        reply(outcome_response(persistence::to_string(r.outcome)));
-      },
-      persistence::db_pool::lane::reserved);
+  bool queued =
+      ctx.db.try_submit([svc, claims, d = std::move(d), answer](
+                            persistence::db_context& db) { answer(service::take_approval(db, *svc, d, claims.get())); },
+                        persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));
 }
 
@@ -96,24 +100,28 @@ void deploy_callback(service_context& ctx, std::shared_ptr<service::delivery_cla
   // The callback's project when it is one of the configured repositories (exact path), else "".
   const std::string our_project = snap->repositories().find(d.cb.project) ? d.cb.project : std::string();
   auto* svc = ctx.services;
+  auto answer = [reply](const service::deploy_intake& r) {
+    switch (r.status) {
+      case service::deploy_intake_status::duplicate: return reply(outcome_response("DUPLICATE"));
+      case service::deploy_intake_status::record_failed:
+        return reply(
+            internal_error("database: " + r.error.message, r.error.outcome == db_outcome::retryable ? 503 : 500));
+      case service::deploy_intake_status::apply_failed:
+        // Recorded but not applied: the ledger row stays PENDING and the 5xx makes the sender
+        // retry; the retry finds it PENDING and applies it.
+        return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
+      case service::deploy_intake_status::applied: break;
+    }
+    reply(outcome_response(persistence::to_string(r.outcome),
+                           {{"matched", r.matched}, {"validated", r.validated}, {"failed", r.failed}}));
+  };
+  // A success naming one change commits with the transitions ready at the same moment.
+  if (service::take_deploy_grouped(*svc, claims, d, our_project, answer)) return;
   // Callbacks use the reserved share of the queue: a sender gives up after a few retries, so a
   // callback refused under load may be lost, while a refused submit is retried by its client.
   bool queued = ctx.db.try_submit(
-      [svc, claims, d = std::move(d), our_project, reply](persistence::db_context& db) {
-        auto r = service::take_deploy(db, *svc, *claims, d, our_project);
-        switch (r.status) {
-          case service::deploy_intake_status::duplicate: return reply(outcome_response("DUPLICATE"));
-          case service::deploy_intake_status::record_failed:
-            return reply(
-                internal_error("database: " + r.error.message, r.error.outcome == db_outcome::retryable ? 503 : 500));
-          case service::deploy_intake_status::apply_failed:
-            // Recorded but not applied: the ledger row stays PENDING and the 5xx makes the sender
-            // retry; the retry finds it PENDING and applies it.
-            return reply(outcome_response(api_outcome::unavailable, {}, nullptr, "database: " + r.error.message));
-          case service::deploy_intake_status::applied: break;
-        }
-        reply(outcome_response(persistence::to_string(r.outcome),
-                               {{"matched", r.matched}, {"validated", r.validated}, {"failed", r.failed}}));
+      [svc, claims, d = std::move(d), our_project, answer](persistence::db_context& db) {
+        answer(service::take_deploy(db, *svc, *claims, d, our_project));
       },
       persistence::db_pool::lane::reserved);
   if (!queued) reply(middleware::outcome_response(middleware::api_outcome::overloaded));

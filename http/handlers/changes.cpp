@@ -214,6 +214,14 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.target_branch = request.target_branch.value_or("");
   auto idem = idempotent(ctx, req, scoped_key, submit_route, "submit");
   auto* svc = ctx.services;
+  // Without a key there is no idempotency record to write around the creation: it commits with the
+  // transitions ready at the same moment (the group commit).
+  if (idem.key.empty() &&
+      service::submit_grouped(*svc, op, [reply, id = op.operation_id](const service::submit_result& r) {
+        reply(submit_response(r, id));
+      })) {
+    return;
+  }
   bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
     try {
       http_server::response res;
