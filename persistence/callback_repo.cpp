@@ -267,6 +267,8 @@ std::shared_ptr<group_unit> approval_callback_unit(
         detail::unit_flip_answer_sql(tag, id)};
   };
   unit->read = [got](sql::ResultSet& rs) { got->flipped = detail::read_unit_flip(rs, got->row); };
+  unit->settled = [got] { return got->flipped; };
+  unit->callback = true;
   unit->finish = [=](db_context& ctx, bool joined) {
     if (joined && got->flipped) {
       auto version = got->row ? std::optional<std::int64_t>(got->row->version) : std::nullopt;

@@ -411,6 +411,7 @@ std::shared_ptr<group_unit> create_operation_unit(
     got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;
     if (got->bound && want_row && !rs.isNull("operation_id")) got->row = detail::read_operation(rs);
   };
+  unit->settled = [got] { return got->bound; };
   unit->finish = [op, want_row, got, done](db_context& ctx, bool joined) {
     if (joined && got->bound) {
       return done(ctx, db_result<create_outcome>::success(create_outcome::created), std::move(got->row));

@@ -203,6 +203,12 @@ struct group_unit {
   std::function<std::vector<std::string>(sql::Connection& conn, int tag)> statements;
   /// Reads its answer's rows. What it read counts only when the group committed.
   std::function<void(sql::ResultSet&)> read;
+  /// After a committed group: true when its answer says the group carried it out (nothing left to
+  /// do alone). What a unit could not settle in the group is finished on the pool, not by the
+  /// committer, so the next group does not wait for it.
+  std::function<bool()> settled;
+  /// A callback from an external system (its work alone uses the pool's reserved lane).
+  bool callback = false;
   /// Runs once after the group (transition_committer calls it), on the group's connection.
   /// `joined`: the group committed with the unit in it (its answer was read). Otherwise nothing of
   /// it was written (left out, or the group failed and was rolled back) and the unit does its work

@@ -254,6 +254,8 @@ std::shared_ptr<group_unit> deploy_settle_unit(
         detail::unit_flip_answer_sql(tag, id)};
   };
   unit->read = [got](sql::ResultSet& rs) { got->flipped = detail::read_unit_flip(rs, got->row); };
+  unit->settled = [got] { return got->flipped; };
+  unit->callback = true;
   unit->finish = [=](db_context& ctx, bool joined) {
     if (joined && got->flipped) {
       deploy_settlement out;

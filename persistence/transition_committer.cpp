@@ -11,7 +11,8 @@ namespace changeflow::persistence {
 struct transition_committer::state {
   mutable std::mutex mutex;
   std::deque<pending> queue;
-  std::size_t committers = 0;  // committer jobs queued or running on the pool
+  std::size_t committers = 0;    // committer jobs queued or running on the pool
+  std::size_t queued_units = 0;  // units among the queued
   std::uint64_t next_seq = 0;
   transition_committer_stats stats;
 };
@@ -41,6 +42,7 @@ void transition_committer::abandon(const std::shared_ptr<state>& st) {
     // A committer still running takes the queue; with none left, nobody would.
     if (st->committers == 0) {
       dropped.swap(st->queue);
+      st->queued_units = 0;
     }
   }
   // `dropped` is destroyed here, outside the lock: the completions' captures answer their callers.
@@ -65,8 +67,10 @@ bool transition_committer::enqueue(pending p) {
   {
     std::lock_guard lock(state_->mutex);
     if (state_->queue.size() >= capacity_) return false;
+    if (p.unit && state_->queued_units >= std::max<std::size_t>(1, capacity_ / 2)) return false;
     seq = ++state_->next_seq;
     p.seq = seq;
+    state_->queued_units += p.unit ? 1 : 0;
     state_->queue.push_back(std::move(p));
     if (state_->committers < max_committers_) {
       ++state_->committers;
@@ -88,6 +92,7 @@ bool transition_committer::enqueue(pending p) {
     mine = std::move(*it);
     state_->queue.erase(it);
     stranded.swap(state_->queue);
+    state_->queued_units = 0;
   }
   mine.done = nullptr;  // destroyed unrun before the caller's refusal path runs
   mine.unit.reset();
@@ -160,6 +165,7 @@ void transition_committer::commit_loop(db_context& ctx) {
       for (std::size_t i = 0; i < n; ++i) {
         group.push_back(std::move(state_->queue.front()));
         state_->queue.pop_front();
+        if (group.back().unit) --state_->queued_units;
       }
       std::size_t units = 0;
       for (const auto& p : group) units += p.unit ? 1 : 0;
@@ -185,9 +191,11 @@ void transition_committer::commit_loop(db_context& ctx) {
     std::vector<transition_request> reqs;
     std::vector<pending*> transitions;
     std::vector<group_unit*> units;
+    std::vector<std::shared_ptr<group_unit>> held;
     for (auto& p : group) {
       if (p.unit) {
         units.push_back(p.unit.get());
+        held.push_back(p.unit);
       } else {
         reqs.push_back(p.req);
         transitions.push_back(&p);
@@ -199,8 +207,21 @@ void transition_committer::commit_loop(db_context& ctx) {
     // The actors' outcomes first: a unit that finishes alone must not hold them back.
     for (std::size_t i = 0; i < transitions.size(); ++i)
       complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
-    for (std::size_t i = 0; i < units.size(); ++i) finish_unit(*units[i], ctx, joined[i]);
+    for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, joined[i]);
   }
+}
+
+void transition_committer::settle_unit(const std::shared_ptr<group_unit>& unit, db_context& ctx, bool joined) {
+  bool settled = false;
+  try {
+    settled = joined && unit->settled && unit->settled();
+  } catch (const std::exception& e) {
+    log::error("transition_committer.unit_failed", {{"operation_id", unit->operation_id}, {"error", e.what()}});
+  }
+  if (settled) return finish_unit(*unit, ctx, true);
+  const auto lane = unit->callback ? db_pool::lane::reserved : db_pool::lane::normal;
+  if (pool_.try_submit([unit, joined](db_context& c) { finish_unit(*unit, c, joined); }, lane)) return;
+  finish_unit(*unit, ctx, joined);
 }
 
 transition_committer_stats transition_committer::stats() const {

@@ -54,9 +54,10 @@ class transition_committer {
   bool submit(transition_request req, completion done);
 
   /// Queues a unit (persistence::group_unit) to join the next group: it commits with the
-  /// transitions ready at the same moment, or alone when nothing else is. False as for submit; the
-  /// unit is then destroyed unrun. Otherwise its `finish` runs exactly once, or the unit is
-  /// destroyed unrun if the pool drops the job.
+  /// transitions ready at the same moment, or alone when nothing else is. False as for submit, and
+  /// also when units already fill half the queue (the rest stays for the actors' transitions, and
+  /// the caller's own path answers the overload); the unit is then destroyed unrun. Otherwise its
+  /// `finish` runs exactly once, or the unit is destroyed unrun if the pool drops the job.
   bool submit_unit(std::shared_ptr<group_unit> unit);
 
   transition_committer_stats stats() const;
@@ -69,6 +70,9 @@ class transition_committer {
     std::shared_ptr<group_unit> unit;  // set for a unit (req and done unused)
   };
   bool enqueue(pending p);
+  /// After its group: finished here when the group carried it out, else its work alone goes to
+  /// the pool (here when the pool refuses).
+  void settle_unit(const std::shared_ptr<group_unit>& unit, db_context& ctx, bool joined);
   struct state;
   /// Queues one committer job on the pool (its count already taken); false when the pool refuses.
   bool launch();

@@ -227,6 +227,23 @@ std::shared_ptr<group_unit> deploy(const std::string& delivery, std::int64_t mr,
                             [&out](db_context&, const db_result<deploy_settlement>& r) { out = r; });
 }
 
+/// An operation with a chosen id (ids decide the order of a group's members).
+std::string op_with_id(session c, const std::string& id, const std::string& subject, const std::string& target) {
+  auto op = test::new_operation_for(subject, target);
+  op.operation_id = id;
+  EXPECT_TRUE(create_operation(c, op).ok());
+  return id;
+}
+
+/// Records what the committer told the unit: whether the group committed with it in it.
+std::shared_ptr<group_unit> watched(std::shared_ptr<group_unit> unit, std::optional<bool>& joined) {
+  unit->finish = [inner = unit->finish, &joined](db_context& ctx, bool in_group) {
+    joined = in_group;
+    inner(ctx, in_group);
+  };
+  return unit;
+}
+
 auto count_ok(int& n) {
   return [&n](db_context&, const db_result<std::int64_t>& r, const operation_row*) { n += r.ok() ? 1 : 0; };
 }
@@ -301,13 +318,16 @@ TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
   EXPECT_EQ(load_operation(*c, b).value.step, S::APPROVAL_SENT);
 }
 
-// What a group cannot apply (a copy of a recorded delivery, a deploy for a change not yet MERGED)
-// is undone inside the group, to the unit's savepoint, without touching the transitions beside it,
-// and answered alone by the full rules.
+// What a group cannot apply (a copy of a recorded delivery, a deploy copy, a deploy for a change
+// not yet MERGED) is undone inside the group, to the unit's savepoint, without touching the
+// transitions or the units that settled before it, and answered alone, on the pool, by the full
+// rules. The ids put the settling approval before the copies in the group's order.
 TEST_F(GroupUnits, ACallbackTheGroupCannotApplyIsUndoneThereAndAnsweredAlone) {
   auto a = new_op(*c, "alice", "repo/a.yaml");
   auto b = new_op(*c, "bob", "repo/b.yaml");
-  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  auto first = op_with_id(*c, "10000000-0000-4000-8000-000000000001", "fred", "repo/f.yaml");
+  test::walk(*c, first, {S::APPROVAL_SENT});
+  auto waiting = op_with_id(*c, "20000000-0000-4000-8000-000000000002", "wanda", "repo/w.yaml");
   test::walk(*c, waiting, {S::APPROVAL_SENT});
   // The delivery was recorded for this operation before, without moving it (as a copy that raced
   // an earlier one would find): the group's flip meets the ledger's key and is undone.
@@ -315,21 +335,43 @@ TEST_F(GroupUnits, ACallbackTheGroupCannotApplyIsUndoneThereAndAnsweredAlone) {
       "INSERT INTO callback_ledger (delivery_id, kind, operation_id, outcome, received_at) VALUES ('apr-seen', "
       "'approval', '" +
       waiting + "', 'IGNORED_STALE', NOW(3))");
-  auto early = new_op(*c, "eve", "repo/e.yaml");
+  auto early = op_with_id(*c, "30000000-0000-4000-8000-000000000003", "eve", "repo/e.yaml");
   test::walk(*c, early, test::to_merging, 42);
+  // A deploy delivery recorded before for a MERGED change that it did not flip (a copy that came
+  // to another instance while the first was applied there): the flip is undone at the key.
+  auto merged = op_with_id(*c, "40000000-0000-4000-8000-000000000004", "mona", "repo/m.yaml");
+  test::walk(*c, merged, test::to_merged, 44);
+  db.exec(
+      "INSERT INTO deploy_callback (delivery_id, project, mr_iid, status, received_at) VALUES ('dep-seen', "
+      "'config/changes', 44, 'success', NOW(3))");
+  db.exec(
+      "INSERT INTO callback_ledger (delivery_id, kind, outcome, received_at, applied_at) VALUES "
+      "('deploy:dep-seen', 'deploy', 'APPLIED', NOW(3), NOW(3))");
   int landed = 0;
-  approval_answer copy;
-  deploy_answer overtaking;
+  approval_answer settled, copy;
+  deploy_answer overtaking, deploy_copy;
+  std::optional<bool> copy_joined, settled_joined;
   ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
-  ASSERT_TRUE(committer.submit_unit(approve("apr-seen", waiting, copy)));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-first", first, settled), settled_joined)));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-seen", waiting, copy), copy_joined)));
   ASSERT_TRUE(committer.submit_unit(deploy("dep-early", 42, early, overtaking)));
+  ASSERT_TRUE(committer.submit_unit(deploy("dep-seen", 44, merged, deploy_copy)));
   ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
   const auto waiting_version = load_operation(*c, waiting).value.version;
   const auto early_version = load_operation(*c, early).value.version;
+  const auto merged_version = load_operation(*c, merged).value.version;
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(pool.run_queued(ctx), 4u) << "the committer's job, then the three it could not settle";
   EXPECT_EQ(landed, 2);
   EXPECT_EQ(committer.stats().groups, 1u) << "the group itself committed";
+  EXPECT_EQ(settled_joined, std::optional<bool>(true));
+  EXPECT_EQ(copy_joined, std::optional<bool>(true)) << "the copy was in the group and undone there";
+
+  // Settled before the copies' savepoints came and went: still committed.
+  ASSERT_TRUE(settled && settled->ok()) << (settled ? settled->error.message : "no answer");
+  EXPECT_EQ(settled->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(load_operation(*c, first).value.step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'apr-first'"), "APPLIED");
 
   ASSERT_TRUE(copy && copy->ok()) << (copy ? copy->error.message : "no answer");
   EXPECT_EQ(copy->value.outcome, callback_outcome::DUPLICATE);
@@ -349,24 +391,35 @@ TEST_F(GroupUnits, ACallbackTheGroupCannotApplyIsUndoneThereAndAnsweredAlone) {
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'dep-early'"), "1");
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:dep-early'"), "OUT_OF_ORDER");
 
+  // The deploy copy: its flip undone, answered as the recorded delivery it is.
+  ASSERT_TRUE(deploy_copy && deploy_copy->ok()) << (deploy_copy ? deploy_copy->error.message : "no answer");
+  EXPECT_EQ(deploy_copy->value.recorded, record_outcome::duplicate);
+  EXPECT_FALSE(deploy_copy->value.validated);
+  EXPECT_EQ(load_operation(*c, merged).value.version, merged_version);
+  EXPECT_EQ(load_operation(*c, merged).value.phase, phase::MERGED);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'dep-seen'"), "1");
+
   EXPECT_EQ(load_operation(*c, a).value.version, 2);
   EXPECT_EQ(load_operation(*c, b).value.version, 2);
 }
 
-// A group that fails as a whole (a statement error) is rolled back with its units in it; each unit
-// then applies alone, exactly once.
+// A group that fails as a whole (a statement error) is rolled back with its units in it, also one
+// that already flipped and answered inside it (its id sorts before the failing statement's); each
+// unit then applies alone, exactly once.
 TEST_F(GroupUnits, AFailedGroupRunsItsCallbacksAloneOnce) {
-  auto a = new_op(*c, "alice", "repo/a.yaml");
-  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  auto waiting = op_with_id(*c, "10000000-0000-4000-8000-000000000001", "wanda", "repo/w.yaml");
   test::walk(*c, waiting, {S::APPROVAL_SENT});
+  auto a = op_with_id(*c, "f0000000-0000-4000-8000-00000000000f", "alice", "repo/a.yaml");
   auto bad = test::to_approval_sent(a, 1);
   bad.mr_url = std::string(5000, 'u');  // longer than its column: strict mode refuses the statement
   int landed = 0;
   approval_answer approval;
+  std::optional<bool> joined;
   ASSERT_TRUE(committer.submit(bad, count_ok(landed)));
-  ASSERT_TRUE(committer.submit_unit(approve("apr-after-failure", waiting, approval)));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-after-failure", waiting, approval), joined)));
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
+  EXPECT_EQ(joined, std::optional<bool>(false));
   EXPECT_EQ(landed, 0);
   ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
   EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
@@ -384,11 +437,13 @@ TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
   auto b = new_op(*c, "bob", "repo/b.yaml");
   int landed = 0;
   approval_answer approval;
+  std::optional<bool> joined;
   ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
-  ASSERT_TRUE(committer.submit_unit(approve("apr-same-op", a, approval)));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-same-op", a, approval), joined)));
   ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
+  EXPECT_EQ(joined, std::optional<bool>(false));
   EXPECT_EQ(landed, 2);
   ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
   EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
@@ -478,17 +533,21 @@ TEST_F(GroupUnits, SubmissionsReadyWithTransitionsCommitInTheirGroup) {
 TEST_F(GroupUnits, ARefusedSubmissionLeavesNothingInTheGroupAndIsAnsweredAlone) {
   auto a = new_op(*c, "alice", "repo/a.yaml");
   auto holder = new_op(*c, "hank", "repo/h.yaml");
+  auto existing = new_op(*c, "olga", "repo/o.yaml");
   auto blocked = test::new_operation_for("hank", "repo/h.yaml");
   auto taken = test::new_operation_for("tess", "repo/t.yaml");
-  taken.operation_id = a;  // an id that exists
+  taken.operation_id = existing;  // an id that exists (no other member of the group writes it)
   int landed = 0;
   creation_answer refused, duplicate;
+  std::optional<bool> refused_joined, duplicate_joined;
   ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
-  ASSERT_TRUE(committer.submit_unit(create(blocked, refused)));
-  ASSERT_TRUE(committer.submit_unit(create(taken, duplicate)));
+  ASSERT_TRUE(committer.submit_unit(watched(create(blocked, refused), refused_joined)));
+  ASSERT_TRUE(committer.submit_unit(watched(create(taken, duplicate), duplicate_joined)));
   ASSERT_TRUE(committer.submit(test::to_approval_sent(holder, 1), count_ok(landed)));
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(pool.run_queued(ctx), 3u) << "the committer's job, then the two it could not settle";
+  EXPECT_EQ(refused_joined, std::optional<bool>(true));
+  EXPECT_EQ(duplicate_joined, std::optional<bool>(true)) << "the duplicate key was met inside the group";
   EXPECT_EQ(landed, 2);
   EXPECT_EQ(committer.stats().groups, 1u);
   ASSERT_TRUE(refused.outcome && refused.outcome->ok());
@@ -500,6 +559,33 @@ TEST_F(GroupUnits, ARefusedSubmissionLeavesNothingInTheGroupAndIsAnsweredAlone) 
   ASSERT_TRUE(duplicate.outcome && duplicate.outcome->ok());
   EXPECT_EQ(duplicate.outcome->value, create_outcome::duplicate_operation);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'tess'"), "0");
-  EXPECT_EQ(load_operation(*c, a).value.subject_id, "alice");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + existing + "'"), "1");
+  EXPECT_EQ(load_operation(*c, existing).value.subject_id, "olga");
   EXPECT_EQ(load_operation(*c, a).value.version, 2);
+}
+
+// Units may fill at most half of the committer's queue: the rest stays for the actors'
+// transitions, and a refused unit is destroyed unrun (its caller takes its own path).
+TEST_F(GroupUnits, UnitsFillAtMostHalfTheQueue) {
+  transition_committer small(pool, 32, 1, 4);
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  std::vector<approval_answer> answers(3);
+  EXPECT_TRUE(small.submit_unit(approve("cap-1", a, answers[0])));
+  EXPECT_TRUE(small.submit_unit(approve("cap-2", b, answers[1])));
+  EXPECT_FALSE(small.submit_unit(approve("cap-3", a, answers[2]))) << "two units are half of four";
+  int landed = 0;
+  EXPECT_TRUE(small.submit(test::to_approval_sent(new_op(*c, "carl", "repo/c.yaml"), 1), count_ok(landed)));
+  EXPECT_TRUE(small.submit(test::to_approval_sent(new_op(*c, "dora", "repo/d.yaml"), 1), count_ok(landed)));
+  db_context ctx(db.settings());
+  pool.run_queued(ctx);
+  EXPECT_EQ(landed, 2);
+  EXPECT_TRUE(answers[0] && answers[0]->ok());
+  EXPECT_TRUE(answers[1] && answers[1]->ok());
+  EXPECT_FALSE(answers[2]) << "refused: never run";
+  // Taken from the queue, the units no longer count against it.
+  EXPECT_TRUE(small.submit_unit(approve("cap-4", new_op(*c, "erin", "repo/e.yaml"), answers[2])));
+  pool.run_queued(ctx);
+  ASSERT_TRUE(answers[2] && answers[2]->ok());
+  EXPECT_EQ(answers[2]->value.outcome, callback_outcome::APPLIED);
 }

@@ -162,13 +162,11 @@ bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, s
                            std::function<void(approval_intake)> done) {
   if (!svc.transitions || !claims) return false;
   const std::string remembered = approval_key(d);
-  // A copy that arrives while this process applies the first one is a DUPLICATE at once: it would
-  // otherwise wait in its own group on the first one's row lock, holding that group's commit back.
+  // A copy that arrives while this process applies the first one goes the pool's way (take_approval):
+  // in a group it would wait on the first one's row lock and hold that group's commit back, and it
+  // must not be answered before the first one is durable (the first may still fail).
   auto claim = std::make_shared<delivery_claims::scoped>(*claims, remembered);
-  if (!claim->held()) {
-    done(duplicate_approval(svc));
-    return true;
-  }
+  if (!claim->held()) return false;
   auto* services = &svc;
   auto unit = persistence::approval_callback_unit(
       d.delivery_id, d.operation_id, d.decision, d.payload,
