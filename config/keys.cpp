@@ -170,6 +170,10 @@ std::vector<key_spec> make_keys() {
       {"db.transition_group_max", at<&S::db, &db_settings::transition_group_max>(), 32, R,
        "Group commit: the most request-actor transitions committed together in one transaction and one round trip "
        "(each keeps its own guard and outcome); 1 commits each alone. <1 -> 1."},
+      {"db.transition_committers", at<&S::db, &db_settings::transition_committers>(), 1, R,
+       "Group commit: how many groups may commit at the same time, each on a thread of the database pool. One "
+       "commits the most per group and needs no lock order between groups; more only if one cannot keep up. "
+       "<1 -> 1; at most half of db.pool_size is used."},
       {"db.queue_capacity", at<&S::db, &db_settings::queue_capacity>(), 20000, R,
        "Pending database jobs before new ones are rejected."},
       {"db.connect_timeout_ms", at<&S::db, &db_settings::connect_timeout_ms>(), 2000, R,

@@ -19,6 +19,7 @@ void finish_settings(settings& s) {
   s.ops.attention_approval_after_s = std::max<std::int64_t>(0, s.ops.attention_approval_after_s);
   s.db.read_pool_size = std::max<std::int64_t>(1, s.db.read_pool_size);
   s.db.transition_group_max = std::max<std::int64_t>(1, s.db.transition_group_max);
+  s.db.transition_committers = std::max<std::int64_t>(1, s.db.transition_committers);
   s.gitlab.mr_read_reuse_ms = std::max<std::int64_t>(0, s.gitlab.mr_read_reuse_ms);
   s.approval.max_retries = std::max<std::int64_t>(0, s.approval.max_retries);
   s.approval.backoff_base_ms = std::max<std::int64_t>(0, s.approval.backoff_base_ms);

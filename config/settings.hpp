@@ -84,6 +84,7 @@ struct db_settings {
   std::optional<std::int64_t> callback_reserve;  // as configured; see reserved_for_callbacks()
   std::int64_t read_pool_size = 0;               // >= 1
   std::int64_t transition_group_max = 0;         // >= 1; 1 = no group commit
+  std::int64_t transition_committers = 0;        // >= 1; groups committing at the same time
   std::int64_t queue_capacity = 0;
   std::int64_t connect_timeout_ms = 0;
   std::int64_t read_timeout_ms = 0;

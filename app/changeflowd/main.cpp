@@ -34,6 +34,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -231,12 +232,16 @@ int main(int argc, char** argv) {
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().pool_size),
                                       static_cast<std::size_t>(snap->db().queue_capacity));
   db->reserve_slots(static_cast<std::size_t>(snap->db().reserved_for_callbacks()));
-  // Transitions of the request actors that are ready together commit together. Committer jobs are
-  // at most half the pool's threads, so callbacks and other database jobs always find a thread.
-  persistence::transition_committer transitions(
-      *db, static_cast<std::size_t>(snap->db().transition_group_max),
-      std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2),
-      static_cast<std::size_t>(snap->db().queue_capacity));
+  // Transitions of the request actors that are ready together commit together, with the submissions
+  // and callbacks ready at the same moment. One committer by default (db.transition_committers):
+  // the next group forms while one commits, so groups are larger and commits fewer, and no two
+  // groups can wait on each other's locks. Never more than half the pool's threads, so callbacks
+  // and other database jobs always find a thread.
+  const auto committers =
+      std::clamp<std::size_t>(static_cast<std::size_t>(snap->db().transition_committers), 1,
+                              std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2));
+  persistence::transition_committer transitions(*db, static_cast<std::size_t>(snap->db().transition_group_max),
+                                                committers, static_cast<std::size_t>(snap->db().queue_capacity));
   metrics.on_collect([&transitions](metrics::registry& m) {
     auto s = transitions.stats();
     m.set("changeflow_transition_groups",
@@ -244,6 +249,8 @@ int main(int argc, char** argv) {
           static_cast<double>(s.groups));
     m.set("changeflow_group_units", "Submissions and callbacks handed to the group committer (in a group or alone)", {},
           static_cast<double>(s.units));
+    m.set("changeflow_transition_queue", "Transitions, submissions and callbacks waiting for the group committer", {},
+          static_cast<double>(s.queued));
     m.set("changeflow_transitions_grouped", "Transitions committed in a group with others", {},
           static_cast<double>(s.grouped));
     m.set("changeflow_transitions_alone", "Transitions committed alone (no other was ready)", {},
