@@ -236,48 +236,29 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
 std::shared_ptr<group_unit> approval_callback_unit(
     const std::string& delivery_id, const std::string& operation_id, approval_result result,
     const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done) {
-  struct answer {
-    bool flipped = false;
-    std::optional<operation_row> row;
-  };
-  auto got = std::make_shared<answer>();
-  auto unit = std::make_shared<group_unit>();
   const step target = target_of(result);
-  unit->operation_id = operation_id;
-  unit->statements = [=](sql::Connection& conn, int tag) {
-    const detail::sql_text t(conn);
-    const std::string id = t.quote(operation_id);
-    // The flip first (it takes the operation's row lock, the group's lock order), then the ledger
-    // row already classified: two writes where the unit alone needs three. A copy (the ledger's
-    // unique key) or an operation not awaiting this decision undoes the unit's writes; the full
-    // rules then answer it alone.
-    return std::vector<std::string>{
-        "SET @changeflow_dup = 0",
-        "SAVEPOINT changeflow_unit",
-        approval_move_sql(t, delivery_id, operation_id, target),
-        "SET @changeflow_flip = ROW_COUNT()",
-        "IF @changeflow_flip = 1 THEN BEGIN DECLARE CONTINUE HANDLER FOR 1062 SET @changeflow_dup = 1; "
-        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, applied_at) "
-        "VALUES (" +
-            t.quote(delivery_id) + ", 'approval', " + id + ", " +
-            (payload_json.empty() ? std::string("NULL") : t.quote(payload_json)) +
-            ", 'APPLIED', NOW(3), NOW(3)); END; END IF",
-        "IF @changeflow_flip <> 1 OR @changeflow_dup = 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; "
-        "SET @changeflow_flip = 0; END IF",
-        detail::unit_flip_answer_sql(tag, id)};
-  };
-  unit->read = [got](sql::ResultSet& rs) { got->flipped = detail::read_unit_flip(rs, got->row); };
-  unit->settled = [got] { return got->flipped; };
-  unit->callback = true;
-  unit->finish = [=](db_context& ctx, bool joined) {
-    if (joined && got->flipped) {
-      auto version = got->row ? std::optional<std::int64_t>(got->row->version) : std::nullopt;
-      return done(ctx, db_result<approval_applied>::success(
-                           approval_applied{callback_outcome::APPLIED, target, version, std::move(got->row)}));
-    }
-    done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json));
-  };
-  return unit;
+  // The flip, then the ledger row already classified: two writes where the unit alone needs three.
+  // A copy (the ledger's unique key) or an operation not awaiting this decision is undone; the
+  // full rules then answer it alone.
+  return detail::flip_unit(
+      operation_id,
+      [=](const detail::sql_text& t) {
+        return detail::flip_writes{
+            approval_move_sql(t, delivery_id, operation_id, target),
+            "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, "
+            "applied_at) VALUES (" +
+                t.quote(delivery_id) + ", 'approval', " + t.quote(operation_id) + ", " +
+                (payload_json.empty() ? std::string("NULL") : t.quote(payload_json)) + ", 'APPLIED', NOW(3), NOW(3))",
+            ""};
+      },
+      [=](db_context& ctx, std::optional<operation_row> row) {
+        auto version = row ? std::optional<std::int64_t>(row->version) : std::nullopt;
+        done(ctx, db_result<approval_applied>::success(
+                      approval_applied{callback_outcome::APPLIED, target, version, std::move(row)}));
+      },
+      [=](db_context& ctx) {
+        done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json));
+      });
 }
 
 namespace {

@@ -58,15 +58,44 @@ std::string answer_with_rows_sql(const std::string& answer, const std::string& r
          " FROM (SELECT 1 AS changeflow_one) AS changeflow_answer LEFT JOIN operation ON " + rows_on;
 }
 
-std::string unit_flip_answer_sql(int tag, const std::string& quoted_id) {
-  return answer_with_rows_sql(std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip",
-                              "operation_id = " + quoted_id + " AND @changeflow_flip = 1");
-}
-
-bool read_unit_flip(sql::ResultSet& rs, std::optional<operation_row>& row) {
-  const bool flipped = !rs.isNull("changeflow_flip") && rs.getInt("changeflow_flip") == 1;
-  if (flipped && !rs.isNull("operation_id")) row = read_operation(rs);
-  return flipped;
+std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<flip_writes(const sql_text&)> writes,
+                                      std::function<void(db_context&, std::optional<operation_row>)> carried,
+                                      std::function<void(db_context&)> alone) {
+  struct answer {
+    bool flipped = false;
+    std::optional<operation_row> row;
+  };
+  auto got = std::make_shared<answer>();
+  auto unit = std::make_shared<group_unit>();
+  unit->operation_id = operation_id;
+  unit->callback = true;
+  unit->statements = [operation_id, writes](sql::Connection& conn, int tag) {
+    const sql_text t(conn);
+    const auto w = writes(t);
+    std::vector<std::string> out{
+        "SET @changeflow_dup = 0",
+        "SAVEPOINT changeflow_unit",
+        w.flip,
+        "SET @changeflow_flip = ROW_COUNT()",
+        "IF @changeflow_flip = 1 THEN BEGIN DECLARE CONTINUE HANDLER FOR 1062 SET @changeflow_dup = 1; " + w.record +
+            "; END; END IF",
+        "IF @changeflow_flip <> 1 OR @changeflow_dup = 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; "
+        "SET @changeflow_flip = 0; END IF"};
+    if (!w.then.empty()) out.push_back("IF @changeflow_flip = 1 THEN " + w.then + "; END IF");
+    out.push_back(answer_with_rows_sql(std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip",
+                                       "operation_id = " + t.quote(operation_id) + " AND @changeflow_flip = 1"));
+    return out;
+  };
+  unit->read = [got](sql::ResultSet& rs) {
+    got->flipped = !rs.isNull("changeflow_flip") && rs.getInt("changeflow_flip") == 1;
+    if (got->flipped && !rs.isNull("operation_id")) got->row = read_operation(rs);
+  };
+  unit->settled = [got] { return got->flipped; };
+  unit->finish = [got, carried, alone](db_context& ctx, bool joined) {
+    if (joined && got->flipped) return carried(ctx, std::move(got->row));
+    alone(ctx);
+  };
+  return unit;
 }
 
 operation_row read_operation(sql::ResultSet& rs) {

@@ -52,11 +52,22 @@ operation_row read_operation(sql::ResultSet& rs);
 /// back travel as one statement.
 std::string answer_with_rows_sql(const std::string& answer, const std::string& rows_on);
 
-/// A callback unit's answer inside a group (group_unit): its tag, `@changeflow_flip`, and the
-/// operation's row as the flip left it when it flipped. `quoted_id` is already quoted.
-std::string unit_flip_answer_sql(int tag, const std::string& quoted_id);
-/// Reads that answer (positioned on its row): true when the unit flipped, with the row in `row`.
-bool read_unit_flip(sql::ResultSet& rs, std::optional<operation_row>& row);
+/// What a callback's unit writes in a group, in this order: `flip`, the guarded UPDATE of its
+/// operation (it takes the row's lock first, the group's lock order); `record`, the INSERT whose
+/// duplicate key (1062) means the delivery is a copy; `then`, further writes ("" for none).
+struct flip_writes {
+  std::string flip;
+  std::string record;
+  std::string then;
+};
+
+/// A callback as a group_unit: `writes` in the group, `record` and `then` only when the flip landed,
+/// and everything undone to the unit's savepoint unless it flipped and was no copy. `carried` runs
+/// when the group committed it (with the operation's row as the flip left it); `alone` otherwise,
+/// for the unit's full rules on its own.
+std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<flip_writes(const sql_text&)> writes,
+                                      std::function<void(db_context&, std::optional<operation_row>)> carried,
+                                      std::function<void(db_context&)> alone);
 
 // Writes of `operation` that other repositories' transactions compose (this table's writes all live
 // in operation_repo.cpp; the composing unit of work owns the transaction).

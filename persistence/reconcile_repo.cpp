@@ -215,59 +215,39 @@ db_result<deploy_settlement> record_and_settle_deploy(session s, const deploy_ca
 std::shared_ptr<group_unit> deploy_settle_unit(
     const deploy_callback_in& cb, const std::string& payload_json, const std::string& operation_id,
     std::function<void(db_context&, const db_result<deploy_settlement>&)> done) {
-  struct answer {
-    bool flipped = false;
-    std::optional<operation_row> row;
-  };
-  auto got = std::make_shared<answer>();
-  auto unit = std::make_shared<group_unit>();
-  unit->operation_id = operation_id;
-  unit->statements = [=](sql::Connection& conn, int tag) {
-    const detail::sql_text t(conn);
-    const std::string id = t.quote(operation_id);
-    const std::string key = t.quote(deploy_ledger_key(cb.delivery_id));
-    const auto opt = [&t](const std::optional<std::string>& v) { return v ? t.quote(*v) : std::string("NULL"); };
-    // The flip first: it takes the operation's row lock before the delivery is recorded and holds it
-    // to the group's COMMIT, which is the order validate_if_deployed relies on (see the header).
-    // Then the delivery, the ledger row already classified and its link to the operation. A copy
-    // (deploy_callback's unique key) or an operation that is not MERGED undoes the unit's writes;
-    // record_and_settle_deploy then answers it alone.
-    return std::vector<std::string>{
-        "SET @changeflow_dup = 0",
-        "SAVEPOINT changeflow_unit",
-        validate_update_sql(t, operation_id),
-        "SET @changeflow_flip = ROW_COUNT()",
-        "IF @changeflow_flip = 1 THEN BEGIN DECLARE CONTINUE HANDLER FOR 1062 SET @changeflow_dup = 1; "
-        "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, operation_ids, received_at) "
-        "VALUES (" +
-            t.quote(cb.delivery_id) + ", " + t.quote(cb.project) + ", " + std::to_string(cb.mr_iid) + ", " +
-            (cb.pipeline_id ? std::to_string(*cb.pipeline_id) : std::string("NULL")) + ", " + t.quote(cb.status) +
-            ", " + opt(cb.operation_ids_json) + ", NOW(3)); END; END IF",
-        "IF @changeflow_flip = 1 AND @changeflow_dup = 0 THEN "
-        "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, applied_at) "
-        "VALUES (" +
-            key + ", 'deploy', NULL, " + opt(payload_json.empty() ? std::nullopt : std::optional(payload_json)) +
-            ", 'APPLIED', NOW(3), NOW(3)); "
-            "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, " +
-            id + " FROM callback_ledger WHERE delivery_id = " + key +
-            "; ELSE ROLLBACK TO SAVEPOINT changeflow_unit; SET @changeflow_flip = 0; END IF",
-        detail::unit_flip_answer_sql(tag, id)};
-  };
-  unit->read = [got](sql::ResultSet& rs) { got->flipped = detail::read_unit_flip(rs, got->row); };
-  unit->settled = [got] { return got->flipped; };
-  unit->callback = true;
-  unit->finish = [=](db_context& ctx, bool joined) {
-    if (joined && got->flipped) {
-      deploy_settlement out;
-      out.recorded = record_outcome::inserted;
-      out.outcome = deploy_outcome::APPLIED;
-      out.validated = true;
-      out.row = std::move(got->row);
-      return done(ctx, db_result<deploy_settlement>::success(std::move(out)));
-    }
-    done(ctx, record_and_settle_deploy(ctx, cb, payload_json, operation_id));
-  };
-  return unit;
+  // The flip first: it takes the operation's row lock before the delivery is recorded and holds it
+  // to the group's COMMIT, which is the order validate_if_deployed relies on (see the header).
+  // Then the delivery, the ledger row already classified and its link to the operation. A copy
+  // (deploy_callback's unique key) or an operation that is not MERGED undoes the unit's writes;
+  // record_and_settle_deploy then answers it alone.
+  return detail::flip_unit(
+      operation_id,
+      [=](const detail::sql_text& t) {
+        const std::string key = t.quote(deploy_ledger_key(cb.delivery_id));
+        const auto opt = [&t](const std::optional<std::string>& v) { return v ? t.quote(*v) : std::string("NULL"); };
+        return detail::flip_writes{
+            validate_update_sql(t, operation_id),
+            "INSERT INTO deploy_callback (delivery_id, project, mr_iid, pipeline_id, status, operation_ids, "
+            "received_at) VALUES (" +
+                t.quote(cb.delivery_id) + ", " + t.quote(cb.project) + ", " + std::to_string(cb.mr_iid) + ", " +
+                (cb.pipeline_id ? std::to_string(*cb.pipeline_id) : std::string("NULL")) + ", " + t.quote(cb.status) +
+                ", " + opt(cb.operation_ids_json) + ", NOW(3))",
+            "INSERT INTO callback_ledger (delivery_id, kind, operation_id, payload, outcome, received_at, applied_at) "
+            "VALUES (" +
+                key + ", 'deploy', NULL, " + opt(payload_json.empty() ? std::nullopt : std::optional(payload_json)) +
+                ", 'APPLIED', NOW(3), NOW(3)); "
+                "INSERT IGNORE INTO callback_operation (ledger_id, operation_id) SELECT id, " +
+                t.quote(operation_id) + " FROM callback_ledger WHERE delivery_id = " + key};
+      },
+      [=](db_context& ctx, std::optional<operation_row> row) {
+        deploy_settlement out;
+        out.recorded = record_outcome::inserted;
+        out.outcome = deploy_outcome::APPLIED;
+        out.validated = true;
+        out.row = std::move(row);
+        done(ctx, db_result<deploy_settlement>::success(std::move(out)));
+      },
+      [=](db_context& ctx) { done(ctx, record_and_settle_deploy(ctx, cb, payload_json, operation_id)); });
 }
 
 db_result<deploy_check> validate_if_deployed(session s, const std::string& operation_id, std::int64_t version,
