@@ -420,7 +420,7 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     st.op.version = p.new_version;
     st.op.step_entered_ms = st.svc->now_ms();
     st.op.polls = 0;
-    if (w.to == step::HANDLE_STARTED) st.op.merge_attempts = 0;
+    if (w.to == step::HANDLE_STARTED || from == step::CREATE_SUCCEEDED) st.op.merge_attempts = 0;  // handling begins
     if (w.mr_iid) st.op.mr_iid = w.mr_iid;
     if (w.mr_url) st.op.mr_url = *w.mr_url;
     if (w.approval_id) st.op.approval_id = *w.approval_id;

@@ -80,7 +80,7 @@ std::string waits_for(step s) {
     case step::APPROVAL_APPROVED: return "the next step to start (MR creation or batch admission)";
     case step::CREATE_STARTED: return "GitLab to create the branch, commit and MR (retried on errors)";
     case step::CREATE_MR_OPENED: return "the MR's check pipeline to finish";
-    case step::CREATE_SUCCEEDED: return "handling to start (bot approval and merge)";
+    case step::CREATE_SUCCEEDED: return "GitLab to accept the bots' approvals (legacy order: the approval request)";
     case step::HANDLE_STARTED: return "GitLab to accept the bots' approvals";
     case step::HANDLE_APPROVED:
     case step::HANDLE_MERGING: return "GitLab to merge the MR (its pipeline on the head SHA must pass)";

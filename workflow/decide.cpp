@@ -145,7 +145,10 @@ decision on_resume(const operation_state& s, const settings& cfg, std::int64_t n
       if (s.order == flow::create_then_approve && s.approval_id.empty()) {
         return go(step::APPROVAL_SENDING, "MR ready: request approval (legacy order)");
       }
-      return go(step::HANDLE_STARTED, "MR ready: approve and merge");
+      // The MR is ready: the bots approve it from here. Handling is not written as a step of its
+      // own first (HANDLE_STARTED): that write would record a decision nothing else depends on, and
+      // cost a commit per change; the approvals' outcome is the next step either way.
+      [[fallthrough]];
     case step::HANDLE_STARTED: {
       decision d;
       d.effects.push_back(call(call_kind::approve_bots, s));
@@ -257,7 +260,9 @@ decision on_read_pipeline(const operation_state& s, const call_reply& r, const s
 }
 
 decision on_approve_bots(const operation_state& s, const call_reply& r, const settings& cfg, std::int64_t now_ms) {
-  if (s.current != step::HANDLE_STARTED) return refuse("approval reply outside HANDLE_STARTED");
+  if (s.current != step::HANDLE_STARTED && s.current != step::CREATE_SUCCEEDED) {
+    return refuse("approval reply outside HANDLE_STARTED and CREATE_SUCCEEDED");
+  }
   switch (r.outcome) {
     case status::ok:
       // An MR merged before handling finishes as merged without approving again.

@@ -51,7 +51,7 @@ const std::map<call_kind, std::set<step>> valid_steps = {
     {call_kind::submit_approval, {step::APPROVAL_SENDING}},
     {call_kind::create_mr, {step::CREATE_STARTED}},
     {call_kind::read_pipeline, {step::CREATE_MR_OPENED, step::CREATE_PIPELINE_PENDING}},
-    {call_kind::approve_bots, {step::HANDLE_STARTED}},
+    {call_kind::approve_bots, {step::HANDLE_STARTED, step::CREATE_SUCCEEDED}},
     {call_kind::try_merge, {step::HANDLE_APPROVED, step::HANDLE_MERGING, step::HANDLE_PIPELINE_PENDING}},
     {call_kind::rebase, {step::HANDLE_REBASING}},
     {call_kind::read_rebase, {step::HANDLE_REBASING, step::REBASE_PENDING}},
@@ -119,11 +119,12 @@ TEST(Decide, ResumeRunsTheStepsCall) {
     step s;
     call_kind k;
   } cases[] = {
-      {step::APPROVAL_SENDING, call_kind::submit_approval}, {step::CREATE_STARTED, call_kind::create_mr},
-      {step::CREATE_MR_OPENED, call_kind::read_pipeline},   {step::CREATE_PIPELINE_PENDING, call_kind::read_pipeline},
-      {step::HANDLE_STARTED, call_kind::approve_bots},      {step::HANDLE_APPROVED, call_kind::try_merge},
-      {step::HANDLE_MERGING, call_kind::try_merge},         {step::HANDLE_PIPELINE_PENDING, call_kind::try_merge},
-      {step::HANDLE_REBASING, call_kind::read_rebase},      {step::REBASE_PENDING, call_kind::read_rebase},
+      {step::APPROVAL_SENDING, call_kind::submit_approval},  {step::CREATE_STARTED, call_kind::create_mr},
+      {step::CREATE_MR_OPENED, call_kind::read_pipeline},    {step::CREATE_PIPELINE_PENDING, call_kind::read_pipeline},
+      {step::HANDLE_STARTED, call_kind::approve_bots},       {step::CREATE_SUCCEEDED, call_kind::approve_bots},
+      {step::HANDLE_APPROVED, call_kind::try_merge},         {step::HANDLE_MERGING, call_kind::try_merge},
+      {step::HANDLE_PIPELINE_PENDING, call_kind::try_merge}, {step::HANDLE_REBASING, call_kind::read_rebase},
+      {step::REBASE_PENDING, call_kind::read_rebase},
   };
   for (const auto& tc : cases) {
     auto d = decide(at(tc.s), resume{}, cfg, 0);
@@ -160,11 +161,17 @@ TEST(Decide, LegacyOrderAsksForApprovalAfterTheMr) {
   auto s = at(step::CREATE_SUCCEEDED);
   s.order = flow::create_then_approve;
   EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::APPROVAL_SENDING);
+  // Once approved (or in the new order), the bots approve the MR from CREATE_SUCCEEDED itself:
+  // no write of HANDLE_STARTED first.
   s.approval_id = "A-1";
-  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::HANDLE_STARTED);
+  auto approve = decide(s, resume{}, cfg, 0);
+  EXPECT_FALSE(approve.next.has_value());
+  EXPECT_TRUE(has_effect(approve, effect::kind::call, call_kind::approve_bots));
   s.order = flow::approve_then_create;
   s.approval_id.clear();
-  EXPECT_EQ(decide(s, resume{}, cfg, 0).next->to, step::HANDLE_STARTED);
+  approve = decide(s, resume{}, cfg, 0);
+  EXPECT_FALSE(approve.next.has_value());
+  EXPECT_TRUE(has_effect(approve, effect::kind::call, call_kind::approve_bots));
 }
 
 TEST(Decide, ApprovalSubmitOutcomes) {
@@ -262,17 +269,31 @@ TEST(Decide, CheckPipelineOutcomes) {
 
 TEST(Decide, BotApprovalOutcomes) {
   auto cfg = test_settings();
-  auto r = ok_reply(call_kind::approve_bots);
-  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVED);
-  r.already_merged = true;
-  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_ALREADY_MERGED);
-  r.already_merged = false;
-  r.closed = true;
-  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_MR_CLOSED);
-  r.closed = false;
-  r.outcome = status::refused;
-  r.http_status = 401;
-  EXPECT_EQ(decide(at(step::HANDLE_STARTED), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVAL_FAILED);
+  // The same outcomes whether the approvals ran from HANDLE_STARTED (legacy order, an operator's
+  // re-trigger) or straight from CREATE_SUCCEEDED (the new order).
+  for (auto from : {step::HANDLE_STARTED, step::CREATE_SUCCEEDED}) {
+    auto r = ok_reply(call_kind::approve_bots);
+    EXPECT_EQ(decide(at(from), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVED) << to_string(from);
+    r.already_merged = true;
+    EXPECT_EQ(decide(at(from), reply_of(r), cfg, 0).next->to, step::HANDLE_ALREADY_MERGED);
+    r.already_merged = false;
+    r.closed = true;
+    EXPECT_EQ(decide(at(from), reply_of(r), cfg, 0).next->to, step::HANDLE_MR_CLOSED);
+    r.closed = false;
+    r.outcome = status::refused;
+    r.http_status = 401;
+    EXPECT_EQ(decide(at(from), reply_of(r), cfg, 0).next->to, step::HANDLE_APPROVAL_FAILED);
+    r.outcome = status::overloaded;
+    EXPECT_EQ(decide(at(from), reply_of(r), cfg, 0).next->to, step::HANDLE_OVERLOADED);
+    r.outcome = status::retryable;
+    auto wait = decide(at(from), reply_of(r), cfg, 0);
+    EXPECT_FALSE(wait.next.has_value()) << "a retry waits in " << to_string(from);
+    EXPECT_TRUE(has_effect(wait, effect::kind::timer));
+    auto gave_up = decide(at(from), reply_of(r), cfg, 100000000);
+    ASSERT_TRUE(gave_up.next);
+    EXPECT_EQ(gave_up.next->to, step::HANDLE_ERROR);
+    EXPECT_TRUE(is_allowed(from, gave_up.next->to)) << to_string(from);
+  }
 }
 
 // The read that ended the pipeline wait goes to the approvals, the approvals' read to the first
@@ -303,7 +324,7 @@ TEST(Decide, AnMrReadIsHandedToTheApprovalsAndTheFirstMergeAttemptOnly) {
   merged.mr_state = "merged";
   EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(merged), cfg, 0).keep_read);
 
-  auto st = at(step::HANDLE_STARTED);
+  auto st = at(step::CREATE_SUCCEEDED);  // the step the read moved to: the approvals run from it
   st.last_read = *d.keep_read;
   auto approve = decide(st, resume{}, cfg, 0);
   ASSERT_TRUE(has_effect(approve, effect::kind::call, call_kind::approve_bots));

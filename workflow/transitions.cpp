@@ -45,6 +45,12 @@ std::vector<transition_rule> build_table() {
       {S::CREATE_PIPELINE_PENDING, S::CREATE_ERROR},
       {S::CREATE_SUCCEEDED, S::APPROVAL_SENDING},  // legacy order: approval after the MR
       {S::CREATE_SUCCEEDED, S::HANDLE_STARTED},
+      // The bots' approvals run from CREATE_SUCCEEDED itself (new order): their outcomes leave it.
+      {S::CREATE_SUCCEEDED, S::HANDLE_APPROVED},
+      {S::CREATE_SUCCEEDED, S::HANDLE_ALREADY_MERGED},
+      {S::CREATE_SUCCEEDED, S::HANDLE_APPROVAL_FAILED},
+      {S::CREATE_SUCCEEDED, S::HANDLE_MR_CLOSED},
+      {S::CREATE_SUCCEEDED, S::HANDLE_ERROR},
       {S::CREATE_SUCCEEDED, S::HANDLE_OVERLOADED},
       {S::CREATE_SUCCEEDED, S::CREATE_OVERLOADED},
       {S::CREATE_SUCCEEDED, S::CREATE_ERROR},

@@ -51,9 +51,8 @@ TEST(Transitions, EveryStepIsReachableFromAnInitialStep) {
 TEST(Transitions, MainPathsAreAllowed) {
   const std::vector<step> new_order = {step::APPROVAL_SENDING, step::APPROVAL_SENT,    step::APPROVAL_APPROVED,
                                        step::CREATE_STARTED,   step::CREATE_MR_OPENED, step::CREATE_SUCCEEDED,
-                                       step::HANDLE_STARTED,   step::HANDLE_APPROVED,  step::HANDLE_MERGING,
-                                       step::HANDLE_REBASING,  step::HANDLE_MERGING,   step::HANDLE_MERGED,
-                                       step::CALLED_BACK};
+                                       step::HANDLE_APPROVED,  step::HANDLE_MERGING,   step::HANDLE_REBASING,
+                                       step::HANDLE_MERGING,   step::HANDLE_MERGED,    step::CALLED_BACK};
   const std::vector<step> legacy = {step::CREATE_STARTED,   step::CREATE_MR_OPENED,      step::CREATE_SUCCEEDED,
                                     step::APPROVAL_SENDING, step::APPROVAL_SENT,         step::APPROVAL_APPROVED,
                                     step::HANDLE_STARTED,   step::HANDLE_ALREADY_MERGED, step::CALLED_BACK};
