@@ -13,6 +13,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 namespace changeflow::config {
 class snapshot;
@@ -83,8 +85,18 @@ using sleep_function = std::function<void(std::chrono::milliseconds)>;
 ///
 /// Decision: this runs entirely on a thread of the blocking external pool, so the backoff sleeps
 /// there (via `sleep`) and never on an actor thread. The pool is sized for it (external.pool_size).
+/// `first_read`: a list of approvers read just before this call (approve_as_reviewers) answers the
+/// first attempt's check instead of a read of its own; every later attempt reads again.
 result<approval_outcome> approve_as_reviewer(gitlab_client& gitlab, check_items_cache& cache, const reviewer& bot,
                                              std::int64_t iid, const std::optional<std::string>& sha,
-                                             const config::snapshot& snap, const sleep_function& sleep = {});
+                                             const config::snapshot& snap, const sleep_function& sleep = {},
+                                             const approvals_info* first_read = nullptr);
+
+/// Approves MR `iid` as every bot, one after the other, each as approve_as_reviewer (retried
+/// separately, a bot that already approved skipped). The approvers list is read once for the first
+/// attempts of all of them (one GitLab read per MR instead of one per bot); retries read again.
+result<done> approve_as_reviewers(gitlab_client& gitlab, check_items_cache& cache, const std::vector<reviewer>& bots,
+                                  std::int64_t iid, const std::optional<std::string>& sha, const config::snapshot& snap,
+                                  const sleep_function& sleep = {});
 
 }  // namespace changeflow::clients

@@ -147,6 +147,35 @@ TEST_F(ClientsAgainstSim, LostApproveResponseIsSeenOnTheNextAttempt) {
   EXPECT_EQ(stats()["approvals"]["config/changes!" + std::to_string(mr.iid)]["101"], 1);
 }
 
+TEST_F(ClientsAgainstSim, BotsShareOneReadOfTheApproverList) {
+  auto mr = open_mr("change/shared", "shared");
+  auto r = approve_as_reviewers(*gitlab, shared->check_items, {bot1, bot2}, mr.iid, std::nullopt, *snap);
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(requests("get_approvals"), 1u) << "one read for both bots' first attempts";
+  EXPECT_EQ(requests("approve"), 2u);
+  EXPECT_EQ(stats()["approvals"]["config/changes!" + std::to_string(mr.iid)]["101"], 1);
+  EXPECT_EQ(stats()["approvals"]["config/changes!" + std::to_string(mr.iid)]["102"], 1);
+}
+
+TEST_F(ClientsAgainstSim, ABotTheSharedReadNamesIsNotApprovedAgain) {
+  auto mr = open_mr("change/known", "known");
+  ASSERT_TRUE(gitlab->approve(bot2.token, mr.iid, std::nullopt));
+  auto r = approve_as_reviewers(*gitlab, shared->check_items, {bot1, bot2}, mr.iid, std::nullopt, *snap);
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(requests("get_approvals"), 1u);
+  EXPECT_EQ(requests("approve"), 2u) << "the direct approve and bot 1's; bot 2 skipped on the shared read";
+  EXPECT_EQ(stats()["approvals"]["config/changes!" + std::to_string(mr.iid)]["102"], 1);
+}
+
+TEST_F(ClientsAgainstSim, AnUnreadableSharedListLetsEachBotReadForItself) {
+  auto mr = open_mr("change/unshared", "unshared");
+  add_fault({{"kind", "status"}, {"endpoint", "get_approvals"}, {"match", "unshared"}, {"status", 502}, {"count", 1}});
+  auto r = approve_as_reviewers(*gitlab, shared->check_items, {bot1, bot2}, mr.iid, std::nullopt, *snap);
+  ASSERT_TRUE(r) << describe(r.error());
+  EXPECT_EQ(requests("get_approvals"), 3u) << "the failed shared read, then one per bot";
+  EXPECT_EQ(requests("approve"), 2u);
+}
+
 TEST_F(ClientsAgainstSim, AlreadyApproved401IsSettledByTheFinalRead) {
   auto mr = open_mr("change/settle", "settle");
   ASSERT_TRUE(gitlab->approve(bot1.token, mr.iid, std::nullopt));

@@ -149,13 +149,11 @@ merge_attempt approve_and_merge(clients::repository_access& repo, clients::check
     out.answer = merge_answer::content_conflict;
     return out;
   }
-  for (const auto& bot : repo.approvers) {
-    auto res = clients::approve_as_reviewer(repo.gitlab, check_items, bot, iid, mr->sha, snap);
-    if (!res) {
-      out.mr.error = clients::describe(res.error());
-      out.answer = res.error().retryable ? merge_answer::retryable : merge_answer::approval_refused;
-      return out;
-    }
+  if (auto approved = clients::approve_as_reviewers(repo.gitlab, check_items, repo.approvers, iid, mr->sha, snap);
+      !approved) {
+    out.mr.error = clients::describe(approved.error());
+    out.answer = approved.error().retryable ? merge_answer::retryable : merge_answer::approval_refused;
+    return out;
   }
   // Merge with the sha the pipeline ran on: a head that moved since is refused (409), not merged.
   auto merged = repo.gitlab.merge(token, iid, mr->sha);

@@ -161,11 +161,7 @@ call_reply read_mr(clients::repository_access& repo, call_kind kind, std::int64_
 /// retry never re-submits the other account's approval, and a bot that already approved is skipped.
 clients::result<clients::done> approve_all(clients::external_context& ctx, clients::repository_access& repo,
                                            const config::snapshot& snap, std::int64_t iid, const std::string& sha) {
-  for (const auto& bot : repo.approvers) {
-    auto res = clients::approve_as_reviewer(repo.gitlab, ctx.shared->check_items, bot, iid, sha, snap);
-    if (!res) return res.error();
-  }
-  return clients::done{};
+  return clients::approve_as_reviewers(repo.gitlab, ctx.shared->check_items, repo.approvers, iid, sha, snap);
 }
 
 call_reply approve_bots(clients::external_context& ctx, clients::repository_access& repo, const config::snapshot& snap,
