@@ -162,6 +162,12 @@ bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, s
                            std::function<void(approval_intake)> done) {
   if (!svc.transitions || !claims) return false;
   const std::string remembered = approval_key(d);
+  // A copy of a delivery this process settled (its first copy is durable): answered here, on the
+  // caller's thread, with no job on any pool; exactly what take_approval would answer from memory.
+  if (claims->is_settled(remembered)) {
+    done(duplicate_approval(svc));
+    return true;
+  }
   // A copy that arrives while this process applies the first one goes the pool's way (take_approval):
   // in a group it would wait on the first one's row lock and hold that group's commit back, and it
   // must not be answered before the first one is durable (the first may still fail).

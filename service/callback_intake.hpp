@@ -50,9 +50,10 @@ approval_intake take_approval(persistence::session db, runtime::services& svc, c
 
 /// take_approval through the group committer (runtime::services::transitions): the delivery's
 /// record and flip commit with the transitions ready at the same moment. `done` runs once with the
-/// intake, on a database worker. False when there is no committer or it refused (a full queue), or
-/// a copy of this delivery is being applied by this process right now: nothing was done and the
-/// caller runs take_approval itself (which answers a copy of a settled delivery from memory).
+/// intake, on a database worker; a copy of a delivery this process settled is answered DUPLICATE
+/// at once, on the caller's thread (no job anywhere). False when there is no committer or it
+/// refused (a full queue), or a copy of this delivery is being applied by this process right now:
+/// nothing was done and the caller runs take_approval itself.
 bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, std::shared_ptr<delivery_claims> claims,
                            std::function<void(approval_intake)> done);
 
