@@ -6,8 +6,11 @@
 // Main path, new order (approve_then_create):
 //
 //   (submit) -> APPROVAL_SENDING -> APPROVAL_SENT -> APPROVAL_APPROVED -> CREATE_STARTED
-//            -> CREATE_MR_OPENED -> CREATE_SUCCEEDED -> HANDLE_STARTED -> HANDLE_APPROVED
+//            -> CREATE_MR_OPENED -> CREATE_SUCCEEDED -> HANDLE_APPROVED
 //            -> HANDLE_MERGING <-> HANDLE_REBASING -> HANDLE_MERGED -> CALLED_BACK
+//
+// (The bots approve from CREATE_SUCCEEDED itself; HANDLE_STARTED is the legacy order's handling
+// step and an operator's re-trigger.)
 //
 // Legacy order (create_then_approve): CREATE_* first, then CREATE_SUCCEEDED -> APPROVAL_SENDING
 // -> ... -> APPROVAL_APPROVED -> HANDLE_STARTED.  Batch path: APPROVAL_APPROVED -> BATCH_WAITING
