@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -125,6 +126,24 @@ double cpu_ms(long pid) {
   if (fields.size() < 13) return 0;
   double ticks = std::stod(fields[11]) + std::stod(fields[12]);
   return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+/// Context switches (voluntary + involuntary) of every thread of `pid` so far: each is a thread that
+/// blocked or was preempted, i.e. a hand-off or a wait. Threads that ended meanwhile are not counted
+/// (the service's and the database's threads live as long as the process).
+long context_switches(long pid) {
+  if (pid <= 0) return 0;
+  long total = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(task.path() / "status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 || line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+        total += std::stol(line.substr(line.find(':') + 1));
+    }
+  }
+  return total;
 }
 
 long status_kb(long pid, const std::string& key) {
@@ -572,6 +591,7 @@ int cmd_flow(const args& a) {
   auto status0 = checked(persistence::bench_global_status(db, status_names));
   double svc_cpu0 = cpu_ms(service_pid), db_cpu0 = cpu_ms(db_pid), sim_cpu0 = cpu_ms(sim_pid),
          self_cpu0 = cpu_ms(self_pid);
+  long svc_cs0 = context_switches(service_pid), db_cs0 = context_switches(db_pid);
 
   long validated = 0, failed = 0, rejected = 0, reads = 0, read_errors = 0, early_answers = 0;
   bool timed_out = false;
@@ -635,6 +655,7 @@ int cmd_flow(const args& a) {
 
   double svc_cpu = cpu_ms(service_pid) - svc_cpu0, db_cpu = cpu_ms(db_pid) - db_cpu0,
          sim_cpu = cpu_ms(sim_pid) - sim_cpu0, self_cpu = cpu_ms(self_pid) - self_cpu0;
+  long svc_cs = context_switches(service_pid) - svc_cs0, db_cs = context_switches(db_pid) - db_cs0;
   auto status1 = checked(persistence::bench_global_status(db, status_names));
   auto hist1 = scrape_callback_histogram(port);
   long events = static_cast<long>(checked(persistence::bench_event_count(db))) - events0;
@@ -688,6 +709,8 @@ int cmd_flow(const args& a) {
       "CPU per change: changeflowd %.2f ms + mariadbd %.2f ms = %.2f ms; sim %.2f ms, driver %.2f ms; "
       "changeflowd peak RSS %.1f MiB\n",
       svc_cpu * per, db_cpu * per, (svc_cpu + db_cpu) * per, sim_cpu * per, self_cpu * per, hwm / 1024.0);
+  std::printf("hand-offs per change (context switches of all threads): changeflowd %.1f, mariadbd %.1f\n",
+              double(svc_cs) * per, double(db_cs) * per);
   for (auto& e : errors) std::printf("  error sample: %s\n", e.c_str());
   kv("flow.mode", mode);
   kv("flow.n", std::to_string(n));
@@ -709,6 +732,8 @@ int cmd_flow(const args& a) {
   kv("flow.cpu_ms_per_change", (svc_cpu + db_cpu) * per);
   kv("flow.sim_cpu_ms_per_change", sim_cpu * per);
   kv("flow.driver_cpu_ms_per_change", self_cpu * per);
+  kv("flow.service_ctxsw_per_change", double(svc_cs) * per);
+  kv("flow.db_ctxsw_per_change", double(db_cs) * per);
   kv("flow.sql_per_change", questions * per);
   kv("flow.select_per_change", delta("Com_select") * per);
   for (auto k : {"insert", "update", "delete", "begin", "commit", "rollback"})
