@@ -64,6 +64,10 @@ struct request_state {
   // nobody else will ever withdraw it: this actor does, before it stops.
   std::optional<std::int64_t> unrecorded_mr;
   std::string unrecorded_approval;
+  // What this actor's create_mr saw when it made the change's commit (effects::call_context): the
+  // commit it was applied to and the paths it created there. Memory only.
+  std::string start_sha;
+  std::vector<std::string> created_paths;
 };
 
 using self_ptr = request_actor::stateful_pointer<request_state>;
@@ -243,6 +247,10 @@ void call_external(self_ptr self, const messages::call_request& req) {
                             st.requester.empty() ? st.op.subject_id : st.requester,
                             st.repository,
                             st.target_branch};
+  if (req.kind == messages::call_kind::try_merge) {
+    ctx.start_sha = st.start_sha;
+    ctx.created_paths = st.created_paths;
+  }
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
   st.busy = true;
@@ -675,6 +683,10 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       },
       [self](const messages::external_reply& r) {
         self->state.busy = false;
+        if (r.reply.kind == messages::call_kind::create_mr && r.reply.outcome == messages::call_reply::status::ok) {
+          self->state.start_sha = r.reply.start_sha;
+          self->state.created_paths = r.reply.created_paths;
+        }
         process(self, workflow::reply{r.reply});
         auto& s = self->state;
         if (!s.busy && s.reload_pending) reload_or_take_nudge(self);

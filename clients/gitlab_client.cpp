@@ -189,7 +189,13 @@ result<commit_info> gitlab_client::create_commit(const std::string& token, const
   auto r = send(token, "POST", "/repository/commits", body.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!r) return r.error();
   if (!success(r.value())) return status_error(r.value());  // 201, or 200 per the route metadata
-  return parse_as<commit_info>(r.value(), [](const json& j) { return commit_info{str(j, "id"), str(j, "message")}; });
+  return parse_as<commit_info>(r.value(), [](const json& j) {
+    std::string parent;
+    if (j.contains("parent_ids") && j["parent_ids"].is_array() && !j["parent_ids"].empty() &&
+        j["parent_ids"][0].is_string())
+      parent = j["parent_ids"][0].get<std::string>();
+    return commit_info{str(j, "id"), str(j, "message"), std::move(parent)};
+  });
 }
 
 result<branch_commit> gitlab_client::ensure_branch_with_commit(const std::string& token, const std::string& branch,
@@ -202,7 +208,7 @@ result<branch_commit> gitlab_client::ensure_branch_with_commit(const std::string
   // '<b>' already exists"): an earlier attempt of this change committed it (its marker is on the
   // head: do not commit twice), or a lost race or lost response, or a leftover branch (commit onto it).
   auto commit = create_commit(token, branch, target_branch, message, actions);
-  if (commit) return branch_commit{commit->id, true};
+  if (commit) return branch_commit{commit->id, true, commit->parent};
   if (commit.error().status != 400 || commit.error().message.find("A branch called") == std::string::npos) {
     return commit.error();
   }
@@ -215,7 +221,7 @@ result<branch_commit> gitlab_client::ensure_branch_with_commit(const std::string
   }
   auto onto = create_commit(token, branch, std::nullopt, message, actions);
   if (!onto) return onto.error();
-  return branch_commit{onto->id, true};
+  return branch_commit{onto->id, true, onto->parent};
 }
 
 result<mr_opened> gitlab_client::create_mr(const std::string& token, const std::string& source_branch,

@@ -69,11 +69,15 @@ struct repository_file {
 struct commit_info {
   std::string id;
   std::string message;
+  std::string parent;  // parent_ids[0]: the commit the actions were applied to ("" when not given)
 };
 
 struct branch_commit {
   std::string sha;       // head of the branch carrying the change
   bool created = false;  // false: the branch already carried it (a re-run)
+  // With `created`: the commit this call's commit was applied to. GitLab refuses a `create` action
+  // for a path that exists there, so every path the commit created was absent in it.
+  std::string parent;
 };
 
 struct mr_opened {

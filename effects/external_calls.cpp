@@ -147,6 +147,12 @@ call_reply create_mr(clients::repository_access& repo, const call_context& op) {
   call_reply r;
   r.kind = call_kind::create_mr;
   fill_mr(r, mr->mr);
+  if (commit->created && !commit->parent.empty()) {
+    r.start_sha = commit->parent;
+    for (const auto& a : actions.value()) {
+      if (a.action == "create") r.created_paths.push_back(a.file_path);
+    }
+  }
   return r;
 }
 
@@ -200,8 +206,12 @@ call_reply approve_bots(clients::external_context& ctx, clients::repository_acce
 bool stop_on_changed_files(clients::repository_access& repo, const clients::merge_request& mr, const call_context& op,
                            call_reply& r) {
   if (mr.base_sha.empty()) return false;  // GitLab has not computed diff_refs yet: not mergeable yet either
+  // A path the change's own commit created is known absent at the commit it was applied to: when
+  // the MR's base is that commit, the path's version at the base is not read again.
+  static const std::vector<std::string> none;
+  const auto& absent = !op.start_sha.empty() && mr.base_sha == op.start_sha ? op.created_paths : none;
   auto check = check_unchanged_since(repo.gitlab, repo.author_token, mr.target_branch, mr.base_sha,
-                                     paths_of(commit_actions_of(op.payload_json)));
+                                     paths_of(commit_actions_of(op.payload_json)), absent);
   if (!check) {
     r = failed(call_kind::try_merge, check.error());
     return true;

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace changeflow::effects {
 
@@ -23,6 +24,12 @@ struct call_context {
   std::string applicant;      // who the approval system is told asked for the change
   std::string repository;     // GitLab project every GitLab call of the change goes to
   std::string target_branch;  // branch its MR merges into
+  // What this process saw when it made the change's commit (call_reply::start_sha, created_paths;
+  // in the actor's memory only, none after a restart): for the check before a merge, a path the
+  // commit created is known absent at `start_sha`, so when the MR's base is that commit the path's
+  // version at the base is not read again.
+  std::string start_sha;
+  std::vector<std::string> created_paths;
 };
 
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,

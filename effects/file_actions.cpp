@@ -69,13 +69,17 @@ std::string content_check::describe() const {
 
 clients::result<content_check> check_unchanged_since(clients::gitlab_client& gitlab, const std::string& token,
                                                      const std::string& target_branch, const std::string& base_sha,
-                                                     const std::vector<std::string>& paths) {
+                                                     const std::vector<std::string>& paths,
+                                                     const std::vector<std::string>& absent_at_base) {
   content_check out;
   for (const auto& path : paths) {
     auto now = gitlab.get_file(token, path, target_branch);
     if (!now) return now.error();
-    auto then = gitlab.get_file(token, path, base_sha);
-    if (!then) return then.error();
+    clients::result<std::optional<clients::repository_file>> then{std::optional<clients::repository_file>{}};
+    if (std::find(absent_at_base.begin(), absent_at_base.end(), path) == absent_at_base.end()) {
+      then = gitlab.get_file(token, path, base_sha);
+      if (!then) return then.error();
+    }
     bool same = now->has_value() == then->has_value() &&
                 (!now->has_value() || now->value().last_commit_id == then->value().last_commit_id);
     if (!same) out.changed.push_back(path);

@@ -39,10 +39,12 @@ struct content_check {
 /// Compares every path on `target_branch` with the MR's fork point `base_sha` (diff_refs.base_sha):
 /// a path whose existence or last commit differs was changed on the target after the change's
 /// commit was based on it. Run right before a merge and before a rebase, so neither ever carries a
-/// change over a newer version of its file.
+/// change over a newer version of its file. A path in `absent_at_base` is known not to exist at
+/// `base_sha` (the change's own commit created it there): only its version on the target is read.
 clients::result<content_check> check_unchanged_since(clients::gitlab_client& gitlab, const std::string& token,
                                                      const std::string& target_branch, const std::string& base_sha,
-                                                     const std::vector<std::string>& paths);
+                                                     const std::vector<std::string>& paths,
+                                                     const std::vector<std::string>& absent_at_base = {});
 
 /// The paths of a set of actions, each once.
 std::vector<std::string> paths_of(const std::vector<clients::commit_action>& actions);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace changeflow::messages {
 
@@ -100,6 +101,10 @@ struct call_reply {
   bool closed = false;
   // create_mr: GitLab refused the commit because a file is not what the change was based on
   bool content_conflict = false;
+  // create_mr, when this call made the branch's commit: the commit it was applied to, and the
+  // paths it created (absent in that commit: GitLab refuses a `create` for a path that exists).
+  std::string start_sha;
+  std::vector<std::string> created_paths;
 };
 
 std::string_view to_string(call_kind k);
@@ -123,7 +128,7 @@ typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("call_reply"), x.kind, x.outcome, x.error, x.http_status, x.retry_after_ms,
            x.approval_id, x.mr_iid, x.mr_url, x.mr_state, x.sha, x.pipeline_status, x.pipeline_sha,
            x.rebase_in_progress, x.merge_error, x.detailed_merge_status, x.has_conflicts, x.base_sha, x.target_branch,
-           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict);
+           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict, x.start_sha, x.created_paths);
 }
 
 }  // namespace changeflow::messages

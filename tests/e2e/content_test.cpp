@@ -102,6 +102,34 @@ TEST(Content, AnEditAfterTheCapturedBaseStopsTheMerge) {
   EXPECT_EQ(attempts(stats, "close", "config/changes!" + std::to_string(c["mrIid"].get<int>())), 1u);
 }
 
+// A file the change's own commit created was absent at the commit its branch started from, so the
+// check before the merge reads only main's version of it while the MR's base is that commit (one
+// read of the file per change instead of two); and main gaining that file after the commit still
+// stops the merge.
+TEST(Content, AFileTheChangeCreatedIsReadOnceBeforeTheMergeAndStillGuarded) {
+  {
+    flow_env env;
+    const std::string path = "config/created-here.yaml";
+    auto id = submit_files(env, "new file", "created", json::array({file_change(path, "n: 1\n", "create")}));
+    EXPECT_EQ(env.wait_for_phase(id, "VALIDATED")["phase"], "VALIDATED");
+    auto stats = sim_stats(env);
+    // `create` needs no read before the commit; before the merge only main's version is read.
+    EXPECT_EQ(stats["requests"].value("get_file", 0), 1) << stats["requests"].dump();
+    EXPECT_EQ(read_repo_file(env, path)->content, "n: 1\n");
+  }
+  // A long pipeline keeps the change between its commit and its merge while main gains the file.
+  flow_env env(json::object(), {"--pipeline-duration-ms", "4000"});
+  const std::string path = "config/created-twice.yaml";
+  auto id = submit_files(env, "new file", "created-twice", json::array({file_change(path, "mine\n", "create")}));
+  auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
+  ASSERT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
+  commit_outside(env, "create", path, "theirs\n");
+  auto c = wait_settled(env, id);
+  EXPECT_EQ(c["step"]["name"], "CONTENT_CONFLICT") << c.dump(2);
+  EXPECT_EQ(read_repo_file(env, path)->content, "theirs\n");
+  EXPECT_EQ(total_attempts(sim_stats(env), "merge"), 0u);
+}
+
 // upsert: create when main has no such file, update (with the file's last commit as its base) once
 // it does; the sim's request log shows which action each commit carried.
 TEST(Content, UpsertPicksCreateThenUpdate) {
