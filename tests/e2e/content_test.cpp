@@ -15,6 +15,20 @@
 using namespace changeflow::testing;
 using nlohmann::json;
 
+namespace {
+
+/// Waits until change `id` has its MR (its commit made, its pipeline running), commits `action` of
+/// `path` to main from outside changeflow, and returns the change once it has settled.
+json settled_after_outside_commit(flow_env& env, const std::string& id, const std::string& action,
+                                  const std::string& path, const std::string& content) {
+  auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
+  EXPECT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
+  commit_outside(env, action, path, content);
+  return wait_settled(env, id);
+}
+
+}  // namespace
+
 // Two changes (two targets) edit one file, both based on the same version of it, submitted at the
 // same moment. Whichever reaches GitLab second ends CONTENT_CONFLICT -- refused by GitLab at its
 // commit, or stopped by the check before its merge, depending on how the two interleave -- and the
@@ -89,10 +103,7 @@ TEST(Content, AnEditAfterTheCapturedBaseStopsTheMerge) {
   const std::string path = "config/captured-base.yaml";
   commit_outside(env, "create", path, "mode: a\n");
   auto id = submit_files(env, "mode b", "captured", json::array({file_change(path, "mode: b\n", "update")}));
-  auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
-  ASSERT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
-  commit_outside(env, "update", path, "mode: outside\n");
-  auto c = wait_settled(env, id);
+  auto c = settled_after_outside_commit(env, id, "update", path, "mode: outside\n");
   EXPECT_EQ(c["step"]["name"], "CONTENT_CONFLICT") << c.dump(2);
   EXPECT_EQ(read_repo_file(env, path)->content, "mode: outside\n");
   auto stats = sim_stats(env);
@@ -121,10 +132,7 @@ TEST(Content, AFileTheChangeCreatedIsReadOnceBeforeTheMergeAndStillGuarded) {
   flow_env env(json::object(), {"--pipeline-duration-ms", "4000"});
   const std::string path = "config/created-twice.yaml";
   auto id = submit_files(env, "new file", "created-twice", json::array({file_change(path, "mine\n", "create")}));
-  auto opened = env.wait_for_step(id, "CREATE_MR_OPENED");
-  ASSERT_EQ(opened["step"]["name"], "CREATE_MR_OPENED") << opened.dump(2);
-  commit_outside(env, "create", path, "theirs\n");
-  auto c = wait_settled(env, id);
+  auto c = settled_after_outside_commit(env, id, "create", path, "theirs\n");
   EXPECT_EQ(c["step"]["name"], "CONTENT_CONFLICT") << c.dump(2);
   EXPECT_EQ(read_repo_file(env, path)->content, "theirs\n");
   EXPECT_EQ(total_attempts(sim_stats(env), "merge"), 0u);
