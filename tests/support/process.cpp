@@ -5,9 +5,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,16 +85,7 @@ bool child_process::running() {
 int child_process::stop(int sig, std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return -1;
   ::kill(pid_, sig);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (auto code = wait_exit(timeout)) return *code;
   kill_now();
   return -1;
 }
@@ -100,15 +93,28 @@ int child_process::stop(int sig, std::chrono::milliseconds timeout) {
 std::optional<int> child_process::wait_exit(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return std::nullopt;
   std::optional<int> exit_status;
-  wait_until(
-      [&] {
-        int status = 0;
-        if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
-        pid_ = -1;
-        exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return true;
-      },
-      timeout);
+  auto reaped = [&] {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return true;
+  };
+  // The child's exit itself is waited for: a pidfd becomes readable when the process ends.
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (fd < 0) {
+    wait_until(reaped, timeout);  // a kernel without pidfd_open: the exit is polled for
+    return exit_status;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped()) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left));  // readable at exit; EINTR or a timeout: check again
+  }
+  ::close(fd);
   return exit_status;
 }
 
