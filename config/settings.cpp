@@ -25,6 +25,7 @@ void finish_settings(settings& s) {
   s.approval.backoff_base_ms = std::max<std::int64_t>(0, s.approval.backoff_base_ms);
   s.poll.short_interval_ms = std::max<std::int64_t>(1, s.poll.short_interval_ms);
   s.poll.short_attempts = std::max<std::int64_t>(0, s.poll.short_attempts);
+  s.poll.first_interval_ms = std::max<std::int64_t>(0, s.poll.first_interval_ms);
   s.poll.long_interval_ms = std::max<std::int64_t>(1, s.poll.long_interval_ms);
   s.poll.timeout_ms = std::max<std::int64_t>(1, s.poll.timeout_ms);
   s.merge.max_attempts = std::max<std::int64_t>(1, s.merge.max_attempts);

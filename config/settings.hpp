@@ -155,6 +155,7 @@ struct poll_settings {
   std::int64_t long_interval_ms = 0;   // >= 1
   std::int64_t timeout_ms = 0;         // >= 1
   std::int64_t webhook_interval_ms = 0;
+  std::int64_t first_interval_ms = 0;  // >= 0; 0 -> no ramp
 
   bool operator==(const poll_settings&) const = default;
 };

@@ -46,6 +46,7 @@ TEST(ConfigSettings, DefaultsComeFromTheDeclarationTable) {
   EXPECT_EQ(snap->http().port, 8080);
   EXPECT_EQ(snap->poll().short_interval_ms, 2000);
   EXPECT_EQ(snap->poll().short_attempts, 10);
+  EXPECT_EQ(snap->poll().first_interval_ms, 250);
   EXPECT_EQ(snap->merge().max_attempts, 5);
   EXPECT_EQ(snap->timeouts().approval_wait_seconds, 604800);
   EXPECT_FALSE(snap->batch().enabled);
@@ -96,7 +97,7 @@ TEST(ConfigSettings, EveryKeyIsBoundToItsOwnField) {
 
 TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
   auto snap =
-      load({{"poll", {{"short_interval_ms", 0}, {"short_attempts", -4}, {"timeout_ms", -1}}},
+      load({{"poll", {{"short_interval_ms", 0}, {"short_attempts", -4}, {"timeout_ms", -1}, {"first_interval_ms", -3}}},
             {"merge", {{"max_attempts", 0}}},
             {"notifications", {{"batch", 5000}, {"timeout_ms", 0}, {"retry_base_ms", 9000}, {"retry_cap_ms", 10}}},
             {"rate_limit", {{"window_ms", -5}, {"submit", 0}, {"ops", -1}, {"ops_read", 3}}},
@@ -113,6 +114,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
   EXPECT_EQ(snap->poll().short_interval_ms, 1);
   EXPECT_EQ(snap->poll().short_attempts, 0);
   EXPECT_EQ(snap->poll().timeout_ms, 1);
+  EXPECT_EQ(snap->poll().first_interval_ms, 0);
   EXPECT_EQ(snap->merge().max_attempts, 1);
   EXPECT_EQ(snap->notifications().batch, 1000);
   EXPECT_EQ(snap->notifications().timeout_ms, 5000) << "<= 0 -> the declared default";

@@ -10,6 +10,7 @@ workflow::poll_schedule poll_schedule_from(const config::poll_settings& poll) {
   polls.short_attempts = static_cast<int>(poll.short_attempts);
   polls.long_interval_ms = poll.long_interval_ms;
   polls.timeout_ms = poll.timeout_ms;
+  polls.first_interval_ms = poll.first_interval_ms;
   return polls;
 }
 
@@ -30,6 +31,8 @@ void apply_webhook_interval(workflow::poll_schedule& polls, const config::snapsh
   if (!repo || repo->webhook_secret.empty()) return;
   polls.short_interval_ms = std::max(polls.short_interval_ms, interval);
   polls.long_interval_ms = std::max(polls.long_interval_ms, interval);
+  // The hook ends the wait; an early poll would only add GitLab requests.
+  polls.first_interval_ms = 0;
 }
 
 workflow::settings workflow_settings_from(const config::snapshot& snap, const std::string& repository) {

@@ -482,3 +482,42 @@ TEST(PollSchedule, TiersAndTimeout) {
   EXPECT_EQ(p.next_delay(9, 4500), 500);  // never overshoots the budget
   EXPECT_FALSE(p.next_delay(9, 5000).has_value());
 }
+
+TEST(PollSchedule, TheShortTierRampsUpFromTheFirstInterval) {
+  poll_schedule p{2000, 6, 15000, 3600000, 250};
+  EXPECT_EQ(p.next_delay(0, 0), 250);
+  EXPECT_EQ(p.next_delay(1, 250), 500);
+  EXPECT_EQ(p.next_delay(2, 750), 1000);
+  EXPECT_EQ(p.next_delay(3, 1750), 2000);
+  EXPECT_EQ(p.next_delay(5, 5750), 2000);    // capped at the short interval
+  EXPECT_EQ(p.next_delay(6, 7750), 15000);   // the long tier has no ramp
+  EXPECT_EQ(p.next_delay(5, 3599900), 100);  // the budget still caps the ramp
+  poll_schedule far{2000, 100, 15000, 3600000, 1};
+  EXPECT_EQ(far.next_delay(99, 0), 2000);  // no overflow however many polls
+}
+
+TEST(Decide, APipelineWaitStartsWithTheRampAndDoubles) {
+  auto cfg = test_settings();
+  cfg.polls.first_interval_ms = 5;
+  auto opened = ok_reply(call_kind::create_mr);
+  opened.mr_iid = 7;
+  auto d = decide(at(step::CREATE_STARTED), reply_of(opened), cfg, 0);
+  ASSERT_TRUE(d.next);
+  EXPECT_EQ(d.next->to, step::CREATE_MR_OPENED);
+  ASSERT_TRUE(has_effect(d, effect::kind::timer));
+  EXPECT_EQ(d.effects[0].delay_ms, 5) << "the first read of the pipeline comes after the first interval";
+  auto running = ok_reply(call_kind::read_pipeline);
+  running.sha = running.pipeline_sha = "s";
+  running.pipeline_status = "running";
+  auto st = at(step::CREATE_MR_OPENED);
+  st.polls = 2;
+  EXPECT_EQ(decide(st, reply_of(running), cfg, 10).effects[0].delay_ms, 20);
+}
+
+TEST(PollSchedule, NoRampWhenTheFirstIntervalIsOffOrNotShorter) {
+  for (std::int64_t first : {std::int64_t{0}, std::int64_t{2000}, std::int64_t{5000}}) {
+    poll_schedule p{2000, 3, 15000, 3600000, first};
+    EXPECT_EQ(p.next_delay(0, 0), 2000) << first;
+    EXPECT_EQ(p.next_delay(2, 4000), 2000) << first;
+  }
+}

@@ -1,6 +1,9 @@
 #pragma once
 // Tiered polling: short intervals for the first N polls, longer ones afterwards, and a
-// timeout once the budget is spent. Three outcomes for a wait: passed, failed, timed out. Failure is
+// timeout once the budget is spent. The short tier may start with a ramp: the first poll after
+// `first_interval_ms`, each next one twice as late, up to the short interval, so a pipeline that is
+// already done (GitLab reuses the branch's pipeline for the MR's SHA) or finishes in a moment is seen
+// in moments, and a long one is still read at the short interval. Three outcomes for a wait: passed, failed, timed out. Failure is
 // deterministic; a timeout means "unknown" and keeps the phase (step *_PENDING, hint KEEP_WAITING).
 
 #include <cstdint>
@@ -13,6 +16,8 @@ struct poll_schedule {
   int short_attempts = 10;
   std::int64_t long_interval_ms = 15000;
   std::int64_t timeout_ms = 3600000;
+  /// Delay of the first poll of a wait; 0 (or >= short_interval_ms) -> no ramp.
+  std::int64_t first_interval_ms = 0;
 
   /// Delay before poll number `attempt` (0-based) of a wait that started `elapsed_ms` ago;
   /// nullopt when the wait has timed out. The delay never overshoots the timeout by more than
