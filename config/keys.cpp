@@ -252,10 +252,10 @@ std::vector<key_spec> make_keys() {
       {"poll.short_interval_ms", at<&S::poll, &poll_settings::short_interval_ms>(), 2000, H,
        "Poll interval for the first poll.short_attempts polls."},
       {"poll.short_attempts", at<&S::poll, &poll_settings::short_attempts>(), 10, H, "Number of short-interval polls."},
-      {"poll.first_interval_ms", at<&S::poll, &poll_settings::first_interval_ms>(), 250, H,
-       "Delay of a wait's first poll; each next short poll waits twice as long, up to poll.short_interval_ms, so a "
-       "pipeline that is already done or quick is seen at once. 0 or >= poll.short_interval_ms -> no ramp; off "
-       "where webhooks end the waits."},
+      {"poll.first_interval_ms", at<&S::poll, &poll_settings::first_interval_ms>(), 1000, H,
+       "Delay of a wait's first poll (and of the second); each later short poll waits twice as long as the one "
+       "before, up to poll.short_interval_ms, so a pipeline that is done early is seen early. 0 or >= "
+       "poll.short_interval_ms -> no ramp; off where webhooks end the waits."},
       {"poll.long_interval_ms", at<&S::poll, &poll_settings::long_interval_ms>(), 15000, H,
        "Poll interval after the short ones."},
       {"poll.timeout_ms", at<&S::poll, &poll_settings::timeout_ms>(), 3600000, H,

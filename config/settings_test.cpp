@@ -46,7 +46,7 @@ TEST(ConfigSettings, DefaultsComeFromTheDeclarationTable) {
   EXPECT_EQ(snap->http().port, 8080);
   EXPECT_EQ(snap->poll().short_interval_ms, 2000);
   EXPECT_EQ(snap->poll().short_attempts, 10);
-  EXPECT_EQ(snap->poll().first_interval_ms, 250);
+  EXPECT_EQ(snap->poll().first_interval_ms, 1000);
   EXPECT_EQ(snap->merge().max_attempts, 5);
   EXPECT_EQ(snap->timeouts().approval_wait_seconds, 604800);
   EXPECT_FALSE(snap->batch().enabled);

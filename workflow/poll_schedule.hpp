@@ -1,9 +1,9 @@
 #pragma once
-// Tiered polling: short intervals for the first N polls, longer ones afterwards, and a
-// timeout once the budget is spent. The short tier may start with a ramp: the first poll after
-// `first_interval_ms`, each next one twice as late, up to the short interval, so a pipeline that is
-// already done (GitLab reuses the branch's pipeline for the MR's SHA) or finishes in a moment is seen
-// in moments, and a long one is still read at the short interval. Three outcomes for a wait: passed, failed, timed out. Failure is
+// Tiered polling: short intervals for the first N polls, longer ones afterwards, and a timeout
+// once the budget is spent. The short tier may start with a ramp: the first poll after
+// `first_interval_ms` (a wait's first two polls are both attempt 0), each later one twice as late,
+// up to the short interval, so a pipeline that is done early is seen early and a long one is still
+// read at the short interval. Three outcomes for a wait: passed, failed, timed out. Failure is
 // deterministic; a timeout means "unknown" and keeps the phase (step *_PENDING, hint KEEP_WAITING).
 
 #include <cstdint>
