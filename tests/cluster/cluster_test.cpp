@@ -101,6 +101,13 @@ class cluster {
   ~cluster() {
     db({"cluster", "stop", "--dir", dir_}, "stop");
     std::error_code ec;
+    // The nodes' error logs stay beside the test's other logs (a node that did not join says why
+    // there, from its first line); the datadirs go.
+    for (int n = 1; n <= nodes; ++n) {
+      const auto node = "node" + std::to_string(n);
+      std::filesystem::copy_file(dir_ + "/" + node + "/error.log", log_dir_ + "/" + node + "-error.log",
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+    }
     std::filesystem::remove_all(dir_, ec);  // three datadirs: ~1 GB
   }
   bool started() const { return started_; }
