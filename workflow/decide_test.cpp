@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <map>
 #include <set>
 
@@ -494,6 +496,10 @@ TEST(PollSchedule, TheShortTierRampsUpFromTheFirstInterval) {
   EXPECT_EQ(p.next_delay(5, 3599900), 100);  // the budget still caps the ramp
   poll_schedule far{2000, 100, 15000, 3600000, 1};
   EXPECT_EQ(far.next_delay(99, 0), 2000);  // no overflow however many polls
+  const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  poll_schedule wide{huge - 1, 100, huge, huge, huge / 3};
+  EXPECT_EQ(wide.next_delay(1, 0), huge / 3 * 2);
+  EXPECT_EQ(wide.next_delay(99, 0), huge - 1);  // capped at the short interval, not wrapped
 }
 
 TEST(Decide, APipelineWaitStartsWithTheRampAndDoubles) {
