@@ -232,6 +232,40 @@ TEST(OperationRepo, ASubmissionIsOneRoundTripWhateverItsAnswer) {
   EXPECT_EQ(session_status(*c, "Com_rollback"), 0) << "nothing to roll back either";
 }
 
+// The row a creation hands back (kept for status reads, and an actor's seed) is the stored row,
+// field by field, whatever the inputs leave empty or cut to their columns.
+TEST(OperationRepo, TheRowACreationHandsBackIsTheStoredRow) {
+  test_database db;
+  auto c = db.connect();
+  std::vector<new_operation> ops;
+  ops.push_back(test::new_operation_for("cara", "t-plain", "cara@example.com", "team/repo"));
+  auto bare = test::new_operation_for("cara", "t-bare");
+  bare.payload_json.clear();
+  bare.owner_instance.clear();
+  bare.requester.clear();
+  ops.push_back(bare);
+  auto wide = test::new_operation_for("cara", "t-wide", std::string(200, 'r'));
+  std::string accents;
+  for (int i = 0; i < 600; ++i) accents += "\xc3\xa9";  // 600 characters, 1,200 bytes: cut to the column
+  wide.title = accents;
+  wide.lease_epoch = 7;
+  wide.flow = workflow::flow::create_then_approve;
+  wide.initial_step = S::CREATE_STARTED;
+  ops.push_back(wide);
+  auto revert = test::new_operation_for("cara", "t-revert");
+  revert.revert_of = ids::new_uuid();
+  ops.push_back(revert);
+  for (const auto& op : ops) {
+    SCOPED_TRACE(op.target_key);
+    std::optional<operation_row> created;
+    ASSERT_EQ(create_operation(*c, op, &created).value, create_outcome::created);
+    ASSERT_TRUE(created);
+    auto stored = load_operation(*c, op.operation_id);
+    ASSERT_TRUE(stored.ok());
+    test::expect_same_row(*created, stored.value);
+  }
+}
+
 // A write that someone's status reads are watching brings its committed row back in the same
 // round trip: the creation, and a transition committed alone.
 TEST(OperationRepo, ACreationAndATransitionHandBackTheRowTheyCommittedInTheSameRoundTrip) {

@@ -39,6 +39,39 @@ inline new_operation new_operation_for(const std::string& subject, const std::st
   return op;
 }
 
+/// Every field of two rows, one expectation each (a row handed back must be the row stored).
+inline void expect_same_row(const operation_row& got, const operation_row& stored) {
+  EXPECT_EQ(got.operation_id, stored.operation_id);
+  EXPECT_EQ(got.subject_id, stored.subject_id);
+  EXPECT_EQ(got.target_key, stored.target_key);
+  EXPECT_EQ(got.flow, stored.flow);
+  EXPECT_EQ(got.step, stored.step);
+  EXPECT_EQ(got.phase, stored.phase);
+  EXPECT_EQ(got.version, stored.version);
+  EXPECT_EQ(got.title, stored.title);
+  EXPECT_EQ(got.payload_json, stored.payload_json);
+  EXPECT_EQ(got.mr_iid, stored.mr_iid);
+  EXPECT_EQ(got.mr_url, stored.mr_url);
+  EXPECT_EQ(got.approval_id, stored.approval_id);
+  EXPECT_EQ(got.batch_id, stored.batch_id);
+  EXPECT_EQ(got.attempts, stored.attempts);
+  EXPECT_EQ(got.batch_attempts, stored.batch_attempts);
+  EXPECT_EQ(got.next_wake_at_ms, stored.next_wake_at_ms);
+  EXPECT_EQ(got.owner_instance, stored.owner_instance);
+  EXPECT_EQ(got.lease_epoch, stored.lease_epoch);
+  EXPECT_EQ(got.last_error, stored.last_error);
+  EXPECT_EQ(got.last_error_status, stored.last_error_status);
+  EXPECT_EQ(got.last_error_at_ms, stored.last_error_at_ms);
+  EXPECT_EQ(got.deploy_reported, stored.deploy_reported);
+  EXPECT_EQ(got.created_at_ms, stored.created_at_ms);
+  EXPECT_EQ(got.updated_at_ms, stored.updated_at_ms);
+  EXPECT_EQ(got.requester, stored.requester);
+  EXPECT_EQ(got.repository, stored.repository);
+  EXPECT_EQ(got.target_branch, stored.target_branch);
+  EXPECT_EQ(got.revert_of, stored.revert_of);
+  EXPECT_EQ(got.reverted_by, stored.reverted_by);
+}
+
 inline std::string new_op(session c, const std::string& subject, const std::string& target,
                           const std::string& requester = {}, const std::string& repository = {}) {
   auto op = new_operation_for(subject, target, requester, repository);

@@ -513,12 +513,15 @@ TEST_F(GroupUnits, SubmissionsReadyWithTransitionsCommitInTheirGroup) {
   ASSERT_TRUE(first.row);
   EXPECT_EQ(first.row->operation_id, fresh.operation_id);
   EXPECT_EQ(first.row->version, 1);
+  test::expect_same_row(*first.row, load_operation(*c, fresh.operation_id).value);
   EXPECT_EQ(find_binding(*c, "nora", "", "repo/n.yaml").value.operation_id, fresh.operation_id);
   EXPECT_EQ(db.scalar("SELECT cause FROM operation_event WHERE operation_id = '" + fresh.operation_id + "'"),
             "created");
 
   ASSERT_TRUE(over.outcome && over.outcome->ok()) << (over.outcome ? over.outcome->error.message : "no answer");
   EXPECT_EQ(over.outcome->value, create_outcome::created);
+  ASSERT_TRUE(over.row);
+  test::expect_same_row(*over.row, load_operation(*c, again.operation_id).value);
   EXPECT_EQ(find_binding(*c, "rita", "", "repo/r.yaml").value.operation_id, again.operation_id);
   EXPECT_EQ(db.scalar("SELECT CONCAT(replaced_operation_id, ' ', replaced_phase) FROM binding_history WHERE "
                       "operation_id = '" +
