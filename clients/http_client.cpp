@@ -317,12 +317,45 @@ struct http_client::impl {
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(limits.max_response_bytes);
     parser.header_limit(64 * 1024);
-    beast::error_code read_ec;
-    bhttp::async_read(stream, buffer, parser, [&](beast::error_code e, std::size_t) { read_ec = e; });
-    run_until_done();
-    if (read_ec) return classify(read_ec, "read");
+    // The answer to a HEAD names the length of a body it does not carry.
+    parser.skip(msg.method() == bhttp::verb::head);
+    // Read and parse by hand, as the plain path does: http::async_read makes the parser eager, and
+    // Beast 1.74 then skips the body limit of a Content-Length answer whose header and body are
+    // parsed in one put (a TLS record easily carries both). Not eager, put stops after the header,
+    // where the limit is checked.
+    while (!parser.is_done()) {
+      beast::error_code ec;
+      while (buffer.size() > 0 && !parser.is_done()) {
+        std::size_t used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec == bhttp::error::need_more) {
+          ec = {};
+          break;
+        }
+        if (ec) return classify(ec, "read");
+        if (used == 0) break;
+      }
+      if (parser.is_done()) break;
+      std::size_t got = 0;
+      beast::error_code read_ec;
+      stream.async_read_some(buffer.prepare(16 * 1024), [&](beast::error_code e, std::size_t n) {
+        read_ec = e;
+        got = n;
+      });
+      run_until_done();
+      buffer.commit(got);
+      if (read_ec == net::error::eof || read_ec == ssl::error::stream_truncated) {
+        // A response that ends with the connection (no length) is complete at its end; any other is cut.
+        if (got > 0) continue;
+        if (!parser.is_header_done() || !parser.need_eof()) return classify(read_ec, "read");
+        parser.put_eof(ec);
+        if (ec) return classify(read_ec, "read");
+        break;
+      }
+      if (read_ec) return classify(read_ec, "read");
+    }
 
-    keep = parser.get().keep_alive();
+    keep = parser.get().keep_alive() && !parser.need_eof() && buffer.size() == 0;
     return answer_of(parser.get());
   }
 
@@ -398,6 +431,8 @@ struct http_client::impl {
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(limits.max_response_bytes);
     parser.header_limit(64 * 1024);
+    // The answer to a HEAD names the length of a body it does not carry.
+    parser.skip(msg.method() == bhttp::verb::head);
     // Not eager: Beast 1.74 skips the body limit of a Content-Length answer whose header and body
     // are parsed in one put. Without it, put stops after the header (where the limit is checked)
     // and the loop below hands it the body.

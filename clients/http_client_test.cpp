@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -282,6 +283,25 @@ TEST(HttpClientPlain, AnAnswerOverTheLimitIsAProtocolError) {
   EXPECT_FALSE(r.error().retryable);
 }
 
+TEST(HttpClientPlain, TheAnswerToAHeadHasNoBodyAndTheConnectionIsReused) {
+  // The header names the length of the body a GET would get; a HEAD's answer stops at the header.
+  scripted_server server({{{ok_head(42)}, false, false}, {{ok_head(2), "{}"}, false, false}});
+  http_client client;
+  transport_limits limits;
+  limits.request_timeout = std::chrono::milliseconds(5000);
+  http_request head = get("/a");
+  head.method = "HEAD";
+  auto first = client.call(url_parts{"127.0.0.1", server.port(), ""}, head, limits);
+  ASSERT_TRUE(first) << describe(first.error());
+  EXPECT_EQ(first->status, 200);
+  EXPECT_EQ(first->body, "");
+  EXPECT_EQ(first->header("content-length"), "42");
+  auto second = client.call(url_parts{"127.0.0.1", server.port(), ""}, get("/b"), limits);
+  ASSERT_TRUE(second) << describe(second.error());
+  EXPECT_EQ(second->body, "{}");
+  EXPECT_EQ(client.connections_opened(), 1u);
+}
+
 TEST(HttpClientPlain, BytesAfterTheAnswerKeepTheConnectionFromBeingReused) {
   scripted_server server(
       {{{ok_head(2) + "{}" + "HTTP/1.1 200 OK\r\n"}, false, false}, {{ok_head(2), "{}"}, false, false}});
@@ -391,7 +411,12 @@ class tls_server {
         res.set(bhttp::field::content_type, "application/json");
         res.body() = R"({"ok":true,"target":")" + std::string(req.target()) + "\"}";
         res.keep_alive(true);
-        res.prepare_payload();
+        // A target under /chunked is answered with chunked transfer encoding (as a proxy may answer).
+        if (req.target().starts_with("/chunked")) {
+          res.chunked(true);
+        } else {
+          res.prepare_payload();
+        }
         ++requests_;  // counted before the answer leaves, so a client that has it sees the count
         bhttp::write(stream, res, ec);
         if (ec) break;
@@ -508,4 +533,54 @@ TEST(HttpClientTls, PlainServerOnAnHttpsAddressIsAnErrorValue) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().what, call_error::kind::http_status);
   EXPECT_FALSE(r.error().message.empty());
+}
+
+/// A test CA, an HTTPS server with its certificate and a client that trusts the CA.
+class HttpClientTlsReads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(pki.error, "") << "the openssl CLI is needed to make the test certificates";
+    server.emplace(pki.file("local.pem"), pki.file("local.key"));
+    client.emplace(pki.file("ca.pem"));
+  }
+  void TearDown() override {
+    if (client) client->close_all();
+  }
+  result<http_response> call(const std::string& target, const transport_limits& limits) {
+    return client->call(tls_url("127.0.0.1", server->port()), get(target.c_str()), limits);
+  }
+  test_pki pki;
+  std::optional<tls_server> server;
+  std::optional<http_client> client;
+};
+
+TEST_F(HttpClientTlsReads, AnAnswerOverTheLimitIsAProtocolErrorAndTheNextCallWorks) {
+  // The server echoes the target in its body: a 5,000-character target makes a body over the
+  // limit, written with its header in one TLS record, so header and body arrive together.
+  const std::string long_target = "/" + std::string(5000, 'x');
+  transport_limits limits;
+  limits.max_response_bytes = 1000;
+  auto r = call(long_target, limits);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().what, call_error::kind::protocol) << describe(r.error());
+  EXPECT_EQ(r.error().message, "response too large");
+  EXPECT_FALSE(r.error().retryable);
+  // The connection that carried the refused answer is not reused; a call within the limit works.
+  auto next = call("/small", limits);
+  ASSERT_TRUE(next) << describe(next.error());
+  EXPECT_EQ(next.value().body, R"({"ok":true,"target":"/small"})");
+  // The same limit holds for a chunked body, whose length no header announces.
+  auto chunked = call("/chunked/" + std::string(5000, 'x'), limits);
+  ASSERT_FALSE(chunked);
+  EXPECT_EQ(chunked.error().message, "response too large") << describe(chunked.error());
+}
+
+TEST_F(HttpClientTlsReads, AChunkedAnswerIsReadWholeAndTheConnectionIsReused) {
+  const std::string target = "/chunked/" + std::string(3000, 'y');
+  for (int i = 0; i < 2; ++i) {
+    auto r = call(target, transport_limits{});
+    ASSERT_TRUE(r) << describe(r.error());
+    EXPECT_EQ(r.value().body, R"({"ok":true,"target":")" + target + "\"}");
+  }
+  EXPECT_EQ(client->connections_opened(), 1u);
 }
