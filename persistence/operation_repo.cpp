@@ -240,8 +240,7 @@ struct creation_sql {
   std::string read_binding;    // the binding as it stands, locked, into the variables
   std::string insert;          // the operation row, carrying its first event
   std::string bind_first;      // a first apply takes the target
-  std::string bind_over;       // a re-apply takes it over from a change that ended
-  std::string count_bound;     // @changeflow_bound: 1 when this operation holds the target now
+  std::string bind;            // a re-apply takes the target over; @changeflow_bound: 1 when bound now
   std::string history;         // the binding's history row, when bound
   std::string answer_columns;  // what the answer reports
 };
@@ -307,13 +306,17 @@ creation_sql creation_statements(sql::Connection& conn, const new_operation& op,
   // the operation key (the shorter one, from `operation_id = @changeflow_bound_op`): a refused
   // submit then waits for that key's entry while the bound change's transition trigger, holding it,
   // waits for the row this text already holds: a deadlock.
-  out.bind_over = "UPDATE binding FORCE INDEX (uk_binding_relationship) SET operation_id = " + id +
-                  ", phase = " + phase + " WHERE " + target +
-                  " AND @changeflow_bound_op IS NOT NULL AND operation_id = @changeflow_bound_op AND phase = "
-                  "@changeflow_bound_phase AND phase IN (" +
-                  reappliable + ")";
-  out.count_bound =
-      "SET @changeflow_bound = (SELECT COUNT(*) FROM binding WHERE " + target + " AND operation_id = " + id + ")";
+  const std::string bind_over = "UPDATE binding FORCE INDEX (uk_binding_relationship) SET operation_id = " + id +
+                                ", phase = " + phase + " WHERE " + target +
+                                " AND operation_id = @changeflow_bound_op AND phase = "
+                                "@changeflow_bound_phase AND phase IN (" +
+                                reappliable + ")";
+  // A first apply that got this far inserted the operation and its binding (a duplicate key stops
+  // the text, or the unit's handler, before): it holds the target, with no statement to say so.
+  // Only a re-apply runs the take-over and reads whether this operation holds the target now.
+  out.bind = "IF @changeflow_bound_op IS NULL THEN SET @changeflow_bound = 1; ELSE " + bind_over +
+             "; SET @changeflow_bound = (SELECT COUNT(*) FROM binding WHERE " + target + " AND operation_id = " + id +
+             "); END IF";
   out.history =
       "INSERT INTO binding_history (subject_id, repository, target_key, operation_id, "
       "replaced_operation_id, replaced_phase, applied_at) SELECT " +
@@ -333,7 +336,7 @@ db_result<create_outcome> insert_operation(sql::Connection& conn, const new_oper
   const std::string id = t.quote(op.operation_id);
   std::vector<std::string> script;
   if (begin_transaction) script.push_back("START TRANSACTION");
-  script.insert(script.end(), {c.reset, c.read_binding, c.insert, c.bind_first, c.bind_over, c.count_bound, c.history});
+  script.insert(script.end(), {c.reset, c.read_binding, c.insert, c.bind_first, c.bind, c.history});
   if (commit_in_text) script.push_back("COMMIT");
   // The answer; with the row as the creation committed it in the same statement (nothing when the
   // change did not take the target), so the first status read of a new change needs no query.
@@ -429,8 +432,7 @@ std::shared_ptr<group_unit> create_operation_unit(
         c.read_binding,
         "SET @changeflow_dup = 0",
         "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
-        "IF @changeflow_dup = 0 THEN " + c.bind_over + "; " + c.count_bound + "; " + c.history +
-            "; ELSE SET @changeflow_bound = 0; END IF",
+        "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
         "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
         want_row ? detail::answer_with_rows_sql(
                        answer, "operation_id = " + t.quote(op.operation_id) + " AND @changeflow_bound = 1")
