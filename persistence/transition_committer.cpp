@@ -3,6 +3,7 @@
 #include "base/log.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -178,6 +179,17 @@ void transition_committer::commit_loop(db_context& ctx) {
         ++state_->stats.alone;
       }
     }
+    // Counted when this iteration ends, whichever way it ends.
+    struct busy_clock {
+      state& st;
+      std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
+      ~busy_clock() {
+        const auto spent = std::chrono::steady_clock::now() - began;
+        std::lock_guard lock(st.mutex);
+        st.stats.busy_us +=
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(spent).count());
+      }
+    } busy{*state_};
     if (group.size() == 1 && group.front().unit) {
       finish_unit(*group.front().unit, ctx, false);
       continue;

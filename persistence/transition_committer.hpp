@@ -33,6 +33,10 @@ struct transition_committer_stats {
   std::uint64_t alone = 0;        // transitions committed alone
   std::size_t queued = 0;         // waiting for a committer now (read from the queue by stats())
   std::size_t largest_group = 0;  // since start
+  /// Wall time the committers spent on what they took from the queue (its SQL round trip, the
+  /// completions after it), microseconds since start. Against the elapsed time it says how close
+  /// the committers are to being the bottleneck: one committer near 100 % limits throughput.
+  std::uint64_t busy_us = 0;
 };
 
 class transition_committer {

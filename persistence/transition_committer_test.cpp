@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -68,7 +69,14 @@ TEST(TransitionCommitter, TransitionsWaitingTogetherCommitAsOneGroupEachWithItsO
   // One committer job for the five (max_committers = 1): it takes them all as one group.
   EXPECT_EQ(pool.stats().queued, 1u);
   db_context ctx(db.settings());
+  EXPECT_EQ(committer.stats().busy_us, 0u);
+  const auto before_run = std::chrono::steady_clock::now();
   EXPECT_EQ(pool.run_queued(ctx), 1u);
+  const auto run_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - before_run);
+  // The committer's busy time is the group's round trip and completions: some, never more than the run.
+  EXPECT_GT(committer.stats().busy_us, 0u);
+  EXPECT_LE(committer.stats().busy_us, static_cast<std::uint64_t>(run_us.count()));
   EXPECT_EQ(outcomes, (std::vector<db_outcome>{db_outcome::ok, db_outcome::ok, db_outcome::preempted, db_outcome::ok,
                                                db_outcome::ok}));
   // Each landed transition is handed its row as it committed it; the one that missed gets none.

@@ -257,6 +257,10 @@ int main(int argc, char** argv) {
           static_cast<double>(s.alone));
     m.set("changeflow_transition_group_largest", "Largest group committed since start", {},
           static_cast<double>(s.largest_group));
+    m.set("changeflow_transition_committer_busy_seconds",
+          "Wall time the group committers spent committing and running completions since start (near the elapsed "
+          "time: the committer limits throughput)",
+          {}, static_cast<double>(s.busy_us) / 1e6);
     auto sent = persistence::scripts_sent();
     m.set("changeflow_db_scripts", "Texts of several SQL statements sent in one round trip since start", {},
           static_cast<double>(sent.texts));
