@@ -82,14 +82,14 @@ std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<fl
         "IF @changeflow_flip <> 1 OR @changeflow_dup = 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; "
         "SET @changeflow_flip = 0; END IF"};
     if (!w.then.empty()) out.push_back("IF @changeflow_flip = 1 THEN " + w.then + "; END IF");
-    out.push_back(answer_with_rows_sql(std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip",
-                                       "operation_id = " + t.quote(operation_id) + " AND @changeflow_flip = 1"));
+    // The verdict only: the row comes with the group's read of rows (take_row).
+    out.push_back("SELECT " + std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip");
     return out;
   };
   unit->read = [got](sql::ResultSet& rs) {
     got->flipped = !rs.isNull("changeflow_flip") && rs.getInt("changeflow_flip") == 1;
-    if (got->flipped && !rs.isNull("operation_id")) got->row = read_operation(rs);
   };
+  unit->take_row = [got](const operation_row& row) { got->row = row; };
   unit->settled = [got] { return got->flipped; };
   unit->finish = [got, carried, alone](db_context& ctx, bool joined) {
     if (joined && got->flipped) return carried(ctx, std::move(got->row));
@@ -419,29 +419,24 @@ std::shared_ptr<group_unit> create_operation_unit(
   auto got = std::make_shared<answer>();
   auto unit = std::make_shared<group_unit>();
   unit->operation_id = op.operation_id;
-  unit->statements = [op, want_row](sql::Connection& conn, int tag) {
-    const detail::sql_text t(conn);
+  unit->statements = [op](sql::Connection& conn, int tag) {
     const auto c = detail::creation_statements(conn, op, true);
     const std::string answer = std::to_string(tag) + " AS changeflow_unit, @changeflow_bound AS changeflow_bound";
     // The submission's statements as alone, with its writes undone unless the change took the
     // target: a held target, an id that exists and a racing first apply (the unique keys, caught
     // by the handler, which leaves the block) are all answered alone afterwards.
     return std::vector<std::string>{
-        "SAVEPOINT changeflow_unit",
-        c.reset,
-        c.read_binding,
-        "SET @changeflow_dup = 0",
+        "SAVEPOINT changeflow_unit", c.reset, c.read_binding, "SET @changeflow_dup = 0",
         "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
         "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
         "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
-        want_row ? detail::answer_with_rows_sql(
-                       answer, "operation_id = " + t.quote(op.operation_id) + " AND @changeflow_bound = 1")
-                 : "SELECT " + answer};
+        // The verdict only: with want_row, the row comes with the group's read of rows (take_row).
+        "SELECT " + answer};
   };
-  unit->read = [got, want_row](sql::ResultSet& rs) {
+  unit->read = [got](sql::ResultSet& rs) {
     got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;
-    if (got->bound && want_row && !rs.isNull("operation_id")) got->row = detail::read_operation(rs);
   };
+  if (want_row) unit->take_row = [got](const operation_row& row) { got->row = row; };
   unit->settled = [got] { return got->bound; };
   unit->finish = [op, want_row, got, done](db_context& ctx, bool joined) {
     if (joined && got->bound) {
@@ -629,28 +624,29 @@ struct group_member {
 group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows) {
   const detail::sql_text t(conn);
   std::vector<std::string> parts{"SET @changeflow_ack = ''", "START TRANSACTION"};
-  std::string ids;
+  std::string row_ids;  // the operations whose rows the group reads at its end
   std::vector<group_unit*> units;
+  const auto add = [&t](std::string& list, const std::string& id) { list += (list.empty() ? "" : ", ") + t.quote(id); };
   for (const auto& m : group) {
     if (m.req) {
       parts.push_back(detail::transition_update_sql(t, *m.req));
-      ids += (ids.empty() ? "" : ", ") + t.quote(m.req->operation_id);
+      if (want_rows) add(row_ids, m.req->operation_id);
       continue;
     }
     auto unit_parts = m.unit->statements(conn, static_cast<int>(units.size()));
     units.push_back(m.unit);
+    if (m.unit->take_row) add(row_ids, m.unit->operation_id);
     parts.insert(parts.end(), std::make_move_iterator(unit_parts.begin()), std::make_move_iterator(unit_parts.end()));
   }
   // The acknowledgement list is complete once the UPDATEs ran: it is read before the COMMIT, in the
   // same statement as the rows (one row per operation, each carrying the list; one row with the
   // list alone when none is found). A COMMIT that fails throws, and the group runs alone. A unit's
   // own UPDATE adds its operation to the list too; no transition in the group moves that operation.
-  if (ids.empty()) {
+  if (row_ids.empty()) {
     parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
-  } else if (want_rows) {
-    parts.push_back(detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + ids + ")"));
   } else {
-    parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
+    parts.push_back(
+        detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + row_ids + ")"));
   }
   parts.push_back("COMMIT");
   parts.push_back("SET @changeflow_ack = NULL");
@@ -674,7 +670,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
     answered = true;
     while (rs.next()) {
       if (!rs.isNull("changeflow_ack")) list = rs.getString("changeflow_ack");
-      if (!want_rows || ids.empty() || rs.isNull("operation_id")) continue;
+      if (row_ids.empty() || rs.isNull("operation_id")) continue;
       auto row = detail::read_operation(rs);
       auto id = row.operation_id;
       out.rows.emplace(std::move(id), std::move(row));
@@ -683,6 +679,10 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
   if (!answered || units_answered != units.size())
     throw std::runtime_error("group commit: a result set did not come back");
   out.landed = split_ack(list);
+  for (auto* u : units) {
+    if (!u->take_row) continue;
+    if (auto row = out.rows.find(u->operation_id); row != out.rows.end()) u->take_row(row->second);
+  }
   return out;
 }
 

@@ -203,6 +203,13 @@ struct group_unit {
   std::function<std::vector<std::string>(sql::Connection& conn, int tag)> statements;
   /// Reads its answer's rows. What it read counts only when the group committed.
   std::function<void(sql::ResultSet&)> read;
+  /// When set, the group reads the unit's operation row at its end, in the one SELECT that reads
+  /// the transitions' rows, and hands it here (no other member writes that operation, so it is the
+  /// row as the unit left it; none when there is no such row). A unit's own answer then carries
+  /// only its verdict: a row read there, through a SELECT of its own, cost MariaDB several times an
+  /// extra row in the group's read. What it was handed counts only when the group committed and
+  /// the unit's answer says it wrote the row.
+  std::function<void(const operation_row&)> take_row;
   /// After a committed group: true when its answer says the group carried it out (nothing left to
   /// do alone). What a unit could not settle in the group is finished on the pool, not by the
   /// committer, so the next group does not wait for it.

@@ -300,6 +300,8 @@ TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
   ASSERT_TRUE(approval->value.row);
   EXPECT_EQ(approval->value.row->step, S::APPROVAL_APPROVED);
   EXPECT_EQ(approval->value.new_version, approval->value.row->version);
+  // The row handed back (read with the group's rows at its end) is the stored row, field by field.
+  test::expect_same_row(*approval->value.row, load_operation(*c, waiting).value);
   EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_APPROVED);
   EXPECT_EQ(db.scalar("SELECT CONCAT(kind, ' ', operation_id, ' ', outcome, ' ', applied_at IS NOT NULL) FROM "
                       "callback_ledger WHERE delivery_id = 'apr-cb-1'"),
@@ -314,6 +316,7 @@ TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
   EXPECT_TRUE(deployment->value.validated);
   ASSERT_TRUE(deployment->value.row);
   EXPECT_EQ(deployment->value.row->phase, phase::VALIDATED);
+  test::expect_same_row(*deployment->value.row, load_operation(*c, merged).value);
   EXPECT_EQ(find_binding(*c, "mona", "", "repo/m.yaml").value.phase, phase::VALIDATED);
   EXPECT_EQ(db.scalar("SELECT CONCAT(mr_iid, ' ', status) FROM deploy_callback WHERE delivery_id = 'dep-1'"),
             "41 success");
