@@ -425,13 +425,18 @@ std::shared_ptr<group_unit> create_operation_unit(
     // The submission's statements as alone, with its writes undone unless the change took the
     // target: a held target, an id that exists and a racing first apply (the unique keys, caught
     // by the handler, which leaves the block) are all answered alone afterwards.
+    // The answer is the verdict only: with want_row, the row comes with the group's read of rows
+    // (take_row).
     return std::vector<std::string>{
-        "SAVEPOINT changeflow_unit", c.reset, c.read_binding, "SET @changeflow_dup = 0",
+        "SAVEPOINT changeflow_unit",
+        c.reset,
+        c.read_binding,
+        "SET @changeflow_dup = 0",
         "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
         "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
         "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
-        // The verdict only: with want_row, the row comes with the group's read of rows (take_row).
-        "SELECT " + answer};
+        "SELECT " + answer,
+    };
   };
   unit->read = [got](sql::ResultSet& rs) {
     got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;
