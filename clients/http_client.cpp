@@ -314,27 +314,13 @@ struct http_client::impl {
     run_until_done();
     if (write_ec) return classify(write_ec, "write");
 
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(limits.max_response_bytes);
-    parser.header_limit(64 * 1024);
-    // The answer to a HEAD names the length of a body it does not carry.
-    parser.skip(msg.method() == bhttp::verb::head);
-    // Read and parse by hand, as the plain path does: http::async_read makes the parser eager, and
-    // Beast 1.74 then skips the body limit of a Content-Length answer whose header and body are
-    // parsed in one put (a TLS record easily carries both). Not eager, put stops after the header,
-    // where the limit is checked.
+    answer_parser parser;
+    prepare(parser, msg, limits);
+    // Read and parse by hand, as the plain path does: http::async_read makes the parser eager (see
+    // prepare); a TLS record easily carries a header and its body together.
     while (!parser.is_done()) {
-      beast::error_code ec;
-      while (buffer.size() > 0 && !parser.is_done()) {
-        std::size_t used = parser.put(buffer.data(), ec);
-        buffer.consume(used);
-        if (ec == bhttp::error::need_more) {
-          ec = {};
-          break;
-        }
-        if (ec) return classify(ec, "read");
-        if (used == 0) break;
-      }
+      beast::error_code ec = feed(parser, buffer);
+      if (ec) return classify(ec, "read");
       if (parser.is_done()) break;
       std::size_t got = 0;
       beast::error_code read_ec;
@@ -357,6 +343,33 @@ struct http_client::impl {
 
     keep = parser.get().keep_alive() && !parser.need_eof() && buffer.size() == 0;
     return answer_of(parser.get());
+  }
+
+  using answer_parser = bhttp::response_parser<bhttp::string_body>;
+
+  /// The parser's limits for one answer. It is not eager (both paths put by hand): Beast 1.74 skips
+  /// the body limit of a Content-Length answer whose header and body are parsed in one put, and a
+  /// parser that is not eager stops after the header, where the limit is checked.
+  static void prepare(answer_parser& parser, const bhttp::request<bhttp::string_body>& msg,
+                      const transport_limits& limits) {
+    parser.body_limit(limits.max_response_bytes);
+    parser.header_limit(64 * 1024);
+    // The answer to a HEAD names the length of a body it does not carry.
+    parser.skip(msg.method() == bhttp::verb::head);
+  }
+
+  /// Hands the parser what `buffer` holds, as far as it takes it; what it took leaves the buffer.
+  /// Needing more input is no error.
+  template <class Buffer>
+  static beast::error_code feed(answer_parser& parser, Buffer& buffer) {
+    beast::error_code ec;
+    while (buffer.size() > 0 && !parser.is_done()) {
+      std::size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == bhttp::error::need_more) return {};
+      if (ec || used == 0) return ec;
+    }
+    return ec;
   }
 
   /// The parsed answer as the callers see it: status, headers by lower-case name, body.
@@ -428,14 +441,8 @@ struct http_client::impl {
       return transport_error(call_error::kind::reset, "connection closed during write");
     }
 
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(limits.max_response_bytes);
-    parser.header_limit(64 * 1024);
-    // The answer to a HEAD names the length of a body it does not carry.
-    parser.skip(msg.method() == bhttp::verb::head);
-    // Not eager: Beast 1.74 skips the body limit of a Content-Length answer whose header and body
-    // are parsed in one put. Without it, put stops after the header (where the limit is checked)
-    // and the loop below hands it the body.
+    answer_parser parser;
+    prepare(parser, msg, limits);
     // The connection's buffer holds what arrived and the parser has not taken yet (a header block
     // is parsed only whole); after the response it must be empty for the connection to be reused.
     auto& pending = c.buffer;
@@ -464,14 +471,8 @@ struct http_client::impl {
         break;
       }
       pending.commit(static_cast<std::size_t>(n));
-      while (pending.size() > 0 && !parser.is_done()) {
-        std::size_t used = parser.put(pending.data(), ec);
-        pending.consume(used);
-        if (ec == bhttp::error::need_more) break;
-        if (ec == bhttp::error::body_limit) return transport_error(call_error::kind::protocol, "response too large");
-        if (ec) return transport_error(call_error::kind::protocol, "read failed: " + ec.message());
-        if (used == 0) break;
-      }
+      ec = feed(parser, pending);
+      if (ec) return classify(ec, "read");
     }
     keep = parser.get().keep_alive() && !parser.need_eof() && pending.size() == 0;
     return answer_of(parser.get());
