@@ -1,2 +1,12 @@
 #include "base/worker_pool.hpp"
-// Header-only template; this unit keeps the library non-empty and checks the header compiles alone.
+
+#include <pthread.h>
+
+namespace changeflow {
+
+void name_this_thread(const std::string& name) {
+  // The kernel keeps 15 characters and the terminating zero; a longer name is refused whole.
+  ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
+}
+
+}  // namespace changeflow

@@ -47,6 +47,10 @@ struct unrun_guard {
   }
 };
 
+/// Names the calling thread (at most 15 characters are kept), so `top -H`, `perf` and
+/// /proc/<pid>/task/*/comm show which pool a thread serves.
+void name_this_thread(const std::string& name);
+
 template <class Context>
 class worker_pool {
  public:
@@ -152,6 +156,7 @@ class worker_pool {
 
  private:
   void run(const context_factory& make_context) {
+    name_this_thread(name_);
     std::unique_ptr<Context> ctx = make_context();
     for (;;) {
       job j;

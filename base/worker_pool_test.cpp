@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <future>
 #include <latch>
 #include <sstream>
@@ -29,6 +30,20 @@ TEST(WorkerPool, RunsJobsOnPerThreadContexts) {
   pool.stop();
   EXPECT_EQ(done.load(), 50);
   EXPECT_EQ(pool.stats().completed, 50u);
+}
+
+TEST(WorkerPool, ItsThreadsCarryThePoolsNameCutTo15Characters) {
+  // The kernel keeps 15 characters of a thread's name; a longer one is cut, not refused.
+  for (const std::string name : {"external", "a-pool-name-longer-than-fifteen"}) {
+    worker_pool<counter_ctx> pool(name, 1, 10, [] { return std::make_unique<counter_ctx>(); });
+    std::promise<std::string> seen;
+    ASSERT_TRUE(pool.try_submit([&](counter_ctx&) {
+      char buf[32] = {};
+      ::pthread_getname_np(::pthread_self(), buf, sizeof buf);
+      seen.set_value(buf);
+    }));
+    EXPECT_EQ(seen.get_future().get(), name.substr(0, 15));
+  }
 }
 
 TEST(WorkerPool, FullQueueRejectsImmediately) {

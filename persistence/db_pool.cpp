@@ -18,8 +18,9 @@ void db_context::drop_connection() {
   conn_.reset();
 }
 
-std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity) {
-  return std::make_unique<db_pool>("db", threads, queue_capacity, [s] { return std::make_unique<db_context>(s); });
+std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity,
+                                      const std::string& name) {
+  return std::make_unique<db_pool>(name, threads, queue_capacity, [s] { return std::make_unique<db_context>(s); });
 }
 
 }  // namespace changeflow::persistence

@@ -32,6 +32,8 @@ class db_context {
 
 using db_pool = worker_pool<db_context>;
 
-std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity);
+/// `name` names the pool's threads and its log lines.
+std::unique_ptr<db_pool> make_db_pool(const db_settings& s, std::size_t threads, std::size_t queue_capacity,
+                                      const std::string& name = "db");
 
 }  // namespace changeflow::persistence

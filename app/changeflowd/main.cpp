@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
   });
   // Status reads get their own connections so they never queue behind workflow transitions.
   auto read_db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().read_pool_size),
-                                           static_cast<std::size_t>(snap->db().queue_capacity));
+                                           static_cast<std::size_t>(snap->db().queue_capacity), "db-read");
   metrics.on_collect([&db, &read_db](metrics::registry& m) {
     for (auto [name, pool] : {std::pair{"db", db.get()}, std::pair{"db-read", read_db.get()}}) {
       auto s = pool->stats();

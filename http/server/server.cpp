@@ -1,6 +1,7 @@
 #include "http/server/server.hpp"
 
 #include "base/log.hpp"
+#include "base/worker_pool.hpp"
 #include "http/server/beast_request.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -277,7 +278,12 @@ void server::start() {
   i.bound_port = i.acceptor->local_endpoint().port();
   i.accepting = true;
   i.do_accept();
-  for (auto& context : i.contexts) i.threads.emplace_back([&context] { context->run(); });
+  for (auto& context : i.contexts) {
+    i.threads.emplace_back([&context] {
+      name_this_thread("http");
+      context->run();
+    });
+  }
 }
 
 void server::stop_accepting() {
