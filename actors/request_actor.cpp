@@ -42,9 +42,9 @@ struct request_state {
   // The current timer fired while a job was in flight; the next decision point runs the step.
   bool resume_pending = false;
   // A nudge that came while a job was in flight and named what its writer committed (step and
-  // version): when that job ends with this actor one version behind it, the nudge is taken as read
-  // instead of re-reading the row. Any other nudge or reason to re-read clears it.
-  std::optional<std::pair<int, std::int64_t>> nudged;
+  // version) and found: when that job ends with this actor at the version found, the nudge is taken
+  // as read instead of re-reading the row. Any other nudge or reason to re-read clears it.
+  std::optional<messages::row_changed> nudged;
   // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
   bool wake_now = false;
   std::uint64_t timer_generation = 0;
@@ -538,6 +538,11 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r);
 /// Another writer moved only the step, from the version this actor holds, and said what it wrote:
 /// what a read would return, without the read (mr, approval id and ownership are as this actor
 /// knows them; a lost lease still shows at the next fenced write).
+/// The version the nudge's writer found: as it says, or the one before the version it wrote.
+std::int64_t found_by(const messages::row_changed& c) {
+  return c.from_version != 0 ? c.from_version : c.version - 1;
+}
+
 void take_known_write(self_ptr self, int step_code, std::int64_t version) {
   messages::row_loaded known;
   known.outcome = static_cast<int>(db_outcome::ok);
@@ -552,10 +557,10 @@ void take_known_write(self_ptr self, int step_code, std::int64_t version) {
 void reload_or_take_nudge(self_ptr self) {
   auto& st = self->state;
   auto nudged = std::exchange(st.nudged, std::nullopt);
-  if (nudged && !st.reload_must_resume && !st.pending_write && nudged->second == st.op.version + 1) {
+  if (nudged && !st.reload_must_resume && !st.pending_write && found_by(*nudged) == st.op.version) {
     st.reload_pending = false;
     st.svc->metrics->inc("changeflow_nudges_taken_total", "Nudges an actor took as read instead of reading its row");
-    take_known_write(self, nudged->first, nudged->second);
+    take_known_write(self, nudged->step, nudged->version);
     return;
   }
   submit_reload(self);
@@ -707,14 +712,14 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         if (s.busy) {
           // Only a first nudge that names its write can stand in for the read the job's end makes.
           if (!s.reload_pending && changed.version != 0) {
-            s.nudged = std::pair{changed.step, changed.version};
+            s.nudged = changed;
           } else {
             s.nudged.reset();
           }
           s.reload_pending = true;
           return;
         }
-        if (changed.version != 0 && changed.version == s.op.version + 1 && !s.pending_write) {
+        if (changed.version != 0 && found_by(changed) == s.op.version && !s.pending_write) {
           take_known_write(self, changed.step, changed.version);
           return;
         }

@@ -264,9 +264,64 @@ TEST_F(in_process, AWriterThatNamesWhatItWroteSavesTheActorItsRead) {
   EXPECT_EQ(db_pool_.stats().completed, 1u);
 }
 
+// An APPROVED decision that went on to CREATE_STARTED in its own transaction (batching off, the
+// row this instance's) names both writes: the actor that holds the version the decision found takes
+// them as read and creates the MR, with no job on the database at all.
+TEST_F(in_process, ADecisionThatWentOnToTheNextStepIsTakenAsReadAndTheMRIsCreated) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT});
+  spawn();
+  run_messages();
+  ASSERT_EQ(queued_db() + queued_external(), 0u) << "APPROVAL_SENT waits for the decision";
+  const auto held = row().version;
+  auto decided = persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED,
+                                                      "{}", persistence::approved_then_create{svc_.instance_id});
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  ASSERT_EQ(decided.value.new_step, S::CREATE_STARTED);
+  ASSERT_EQ(decided.value.new_version, held + 2);
+  ASSERT_EQ(decided.value.found_version, held);
+  {
+    auto a = registry_.find(id_);
+    ASSERT_TRUE(a.has_value());
+    // As the callback intake's wake sends it.
+    messages::row_changed both{"approval callback", workflow::code_of(S::CREATE_STARTED), *decided.value.new_version};
+    both.from_version = *decided.value.found_version;
+    caf::anon_send(caf::actor_cast<request_actor>(*a), both);
+  }
+  run_messages();
+  EXPECT_EQ(queued_db(), 0u) << "neither a read of the row nor a write of CREATE_STARTED";
+  ASSERT_EQ(queued_external(), 1u);
+  auto created = ok(call_kind::create_mr);
+  created.mr_iid = 11;
+  answer(created);
+  run_external();
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr}));
+  EXPECT_EQ(metrics_.counter_value("changeflow_nudges_taken_total"), 0.0) << "taken at once, not after a job";
+
+  // The same nudge without the version found claims one write: the actor cannot come from there
+  // (two versions behind) and reads the row.
+  auto other = new_op(setup_db_, "bob", "t2");
+  walk(setup_db_, other, {S::APPROVAL_SENT});
+  id_ = other;
+  spawn();
+  run_messages();
+  const auto db_jobs = queued_db();  // the first change's write of its MR, still queued
+  auto second = persistence::apply_approval_callback(setup_db_, "cb-2", id_, persistence::approval_result::APPROVED,
+                                                     "{}", persistence::approved_then_create{svc_.instance_id});
+  ASSERT_TRUE(second.ok() && second.value.new_step == S::CREATE_STARTED);
+  auto a = registry_.find(id_);
+  ASSERT_TRUE(a.has_value());
+  caf::anon_send(
+      caf::actor_cast<request_actor>(*a),
+      messages::row_changed{"approval callback", workflow::code_of(S::CREATE_STARTED), *second.value.new_version});
+  run_messages();
+  ASSERT_EQ(queued_db(), db_jobs + 1) << "the read of the row";
+  ASSERT_EQ(queued_external(), 0u);
+}
+
 // The approval decision lands right behind the actor's own APPROVAL_SENT (the approval system
 // answers at once): its nudges arrive while that write is in flight, naming the version just after
-// i Returns once the write and the decision committed and the actor has run its messages.
+// it. Returns once the write and the decision committed and the actor has run its messages.
 void in_process::approval_decided_during_the_sent_write(int nudges) {
   spawn();
   run_messages();

@@ -73,14 +73,16 @@ typename Inspector::result_type inspect(Inspector& f, row_loaded& x) {
 struct row_changed {
   std::string cause;
   /// When the writer knows what it committed and moved only the step (an approval callback): the
-  /// step code and version it wrote (0: unknown). An actor that knew the version just before it
-  /// takes them as read, without reading the row; any other actor reads it.
+  /// step code and version it wrote (0: unknown), and the version it found (0: version - 1; an
+  /// approval that went on to the workflow's next step wrote two). An actor that holds the version
+  /// found takes them as read, without reading the row; any other actor reads it.
   int step = 0;
   std::int64_t version = 0;
+  std::int64_t from_version = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, row_changed& x) {
-  return f(caf::meta::type_name("row_changed"), x.cause, x.step, x.version);
+  return f(caf::meta::type_name("row_changed"), x.cause, x.step, x.version, x.from_version);
 }
 
 /// GitLab said, through a webhook, that something this operation waits for happened: a pipeline

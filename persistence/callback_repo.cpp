@@ -4,6 +4,7 @@
 
 #include "persistence/callback_sql.hpp"
 #include "persistence/operation_sql.hpp"
+#include "workflow/decide.hpp"
 
 namespace changeflow::persistence {
 
@@ -68,6 +69,37 @@ std::string approval_move_sql(const detail::sql_text& t, const std::string& deli
          " AND step IN (" + detail::steps_into(&workflow::is_awaiting_approval, target) + ")";
 }
 
+/// The workflow's next step after an APPROVED decision, written in the decision's transaction
+/// (approved_then_create): the UPDATE the actor would write (its cause, actor and instance, a new
+/// step's attempts and no wake), guarded by what makes the actor's choice CREATE_STARTED (the
+/// decision just taken, no MR yet) and by the row's owner; batching off is the caller's part.
+std::string create_after_approval_sql(const detail::sql_text& t, const std::string& operation_id,
+                                      const approved_then_create& then) {
+  const step to = step::CREATE_STARTED;
+  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(to)) +
+         ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(to)))) +
+         ", version = version + 1, attempts = 0, next_wake_at = NULL, event_cause = " +
+         t.quote(std::string(workflow::create_after_approval_cause)) +
+         ", event_actor = 'workflow', event_instance = " + t.quote(then.instance_id) +
+         " WHERE operation_id = " + t.quote(operation_id) +
+         " AND step = " + std::to_string(workflow::code_of(step::APPROVAL_APPROVED)) +
+         " AND mr_iid IS NULL AND owner_instance = " + t.quote(then.instance_id);
+}
+
+/// An APPLIED decision as its transaction left the row: the step and version read with it, and the
+/// version it found when the row shows this transaction's own writes (one, or two with the step
+/// after it). A row moved on by someone else since leaves the found version unknown.
+approval_applied applied_as(step target, std::optional<operation_row> row) {
+  approval_applied a{callback_outcome::APPLIED, target, std::nullopt, std::nullopt, std::nullopt};
+  if (!row) return a;  // deleted right after the commit: the version is unknown
+  a.new_step = row->step;
+  a.new_version = row->version;
+  if (row->step == target) a.found_version = row->version - 1;
+  if (target == step::APPROVAL_APPROVED && row->step == step::CREATE_STARTED) a.found_version = row->version - 2;
+  a.row = std::move(row);
+  return a;
+}
+
 /// The approval callback as ONE round trip and one commit: the ledger row, the guarded transition
 /// (any step awaiting approval that the transition table lets go to the decision's step; the
 /// transition trigger writes the event and moves the binding) and the ledger's classification,
@@ -76,7 +108,8 @@ std::string approval_move_sql(const detail::sql_text& t, const std::string& deli
 /// unit below answers it.
 std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn, const std::string& delivery_id,
                                                           const std::string& operation_id, approval_result result,
-                                                          const std::string& payload_json) {
+                                                          const std::string& payload_json,
+                                                          const std::optional<approved_then_create>& then) {
   const step target = target_of(result);
   const detail::sql_text t(conn);
   const std::string id = t.quote(operation_id);
@@ -96,35 +129,37 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
   detail::transaction tx(conn, detail::transaction::begun_in_script{});
   std::string flip, classified;
   std::optional<operation_row> row;  // its version is the one the decision wrote (or a later one)
+  std::vector<std::string> script{"START TRANSACTION",
+                                  ins->bound_sql(),
+                                  move,
+                                  "SET @changeflow_flip = ROW_COUNT()",
+                                  outcome,
+                                  "UPDATE callback_ledger SET outcome = @changeflow_outcome, applied_at = NOW(3) "
+                                  "WHERE delivery_id = " +
+                                      key};
+  if (then && target == step::APPROVAL_APPROVED) {
+    script.push_back("IF @changeflow_flip = 1 THEN " + create_after_approval_sql(t, operation_id, *then) + "; END IF");
+  }
+  script.push_back("COMMIT");
+  // The answer, with the row as the decision left it (or newer) in the same result: an operation
+  // whose wait was passivated gets its actor back from it without a read.
+  script.push_back(
+      detail::answer_with_rows_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS changeflow_outcome",
+                                   "operation_id = " + id + " AND @changeflow_flip = 1"));
   try {
-    detail::run_script(conn,
-                       {"START TRANSACTION", ins->bound_sql(), move, "SET @changeflow_flip = ROW_COUNT()", outcome,
-                        "UPDATE callback_ledger SET outcome = @changeflow_outcome, applied_at = NOW(3) "
-                        "WHERE delivery_id = " +
-                            key,
-                        "COMMIT",
-                        // The answer, with the row as the decision left it (or newer) in the same result: an
-                        // operation whose wait was passivated gets its actor back from it without a read.
-                        detail::answer_with_rows_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS "
-                                                     "changeflow_outcome",
-                                                     "operation_id = " + id + " AND @changeflow_flip = 1")},
-                       [&](sql::ResultSet& rs) {
-                         if (!rs.next()) return;
-                         flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");
-                         classified = rs.isNull("changeflow_outcome") ? "" : rs.getString("changeflow_outcome");
-                         if (!rs.isNull("operation_id")) row = detail::read_operation(rs);
-                       });
+    detail::run_script(conn, script, [&](sql::ResultSet& rs) {
+      if (!rs.next()) return;
+      flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");
+      classified = rs.isNull("changeflow_outcome") ? "" : rs.getString("changeflow_outcome");
+      if (!rs.isNull("operation_id")) row = detail::read_operation(rs);
+    });
   } catch (const sql::SQLException& e) {
     if (e.getErrorCode() != 1062) throw;
     tx.rollback();
     return std::nullopt;
   }
   tx.ended_by_script();
-  if (flip == "1") {
-    // No row only if the operation was deleted right after the commit: then the version is unknown.
-    auto version = row ? std::optional<std::int64_t>(row->version) : std::nullopt;
-    return approval_applied{callback_outcome::APPLIED, target, version, std::move(row)};
-  }
+  if (flip == "1") return applied_as(target, std::move(row));
   return approval_applied{
       classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}, {}};
 }
@@ -132,7 +167,8 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
 
 db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
-                                                    const std::string& payload_json) {
+                                                    const std::string& payload_json,
+                                                    const std::optional<approved_then_create>& then) {
   using R = db_result<approval_applied>;
   // A deadlock, or on a cluster a certification failure against the other copy or the actor's own
   // write (1213), rolled the whole unit back: it is run again (the ledger read and the version
@@ -157,7 +193,7 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
       // instance, after a restart, or raced the first) meets the ledger's unique key in that unit,
       // which rolls back; it is then answered by one read. A copy racing the first one's uncommitted
       // row waits on that key until the first commits.
-      if (auto settled = record_and_apply_approval(conn, delivery_id, operation_id, result, payload_json)) {
+      if (auto settled = record_and_apply_approval(conn, delivery_id, operation_id, result, payload_json, then)) {
         return R::success(*settled);
       }
       if (recorded_as() == recorded::same) return R::success({callback_outcome::DUPLICATE, {}, {}});
@@ -235,7 +271,8 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
 
 std::shared_ptr<group_unit> approval_callback_unit(
     const std::string& delivery_id, const std::string& operation_id, approval_result result,
-    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done) {
+    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done,
+    const std::optional<approved_then_create>& then) {
   const step target = target_of(result);
   // The flip, then the ledger row already classified: two writes where the unit alone needs three.
   // A copy (the ledger's unique key) or an operation not awaiting this decision is undone; the
@@ -249,15 +286,13 @@ std::shared_ptr<group_unit> approval_callback_unit(
             "applied_at) VALUES (" +
                 t.quote(delivery_id) + ", 'approval', " + t.quote(operation_id) + ", " +
                 (payload_json.empty() ? std::string("NULL") : t.quote(payload_json)) + ", 'APPLIED', NOW(3), NOW(3))",
-            ""};
+            then && target == step::APPROVAL_APPROVED ? create_after_approval_sql(t, operation_id, *then) : ""};
       },
       [=](db_context& ctx, std::optional<operation_row> row) {
-        auto version = row ? std::optional<std::int64_t>(row->version) : std::nullopt;
-        done(ctx, db_result<approval_applied>::success(
-                      approval_applied{callback_outcome::APPLIED, target, version, std::move(row)}));
+        done(ctx, db_result<approval_applied>::success(applied_as(target, std::move(row))));
       },
       [=](db_context& ctx) {
-        done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json));
+        done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json, then));
       });
 }
 

@@ -34,11 +34,25 @@ enum class approval_result { APPROVED, REJECTED, WITHDRAWN };
 
 struct approval_applied {
   callback_outcome outcome = callback_outcome::IGNORED_STALE;
-  std::optional<workflow::step> new_step;   // set when APPLIED
-  std::optional<std::int64_t> new_version;  // set when APPLIED
+  /// Set when APPLIED: the step and version the delivery's transaction left (CREATE_STARTED and two
+  /// versions on when it went on in the workflow's place, approved_then_create).
+  std::optional<workflow::step> new_step;
+  std::optional<std::int64_t> new_version;
   /// The operation's row read right after the commit, when APPLIED by the one-text unit (the same
   /// round trip): what starts an actor for it without another read.
   std::optional<operation_row> row;
+  /// The version the delivery's transaction found, when known (APPLIED by the one-text unit): an
+  /// actor that holds it takes new_step and new_version as read.
+  std::optional<std::int64_t> found_version;
+};
+
+/// What the owner's workflow does at once after an APPROVED decision when nothing else decides it
+/// (the operation has no MR yet and batching is off): write CREATE_STARTED and start creating the
+/// MR. Given, the decision's own transaction writes that step too, as the workflow of `instance_id`
+/// and only on a row that instance owns, with the event the workflow writes: one commit where the
+/// decision and the actor's step took two, and the same timeline.
+struct approved_then_create {
+  std::string instance_id;
 };
 
 /// One transaction: ledger insert (duplicate -> DUPLICATE, nothing else), lock operation then
@@ -46,9 +60,13 @@ struct approval_applied {
 /// awaiting approval -> OUT_OF_ORDER when an approval decision already took effect, IGNORED_STALE
 /// otherwise; else the guarded transition to APPROVAL_APPROVED / _REJECTED / _WITHDRAWN (actor
 /// 'callback'). The ledger row records the outcome in the same transaction.
+/// With `then` (an APPROVED decision only), the one-text unit also writes CREATE_STARTED when the
+/// rules of approved_then_create hold; the locked path that answers the rare rest writes the
+/// decision only, and the actor goes on from there.
 db_result<approval_applied> apply_approval_callback(session s, const std::string& delivery_id,
                                                     const std::string& operation_id, approval_result result,
-                                                    const std::string& payload_json);
+                                                    const std::string& payload_json,
+                                                    const std::optional<approved_then_create>& then = std::nullopt);
 
 /// apply_approval_callback as a unit that joins a transition group (transition_committer::
 /// submit_unit): in the group it flips the operation when it awaits this decision and records the
@@ -57,7 +75,8 @@ db_result<approval_applied> apply_approval_callback(session s, const std::string
 /// run alone right after the group. `done` gets what apply_approval_callback would answer.
 std::shared_ptr<group_unit> approval_callback_unit(
     const std::string& delivery_id, const std::string& operation_id, approval_result result,
-    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done);
+    const std::string& payload_json, std::function<void(db_context&, const db_result<approval_applied>&)> done,
+    const std::optional<approved_then_create>& then = std::nullopt);
 
 struct deploy_callback_in {
   std::string delivery_id;

@@ -8,6 +8,7 @@
 #include "persistence/sql_util.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
+#include "workflow/decide.hpp"
 
 #include <cppconn/resultset.h>
 #include <cppconn/statement.h>
@@ -17,6 +18,7 @@
 #include <barrier>
 #include <future>
 #include <thread>
+#include <tuple>
 
 using namespace changeflow;
 using namespace changeflow::persistence;
@@ -772,6 +774,64 @@ TEST(ApprovalCallback, GuardOutcomes) {
   EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd3'"), "IGNORED_STALE");
   EXPECT_EQ(apply_approval_callback(*c, "d4", "unknown-op", approval_result::APPROVED, "").value.outcome,
             callback_outcome::IGNORED_STALE);
+}
+
+// With approved_then_create, an APPROVED decision writes the workflow's next step in its own
+// transaction, exactly when the workflow's choice could be nothing else: the row is this instance's
+// and has no MR. Each event keeps its writer; the answer names both writes.
+TEST(ApprovalCallback, AnApprovedDecisionGoesOnToCreateStartedOnlyWhereTheWorkflowWould) {
+  test_database db;
+  auto c = db.connect();
+  const approved_then_create then{"test-instance"};  // the owner new_op writes
+  auto id = new_op(*c, "lee", "t");
+  walk(*c, id, {S::APPROVAL_SENT});
+  auto a = apply_approval_callback(*c, "d1", id, approval_result::APPROVED, "{}", then);
+  ASSERT_TRUE(a.ok()) << a.error.message;
+  EXPECT_EQ(a.value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(a.value.new_step, S::CREATE_STARTED);
+  EXPECT_EQ(a.value.new_version, 4);
+  EXPECT_EQ(a.value.found_version, 2);
+  ASSERT_TRUE(a.value.row.has_value());
+  test::expect_same_row(*a.value.row, load_operation(*c, id).value);
+  auto events = list_events(*c, id).value;
+  ASSERT_GE(events.size(), 2u);
+  const auto& decided = events[events.size() - 2];
+  const auto& next = events.back();
+  EXPECT_EQ(decided.to_step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(decided.actor, "callback");
+  EXPECT_EQ(decided.version, 3);
+  EXPECT_EQ(next.from_step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(next.to_step, S::CREATE_STARTED);
+  EXPECT_EQ(next.actor, "workflow");
+  EXPECT_EQ(next.instance_id.value_or(""), "test-instance");
+  EXPECT_EQ(next.cause, std::string(workflow::create_after_approval_cause));
+  EXPECT_EQ(next.version, 4);
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'd1'"), "APPLIED");
+  // A copy changes nothing more.
+  EXPECT_EQ(apply_approval_callback(*c, "d1", id, approval_result::APPROVED, "{}", then).value.outcome,
+            callback_outcome::DUPLICATE);
+  EXPECT_EQ(load_operation(*c, id).value.version, 4);
+
+  // Where the workflow could choose otherwise, or the row is not this instance's, the decision is
+  // written alone and the actor decides.
+  auto owned_elsewhere = new_op(*c, "lee", "u");
+  db.exec("UPDATE operation SET owner_instance = 'other-instance' WHERE operation_id = '" + owned_elsewhere + "'");
+  auto with_mr = new_op(*c, "lee", "v");
+  db.exec("UPDATE operation SET mr_iid = 7 WHERE operation_id = '" + with_mr + "'");
+  auto plain = new_op(*c, "lee", "w");
+  for (const auto& [op, delivery, given] : std::vector<std::tuple<std::string, std::string, bool>>{
+           {owned_elsewhere, "d2", true}, {with_mr, "d3", true}, {plain, "d4", false}}) {
+    auto r = apply_approval_callback(*c, delivery, op, approval_result::APPROVED, "{}",
+                                     given ? std::optional(then) : std::nullopt);
+    ASSERT_TRUE(r.ok()) << r.error.message;
+    EXPECT_EQ(r.value.new_step, S::APPROVAL_APPROVED) << delivery;
+    EXPECT_EQ(r.value.found_version, r.value.new_version.value_or(0) - 1) << delivery;
+    EXPECT_EQ(load_operation(*c, op).value.step, S::APPROVAL_APPROVED) << delivery;
+  }
+  auto rejected = new_op(*c, "lee", "x");
+  auto r = apply_approval_callback(*c, "d5", rejected, approval_result::REJECTED, "{}", then);
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(load_operation(*c, rejected).value.step, S::APPROVAL_REJECTED);
 }
 
 // An approval system that restarted reissues delivery ids: an id seen before for ANOTHER operation

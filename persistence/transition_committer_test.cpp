@@ -213,9 +213,11 @@ std::string count_events(const test_database& db, const std::string& id) {
 using approval_answer = std::optional<db_result<approval_applied>>;
 using deploy_answer = std::optional<db_result<deploy_settlement>>;
 
-std::shared_ptr<group_unit> approve(const std::string& delivery, const std::string& id, approval_answer& out) {
-  return approval_callback_unit(delivery, id, approval_result::APPROVED, R"({"c":1})",
-                                [&out](db_context&, const db_result<approval_applied>& r) { out = r; });
+std::shared_ptr<group_unit> approve(const std::string& delivery, const std::string& id, approval_answer& out,
+                                    const std::optional<approved_then_create>& then = std::nullopt) {
+  return approval_callback_unit(
+      delivery, id, approval_result::APPROVED, R"({"c":1})",
+      [&out](db_context&, const db_result<approval_applied>& r) { out = r; }, then);
 }
 
 deploy_callback_in deployed(const std::string& delivery, std::int64_t mr, const std::string& id) {
@@ -327,6 +329,44 @@ TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
             "1");
   EXPECT_EQ(load_operation(*c, a).value.step, S::APPROVAL_SENT);
   EXPECT_EQ(load_operation(*c, b).value.step, S::APPROVAL_SENT);
+}
+
+// In a group too, an APPROVED decision given approved_then_create writes CREATE_STARTED in the
+// group's commit when the row is the instance's and has no MR; the answer names both writes and the
+// row handed back is the stored one. Another instance's row gets the decision only.
+TEST_F(GroupUnits, AnApprovalUnitGoesOnToCreateStartedInTheGroupsCommit) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
+  test::walk(*c, waiting, {S::APPROVAL_SENT});
+  auto elsewhere = new_op(*c, "erin", "repo/e.yaml");
+  db.exec("UPDATE operation SET owner_instance = 'other-instance' WHERE operation_id = '" + elsewhere + "'");
+  const approved_then_create then{"test-instance"};
+  int landed = 0;
+  approval_answer went_on, decided_only;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-on", waiting, went_on, then)));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-elsewhere", elsewhere, decided_only, then)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 1);
+  EXPECT_EQ(committer.stats().units, 2u);
+
+  ASSERT_TRUE(went_on && went_on->ok()) << (went_on ? went_on->error.message : "no answer");
+  EXPECT_EQ(went_on->value.new_step, S::CREATE_STARTED);
+  EXPECT_EQ(went_on->value.new_version, 4);
+  EXPECT_EQ(went_on->value.found_version, 2);
+  ASSERT_TRUE(went_on->value.row);
+  test::expect_same_row(*went_on->value.row, load_operation(*c, waiting).value);
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(CONCAT(to_step, ' ', actor, ' ', COALESCE(instance_id, '-')) ORDER BY id) "
+                      "FROM operation_event WHERE operation_id = '" +
+                      waiting + "' AND version > 2"),
+            std::to_string(workflow::code_of(S::APPROVAL_APPROVED)) + " callback -," +
+                std::to_string(workflow::code_of(S::CREATE_STARTED)) + " workflow test-instance");
+
+  ASSERT_TRUE(decided_only && decided_only->ok()) << (decided_only ? decided_only->error.message : "no answer");
+  EXPECT_EQ(decided_only->value.new_step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(decided_only->value.found_version, 1);
+  EXPECT_EQ(load_operation(*c, elsewhere).value.step, S::APPROVAL_APPROVED);
 }
 
 // What a group cannot apply (a copy of a recorded delivery, a deploy copy, a deploy for a change

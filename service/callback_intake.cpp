@@ -125,9 +125,16 @@ approval_intake finish_approval(persistence::session db, runtime::services& svc,
       {{"operation_id", d.operation_id}, {"callback_id", d.delivery_id}, {"result", d.result}, {"outcome", outcome}});
   if (claims && r.value.outcome != persistence::callback_outcome::ID_REUSED) claims->settled(remembered);
   if (r.value.outcome == persistence::callback_outcome::APPLIED) {
+    if (r.value.new_step == workflow::step::CREATE_STARTED) {
+      // The decision's transaction went on in the workflow's place (approved_then_create): counted as
+      // the actor counts its own committed transitions.
+      svc.metrics->inc(
+          "changeflow_transitions_total", "Committed workflow transitions",
+          {{"to_phase", std::string(workflow::to_string(workflow::phase_of(workflow::step::CREATE_STARTED)))}});
+    }
     // The decision moved the step only: the actor takes the new step and version from here.
     wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version,
-               r.value.row ? &*r.value.row : nullptr);
+               r.value.row ? &*r.value.row : nullptr, r.value.found_version);
   } else if (r.value.outcome == persistence::callback_outcome::DUPLICATE) {
     wake_actor(db, svc, d.operation_id, std::nullopt, "approval callback");
   }
@@ -148,13 +155,25 @@ std::string approval_key(const approval_delivery& d) {
   return "approval:" + d.delivery_id + ":" + d.operation_id;
 }
 
+/// An APPROVED decision goes on to CREATE_STARTED in its own transaction when the workflow's choice
+/// at APPROVAL_APPROVED cannot be anything else from here: batching off (the rest, no MR yet and
+/// the row owned by this instance, is checked in SQL).
+std::optional<persistence::approved_then_create> then_create(runtime::services& svc, const approval_delivery& d) {
+  if (d.decision != persistence::approval_result::APPROVED || svc.instance_id.empty() || !svc.config)
+    return std::nullopt;
+  auto snap = svc.config->current();
+  if (!snap || snap->batch().enabled) return std::nullopt;
+  return persistence::approved_then_create{svc.instance_id};
+}
+
 }  // namespace
 
 approval_intake take_approval(persistence::session db, runtime::services& svc, const approval_delivery& d,
                               delivery_claims* claims) {
   const std::string remembered = approval_key(d);
   if (claims && claims->is_settled(remembered)) return duplicate_approval(svc);
-  auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload);
+  auto r = persistence::apply_approval_callback(db, d.delivery_id, d.operation_id, d.decision, d.payload,
+                                                then_create(svc, d));
   return finish_approval(db, svc, d, claims, remembered, r);
 }
 
@@ -179,7 +198,8 @@ bool take_approval_grouped(runtime::services& svc, const approval_delivery& d, s
       [services, d, claims, claim, remembered, done](persistence::db_context& db,
                                                      const persistence::db_result<persistence::approval_applied>& r) {
         done(finish_approval(db, *services, d, claims.get(), remembered, r));
-      });
+      },
+      then_create(svc, d));
   return svc.transitions->submit_unit(std::move(unit));
 }
 

@@ -11,7 +11,8 @@ namespace changeflow::service {
 
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause,
-                       std::optional<std::int64_t> written_version, const persistence::operation_row* written_row) {
+                       std::optional<std::int64_t> written_version, const persistence::operation_row* written_row,
+                       std::optional<std::int64_t> found_version) {
   if (written_row && svc.row_written_as) {
     svc.row_written_as(*written_row);
   } else if (svc.row_written) {
@@ -22,6 +23,7 @@ std::string wake_actor(persistence::session db, runtime::services& svc, const st
     if (to && written_version) {
       nudge.step = workflow::code_of(*to);
       nudge.version = *written_version;
+      nudge.from_version = found_version.value_or(0);
     }
     caf::anon_send(*a, std::move(nudge));
     return "nudged";

@@ -18,13 +18,15 @@ namespace changeflow::service {
 /// Returns what happened, for answers and logs: nudged | none_needed | spawned | passivated (a wait
 /// that needs no actor: actors::passivated_wait) | not_started |
 /// owner:<instance>.
-/// With `written_version` (and `to`), the writer moved only the step, to `to` at that version: a
-/// live actor that knew the version before takes it without reading the row.
+/// With `written_version` (and `to`), the writer moved only the step, to `to` at that version, from
+/// `found_version` (unset: the version before): a live actor that holds the version found takes it
+/// without reading the row.
 /// With `written_row`, the row as the writer read it right after its commit: an actor is started
 /// from it without reading the row again.
 std::string wake_actor(persistence::session db, runtime::services& svc, const std::string& operation_id,
                        std::optional<workflow::step> to, const std::string& cause,
                        std::optional<std::int64_t> written_version = std::nullopt,
-                       const persistence::operation_row* written_row = nullptr);
+                       const persistence::operation_row* written_row = nullptr,
+                       std::optional<std::int64_t> found_version = std::nullopt);
 
 }  // namespace changeflow::service

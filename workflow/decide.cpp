@@ -128,7 +128,7 @@ decision on_resume(const operation_state& s, const settings& cfg, std::int64_t n
       // the MR is created now. The order an operation started with decides, never the live switch.
       if (s.mr_iid) return go(step::HANDLE_STARTED, "approved: handle the existing MR");
       if (cfg.batch_enabled) return go(step::BATCH_WAITING, "approved: admitted to the batch waiting set");
-      return go(step::CREATE_STARTED, "approved: create the MR");
+      return go(step::CREATE_STARTED, std::string(create_after_approval_cause));
     }
     case step::CREATE_STARTED: {
       decision d;

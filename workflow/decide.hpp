@@ -12,10 +12,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 namespace changeflow::workflow {
+
+/// The timeline's cause of APPROVAL_APPROVED -> CREATE_STARTED, whoever writes it: the actor, or
+/// the approval callback's own transaction when it goes on in the workflow's place.
+inline constexpr std::string_view create_after_approval_cause = "approved: create the MR";
 
 // -- state
 

@@ -141,6 +141,31 @@ TEST(ChangeFlow, ApprovalsAndMergeActOnTheReadThatFoundThePipelinePassed) {
   }
 }
 
+// The approval decision's own transaction writes the step the workflow takes next (CREATE_STARTED:
+// batching is off and the change has no MR yet): the actor commits one transition fewer than the
+// workflow's events, and the timeline still shows both steps, each by its writer.
+TEST(ChangeFlow, TheApprovalDecisionGoesOnToCreateTheMRInItsOwnCommit) {
+  flow_env env;
+  auto id = submit_ok(env, "one-commit", "svc-one-commit");
+  auto c = env.wait_for_phase(id, "VALIDATED");
+  ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  // The actor's own commits are its events but CREATE_STARTED, which the decision's commit wrote.
+  const auto change = env.get_change(id);
+  int by_workflow = 0;
+  for (const auto& e : change["timeline"]) by_workflow += e.value("actor", std::string()) == "workflow" ? 1 : 0;
+  EXPECT_EQ(env.metric_sum("changeflow_transitions_grouped") + env.metric_sum("changeflow_transitions_alone"),
+            by_workflow - 1)
+      << change.dump(2);
+  EXPECT_EQ(env.metric_sum("changeflow_transitions_total"), by_workflow) << "CREATE_STARTED is counted as committed";
+  std::vector<std::string> seen;
+  for (const auto& e : change["timeline"]) {
+    if (e["to"] == "APPROVAL_APPROVED" || e["to"] == "CREATE_STARTED")
+      seen.push_back(e["to"].get<std::string>() + " by " + e.value("actor", std::string("?")));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"APPROVAL_APPROVED by callback", "CREATE_STARTED by workflow"}))
+      << change.dump(2);
+}
+
 // The head moves right after the read that found the pipeline passed (someone pushes to the MR's
 // branch): the first bot's approve on the read's sha is refused (409), the MR is read again and
 // both bots approve the new head, each once, and the change merges the new head once its own
