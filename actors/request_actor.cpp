@@ -206,7 +206,7 @@ void submit_persist(self_ptr self) {
     }
     // After the validation above, so a status waiter that re-reads sees where the row ended up.
     if (r.ok() && committed && svc->row_written_as) {
-      svc->row_written_as(*committed);
+      svc->row_written_as(*committed, 0);
     } else if (r.ok() && svc->row_written) {
       svc->row_written(req.operation_id);
     }

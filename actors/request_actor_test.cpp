@@ -194,7 +194,7 @@ TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
 TEST_F(in_process, AWriteAloneIsSignalledWithoutARowAndTheMergedWriteHandsOverItsRow) {
   std::vector<std::int64_t> handed;
   std::vector<std::string> told;
-  svc_.row_written_as = [&](const persistence::operation_row& r) { handed.push_back(r.version); };
+  svc_.row_written_as = [&](const persistence::operation_row& r, std::int64_t) { handed.push_back(r.version); };
   svc_.row_written = [&](const std::string& id) { told.push_back(id); };
   asked_for_approval("t1", "appr-1");
   run_external();

@@ -46,8 +46,9 @@ struct services {
   std::function<void(const std::string& operation_id)> row_written;
   /// As row_written, with the row as that write committed it (read inside the write's own
   /// transaction, as a group commit does): a status row kept for polling clients is replaced by it
-  /// instead of dropped, so their next read needs no query. Empty: row_written is called instead.
-  std::function<void(const persistence::operation_row& row)> row_written_as;
+  /// instead of dropped, so their next read needs no query. `found_version` is the version the write
+  /// found (0: the one before the row's, a write of one version). Empty: row_written is called instead.
+  std::function<void(const persistence::operation_row& row, std::int64_t found_version)> row_written_as;
   /// A count of this instance's writes so far, taken before a creation, and the created row with it:
   /// the status reads keep the row for the change's first poll unless a write of this instance came
   /// after the count. Empty: nobody reads.

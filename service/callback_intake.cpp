@@ -237,7 +237,7 @@ deploy_intake finish_deploy(persistence::session db, runtime::services& svc, del
                             const persistence::deploy_callback_in& cb, deploy_intake out,
                             const persistence::operation_row* written = nullptr) {
   if (written && out.operation_ids.size() == 1 && svc.row_written_as) {
-    svc.row_written_as(*written);  // the one change it moved, as the flip left it
+    svc.row_written_as(*written, 0);  // the one change it moved, as the flip left it
   } else if (svc.row_written) {
     for (const auto& id : out.operation_ids) svc.row_written(id);
   }

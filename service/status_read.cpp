@@ -387,11 +387,12 @@ void status_reads::row_written(const std::string& operation_id) {
   written(operation_id, nullptr);
 }
 
-void status_reads::row_written_as(const persistence::operation_row& row) {
-  written(row.operation_id, &row);
+void status_reads::row_written_as(const persistence::operation_row& row, std::int64_t found_version) {
+  written(row.operation_id, &row, found_version);
 }
 
-void status_reads::written(const std::string& operation_id, const persistence::operation_row* committed) {
+void status_reads::written(const std::string& operation_id, const persistence::operation_row* committed,
+                           std::int64_t found_version) {
   std::vector<waiter_ptr> to_read;
   std::vector<waiter_ptr> to_answer;
   {
@@ -402,8 +403,8 @@ void status_reads::written(const std::string& operation_id, const persistence::o
       // kept row at any other version, or none (another write dropped it), means another write
       // came between, which may be newer than `committed`.
       auto& k = it->second;
-      if (committed && k.row.version + 1 == committed->version && !immutable_step(committed->step) &&
-          svc_.config->current()->http().status_cache_ms > 0) {
+      if (committed && k.row.version == (found_version != 0 ? found_version : committed->version - 1) &&
+          !immutable_step(committed->step) && svc_.config->current()->http().status_cache_ms > 0) {
         k.row = *committed;
         k.read_at = clock::now();
       } else {

@@ -99,10 +99,11 @@ class status_reads {
   void read(status_query q, view_check may_view, status_answer answer);
   /// A write of this instance moved the row of `operation_id`; any thread.
   void row_written(const std::string& operation_id);
-  /// As row_written, with the row that write committed: a kept row of the version just before it
-  /// (no other write of this instance came between) is replaced by `row` instead of dropped. Any
-  /// other kept state is dropped as by row_written, so an older row never replaces a newer one.
-  void row_written_as(const persistence::operation_row& row);
+  /// As row_written, with the row that write committed: a kept row of the version the write found
+  /// (`found_version`; 0: the one just before `row`'s, a write of one version), so no other write of
+  /// this instance came between, is replaced by `row` instead of dropped. Any other kept state is
+  /// dropped as by row_written, so an older row never replaces a newer one.
+  void row_written_as(const persistence::operation_row& row, std::int64_t found_version = 0);
   /// This instance's writes so far; taken before a creation and handed back with its row.
   std::uint64_t write_mark() const;
   /// A change this instance just created, as the creation committed it: kept for its first polls
@@ -122,7 +123,8 @@ class status_reads {
   struct waiter;
   using waiter_ptr = std::shared_ptr<waiter>;
 
-  void written(const std::string& operation_id, const persistence::operation_row* committed);
+  void written(const std::string& operation_id, const persistence::operation_row* committed,
+               std::int64_t found_version = 0);
   void first_read(const waiter_ptr& w, view_check may_view);
   /// The part of a first read after its row was read: visibility, then the answer or the armed wait.
   void after_first_read(const waiter_ptr& w, const view_check& may_view, status_view first);

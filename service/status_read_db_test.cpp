@@ -135,6 +135,29 @@ TEST(KeptStatusRows, ACommittedRowOneVersionOnReplacesTheKeptRowAndAnythingElseD
   EXPECT_EQ(f.pool.stats().completed, 3u);
 }
 
+// A write of two versions in one transaction (an approval decision and the workflow's next step)
+// names the version it found: its row replaces the kept row of that version. Without the version
+// found, the same row claims one write over a row two behind, and the kept row is dropped.
+TEST(KeptStatusRows, AWriteOfTwoVersionsThatNamesTheVersionItFoundReplacesTheKeptRow) {
+  fixture f;
+  auto id = persistence::test::new_op(*f.conn, "alice", "repo/a.yaml");
+  EXPECT_EQ(f.read(id).version, 1);  // read and kept
+  f.move_behind_its_back(id, "v2");
+  auto both = f.move_behind_its_back(id, "v3");
+  f.move_behind_its_back(id, "v4 unseen");
+  f.reads->row_written_as(both, 1);
+  auto r = f.read(id);
+  EXPECT_EQ(r.version, 3);
+  EXPECT_EQ(r.title, "v3");
+  EXPECT_EQ(f.pool.stats().completed, 1u) << "only the first read queried";
+
+  f.move_behind_its_back(id, "v5");
+  auto two_on = f.move_behind_its_back(id, "v6");
+  f.reads->row_written_as(two_on);  // two versions over the kept 3, found version not named
+  EXPECT_EQ(f.read(id).title, "v6");
+  EXPECT_EQ(f.pool.stats().completed, 2u) << "the kept row was dropped and the read queried";
+}
+
 TEST(BatchedStatusReads, ReadsAskedTogetherAreAnsweredByOneQueryEachWithItsOwnRow) {
   fixture f(nlohmann::json{{"read_pool_size", 3}});  // two batch jobs at most; one connection stays free
   std::vector<std::string> ids;

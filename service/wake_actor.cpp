@@ -14,7 +14,7 @@ std::string wake_actor(persistence::session db, runtime::services& svc, const st
                        std::optional<std::int64_t> written_version, const persistence::operation_row* written_row,
                        std::optional<std::int64_t> found_version) {
   if (written_row && svc.row_written_as) {
-    svc.row_written_as(*written_row);
+    svc.row_written_as(*written_row, found_version.value_or(0));
   } else if (svc.row_written) {
     svc.row_written(operation_id);
   }

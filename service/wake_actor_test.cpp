@@ -77,7 +77,7 @@ TEST_F(waking, AnApprovalThatBringsBackAPassivatedWaitStartsItsActorFromTheRowIt
 TEST_F(waking, TheStatusReadsAreHandedTheRowTheUnitReturnedOrToldOfTheWriteWithoutOne) {
   std::vector<std::int64_t> handed;  // versions handed over with their row
   std::vector<std::string> told;     // writes signalled without a row
-  svc_.row_written_as = [&](const persistence::operation_row& row) { handed.push_back(row.version); };
+  svc_.row_written_as = [&](const persistence::operation_row& row, std::int64_t) { handed.push_back(row.version); };
   svc_.row_written = [&](const std::string& id) { told.push_back(id); };
   auto id = passivated_wait("w3");
   auto decided =

@@ -347,7 +347,9 @@ int main(int argc, char** argv) {
   // of that change (set before any actor or pool job runs: the hook is read from their threads).
   service::status_reads status_reads(svc, *read_db);
   svc.row_written = [&status_reads](const std::string& operation_id) { status_reads.row_written(operation_id); };
-  svc.row_written_as = [&status_reads](const persistence::operation_row& row) { status_reads.row_written_as(row); };
+  svc.row_written_as = [&status_reads](const persistence::operation_row& row, std::int64_t found_version) {
+    status_reads.row_written_as(row, found_version);
+  };
   svc.write_mark = [&status_reads] { return status_reads.write_mark(); };
   svc.row_created = [&status_reads](const persistence::operation_row& row, std::uint64_t mark) {
     status_reads.created(row, mark);
