@@ -86,16 +86,15 @@ std::string create_after_approval_sql(const detail::sql_text& t, const std::stri
          " AND mr_iid IS NULL AND owner_instance = " + t.quote(then.instance_id);
 }
 
-/// An APPLIED decision as its transaction left the row: the step and version read with it, and the
-/// version it found when the row shows this transaction's own writes (one, or two with the step
-/// after it). A row moved on by someone else since leaves the found version unknown.
-approval_applied applied_as(step target, std::optional<operation_row> row) {
-  approval_applied a{callback_outcome::APPLIED, target, std::nullopt, std::nullopt, std::nullopt};
+/// An APPLIED decision: the step its transaction left (CREATE_STARTED when `went_on`, the
+/// workflow's step written after it), the version of the row read with the answer, and the version
+/// the transaction found (one write before it, or two when it went on).
+approval_applied applied_as(step target, std::optional<operation_row> row, bool went_on) {
+  approval_applied a{callback_outcome::APPLIED, went_on ? step::CREATE_STARTED : target, std::nullopt, std::nullopt,
+                     std::nullopt};
   if (!row) return a;  // deleted right after the commit: the version is unknown
-  a.new_step = row->step;
   a.new_version = row->version;
-  if (row->step == target) a.found_version = row->version - 1;
-  if (target == step::APPROVAL_APPROVED && row->step == step::CREATE_STARTED) a.found_version = row->version - 2;
+  a.found_version = row->version - (went_on ? 2 : 1);
   a.row = std::move(row);
   return a;
 }
@@ -128,6 +127,7 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
       std::to_string(workflow::code_of(step::APPROVAL_WITHDRAWN)) + ")) THEN 'OUT_OF_ORDER' ELSE 'IGNORED_STALE' END";
   detail::transaction tx(conn, detail::transaction::begun_in_script{});
   std::string flip, classified;
+  bool went_on = false;              // the workflow's next step was written too
   std::optional<operation_row> row;  // its version is the one the decision wrote (or a later one)
   std::vector<std::string> script{"START TRANSACTION",
                                   ins->bound_sql(),
@@ -138,19 +138,24 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
                                   "WHERE delivery_id = " +
                                       key};
   if (then && target == step::APPROVAL_APPROVED) {
-    script.push_back("IF @changeflow_flip = 1 THEN " + create_after_approval_sql(t, operation_id, *then) + "; END IF");
+    script.push_back("IF @changeflow_flip = 1 THEN " + create_after_approval_sql(t, operation_id, *then) +
+                     "; SET @changeflow_then = ROW_COUNT(); ELSE SET @changeflow_then = 0; END IF");
+  } else {
+    script.push_back("SET @changeflow_then = 0");
   }
   script.push_back("COMMIT");
   // The answer, with the row as the decision left it (or newer) in the same result: an operation
   // whose wait was passivated gets its actor back from it without a read.
-  script.push_back(
-      detail::answer_with_rows_sql("@changeflow_flip AS changeflow_flip, @changeflow_outcome AS changeflow_outcome",
-                                   "operation_id = " + id + " AND @changeflow_flip = 1"));
+  script.push_back(detail::answer_with_rows_sql(
+      "@changeflow_flip AS changeflow_flip, @changeflow_outcome AS changeflow_outcome, @changeflow_then AS "
+      "changeflow_then",
+      "operation_id = " + id + " AND @changeflow_flip = 1"));
   try {
     detail::run_script(conn, script, [&](sql::ResultSet& rs) {
       if (!rs.next()) return;
       flip = rs.isNull("changeflow_flip") ? "" : rs.getString("changeflow_flip");
       classified = rs.isNull("changeflow_outcome") ? "" : rs.getString("changeflow_outcome");
+      went_on = !rs.isNull("changeflow_then") && rs.getInt("changeflow_then") == 1;
       if (!rs.isNull("operation_id")) row = detail::read_operation(rs);
     });
   } catch (const sql::SQLException& e) {
@@ -159,7 +164,7 @@ std::optional<approval_applied> record_and_apply_approval(sql::Connection& conn,
     return std::nullopt;
   }
   tx.ended_by_script();
-  if (flip == "1") return applied_as(target, std::move(row));
+  if (flip == "1") return applied_as(target, std::move(row), went_on);
   return approval_applied{
       classified == "OUT_OF_ORDER" ? callback_outcome::OUT_OF_ORDER : callback_outcome::IGNORED_STALE, {}, {}, {}};
 }
@@ -289,7 +294,10 @@ std::shared_ptr<group_unit> approval_callback_unit(
             then && target == step::APPROVAL_APPROVED ? create_after_approval_sql(t, operation_id, *then) : ""};
       },
       [=](db_context& ctx, std::optional<operation_row> row) {
-        done(ctx, db_result<approval_applied>::success(applied_as(target, std::move(row))));
+        // The row was read in the group's transaction, under the flip's lock: CREATE_STARTED there
+        // is this unit's own follow-up write.
+        const bool went_on = then && row && row->step == step::CREATE_STARTED;
+        done(ctx, db_result<approval_applied>::success(applied_as(target, std::move(row), went_on)));
       },
       [=](db_context& ctx) {
         done(ctx, apply_approval_callback(ctx, delivery_id, operation_id, result, payload_json, then));
