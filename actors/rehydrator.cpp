@@ -92,7 +92,10 @@ void pace(runtime::services* svc, const std::shared_ptr<rehydrator::shared_state
   }
   for (auto& it : batch) {
     auto now = svc->now_ms();
-    if (spawn_request_actor(*svc, seed_from_row(it.row, now))) {
+    // Read when queued, maybe seconds ago: the row is read again before the actor acts.
+    auto seed = seed_from_row(it.row, now);
+    seed.read_first = true;
+    if (spawn_request_actor(*svc, std::move(seed))) {
       svc->metrics->inc("changeflow_rehydrated_total", "Request actors resumed from their stored row");
     }
     if (it.initial && ++sh->initial_done == sh->initial_total && !sh->loading) {

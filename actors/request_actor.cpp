@@ -653,6 +653,8 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
   st.target_branch = std::move(seed.target_branch);
   st.owner_instance = seed.owner_instance.empty() ? svc->instance_id : seed.owner_instance;
   st.lease_epoch = seed.lease_epoch;
+  // The first wake reads the row, then runs the step it names (the wake handler's owed read).
+  st.reload_pending = seed.read_first;
   st.spawned_ms = svc->now_ms();
   if (st.op.current == workflow::step::APPROVAL_SENT && st.op.wake_at_ms > 0) {
     // The stored deadline is authoritative: updated_at (the seed's step entry) moves on a takeover,

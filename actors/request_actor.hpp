@@ -37,6 +37,10 @@ struct request_seed {
   // takeover. An empty owner means "created by this instance just now" (the submit path).
   std::string owner_instance;
   std::int64_t lease_epoch = 0;
+  /// The row may have moved since it was read (the rehydrator's backlog waits for its pace): the
+  /// actor reads its row before it acts, so an actor that ran and stopped meanwhile (a passivated
+  /// wait) is not followed by one that repeats its step's call from the older row.
+  bool read_first = false;
 };
 
 /// Passivation: true when an operation at `s` whose stored deadline is `wake_at_ms` needs no live

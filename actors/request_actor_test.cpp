@@ -512,6 +512,36 @@ TEST_F(in_process, AnActorSpawnedFromItsRowHasNoReadToHandOn) {
   EXPECT_FALSE(reads_[1].known());
 }
 
+// A rehydration queues rows and starts their actors at its pace. Meanwhile another actor of the
+// same change may run and stop (here: it asked for the approval and passivated at APPROVAL_SENT).
+// An actor started from the queued, older row with read_first reads the row before it acts and does
+// not ask for the approval again; without it, the older row's step is run again.
+TEST_F(in_process, AnActorStartedFromARowThatMayHaveMovedReadsItBeforeItActs) {
+  for (const bool read_first : {true, false}) {
+    SCOPED_TRACE(read_first ? "read_first" : "from the row as queued");
+    id_ = new_op(setup_db_, "ann", read_first ? "t1" : "t2");
+    const auto queued = row();  // APPROVAL_SENDING, as the rehydrator read it
+    walk(setup_db_, id_, {S::APPROVAL_SENT});
+    auto seed = seed_from_row(queued, now_ms_);
+    seed.read_first = read_first;
+    auto a = spawn_request_actor(svc_, std::move(seed));
+    ASSERT_TRUE(a.has_value());
+    track(caf::actor_cast<caf::actor>(*a));
+    const auto db_jobs = queued_db();
+    const auto external_jobs = queued_external();
+    run_messages();
+    if (read_first) {
+      EXPECT_EQ(queued_db(), db_jobs + 1) << "the first job is the read of the row";
+      EXPECT_EQ(queued_external(), external_jobs);
+      db_pool_.run_queued(db_ctx_, 1);
+      run_messages();
+      EXPECT_EQ(queued_external(), external_jobs) << "no second request for the approval";
+    } else {
+      EXPECT_EQ(queued_external(), external_jobs + 1) << "the older row's step asks for the approval again";
+    }
+  }
+}
+
 // A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is
 // answered by its guard: the actor is not left busy forever, takes its retry path, and finishes.
 TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
