@@ -412,9 +412,12 @@ drive_result drive(submitter& sub, persistence::session db, int threads, const s
 // SHOW GLOBAL STATUS counters read around the load window (whole server; only the service under
 // test uses this MariaDB during the window).
 const std::vector<std::string> status_names = {
-    "Questions",      "Com_select",           "Com_insert",         "Com_update",       "Com_delete",
-    "Com_begin",      "Com_commit",           "Com_rollback",       "Com_stmt_execute", "Com_stmt_prepare",
-    "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs", "Binlog_commits",   "Binlog_group_commits"};
+    "Questions", "Com_select", "Com_insert", "Com_update", "Com_delete", "Com_begin", "Com_commit", "Com_rollback",
+    "Com_stmt_execute", "Com_stmt_prepare", "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs",
+    "Binlog_commits", "Binlog_group_commits",
+    // Pages the flow needed that were not in the buffer pool (read from disk), and all page reads:
+    // where a flow on a large database pays for its history.
+    "Innodb_buffer_pool_reads", "Innodb_buffer_pool_read_requests"};
 
 // The first "phase":"X" of a status document is the change's own phase (its keys come out sorted;
 // the timeline follows under "timeline").
@@ -704,6 +707,8 @@ int cmd_flow(const args& a) {
               delta("Innodb_os_log_fsyncs") * per, delta("Innodb_data_fsyncs") * per,
               binlog ? (" + binlog group commits " + std::to_string(delta("Binlog_group_commits") * per)).c_str()
                      : ", binlog off");
+  std::printf("buffer pool per change: %.2f pages read from disk, %.0f page reads in all\n",
+              delta("Innodb_buffer_pool_reads") * per, delta("Innodb_buffer_pool_read_requests") * per);
   long hwm = status_kb(service_pid, "VmHWM");
   std::printf(
       "CPU per change: changeflowd %.2f ms + mariadbd %.2f ms = %.2f ms; sim %.2f ms, driver %.2f ms; "
@@ -742,6 +747,8 @@ int cmd_flow(const args& a) {
   kv("flow.log_fsyncs_per_change", delta("Innodb_os_log_fsyncs") * per);
   kv("flow.data_fsyncs_per_change", delta("Innodb_data_fsyncs") * per);
   kv("flow.binlog", binlog ? "on" : "off");
+  kv("flow.pool_disk_reads_per_change", delta("Innodb_buffer_pool_reads") * per);
+  kv("flow.pool_read_requests_per_change", delta("Innodb_buffer_pool_read_requests") * per);
   return 0;
 }
 
