@@ -732,11 +732,19 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         if (workflow::outdates(s.op.last_read, e)) s.op.last_read = {};
         if (!workflow::ends_wait(s.op.current, s.op.mr_sha, e)) return;
         s.svc->metrics->inc("changeflow_webhook_wakes_total", "Waits a GitLab webhook ended before their poll");
-        if (s.busy || s.pending_write || s.reload_pending) {
+        if (s.busy || s.pending_write) {
           // A read or write is under way; its answer decides and arms the next wait, which then
           // fires at once.
           s.wake_now = true;
           return;
+        }
+        if (s.reload_pending) {
+          // A read is owed (a rehydrated actor's first, or a retry of a failed one): it runs now,
+          // and the step the row names right after it, instead of at the wait's next wake-up.
+          ++s.timer_generation;
+          s.resume_pending = true;
+          s.last_note = "GitLab webhook: reading the row, then the MR";
+          return submit_reload(self);
         }
         // The webhook makes the next wake "now": the timer of the wait it replaces is ignored.
         ++s.timer_generation;

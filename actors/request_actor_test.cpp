@@ -542,6 +542,27 @@ TEST_F(in_process, AnActorStartedFromARowThatMayHaveMovedReadsItBeforeItActs) {
   }
 }
 
+// A webhook that ends the wait of a rehydrated actor whose first read has not run yet (its wait's
+// next wake-up is far off) runs that read at once, and then the step the row names.
+TEST_F(in_process, AWebhookForARehydratedActorRunsItsOwedReadAtOnce) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  db_.exec("UPDATE operation SET next_wake_at = NOW(3) + INTERVAL 30 SECOND WHERE operation_id = '" + id_ + "'");
+  auto seed = seed_from_row(row(), now_ms_);
+  seed.read_first = true;
+  auto a = spawn_request_actor(svc_, std::move(seed));
+  ASSERT_TRUE(a.has_value());
+  track(caf::actor_cast<caf::actor>(*a));
+  run_messages();
+  ASSERT_EQ(queued_db() + queued_external(), 0u) << "the wait's wake-up is 30 s off";
+  webhook_pipeline("sha-1", "success");
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u) << "the owed read, at once";
+  db_pool_.run_queued(db_ctx_, 1);
+  run_messages();
+  EXPECT_EQ(queued_external(), 1u) << "then the pipeline's read the step makes";
+}
+
 // A blocking job that dies without answering (dropped unrun, as when its thread dies with it) is
 // answered by its guard: the actor is not left busy forever, takes its retry path, and finishes.
 TEST_F(in_process, AnActorWhoseJobDiedRetriesFromItsRowAndFinishes) {
