@@ -437,8 +437,7 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     st.pending_write.reset();
     st.persist_failures = 0;
     // Business-outcome metrics only after commit, and only for the flip this actor made.
-    st.svc->metrics->inc("changeflow_transitions_total", "Committed workflow transitions",
-                         {{"to_phase", std::string(workflow::to_string(workflow::phase_of(w.to)))}});
+    count_committed_transition(*st.svc->metrics, w.to);
     if (workflow::phase_of(w.to) != workflow::phase_of(from) && workflow::is_terminal(workflow::phase_of(w.to))) {
       st.svc->metrics->inc("changeflow_operations_finished_total", "Operations that reached a terminal phase",
                            {{"phase", std::string(workflow::to_string(workflow::phase_of(w.to)))},
@@ -535,14 +534,14 @@ void withdraw_unrecorded(self_ptr self) {
 
 void on_row_loaded(self_ptr self, const messages::row_loaded& r);
 
-/// Another writer moved only the step, from the version this actor holds, and said what it wrote:
-/// what a read would return, without the read (mr, approval id and ownership are as this actor
-/// knows them; a lost lease still shows at the next fenced write).
 /// The version the nudge's writer found: as it says, or the one before the version it wrote.
 std::int64_t found_by(const messages::row_changed& c) {
   return c.from_version != 0 ? c.from_version : c.version - 1;
 }
 
+/// Another writer moved only the step, from the version this actor holds, and said what it wrote:
+/// what a read would return, without the read (mr, approval id and ownership are as this actor
+/// knows them; a lost lease still shows at the next fenced write).
 void take_known_write(self_ptr self, int step_code, std::int64_t version) {
   messages::row_loaded known;
   known.outcome = static_cast<int>(db_outcome::ok);
@@ -758,6 +757,11 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
 }
 
 }  // namespace
+
+void count_committed_transition(metrics::registry& m, workflow::step to) {
+  m.inc("changeflow_transitions_total", "Committed workflow transitions",
+        {{"to_phase", std::string(workflow::to_string(workflow::phase_of(to)))}});
+}
 
 request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms) {
   request_seed seed;

@@ -51,6 +51,10 @@ struct request_seed {
 /// until it has passed, and its timeout).
 bool passivated_wait(workflow::step s, std::int64_t wake_at_ms, std::int64_t now_ms, std::int64_t beyond_seconds);
 
+/// Counts a committed workflow transition to `to` (changeflow_transitions_total by phase): the
+/// actor's own, and the one an approval decision writes in its place.
+void count_committed_transition(metrics::registry& m, workflow::step to);
+
 /// Builds the seed from a stored row (submit or rehydration).
 request_seed seed_from_row(const persistence::operation_row& row, std::int64_t now_ms);
 

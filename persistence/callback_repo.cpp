@@ -70,19 +70,20 @@ std::string approval_move_sql(const detail::sql_text& t, const std::string& deli
 }
 
 /// The workflow's next step after an APPROVED decision, written in the decision's transaction
-/// (approved_then_create): the UPDATE the actor would write (its cause, actor and instance, a new
-/// step's attempts and no wake), guarded by what makes the actor's choice CREATE_STARTED (the
-/// decision just taken, no MR yet) and by the row's owner; batching off is the caller's part.
+/// (approved_then_create): the actor's own transition (its cause, actor and instance, no wake), but
+/// guarded by what makes the actor's choice CREATE_STARTED (the decision just taken, no MR yet) and
+/// by the row's owner instead of a version; batching off is the caller's part.
 std::string create_after_approval_sql(const detail::sql_text& t, const std::string& operation_id,
                                       const approved_then_create& then) {
-  const step to = step::CREATE_STARTED;
-  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(to)) +
-         ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(to)))) +
-         ", version = version + 1, attempts = 0, next_wake_at = NULL, event_cause = " +
-         t.quote(std::string(workflow::create_after_approval_cause)) +
-         ", event_actor = 'workflow', event_instance = " + t.quote(then.instance_id) +
-         " WHERE operation_id = " + t.quote(operation_id) +
-         " AND step = " + std::to_string(workflow::code_of(step::APPROVAL_APPROVED)) +
+  transition_request req;
+  req.operation_id = operation_id;
+  req.from = step::APPROVAL_APPROVED;
+  req.to = step::CREATE_STARTED;
+  req.cause = std::string(workflow::create_after_approval_cause);
+  req.instance_id = then.instance_id;
+  req.clear_wake = true;
+  return detail::transition_set_sql(t, req) + " WHERE operation_id = " + t.quote(operation_id) +
+         " AND step = " + std::to_string(workflow::code_of(req.from)) +
          " AND mr_iid IS NULL AND owner_instance = " + t.quote(then.instance_id);
 }
 

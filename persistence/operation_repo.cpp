@@ -132,7 +132,7 @@ operation_row read_operation(sql::ResultSet& rs) {
   return r;
 }
 
-std::string transition_update_sql(const sql_text& t, const transition_request& req) {
+std::string transition_set_sql(const sql_text& t, const transition_request& req) {
   // One text statement (migration 3: the trigger writes the event and the binding's phase). Text
   // rather than a prepared statement because prepare + execute + close costs three round trips and
   // the column list varies per call; every string goes through the connection's own escaping
@@ -181,6 +181,11 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
     q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
     q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
   }
+  return q;
+}
+
+std::string transition_update_sql(const sql_text& t, const transition_request& req) {
+  std::string q = transition_set_sql(t, req);
   q += " WHERE operation_id = " + t.quote(req.operation_id);
   q += " AND version = " + std::to_string(req.expected_version);
   q += " AND step = " + std::to_string(workflow::code_of(req.from));

@@ -24,6 +24,10 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
 /// The guarded UPDATE of one transition, as text (the group commit sends several in one round trip).
 std::string transition_update_sql(const sql_text& t, const transition_request& req);
 
+/// transition_update_sql up to its WHERE: "UPDATE operation SET ..." with the step, its attempts,
+/// wake-up, error and event columns, for a writer that guards the row its own way.
+std::string transition_set_sql(const sql_text& t, const transition_request& req);
+
 /// A creation whose first step is not `workflow::is_initial_step` is refused before any SQL.
 std::optional<db_error> refuse_initial_step(const new_operation& op);
 

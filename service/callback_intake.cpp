@@ -1,6 +1,7 @@
 #include "service/callback_intake.hpp"
 
 #include "actors/reconciler.hpp"
+#include "actors/request_actor.hpp"
 #include "base/log.hpp"
 #include "config/test_hooks.hpp"
 #include "persistence/operation_repo.hpp"
@@ -128,9 +129,7 @@ approval_intake finish_approval(persistence::session db, runtime::services& svc,
     if (r.value.new_step == workflow::step::CREATE_STARTED) {
       // The decision's transaction went on in the workflow's place (approved_then_create): counted as
       // the actor counts its own committed transitions.
-      svc.metrics->inc(
-          "changeflow_transitions_total", "Committed workflow transitions",
-          {{"to_phase", std::string(workflow::to_string(workflow::phase_of(workflow::step::CREATE_STARTED)))}});
+      actors::count_committed_transition(*svc.metrics, workflow::step::CREATE_STARTED);
     }
     // The decision moved the step only: the actor takes the new step and version from here.
     wake_actor(db, svc, d.operation_id, r.value.new_step, "approval callback", r.value.new_version,

@@ -128,7 +128,7 @@ TEST(DatabaseOutage, ServiceSurvivesRefusesCleanlyAndEveryChangeContinues) {
       std::lock_guard lock(t.mutex);
       ++t.healthz_calls;
       if (h.status != 200) ++t.healthz_failures;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // probe pace, not synchronization
     }
   });
   auto stop_threads = [&] {
