@@ -16,6 +16,7 @@
 #include "http/middleware/error_mapping.hpp"
 #include "http/middleware/pipeline.hpp"
 #include "http/middleware/rate_limiter.hpp"
+#include "http/middleware/route_meters.hpp"
 #include "http/openapi.hpp"
 
 #include <atomic>
@@ -33,12 +34,6 @@ namespace {
 using middleware::route_policy;
 
 /// Fine buckets (0.5 ms .. 5 s) so the benchmark can read p50/p99 of callback -> commit.
-const std::vector<double>& callback_commit_buckets() {
-  static const std::vector<double> b = {0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03,
-                                        0.05,   0.075, 0.1,   0.15,  0.2,   0.3,   0.5,    1,    2,     5};
-  return b;
-}
-
 route_policy open_route() {
   return {};
 }
@@ -254,6 +249,8 @@ std::shared_ptr<const router> build_routes(service_context& ctx, std::optional<a
       throw std::logic_error("route " + r.method + " " + r.pattern + " has two handlers");
     }
     r.policy = *p;
+    r.policy.meters = std::make_shared<middleware::route_meters>(ctx.metrics, r.pattern, r.method,
+                                                                 r.pattern.rfind("/api/v1/callbacks/", 0) == 0);
     routes->add(std::move(r));
   }
   for (const route_spec* spec : all_routes) {
@@ -299,19 +296,15 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
     // for requests the chain refused, so 401/403/429 show up in the latency histogram).
     auto started = std::chrono::steady_clock::now();
     std::string pattern = matched->pattern;
-    std::string method = req.method;
-    http_server::responder timed([&ctx, reply, arrived, started, pattern, method](http_server::response r) {
+    // `routes` keeps `matched` alive for a reply that comes after the server released its handler.
+    http_server::responder timed([reply, arrived, started, routes, matched](http_server::response r) {
       auto now = std::chrono::steady_clock::now();
       double seconds = std::chrono::duration<double>(now - started).count();
-      ctx.metrics.observe("changeflow_http_request_duration_seconds", "HTTP request latency by route and status",
-                          {{"route", pattern}, {"method", method}, {"status", std::to_string(r.status)}}, seconds);
       // Callback -> commit: a callback is answered only after its delivery record and transition
       // committed, so arrival -> reply is the sender's view of "callback committed" (bench/).
-      if (pattern.rfind("/api/v1/callbacks/", 0) == 0)
-        ctx.metrics.observe("changeflow_callback_commit_seconds",
-                            "Callback request arrival to the reply sent after its commit, by route and status",
-                            {{"route", pattern}, {"status", std::to_string(r.status)}},
-                            std::chrono::duration<double>(now - arrived).count(), callback_commit_buckets());
+      double since_arrival = std::chrono::duration<double>(now - arrived).count();
+      // build_routes gives every route its meters.
+      if (matched->policy.meters) matched->policy.meters->replied(r.status, seconds, since_arrival);
       reply(std::move(r));
     });
 

@@ -15,33 +15,40 @@ std::vector<std::string_view> split_path(std::string_view path) {
 }
 
 void router::add(route r) {
+  std::vector<segment> parts;
+  for (auto p : split_path(r.pattern)) {
+    if (p.size() >= 2 && p.front() == '{' && p.back() == '}') {
+      parts.push_back({std::string(p.substr(1, p.size() - 2)), true});
+    } else {
+      parts.push_back({std::string(p), false});
+    }
+  }
+  segments_.push_back(std::move(parts));
   routes_.push_back(std::move(r));
 }
 
+// Runs for every request: the patterns were split when added, and a route's parameters are built
+// only for the route that matches.
 router::match_result router::match(std::string_view method, std::string_view path) const {
   match_result result;
   auto segments = split_path(path);
-  for (const auto& r : routes_) {
-    auto pattern = split_path(r.pattern);
+  for (std::size_t r = 0; r < routes_.size(); ++r) {
+    const auto& pattern = segments_[r];
     if (pattern.size() != segments.size()) continue;
-    path_params params;
     bool ok = true;
-    for (size_t i = 0; i < pattern.size() && ok; ++i) {
-      auto p = pattern[i];
-      if (p.size() >= 2 && p.front() == '{' && p.back() == '}') {
-        params.emplace(std::string(p.substr(1, p.size() - 2)), std::string(segments[i]));
-      } else if (p != segments[i]) {
-        ok = false;
-      }
+    for (std::size_t i = 0; i < pattern.size() && ok; ++i) {
+      ok = pattern[i].param || pattern[i].text == segments[i];
     }
     if (!ok) continue;
-    if (r.method != method) {
-      result.allowed_methods.push_back(r.method);
+    if (routes_[r].method != method) {
+      result.allowed_methods.push_back(routes_[r].method);
       continue;
     }
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i].param) result.params.emplace(pattern[i].text, std::string(segments[i]));
+    }
     result.kind = match_kind::found;
-    result.matched = &r;
-    result.params = std::move(params);
+    result.matched = &routes_[r];
     return result;
   }
   if (!result.allowed_methods.empty()) result.kind = match_kind::method_not_allowed;

@@ -47,7 +47,14 @@ class router {
   const std::vector<route>& routes() const { return routes_; }
 
  private:
+  /// A pattern's segments, split once when the route is added: `param` segments ("{id}") match any
+  /// segment and name it.
+  struct segment {
+    std::string text;  // the literal, or the parameter's name
+    bool param = false;
+  };
   std::vector<route> routes_;
+  std::vector<std::vector<segment>> segments_;  // routes_[i]'s pattern
 };
 
 /// Splits "/a/b/" into {"a", "b"}; empty segments are dropped.

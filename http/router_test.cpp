@@ -52,3 +52,18 @@ TEST(Router, SplitPathAtEveryPosition) {
   }
   EXPECT_EQ(split_path("//a//b").size(), 2u);
 }
+
+TEST(Router, NamesEveryParameterOfTheMatchedRouteOnly) {
+  router r;
+  r.add({"POST", "/api/v1/ops/batches/{batch}/settle", noop()});
+  r.add({"GET", "/api/v1/ops/{kind}/{id}/settle", noop()});
+  r.add({"GET", "/api/v1/ops/batches/{id}", noop()});
+  auto m = r.match("GET", "/api/v1/ops/batches/b-1/settle");
+  ASSERT_EQ(m.kind, router::match_kind::found);
+  EXPECT_EQ(m.matched->pattern, "/api/v1/ops/{kind}/{id}/settle");
+  EXPECT_EQ(m.params, (path_params{{"kind", "batches"}, {"id", "b-1"}}));
+  EXPECT_EQ(m.allowed_methods, std::vector<std::string>{"POST"});  // the first route's method
+  auto one = r.match("GET", "/api/v1/ops/batches/b-2");
+  ASSERT_EQ(one.kind, router::match_kind::found);
+  EXPECT_EQ(one.params, (path_params{{"id", "b-2"}}));
+}

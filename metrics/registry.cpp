@@ -81,6 +81,69 @@ void registry::observe(const std::string& name, const std::string& help, const l
   }
 }
 
+counter_handle registry::counter(const std::string& name, const std::string& help, const labels& l) noexcept {
+  counter_handle h;
+  try {
+    auto safe = normalize(l);
+    if (!safe) {
+      log::warn("metrics.skip_invalid_labels", {{"metric", name}});
+      return h;
+    }
+    std::lock_guard lock(mutex_);
+    auto& fam = counters_[name];
+    if (!fam) fam = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+    h.counter_ = &fam->Add(*safe);
+    h.owner_ = this;
+  } catch (const std::exception& e) {
+    log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});
+  } catch (...) {
+  }
+  return h;
+}
+
+histogram_handle registry::histogram(const std::string& name, const std::string& help, const labels& l,
+                                     const std::vector<double>& buckets) noexcept {
+  histogram_handle h;
+  try {
+    auto safe = normalize(l);
+    if (!safe) return h;
+    std::lock_guard lock(mutex_);
+    auto& fam = histograms_[name];
+    if (!fam) fam = &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
+    h.histogram_ = &fam->Add(*safe, prometheus::Histogram::BucketBoundaries(buckets));
+    h.owner_ = this;
+  } catch (const std::exception& e) {
+    log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});
+  } catch (...) {
+  }
+  return h;
+}
+
+bool registry::faulted(const char* what) const noexcept {
+  if (!fault_) return false;
+  try {
+    log::error("metrics.emit_failed", {{"metric", what}, {"error", "injected metrics fault"}});
+  } catch (...) {
+  }
+  return true;
+}
+
+void counter_handle::inc(double by) const noexcept {
+  if (!counter_ || owner_->faulted("counter_handle")) return;
+  try {
+    counter_->Increment(by);
+  } catch (...) {
+  }
+}
+
+void histogram_handle::observe(double value) const noexcept {
+  if (!histogram_ || owner_->faulted("histogram_handle")) return;
+  try {
+    histogram_->Observe(value);
+  } catch (...) {
+  }
+}
+
 double registry::counter_value(const std::string& name, const labels& l) const noexcept {
   try {
     std::lock_guard lock(mutex_);

@@ -26,6 +26,36 @@ using labels = std::map<std::string, std::string>;
 /// when a value is empty after normalization.
 std::optional<labels> normalize(const labels& in);
 
+class registry;
+
+/// A counter of one label set, resolved once for an emission on a hot path: no label map,
+/// normalization or family lookup per emission, and the same rules (never throws; the fault hook
+/// applies). Empty (emits nothing) when its labels were invalid.
+class counter_handle {
+ public:
+  counter_handle() = default;
+  void inc(double by = 1.0) const noexcept;
+  explicit operator bool() const { return counter_ != nullptr; }
+
+ private:
+  friend class registry;
+  const registry* owner_ = nullptr;
+  prometheus::Counter* counter_ = nullptr;
+};
+
+/// A histogram of one label set, resolved once (as counter_handle).
+class histogram_handle {
+ public:
+  histogram_handle() = default;
+  void observe(double value) const noexcept;
+  explicit operator bool() const { return histogram_ != nullptr; }
+
+ private:
+  friend class registry;
+  const registry* owner_ = nullptr;
+  prometheus::Histogram* histogram_ = nullptr;
+};
+
 class registry {
  public:
   registry();
@@ -35,6 +65,12 @@ class registry {
   void set(const std::string& name, const std::string& help, const labels& l, double value) noexcept;
   void observe(const std::string& name, const std::string& help, const labels& l, double value,
                const std::vector<double>& buckets = default_latency_buckets()) noexcept;
+
+  /// The counter or histogram of `l`, registered now (a counter at 0, a histogram empty) and emitted
+  /// through the handle from then on. The registry must outlive the handle.
+  counter_handle counter(const std::string& name, const std::string& help, const labels& l = {}) noexcept;
+  histogram_handle histogram(const std::string& name, const std::string& help, const labels& l,
+                             const std::vector<double>& buckets = default_latency_buckets()) noexcept;
 
   /// Current value of a counter (0 when absent); for tests and the console.
   double counter_value(const std::string& name, const labels& l = {}) const noexcept;
@@ -48,6 +84,12 @@ class registry {
 
   /// Test hook: make every emission throw inside the wrapper (proves it cannot escape).
   void set_fault_injection(bool on) { fault_ = on; }
+
+ private:
+  friend class counter_handle;
+  friend class histogram_handle;
+  /// The fault hook for handles: true (after logging, as the wrapper does) when emissions must fail.
+  bool faulted(const char* what) const noexcept;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -50,3 +50,37 @@ TEST(Metrics, CollectorsRunOnSerialize) {
   EXPECT_EQ(calls, 1);
   EXPECT_NE(text.find("cf_live_actors{phase=\"MERGING\"} 3"), std::string::npos);
 }
+
+TEST(Metrics, HandlesEmitIntoTheSameSeriesAsTheGeneralPath) {
+  registry r;
+  auto c = r.counter("cf_handle_total", "t", {{"k", "v"}});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(r.counter_value("cf_handle_total", {{"k", "v"}}), 0);  // registered at 0
+  c.inc();
+  r.inc("cf_handle_total", "t", {{"k", "v"}});
+  c.inc(2);
+  EXPECT_EQ(r.counter_value("cf_handle_total", {{"k", "v"}}), 4);
+  auto h = r.histogram("cf_handle_seconds", "t", {{"k", "v"}});
+  ASSERT_TRUE(h);
+  h.observe(0.001);
+  EXPECT_NE(r.serialize().find("cf_handle_seconds_count{k=\"v\"} 1"), std::string::npos);
+}
+
+TEST(Metrics, AHandleOfInvalidLabelsIsEmptyAndEmitsNothing) {
+  registry r;
+  auto c = r.counter("cf_bad_handle_total", "t", {{"user", ""}});
+  EXPECT_FALSE(c);
+  EXPECT_NO_THROW(c.inc());
+  EXPECT_EQ(r.serialize().find("cf_bad_handle_total{"), std::string::npos);
+}
+
+TEST(Metrics, FaultInjectionAppliesToHandles) {
+  registry r;
+  auto c = r.counter("cf_fault_handle_total", "t");
+  r.set_fault_injection(true);
+  EXPECT_NO_THROW(c.inc());
+  EXPECT_EQ(r.counter_value("cf_fault_handle_total"), 0);
+  r.set_fault_injection(false);
+  c.inc();
+  EXPECT_EQ(r.counter_value("cf_fault_handle_total"), 1);
+}

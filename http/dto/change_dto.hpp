@@ -90,4 +90,7 @@ nlohmann::json status_document(const persistence::operation_row& row,
 /// the read.
 std::string status_body(const persistence::operation_row& row, bool live);
 
+/// Milliseconds since the epoch as the API writes times: "2026-12-05T14:03:07.042Z" (UTC).
+std::string ms_to_iso(std::int64_t ms);
+
 }  // namespace changeflow::http::dto

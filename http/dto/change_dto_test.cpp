@@ -1,5 +1,8 @@
 #include "http/dto/change_dto.hpp"
 
+#include <cstdio>
+#include <ctime>
+
 #include "base/log.hpp"
 #include "workflow/status.hpp"
 
@@ -128,5 +131,33 @@ TEST(StatusDocument, TheWrittenBodyIsTheEnvelopesDumpByteForByte) {
       EXPECT_EQ(status_body(row, live), envelope_dump(row, live))
           << row.title << " " << changeflow::workflow::to_string(row.step);
     }
+  }
+}
+
+TEST(ChangeDto, TimesAreWrittenAsTheCLibraryWritesThemEverywhere) {
+  auto reference = [](std::int64_t ms) {
+    std::int64_t secs = ms / 1000, milli = ms % 1000;
+    if (milli < 0) {
+      milli += 1000;
+      secs -= 1;
+    }
+    std::time_t t = static_cast<std::time_t>(secs);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                  tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(milli));
+    return std::string(buf);
+  };
+  EXPECT_EQ(changeflow::http::dto::ms_to_iso(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(changeflow::http::dto::ms_to_iso(1796479387042), "2026-12-05T14:03:07.042Z");
+  // Month and year ends, leap days (2000 is a leap year, 2100 is not), the last second of a day,
+  // and a few hundred thousand steps of an odd stride through 1900-2400.
+  for (std::int64_t ms : {951782399999LL, 951782400000LL, 951868800000LL, 4107542399999LL, 4107542400000LL,
+                          4110134400000LL, -1LL, -86400001LL, 253402300799999LL}) {
+    EXPECT_EQ(changeflow::http::dto::ms_to_iso(ms), reference(ms)) << ms;
+  }
+  for (std::int64_t ms = -2208988800000LL; ms < 13569465600000LL; ms += 48611777) {
+    ASSERT_EQ(changeflow::http::dto::ms_to_iso(ms), reference(ms)) << ms;
   }
 }

@@ -4,6 +4,7 @@
 #include "http/envelope.hpp"
 #include "http/middleware/access_mode.hpp"
 #include "http/middleware/error_mapping.hpp"
+#include "http/middleware/route_meters.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -25,8 +26,10 @@ struct chain_run {
   std::atomic<bool> finished{false};
   std::atomic<bool> answered{false};  // the permission callback is honoured once
 
+  // The headers and the peer are read by the synchronous part only (run_chain's `head`): the run
+  // keeps the route and the method, not a second copy of every header.
   chain_run(const request_head& h, const route_policy& p, chain_deps& d, std::function<void(chain_outcome)> fn)
-      : head(h), policy(p), deps(d), done(std::move(fn)) {}
+      : head{h.method, h.route, {}, {}}, policy(p), deps(d), done(std::move(fn)) {}
 
   void finish() {
     if (finished.exchange(true)) return;  // exactly once, whatever the permission client does
@@ -71,8 +74,12 @@ void pass(const std::shared_ptr<chain_run>& run) {
                                         "access.mode/access.window closed for " + run->head.route));
   }
   // 3. API metrics: request received (latency by status is recorded by the API when it replies).
-  m.inc("changeflow_http_requests_received_total", "Requests admitted past rate limit and authorization",
-        {{"route", run->head.route}, {"method", run->head.method}});
+  if (run->policy.meters) {
+    run->policy.meters->received();
+  } else {
+    m.inc("changeflow_http_requests_received_total", "Requests admitted past rate limit and authorization",
+          {{"route", run->head.route}, {"method", run->head.method}});
+  }
   // 4. Business metrics: only routes that declare an action ever get here (allowlist by
   // construction).
   if (!run->policy.business_metric.empty()) {

@@ -10,11 +10,14 @@
 #include "config/settings.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace changeflow::http::middleware {
+
+class route_meters;
 
 /// One of the rate_limit.* limits (config::rate_limit_settings).
 using limit_setting = std::optional<std::int64_t> config::rate_limit_settings::*;
@@ -47,6 +50,9 @@ struct route_policy {
   /// chain answers 403 ACCESS_CLOSED after authorization (so 401/403 keep their meaning) and before
   /// any metric or handler.
   bool access_controlled = false;
+  /// The route's request metrics, resolved once per label set (set by the API's route table; empty:
+  /// the registry's general path).
+  std::shared_ptr<route_meters> meters;
 };
 
 }  // namespace changeflow::http::middleware

@@ -3,6 +3,7 @@
 #include "base/log.hpp"
 #include "base/worker_pool.hpp"
 #include "http/server/beast_request.hpp"
+#include "http/server/response_text.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -154,19 +155,11 @@ class session : public std::enable_shared_from_this<session> {
     awaiting_reply_ = false;
     // Status 0 closes the connection without answering: the simulator's "response lost" fault.
     if (r.status == 0) return do_close();
-    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status),
-                                                                     version_ ? version_ : 11);
-    res->set(bhttp::field::server, opts_.server_name);
-    if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
-    for (auto& [name, value] : r.headers) res->insert(name, value);
-    res->keep_alive(keep_alive_);
-    res->body() = std::move(r.body);
-    res->prepare_payload();
+    // One write per connection is in flight at a time, so the connection's buffer carries it.
+    serialize_response(r, version_ ? version_ : 11, keep_alive_, opts_.server_name, out_);
     stream_.expires_after(opts_.read_timeout);
-    // The response object is kept alive by the completion handler (Boost 1.74 has no
-    // message_generator).
-    bhttp::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-      self->on_write(ec, res->need_eof());
+    net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_write(ec, !self->keep_alive_);
     });
   }
 
@@ -184,6 +177,7 @@ class session : public std::enable_shared_from_this<session> {
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  std::string out_;  // the reply being written
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   const server_options& opts_;
   const handler& handler_;

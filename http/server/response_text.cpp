@@ -1,0 +1,62 @@
+#include "http/server/response_text.hpp"
+
+#include <boost/beast/http/status.hpp>
+
+#include <cctype>
+
+namespace changeflow::http_server {
+
+namespace {
+
+bool same_name(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+void append_clean(std::string& out, std::string_view text) {
+  for (char c : text) {
+    if (c != '\r' && c != '\n') out.push_back(c);
+  }
+}
+
+void append_header(std::string& out, std::string_view name, std::string_view value) {
+  append_clean(out, name);
+  out += ": ";
+  append_clean(out, value);
+  out += "\r\n";
+}
+
+}  // namespace
+
+void serialize_response(const response& r, unsigned version, bool keep_alive, std::string_view server_name,
+                        std::string& out) {
+  const bool bodiless = r.status < 200 || r.status == 204 || r.status == 304;
+  out.clear();
+  out.reserve(160 + r.body.size());
+  out += version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+  out += std::to_string(r.status);
+  out += ' ';
+  auto reason = boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(r.status));
+  out.append(reason.data(), reason.size());
+  out += "\r\n";
+  if (!server_name.empty()) append_header(out, "Server", server_name);
+  if (!r.content_type.empty()) append_header(out, "Content-Type", r.content_type);
+  for (const auto& [name, value] : r.headers) {
+    if (same_name(name, "content-length") || same_name(name, "connection")) continue;
+    append_header(out, name, value);
+  }
+  if (!keep_alive && version != 10) out += "Connection: close\r\n";
+  if (keep_alive && version == 10) out += "Connection: keep-alive\r\n";
+  if (!bodiless) {
+    out += "Content-Length: ";
+    out += std::to_string(r.body.size());
+    out += "\r\n";
+  }
+  out += "\r\n";
+  if (!bodiless) out += r.body;
+}
+
+}  // namespace changeflow::http_server
