@@ -99,36 +99,40 @@ std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<fl
 }
 
 operation_row read_operation(sql::ResultSet& rs) {
+  // Every query selects operation_columns in their order, after its own columns (none of them named
+  // operation_id): the first is found by name, the rest read by index.
+  const std::uint32_t at = rs.findColumn("operation_id");
+  auto col = [at](std::uint32_t i) { return at + i; };
   operation_row r;
-  r.operation_id = str(rs, "operation_id");
-  r.subject_id = str(rs, "subject_id");
-  r.target_key = str(rs, "target_key");
-  r.flow = str(rs, "flow");
-  r.step = step_or_throw(rs.getInt("step"));
-  r.phase = phase_or_throw(str(rs, "phase"));
-  r.version = rs.getInt64("version");
-  r.title = str(rs, "title");
-  r.payload_json = str(rs, "payload");
-  r.mr_iid = opt_int64(rs, "mr_iid");
-  r.mr_url = opt_string(rs, "mr_url");
-  r.approval_id = opt_string(rs, "approval_id");
-  r.batch_id = opt_int64(rs, "batch_id");
-  r.attempts = rs.getInt("attempts");
-  r.batch_attempts = rs.getInt("batch_attempts");
-  r.next_wake_at_ms = opt_int64(rs, "next_wake_at_ms");
-  r.owner_instance = opt_string(rs, "owner_instance");
-  r.lease_epoch = rs.getInt64("lease_epoch");
-  r.last_error = opt_string(rs, "last_error");
-  r.created_at_ms = rs.getInt64("created_at_ms");
-  r.updated_at_ms = rs.getInt64("updated_at_ms");
-  r.requester = str(rs, "requester");
-  r.repository = str(rs, "repository");
-  r.target_branch = str(rs, "target_branch");
-  r.revert_of = opt_string(rs, "revert_of");
-  r.reverted_by = opt_string(rs, "reverted_by");
-  if (auto status = opt_int64(rs, "last_error_status")) r.last_error_status = static_cast<int>(*status);
-  r.last_error_at_ms = opt_int64(rs, "last_error_at_ms");
-  r.deploy_reported = rs.getInt("deploy_reported") != 0;
+  r.operation_id = str(rs, col(0));
+  r.subject_id = str(rs, col(1));
+  r.target_key = str(rs, col(2));
+  r.flow = str(rs, col(3));
+  r.step = step_or_throw(rs.getInt(col(4)));
+  r.phase = phase_or_throw(str(rs, col(5)));
+  r.version = rs.getInt64(col(6));
+  r.title = str(rs, col(7));
+  r.payload_json = str(rs, col(8));
+  r.mr_iid = opt_int64(rs, col(9));
+  r.mr_url = opt_string(rs, col(10));
+  r.approval_id = opt_string(rs, col(11));
+  r.batch_id = opt_int64(rs, col(12));
+  r.attempts = rs.getInt(col(13));
+  r.batch_attempts = rs.getInt(col(14));
+  r.next_wake_at_ms = opt_int64(rs, col(15));
+  r.owner_instance = opt_string(rs, col(16));
+  r.lease_epoch = rs.getInt64(col(17));
+  r.last_error = opt_string(rs, col(18));
+  r.created_at_ms = rs.getInt64(col(19));
+  r.updated_at_ms = rs.getInt64(col(20));
+  r.requester = str(rs, col(21));
+  r.repository = str(rs, col(22));
+  r.target_branch = str(rs, col(23));
+  r.revert_of = opt_string(rs, col(24));
+  r.reverted_by = opt_string(rs, col(25));
+  if (auto status = opt_int64(rs, col(26))) r.last_error_status = static_cast<int>(*status);
+  r.last_error_at_ms = opt_int64(rs, col(27));
+  r.deploy_reported = rs.getInt(col(28)) != 0;
   return r;
 }
 

@@ -1211,3 +1211,60 @@ TEST(OperationRepo, ASubmissionChosenAsADeadlockVictimRunsAgain) {
   EXPECT_EQ(db.scalar("SELECT operation_id FROM binding WHERE subject_id = 'rita' AND target_key = 'r.yaml'"),
             again.operation_id);
 }
+
+// The row is read by column position after the first: every field must come from its own column.
+// Each column is given a value no other column has, written with plain SQL, then read back.
+TEST(OperationRepo, EveryFieldOfARowIsReadFromItsOwnColumn) {
+  test_database db;
+  auto c = db.connect();
+  auto op = test::new_operation_for("dana", "t-columns", "dana@example.com", "team/columns");
+  ASSERT_EQ(create_operation(*c, op).value, create_outcome::created);
+  const auto other = ids::new_uuid();
+  const auto later = ids::new_uuid();
+  std::unique_ptr<sql::Statement> st(c->createStatement());
+  st->execute("SET SESSION foreign_key_checks = 0, time_zone = '+00:00'");
+  st->execute(
+      "UPDATE operation SET step = " + std::to_string(workflow::code_of(S::HANDLE_APPROVED)) +
+      ", phase = 'MERGING', version = 41, title = 'the title', payload = '{\"files\":[]}', mr_iid = 4242, "
+      "mr_url = 'https://g/mr/4242', approval_id = 'approval-77', attempts = 3, batch_attempts = 5, "
+      "next_wake_at = '2031-02-03 04:05:06.789', owner_instance = 'instance-x', lease_epoch = 11, "
+      "last_error = 'the error', created_at = '2030-01-02 03:04:05.006', updated_at = '2030-06-07 08:09:10.011', "
+      "requester = 'req@example.com', repository = 'team/other', target_branch = 'release', revert_of = '" +
+      other + "', reverted_by = '" + later +
+      "', last_error_status = 502, last_error_at = '2030-07-08 09:10:11.012', deploy_reported = 1 "
+      "WHERE operation_id = '" +
+      op.operation_id + "'");
+  st->execute("SET SESSION foreign_key_checks = 1");
+  auto row = load_operation(*c, op.operation_id);
+  ASSERT_TRUE(row.ok());
+  const auto& r = row.value;
+  EXPECT_EQ(r.operation_id, op.operation_id);
+  EXPECT_EQ(r.subject_id, op.subject_id);
+  EXPECT_EQ(r.target_key, op.target_key);
+  EXPECT_EQ(r.flow, std::string(workflow::to_string(op.flow)));
+  EXPECT_EQ(r.step, S::HANDLE_APPROVED);
+  EXPECT_EQ(r.phase, phase::MERGING);
+  EXPECT_EQ(r.version, 41);
+  EXPECT_EQ(r.title, "the title");
+  EXPECT_EQ(r.payload_json, "{\"files\":[]}");
+  EXPECT_EQ(r.mr_iid, 4242);
+  EXPECT_EQ(r.mr_url, "https://g/mr/4242");
+  EXPECT_EQ(r.approval_id, "approval-77");
+  EXPECT_EQ(r.batch_id, std::nullopt);
+  EXPECT_EQ(r.attempts, 3);
+  EXPECT_EQ(r.batch_attempts, 5);
+  EXPECT_EQ(r.next_wake_at_ms, 1927857906789LL);
+  EXPECT_EQ(r.owner_instance, "instance-x");
+  EXPECT_EQ(r.lease_epoch, 11);
+  EXPECT_EQ(r.last_error, "the error");
+  EXPECT_EQ(r.created_at_ms, 1893553445006LL);
+  EXPECT_EQ(r.updated_at_ms, 1907050150011LL);
+  EXPECT_EQ(r.requester, "req@example.com");
+  EXPECT_EQ(r.repository, "team/other");
+  EXPECT_EQ(r.target_branch, "release");
+  EXPECT_EQ(r.revert_of, other);
+  EXPECT_EQ(r.reverted_by, later);
+  EXPECT_EQ(r.last_error_status, 502);
+  EXPECT_EQ(r.last_error_at_ms, 1909732211012LL);
+  EXPECT_TRUE(r.deploy_reported);
+}

@@ -157,6 +157,19 @@ inline std::optional<std::int64_t> opt_int64(sql::ResultSet& rs, const char* col
 inline std::string str(sql::ResultSet& rs, const char* col) {
   return rs.isNull(col) ? std::string() : std::string(rs.getString(col));
 }
+// The same by column index (1-based): a lookup by name upper-cases the name and searches the
+// result's columns, per column and per row.
+inline std::optional<std::string> opt_string(sql::ResultSet& rs, std::uint32_t col) {
+  if (rs.isNull(col)) return std::nullopt;
+  return std::string(rs.getString(col));
+}
+inline std::optional<std::int64_t> opt_int64(sql::ResultSet& rs, std::uint32_t col) {
+  if (rs.isNull(col)) return std::nullopt;
+  return static_cast<std::int64_t>(rs.getInt64(col));
+}
+inline std::string str(sql::ResultSet& rs, std::uint32_t col) {
+  return rs.isNull(col) ? std::string() : std::string(rs.getString(col));
+}
 
 /// SQL expression turning a DATETIME(3) column into epoch milliseconds (sessions run in UTC).
 inline std::string ms(std::string_view column) {
