@@ -13,6 +13,7 @@
 #include <cppconn/resultset.h>
 #include <cppconn/statement.h>
 #include <gtest/gtest.h>
+#include <mysql_connection.h>
 
 #include <atomic>
 #include <barrier>
@@ -197,6 +198,28 @@ TEST(BoundStatement, PlaceholdersOutsideQuotesAreBoundAndValuesEscaped) {
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND "
                       "table_name = 'operation'"),
             "1");
+}
+
+// A value without a byte the server's escaping changes is quoted without the driver; either way the
+// text is what the driver's escaping makes of it, and the server reads back the value.
+TEST(BoundStatement, QuotingAgreesWithTheDriversEscapingForEveryByte) {
+  test_database db;
+  auto c = db.connect();
+  const detail::sql_text t(*c);
+  auto& mysql = dynamic_cast<sql::mysql::MySQL_Connection&>(*c);
+  std::vector<std::string> values = {"", "plain", "svc-42/team.repo", "caf\xc3\xa9 \xe2\x82\xac", "a b\tc"};
+  for (int b = 0; b < 256; ++b) values.push_back(std::string("x") + static_cast<char>(b) + "y");
+  for (const auto& v : values) {
+    SCOPED_TRACE(::testing::PrintToString(v));
+    EXPECT_EQ(t.quote(v), "'" + std::string(mysql.escapeString(sql::SQLString(v))) + "'");
+    // A lone byte above 0x7f is not UTF-8: the server would refuse it rather than echo it.
+    if (v.size() == 3 && static_cast<unsigned char>(v[1]) >= 0x80) continue;
+    detail::statement echo(*c, "SELECT ? AS v");
+    echo.setString(1, v);
+    std::unique_ptr<sql::ResultSet> rs(echo.executeQuery());
+    ASSERT_TRUE(rs->next());
+    EXPECT_EQ(std::string(rs->getString("v")), v);
+  }
 }
 
 namespace {
