@@ -4,7 +4,8 @@
 // on the service's route table (http/router.hpp) and, for /console paths, the static file handler
 // against a temporary console directory with a file OUTSIDE it that must never be served.
 // Invariants: never throws; the router's answer agrees with the pattern it names; query/header
-// accessors never throw; the console never serves a file outside its directory.
+// accessors never throw; the console never serves a file outside its directory; a reply carrying
+// the request's path in a header and its body as body is one well-formed message with nothing added.
 //
 // The routes are those of http/route_table.hpp, with handlers that do nothing.
 
@@ -13,6 +14,7 @@
 #include "http/handlers/static_files.hpp"
 #include "http/router.hpp"
 #include "http/server/beast_request.hpp"
+#include "http/server/response_text.hpp"
 #include "http/server/server.hpp"
 
 #include <boost/beast/core.hpp>
@@ -98,6 +100,46 @@ void check_route(const http_server::request& req) {
   }
 }
 
+/// A reply built from what the request carried (its decoded path, which may hold any byte: %0d%0a,
+/// as a header value; its body as the body) must come out as one well-formed HTTP message that a
+/// client's parser reads back whole, with nothing added: no header can be injected.
+void check_reply(const http_server::request& req, unsigned status, bool keep_alive) {
+  http_server::response r;
+  r.status = status;
+  r.body = req.body;
+  r.set_header("Location", req.path);
+  std::string text;
+  http_server::serialize_response(r, 11, keep_alive, "changeflow", text);
+  bhttp::response_parser<bhttp::string_body> reader;
+  reader.eager(true);
+  reader.body_limit(text.size() + 1);
+  boost::beast::error_code ec;
+  auto used = reader.put(boost::asio::buffer(text), ec);
+  FUZZ_CHECK(!ec && reader.is_done() && used == text.size(), "the reply is one complete message");
+  const auto& m = reader.get();
+  FUZZ_CHECK(m.result_int() == status, "the reply carries its status");
+  std::string location;
+  for (char c : req.path) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 0x20 && u != 0x7f) || c == '\t') location.push_back(c);
+  }
+  // A field value loses its surrounding blanks in parsing.
+  auto trim = [](std::string v) {
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+    std::size_t i = 0;
+    while (i < v.size() && (v[i] == ' ' || v[i] == '\t')) ++i;
+    return v.substr(i);
+  };
+  FUZZ_CHECK(std::string(m["Location"]) == trim(location),
+             "the header carries the value without its control characters");
+  std::size_t fields = 0;
+  for (auto it = m.begin(); it != m.end(); ++it) ++fields;
+  const bool bodiless = status < 200 || status == 204 || status == 304;
+  const std::size_t expected = 3 + (bodiless ? 0 : 1) + (keep_alive ? 0 : 1);  // Server, Content-Type, Location
+  FUZZ_CHECK(fields == expected, "no header beyond those written");
+  FUZZ_CHECK(bodiless ? m.body().empty() : m.body() == req.body, "the reply carries its body");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -137,5 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (auto v = req.query_param(q)) FUZZ_CHECK(v->size() <= req.query.size(), "query value within the query");
   }
   check_route(req);
+  const unsigned status = 100 + static_cast<unsigned>(size % 500);
+  check_reply(req, status, size % 2 == 0);
   return 0;
 }

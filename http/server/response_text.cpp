@@ -16,16 +16,27 @@ bool same_name(std::string_view a, std::string_view b) {
   return true;
 }
 
-void append_clean(std::string& out, std::string_view text) {
+/// A field value keeps visible characters, spaces, tabs and bytes above 0x7f (RFC 9110 field-value);
+/// control characters, CR and LF among them, are dropped.
+void append_value(std::string& out, std::string_view text) {
   for (char c : text) {
-    if (c != '\r' && c != '\n') out.push_back(c);
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 0x20 && u != 0x7f) || c == '\t') out.push_back(c);
+  }
+}
+
+/// A field name keeps its token characters (RFC 9110 tchar) only.
+void append_name(std::string& out, std::string_view text) {
+  static constexpr std::string_view symbols = "!#$%&'*+-.^_`|~";
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || symbols.find(c) != std::string_view::npos) out.push_back(c);
   }
 }
 
 void append_header(std::string& out, std::string_view name, std::string_view value) {
-  append_clean(out, name);
+  append_name(out, name);
   out += ": ";
-  append_clean(out, value);
+  append_value(out, value);
   out += "\r\n";
 }
 

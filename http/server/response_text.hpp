@@ -13,7 +13,8 @@ namespace changeflow::http_server {
 
 /// Replaces `out` with `r` as HTTP/1.x (`version` 10 or 11) text. Content-Length and Connection
 /// are the server's: a handler's copies are dropped. A 1xx, 204 or 304 reply carries neither a
-/// Content-Length nor a body. Header names and values lose CR and LF (no header can be injected).
+/// Content-Length nor a body. A header value loses its control characters (CR and LF among them: no
+/// header can be injected), a name whatever is not a token character.
 /// `keep_alive` false writes `Connection: close` (HTTP/1.1); true writes `Connection: keep-alive`
 /// for HTTP/1.0 only.
 void serialize_response(const response& r, unsigned version, bool keep_alive, std::string_view server_name,

@@ -65,6 +65,7 @@ TEST(ResponseText, TheServerOwnsLengthAndConnectionAndNoHeaderCanBeInjected) {
   r.body = "abc";
   r.set_header("Content-Length", "999").set_header("connection", "upgrade");
   r.set_header("X-Note", "a\r\nSet-Cookie: stolen=1").set_header("X-Bad\r\nName", "v");
+  r.set_header("X-Controls", std::string("a\x01\x1e\x7f\tb\xc3\xa9", 8)).set_header("X-Bad Name:", "w");
   std::string out;
   serialize_response(r, 11, true, "s", out);
   auto m = parse(out);
@@ -73,6 +74,8 @@ TEST(ResponseText, TheServerOwnsLengthAndConnectionAndNoHeaderCanBeInjected) {
   EXPECT_EQ(m.count(bhttp::field::set_cookie), 0u);
   EXPECT_EQ(m["X-Note"], "aSet-Cookie: stolen=1");
   EXPECT_EQ(m["X-BadName"], "v");
+  EXPECT_EQ(m["X-Controls"], "a\tb\xc3\xa9");  // a tab and bytes above 0x7f are allowed in a value
+  EXPECT_EQ(m.count("X-BadName"), 2u);         // "X-Bad Name:" keeps its token characters
   EXPECT_EQ(m.body(), "abc");
 }
 
