@@ -196,11 +196,14 @@ status_view status_reads::view_of(persistence::session db, const persistence::op
 void status_reads::answer_from_memory(persistence::operation_row row, const view_check& may_view,
                                       status_answer answer) {
   auto* registry = svc_.actors;
-  may_view(row, [row, registry, answer = std::move(answer)](bool visible) {
+  // One row for the check and the answer: the check reads it, and calls `decide` once, after which
+  // the answer takes it (a poll copied the whole row, payload included, twice more).
+  auto held = std::make_shared<persistence::operation_row>(std::move(row));
+  may_view(*held, [held, registry, answer = std::move(answer)](bool visible) {
     if (!visible) return answer(failed_view(status_outcome::not_found));
     status_view v;
-    v.row = row;
-    v.live = registry->find(row.operation_id).has_value();
+    v.live = registry->find(held->operation_id).has_value();
+    v.row = std::move(*held);
     answer(std::move(v));
   });
 }
