@@ -1,5 +1,7 @@
 #include "clients/http_client.hpp"
 
+#include "base/http_field.hpp"
+
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <boost/asio/connect.hpp>
@@ -100,6 +102,41 @@ std::string url_encode(std::string_view s) {
       out.push_back(hex[c & 15]);
     }
   }
+  return out;
+}
+
+std::string request_text(const http_request& req, const std::string& host_port) {
+  // The fields in the order a later setting of a name leaves them: it replaces the earlier one and
+  // goes last.
+  std::vector<std::pair<std::string_view, std::string_view>> fields = {
+      {"Host", host_port}, {"User-Agent", "changeflow"}, {"Accept", "application/json"}};
+  auto set = [&fields](std::string_view name, std::string_view value) {
+    fields.erase(
+        std::remove_if(fields.begin(), fields.end(), [name](const auto& f) { return same_http_name(f.first, name); }),
+        fields.end());
+    fields.emplace_back(name, value);
+  };
+  for (const auto& [name, value] : req.headers) {
+    if (same_http_name(name, "content-length") || same_http_name(name, "transfer-encoding") ||
+        same_http_name(name, "connection"))
+      continue;
+    set(name, value);
+  }
+  if (!req.body.empty()) set("Content-Type", "application/json");
+  std::string out;
+  out.reserve(256 + req.body.size());
+  out += req.method;
+  out += ' ';
+  out += req.target.empty() ? std::string_view("/") : std::string_view(req.target);  // an empty path is "/"
+  out += " HTTP/1.1\r\n";
+  for (const auto& [name, value] : fields) append_http_field(out, name, value);
+  if (!req.body.empty() || req.method == "POST" || req.method == "PUT" || req.method == "OPTIONS") {
+    out += "Content-Length: ";
+    out += std::to_string(req.body.size());
+    out += "\r\n";
+  }
+  out += "\r\n";
+  out += req.body;
   return out;
 }
 
@@ -315,7 +352,7 @@ struct http_client::impl {
     if (write_ec) return classify(write_ec, "write");
 
     answer_parser parser;
-    prepare(parser, msg, limits);
+    prepare(parser, msg.method() == bhttp::verb::head, limits);
     // Read and parse by hand, as the plain path does: http::async_read makes the parser eager (see
     // prepare); a TLS record easily carries a header and its body together.
     while (!parser.is_done()) {
@@ -350,12 +387,11 @@ struct http_client::impl {
   /// The parser's limits for one answer. It is not eager (both paths put by hand): Beast 1.74 skips
   /// the body limit of a Content-Length answer whose header and body are parsed in one put, and a
   /// parser that is not eager stops after the header, where the limit is checked.
-  static void prepare(answer_parser& parser, const bhttp::request<bhttp::string_body>& msg,
-                      const transport_limits& limits) {
+  static void prepare(answer_parser& parser, bool head, const transport_limits& limits) {
     parser.body_limit(limits.max_response_bytes);
     parser.header_limit(64 * 1024);
     // The answer to a HEAD names the length of a body it does not carry.
-    parser.skip(msg.method() == bhttp::verb::head);
+    parser.skip(head);
   }
 
   /// Hands the parser what `buffer` holds, as far as it takes it; what it took leaves the buffer.
@@ -404,25 +440,9 @@ struct http_client::impl {
   /// bounded by the call's deadline. The event loop the TLS path runs costs, per call, a timer armed
   /// and moved per operation (a timerfd update each), a receive tried before any answer could be
   /// there, and several empty epoll passes: about twelve system calls where these take four.
-  result<http_response> exchange_plain(connection& c, bhttp::request<bhttp::string_body>& msg,
+  result<http_response> exchange_plain(connection& c, const std::string& wire, bool head,
                                        const transport_limits& limits, clock_type::time_point deadline, bool& keep) {
     const int fd = c.plain->socket().native_handle();
-    std::string wire;
-    {
-      bhttp::serializer<true, bhttp::string_body> sr(msg);
-      beast::error_code ec;
-      do {
-        sr.next(ec, [&](beast::error_code&, const auto& buffers) {
-          std::size_t n = 0;
-          for (auto b : beast::buffers_range_ref(buffers)) {
-            wire.append(static_cast<const char*>(b.data()), b.size());
-            n += b.size();
-          }
-          sr.consume(n);
-        });
-        if (ec) return transport_error(call_error::kind::protocol, "write failed: " + ec.message());
-      } while (!sr.is_done());
-    }
     for (std::size_t sent = 0; sent < wire.size();) {
       ssize_t n = ::send(fd, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL);
       if (n > 0) {
@@ -442,7 +462,7 @@ struct http_client::impl {
     }
 
     answer_parser parser;
-    prepare(parser, msg, limits);
+    prepare(parser, head, limits);
     // The connection's buffer holds what arrived and the parser has not taken yet (a header block
     // is parsed only whole); after the response it must be empty for the connection to be reused.
     auto& pending = c.buffer;
@@ -479,6 +499,15 @@ struct http_client::impl {
   }
 
   result<http_response> call(const url_parts& server, const http_request& req, const transport_limits& limits) {
+    auto verb = bhttp::string_to_verb(req.method);
+    if (verb == bhttp::verb::unknown) return transport_error(call_error::kind::invalid_argument, "bad method");
+    // The request line carries the target as it is: a space or a control byte in it would end the
+    // line or the target early.
+    if (std::any_of(req.target.begin(), req.target.end(), [](char c) {
+          const auto u = static_cast<unsigned char>(c);
+          return u <= 0x20 || u == 0x7f;
+        }))
+      return transport_error(call_error::kind::invalid_argument, "bad target");
     auto deadline = clock_type::now() + limits.request_timeout;
     std::string host_port = server.host + ":" + std::to_string(server.port);
     std::string key = (server.tls ? "https://" : "http://") + host_port;
@@ -493,11 +522,16 @@ struct http_client::impl {
       conn = std::move(fresh.value());
     }
 
+    bool keep = false;
+    if (conn.plain) {
+      auto answer =
+          exchange_plain(conn, request_text(req, host_port), verb == bhttp::verb::head, limits, deadline, keep);
+      if (answer && keep) idle[key] = std::move(conn);
+      return answer;
+    }
     bhttp::request<bhttp::string_body> msg;
-    auto verb = bhttp::string_to_verb(req.method);
-    if (verb == bhttp::verb::unknown) return transport_error(call_error::kind::invalid_argument, "bad method");
     msg.method(verb);
-    msg.target(req.target);
+    msg.target(req.target.empty() ? std::string("/") : req.target);
     msg.version(11);
     msg.set(bhttp::field::host, host_port);
     msg.set(bhttp::field::user_agent, "changeflow");
@@ -507,13 +541,6 @@ struct http_client::impl {
     msg.body() = req.body;
     msg.keep_alive(true);
     msg.prepare_payload();
-
-    bool keep = false;
-    if (conn.plain) {
-      auto answer = exchange_plain(conn, msg, limits, deadline, keep);
-      if (answer && keep) idle[key] = std::move(conn);
-      return answer;
-    }
     conn.lowest().expires_at(deadline);
     auto answer = exchange(*conn.tls, conn.buffer, msg, limits, keep);
     if (answer && keep) {

@@ -45,6 +45,14 @@ struct http_request {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
+/// The request as the client writes it on a plain connection: HTTP/1.1, keep-alive, Host,
+/// User-Agent and Accept unless the request names its own, then the request's headers (a later
+/// one of a name replaces an earlier), Content-Type application/json with a body, Content-Length
+/// for a body (and for POST, PUT and OPTIONS without one), then the body. Content-Length,
+/// Transfer-Encoding and Connection are the client's. What HTTP does not allow in a header is
+/// dropped (base/http_field.hpp).
+std::string request_text(const http_request& req, const std::string& host_port);
+
 struct http_response {
   int status = 0;
   std::string body;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -583,4 +584,78 @@ TEST_F(HttpClientTlsReads, AChunkedAnswerIsReadWholeAndTheConnectionIsReused) {
     EXPECT_EQ(r.value().body, R"({"ok":true,"target":")" + target + "\"}");
   }
   EXPECT_EQ(client->connections_opened(), 1u);
+}
+
+// The plain path writes a request by hand; it must be the bytes Beast's serializer writes for the
+// message the TLS path builds (same fields, same order, same length rules).
+TEST(RequestText, IsWhatBeastWritesForTheSameRequest) {
+  namespace bhttp = boost::beast::http;
+  auto beast_text = [](const http_request& req, const std::string& host_port) {
+    bhttp::request<bhttp::string_body> msg;
+    msg.method(bhttp::string_to_verb(req.method));
+    msg.target(req.target);
+    msg.version(11);
+    msg.set(bhttp::field::host, host_port);
+    msg.set(bhttp::field::user_agent, "changeflow");
+    msg.set(bhttp::field::accept, "application/json");
+    for (const auto& [name, value] : req.headers) msg.set(name, value);
+    if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
+    msg.body() = req.body;
+    msg.keep_alive(true);
+    msg.prepare_payload();
+    std::ostringstream out;
+    out << msg;
+    return out.str();
+  };
+  std::vector<http_request> cases;
+  for (const char* method : {"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"}) {
+    for (std::string body : {std::string(), std::string(R"({"a":1})")}) {
+      http_request r;
+      r.method = method;
+      r.target = "/api/v4/projects/team%2Frepo/merge_requests/7?x=1";
+      r.body = body;
+      cases.push_back(r);
+    }
+  }
+  http_request with_headers;
+  with_headers.method = "PUT";
+  with_headers.target = "/approve";
+  with_headers.body = "{}";
+  with_headers.headers = {
+      {"PRIVATE-TOKEN", "t-1"}, {"accept", "text/plain"}, {"Idempotency-Key", "k"}, {"Private-Token", "t-2"}};
+  cases.push_back(with_headers);
+  for (const auto& req : cases) {
+    SCOPED_TRACE(req.method + " body " + std::to_string(req.body.size()));
+    EXPECT_EQ(request_text(req, "127.0.0.1:8080"), beast_text(req, "127.0.0.1:8080"));
+  }
+}
+
+TEST(RequestText, NoHeaderCanBeInjectedAndLengthIsTheClients) {
+  http_request r;
+  r.method = "POST";
+  r.target = "/x";
+  r.body = "abc";
+  r.headers = {{"X-Note", "a\r\nX-Injected: 1"}, {"Content-Length", "999"}, {"Connection", "close"}};
+  auto text = request_text(r, "h:1");
+  EXPECT_EQ(text.find("\r\nX-Injected"), std::string::npos) << text;
+  EXPECT_NE(text.find("X-Note: aX-Injected: 1\r\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Content-Length: 3\r\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("999"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Connection"), std::string::npos) << text;
+}
+
+TEST(RequestText, AMethodOrTargetThatCannotBeWrittenIsRefusedBeforeAnyConnection) {
+  http_client client;
+  auto server = parse_url("http://127.0.0.1:1");  // nothing listens: a refusal would say "refused"
+  ASSERT_TRUE(server);
+  transport_limits limits;
+  for (auto [method, target] :
+       {std::pair<const char*, const char*>{"GET", "/a b"}, {"GET", "/a\r\nX: 1"}, {"FETCH", "/a"}}) {
+    http_request r;
+    r.method = method;
+    r.target = target;
+    auto answer = client.call(*server, r, limits);
+    ASSERT_FALSE(answer) << method << " " << target;
+    EXPECT_EQ(answer.error().what, call_error::kind::invalid_argument) << method << " " << target;
+  }
 }
