@@ -164,6 +164,9 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void on_write(beast::error_code ec, bool close) {
+    // A large reply (a console asset, a long list) does not stay held by an idle keep-alive
+    // connection: its buffer is let go; a small one's is reused by the next reply.
+    if (out_.capacity() > 64 * 1024) std::string().swap(out_);
     if (ec) return do_close();
     if (close || !keep_alive_) return do_close();
     do_read();
