@@ -1,4 +1,5 @@
 #include "clients/http_client.hpp"
+#include "clients/request_message.hpp"
 
 #include "base/http_field.hpp"
 
@@ -138,6 +139,22 @@ std::string request_text(const http_request& req, const std::string& host_port) 
   out += "\r\n";
   out += req.body;
   return out;
+}
+
+bhttp::request<bhttp::string_body> request_message(const http_request& req, const std::string& host_port) {
+  bhttp::request<bhttp::string_body> msg;
+  msg.method(bhttp::string_to_verb(req.method));
+  msg.target(req.target.empty() ? std::string("/") : req.target);
+  msg.version(11);
+  msg.set(bhttp::field::host, host_port);
+  msg.set(bhttp::field::user_agent, "changeflow");
+  msg.set(bhttp::field::accept, "application/json");
+  for (const auto& [name, value] : req.headers) msg.set(name, value);
+  if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
+  msg.body() = req.body;
+  msg.keep_alive(true);
+  msg.prepare_payload();
+  return msg;
 }
 
 std::string http_response::header(const std::string& lower_name) const {
@@ -529,18 +546,7 @@ struct http_client::impl {
       if (answer && keep) idle[key] = std::move(conn);
       return answer;
     }
-    bhttp::request<bhttp::string_body> msg;
-    msg.method(verb);
-    msg.target(req.target.empty() ? std::string("/") : req.target);
-    msg.version(11);
-    msg.set(bhttp::field::host, host_port);
-    msg.set(bhttp::field::user_agent, "changeflow");
-    msg.set(bhttp::field::accept, "application/json");
-    for (const auto& [name, value] : req.headers) msg.set(name, value);
-    if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
-    msg.body() = req.body;
-    msg.keep_alive(true);
-    msg.prepare_payload();
+    auto msg = request_message(req, host_port);
     conn.lowest().expires_at(deadline);
     auto answer = exchange(*conn.tls, conn.buffer, msg, limits, keep);
     if (answer && keep) {

@@ -1,4 +1,5 @@
 #include "clients/http_client.hpp"
+#include "clients/request_message.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/ip/tcp.hpp>
@@ -589,22 +590,9 @@ TEST_F(HttpClientTlsReads, AChunkedAnswerIsReadWholeAndTheConnectionIsReused) {
 // The plain path writes a request by hand; it must be the bytes Beast's serializer writes for the
 // message the TLS path builds (same fields, same order, same length rules).
 TEST(RequestText, IsWhatBeastWritesForTheSameRequest) {
-  namespace bhttp = boost::beast::http;
   auto beast_text = [](const http_request& req, const std::string& host_port) {
-    bhttp::request<bhttp::string_body> msg;
-    msg.method(bhttp::string_to_verb(req.method));
-    msg.target(req.target);
-    msg.version(11);
-    msg.set(bhttp::field::host, host_port);
-    msg.set(bhttp::field::user_agent, "changeflow");
-    msg.set(bhttp::field::accept, "application/json");
-    for (const auto& [name, value] : req.headers) msg.set(name, value);
-    if (!req.body.empty()) msg.set(bhttp::field::content_type, "application/json");
-    msg.body() = req.body;
-    msg.keep_alive(true);
-    msg.prepare_payload();
     std::ostringstream out;
-    out << msg;
+    out << request_message(req, host_port);
     return out.str();
   };
   std::vector<http_request> cases;

@@ -295,7 +295,6 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
     // API metrics: latency and status per route template, recorded when the reply is sent (also
     // for requests the chain refused, so 401/403/429 show up in the latency histogram).
     auto started = std::chrono::steady_clock::now();
-    std::string pattern = matched->pattern;
     // `routes` keeps `matched` alive for a reply that comes after the server released its handler.
     http_server::responder timed([reply, arrived, started, routes, matched](http_server::response r) {
       auto now = std::chrono::steady_clock::now();
@@ -310,7 +309,7 @@ http_server::handler make_api(service_context& ctx, std::shared_ptr<const router
 
     // The reserved operator header is the server's to write: drop any client copy first.
     req.headers.erase(std::string(authenticated_operator_header));
-    auto head = middleware::head_of(req, pattern);
+    auto head = middleware::head_of(req, matched->pattern);
     auto shared_req = std::make_shared<http_server::request>(std::move(req));
     auto params = std::make_shared<path_params>(std::move(m.params));
     middleware::run_chain(head, matched->policy, state->deps,

@@ -40,14 +40,26 @@ void registry::inc(const std::string& name, const std::string& help, const label
       log::warn("metrics.skip_invalid_labels", {{"metric", name}});
       return;
     }
-    std::lock_guard lock(mutex_);
-    auto& fam = counters_[name];
-    if (!fam) fam = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
-    fam->Add(*safe).Increment(by);
+    counter_of(name, help, *safe).Increment(by);
   } catch (const std::exception& e) {
     log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});
   } catch (...) {
   }
+}
+
+prometheus::Counter& registry::counter_of(const std::string& name, const std::string& help, const labels& safe) {
+  std::lock_guard lock(mutex_);
+  auto& fam = counters_[name];
+  if (!fam) fam = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+  return fam->Add(safe);
+}
+
+prometheus::Histogram& registry::histogram_of(const std::string& name, const std::string& help, const labels& safe,
+                                              const std::vector<double>& buckets) {
+  std::lock_guard lock(mutex_);
+  auto& fam = histograms_[name];
+  if (!fam) fam = &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
+  return fam->Add(safe, prometheus::Histogram::BucketBoundaries(buckets));
 }
 
 void registry::set(const std::string& name, const std::string& help, const labels& l, double value) noexcept {
@@ -71,10 +83,7 @@ void registry::observe(const std::string& name, const std::string& help, const l
     if (fault_) throw std::runtime_error("injected metrics fault");
     auto safe = normalize(l);
     if (!safe) return;
-    std::lock_guard lock(mutex_);
-    auto& fam = histograms_[name];
-    if (!fam) fam = &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
-    fam->Add(*safe, prometheus::Histogram::BucketBoundaries(buckets)).Observe(value);
+    histogram_of(name, help, *safe, buckets).Observe(value);
   } catch (const std::exception& e) {
     log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});
   } catch (...) {
@@ -89,10 +98,7 @@ counter_handle registry::counter(const std::string& name, const std::string& hel
       log::warn("metrics.skip_invalid_labels", {{"metric", name}});
       return h;
     }
-    std::lock_guard lock(mutex_);
-    auto& fam = counters_[name];
-    if (!fam) fam = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
-    h.counter_ = &fam->Add(*safe);
+    h.counter_ = &counter_of(name, help, *safe);
     h.owner_ = this;
   } catch (const std::exception& e) {
     log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});
@@ -107,10 +113,7 @@ histogram_handle registry::histogram(const std::string& name, const std::string&
   try {
     auto safe = normalize(l);
     if (!safe) return h;
-    std::lock_guard lock(mutex_);
-    auto& fam = histograms_[name];
-    if (!fam) fam = &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
-    h.histogram_ = &fam->Add(*safe, prometheus::Histogram::BucketBoundaries(buckets));
+    h.histogram_ = &histogram_of(name, help, *safe, buckets);
     h.owner_ = this;
   } catch (const std::exception& e) {
     log::error("metrics.emit_failed", {{"metric", name}, {"error", e.what()}});

@@ -90,6 +90,10 @@ class registry {
   friend class histogram_handle;
   /// The fault hook for handles: true (after logging, as the wrapper does) when emissions must fail.
   bool faulted(const char* what) const noexcept;
+  /// The series of normalized labels `safe`, its family registered on first use (may throw).
+  prometheus::Counter& counter_of(const std::string& name, const std::string& help, const labels& safe);
+  prometheus::Histogram& histogram_of(const std::string& name, const std::string& help, const labels& safe,
+                                      const std::vector<double>& buckets);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
