@@ -3,9 +3,9 @@
 //   changeflow-load flow   --port P --n N --c C [--wait-mode poll|longpoll|db] [--poll-interval-ms 50]
 //                          [--wait-ms 30000] [--rate R] [--tag X] [--timeout-s S]
 //                          [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
-//       the standard workload's client side: C client threads, each submits a change (unique
-//       subject/target) and learns its completion as a client does, then submits the next, until N
-//       changes are terminal. poll: GET /api/v1/changes/{id} every 50 ms; longpoll: GET
+//       the standard workload's client side: C clients (one event loop, a connection each), each
+//       submits a change (unique subject/target) and learns its completion as a client does, then
+//       submits the next, until N changes are terminal. poll: GET /api/v1/changes/{id} every 50 ms; longpoll: GET
 //       /api/v1/changes/{id}?wait=<ms> until terminal; db: no client reads, progress read from the
 //       database in bulk (the old driver). Prints throughput, latency (database and client view),
 //       CPU per process, SQL statements and fsyncs per change (SHOW GLOBAL STATUS deltas over the
@@ -33,6 +33,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -486,6 +488,11 @@ double histogram_percentile(const std::map<double, double>& before, const std::m
   return lower * 1000;
 }
 
+// The client side of the standard workload: C clients, each with its own keep-alive connection,
+// one change at a time (submit, then wait for it the way clients wait), until N changes are
+// terminal. All C clients run on ONE thread around epoll, as load generators such as wrk do: a
+// thread per client spent two context switches per read (the wake for the poll tick and the wake
+// for the answer), and the driver shares the machine with what it measures.
 struct client_loop {
   int port;
   long n;
@@ -509,70 +516,261 @@ struct client_loop {
     if (sample_errors.size() < 5) sample_errors.push_back(e);
   }
 
-  // One client: a change at a time, submitted, then waited for the way clients wait.
-  void run_thread() {
-    http_conn conn(port);
-    std::string out;
-    for (long i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-      pace(start, rate, i);
-      const std::string body = change_body(tag, i);
-      auto t0 = clock_type::now();
-      int status = conn.call("POST", "/api/v1/changes", body, out);
-      auto p = out.find("\"operationId\":\"");
-      if (status != 202 || out.find("\"ACCEPTED\"") == std::string::npos || p == std::string::npos) {
-        rejected.fetch_add(1);
-        error("submit " + std::to_string(status) + " " + out.substr(0, 200));
-        continue;
+  enum class stage { submit, read, done };
+  struct client {
+    int fd = -1;
+    stage at = stage::submit;
+    long index = -1;
+    std::string request;  // the request in flight (sent again once on a fresh connection if the old one closed)
+    int sends = 0;
+    std::string in;  // bytes of the answer so far
+    std::string target, waited, last_phase;
+    clock_type::time_point t0, next_poll, asked;
+  };
+  struct due {
+    clock_type::time_point at;
+    std::size_t who;
+    bool operator>(const due& o) const { return at > o.at; }
+  };
+
+  int ep = -1;
+  std::vector<client> clients;
+  std::priority_queue<due, std::vector<due>, std::greater<due>> timers;
+  long live = 0;
+
+  void close_conn(client& cl) {
+    if (cl.fd >= 0) ::close(cl.fd);  // closing removes it from the epoll set
+    cl.fd = -1;
+    cl.in.clear();
+  }
+
+  bool connect_conn(client& cl, std::size_t who) {
+    cl.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (cl.fd < 0) return false;
+    int one = 1;
+    ::setsockopt(cl.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = who;
+    if (::connect(cl.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::epoll_ctl(ep, EPOLL_CTL_ADD, cl.fd, &ev) != 0) {
+      close_conn(cl);
+      return false;
+    }
+    return true;
+  }
+
+  // Sends the client's request (the socket is blocking for writes: a request is a few hundred
+  // bytes into an empty loopback buffer). A connection the server closed since the last answer
+  // is replaced once, as the blocking client did.
+  void send_request(std::size_t who) {
+    auto& cl = clients[who];
+    cl.in.clear();
+    while (cl.sends < 2) {
+      ++cl.sends;
+      if (cl.fd < 0 && !connect_conn(cl, who)) continue;
+      std::size_t off = 0;
+      while (off < cl.request.size()) {
+        auto k = ::send(cl.fd, cl.request.data() + off, cl.request.size() - off, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        off += static_cast<std::size_t>(k);
       }
-      accepted.fetch_add(1);
-      const std::string target = "/api/v1/changes/" + out.substr(p + 15, 36);
-      const std::string waited = target + "?wait=" + std::to_string(wait_ms);
-      auto next_poll = t0;
-      std::string last_phase;
-      for (;;) {
-        if (clock_type::now() > deadline) {
-          timed_out = true;
-          return;
-        }
-        if (mode == "poll") {
-          // Every poll interval; a read answered later than that is followed by the next at once
-          // (one read at a time per client, no backlog of missed ticks).
-          next_poll = std::max(next_poll + std::chrono::milliseconds(poll_interval_ms), clock_type::now());
-          std::this_thread::sleep_until(next_poll);
-        }
-        auto asked = clock_type::now();
-        int st = conn.call("GET", mode == "poll" ? target : waited, "", out);
-        reads.fetch_add(1);
-        if (st != 200) {
-          read_errors.fetch_add(1);
-          error("read " + std::to_string(st) + " " + out.substr(0, 200));
-          std::this_thread::sleep_for(std::chrono::milliseconds(poll_interval_ms));
-          continue;
-        }
-        auto phase = phase_in(out);
-        if (terminal_phase(phase)) {
-          if (phase == "VALIDATED") {
-            validated.fetch_add(1);
-            std::lock_guard<std::mutex> g(mu);
-            client_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-          } else {
-            failed.fetch_add(1);
-            error("ended in " + phase);
-          }
-          break;
-        }
-        // A long poll answered before the poll interval with the phase unchanged: the server did not
-        // wait (it may not know ?wait=). Never spin: wait out the poll interval, as a poll would.
-        if (mode == "longpoll") {
-          bool unchanged = phase == last_phase;
-          last_phase = phase;
-          if (unchanged && clock_type::now() - asked < std::chrono::milliseconds(poll_interval_ms)) {
-            early_answers.fetch_add(1);
-            std::this_thread::sleep_until(asked + std::chrono::milliseconds(poll_interval_ms));
-          }
-        }
+      if (off == cl.request.size()) return;
+      close_conn(cl);
+    }
+    answered(who, 0, "");
+  }
+
+  void ask(std::size_t who, const std::string& method, const std::string& target, const std::string& body) {
+    auto& cl = clients[who];
+    cl.request = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+    if (!body.empty())
+      cl.request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    cl.request += "\r\n" + body;
+    cl.sends = 0;
+    send_request(who);
+  }
+
+  void submit_next(std::size_t who) {
+    auto& cl = clients[who];
+    long i = next.fetch_add(1);
+    if (i >= n) {
+      cl.at = stage::done;
+      close_conn(cl);
+      --live;
+      return;
+    }
+    cl.index = i;
+    cl.at = stage::submit;
+    if (rate > 0) {
+      auto slot =
+          start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(double(i) / rate));
+      if (slot > clock_type::now()) {
+        timers.push({slot, who});
+        return;
       }
     }
+    submit_now(who);
+  }
+
+  void submit_now(std::size_t who) {
+    auto& cl = clients[who];
+    cl.t0 = clock_type::now();
+    ask(who, "POST", "/api/v1/changes", change_body(tag, cl.index));
+  }
+
+  void read_now(std::size_t who) {
+    auto& cl = clients[who];
+    cl.asked = clock_type::now();
+    ask(who, "GET", mode == "poll" ? cl.target : cl.waited, "");
+  }
+
+  // Poll mode: every poll interval; a read answered later than that is followed by the next at
+  // once (one read at a time per client, no backlog of missed ticks).
+  void read_on_tick(std::size_t who) {
+    auto& cl = clients[who];
+    cl.next_poll = std::max(cl.next_poll + std::chrono::milliseconds(poll_interval_ms), clock_type::now());
+    timers.push({cl.next_poll, who});
+  }
+
+  void answered(std::size_t who, int status, const std::string& body) {
+    auto& cl = clients[who];
+    if (cl.at == stage::submit) {
+      auto p = body.find("\"operationId\":\"");
+      if (status != 202 || body.find("\"ACCEPTED\"") == std::string::npos || p == std::string::npos) {
+        rejected.fetch_add(1);
+        error("submit " + std::to_string(status) + " " + body.substr(0, 200));
+        submit_next(who);
+        return;
+      }
+      accepted.fetch_add(1);
+      cl.target = "/api/v1/changes/" + body.substr(p + 15, 36);
+      cl.waited = cl.target + "?wait=" + std::to_string(wait_ms);
+      cl.next_poll = cl.t0;
+      cl.last_phase.clear();
+      cl.at = stage::read;
+      if (mode == "poll")
+        read_on_tick(who);
+      else
+        read_now(who);
+      return;
+    }
+    reads.fetch_add(1);
+    if (status != 200) {
+      read_errors.fetch_add(1);
+      error("read " + std::to_string(status) + " " + body.substr(0, 200));
+      timers.push({clock_type::now() + std::chrono::milliseconds(poll_interval_ms), who});
+      return;
+    }
+    auto phase = phase_in(body);
+    if (terminal_phase(phase)) {
+      if (phase == "VALIDATED") {
+        validated.fetch_add(1);
+        std::lock_guard<std::mutex> g(mu);
+        client_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - cl.t0).count());
+      } else {
+        failed.fetch_add(1);
+        error("ended in " + phase);
+      }
+      submit_next(who);
+      return;
+    }
+    if (mode == "poll") {
+      read_on_tick(who);
+      return;
+    }
+    // A long poll answered before the poll interval with the phase unchanged: the server did not
+    // wait (it may not know ?wait=). Never spin: wait out the poll interval, as a poll would.
+    bool unchanged = phase == cl.last_phase;
+    cl.last_phase = phase;
+    if (unchanged && clock_type::now() - cl.asked < std::chrono::milliseconds(poll_interval_ms)) {
+      early_answers.fetch_add(1);
+      timers.push({cl.asked + std::chrono::milliseconds(poll_interval_ms), who});
+      return;
+    }
+    read_now(who);
+  }
+
+  // One whole answer at the front of the client's bytes: its status and body, consumed.
+  static bool take_answer(client& cl, int& status, std::string& body, bool& close_after) {
+    auto end = cl.in.find("\r\n\r\n");
+    if (end == std::string::npos) return false;
+    std::string head = cl.in.substr(0, end);
+    std::transform(head.begin(), head.end(), head.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    std::size_t length = 0;
+    if (auto p = head.find("content-length:"); p != std::string::npos) length = std::stoul(head.substr(p + 15));
+    if (cl.in.size() < end + 4 + length) return false;
+    status = head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
+    close_after = head.find("connection: close") != std::string::npos;
+    body = cl.in.substr(end + 4, length);
+    cl.in.erase(0, end + 4 + length);
+    return true;
+  }
+
+  void readable(std::size_t who) {
+    auto& cl = clients[who];
+    if (cl.fd < 0) return;
+    char tmp[16384];
+    for (;;) {
+      auto k = ::recv(cl.fd, tmp, sizeof tmp, MSG_DONTWAIT);
+      if (k > 0) {
+        cl.in.append(tmp, static_cast<std::size_t>(k));
+        if (static_cast<std::size_t>(k) == sizeof tmp) continue;
+        break;
+      }
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (k < 0 && errno == EINTR) continue;
+      // Closed (or failed) before a whole answer: the request goes again on a fresh connection once.
+      close_conn(cl);
+      if (cl.at != stage::done) send_request(who);
+      return;
+    }
+    int status = 0;
+    bool close_after = false;
+    std::string body;
+    if (!take_answer(cl, status, body, close_after)) return;
+    if (close_after) close_conn(cl);
+    answered(who, status, body);
+  }
+
+  void run() {
+    ep = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) throw std::runtime_error("epoll_create1 failed");
+    clients.resize(static_cast<std::size_t>(std::min(c, n)));
+    live = static_cast<long>(clients.size());
+    for (std::size_t i = 0; i < clients.size(); ++i) submit_next(i);
+    std::vector<epoll_event> events(256);
+    while (live > 0) {
+      auto now = clock_type::now();
+      if (now > deadline) {
+        timed_out = true;
+        break;
+      }
+      while (!timers.empty() && timers.top().at <= now) {
+        auto who = timers.top().who;
+        timers.pop();
+        auto& cl = clients[who];
+        if (cl.at == stage::submit)
+          submit_now(who);
+        else if (cl.at == stage::read)
+          read_now(who);
+      }
+      timespec wait{1, 0};
+      if (!timers.empty()) {
+        auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(timers.top().at - clock_type::now()).count();
+        left = std::clamp<long long>(left, 0, 1'000'000'000LL);
+        wait = timespec{static_cast<time_t>(left / 1'000'000'000LL), static_cast<long>(left % 1'000'000'000LL)};
+      }
+      int k = ::epoll_pwait2(ep, events.data(), static_cast<int>(events.size()), &wait, nullptr);
+      if (k < 0 && errno != EINTR) throw std::runtime_error("epoll_pwait2 failed");
+      for (int j = 0; j < k; ++j) readable(static_cast<std::size_t>(events[static_cast<std::size_t>(j)].data.u64));
+    }
+    for (auto& cl : clients) close_conn(cl);
+    ::close(ep);
   }
 };
 
@@ -627,8 +825,14 @@ int cmd_flow(const args& a) {
     loop.rate = static_cast<double>(a.num("rate", 0));
     loop.start = clock_type::now();
     loop.deadline = loop.start + std::chrono::seconds(timeout_s);
-    std::vector<std::thread> threads;
-    for (long i = 0; i < std::min(c, n); ++i) threads.emplace_back([&] { loop.run_thread(); });
+    std::thread runner([&] {
+      try {
+        loop.run();
+      } catch (const std::exception& e) {
+        loop.error(e.what());
+        loop.timed_out = true;
+      }
+    });
     std::thread progress([&] {
       long last = -1;
       while (loop.validated + loop.failed + loop.rejected < n && !loop.timed_out) {
@@ -641,7 +845,7 @@ int cmd_flow(const args& a) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     });
-    for (auto& t : threads) t.join();
+    runner.join();
     wall_s = std::chrono::duration<double>(clock_type::now() - loop.start).count();
     loop.timed_out = loop.timed_out || loop.validated + loop.failed + loop.rejected < n;
     progress.join();
