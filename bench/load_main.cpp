@@ -1,7 +1,7 @@
 // changeflow-load: the benchmark driver. Never part of the test suite; no assertions.
 //
 //   changeflow-load flow   --port P --n N --c C [--wait-mode poll|longpoll|db] [--poll-interval-ms 50]
-//                          [--wait-ms 30000] [--rate R] [--tag X] [--timeout-s S]
+//                          [--wait-ms 20000] [--rate R] [--tag X] [--timeout-s S]
 //                          [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
 //       the standard workload's client side: C clients (one event loop, a connection each), each
 //       submits a change (unique subject/target) and learns its completion as a client does, then
@@ -500,7 +500,7 @@ struct client_loop {
   std::string tag;
   std::string mode;  // poll | longpoll
   long poll_interval_ms = 50;
-  long wait_ms = 30000;
+  long wait_ms = 20000;  // the service answers ?wait= up to 25 s
   double rate = 0;
   clock_type::time_point start;
   clock_type::time_point deadline;
@@ -821,7 +821,7 @@ int cmd_flow(const args& a) {
     loop.tag = tag;
     loop.mode = mode;
     loop.poll_interval_ms = a.num("poll-interval-ms", 50);
-    loop.wait_ms = a.num("wait-ms", 30000);
+    loop.wait_ms = a.num("wait-ms", 20000);
     loop.rate = static_cast<double>(a.num("rate", 0));
     loop.start = clock_type::now();
     loop.deadline = loop.start + std::chrono::seconds(timeout_s);
