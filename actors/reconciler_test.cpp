@@ -4,6 +4,7 @@
 
 #include "actors/reconciler.hpp"
 
+#include "persistence/operation_sql.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "tests/support/process.hpp"
@@ -483,7 +484,7 @@ TEST(DeploySettlement, TheMergedWriterWaitsForACallbackUnitInProgressAndThenVali
   EXPECT_TRUE(changeflow::testing::wait_until(
       [&] {
         return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(writer_id) +
-                         " AND INFO LIKE 'UPDATE operation SET step%'") == "1";
+                         " AND INFO LIKE '" + persistence::detail::update_operation_by_key + "step%'") == "1";
       },
       10s))
       << "the MERGED write did not wait for the callback's unit";

@@ -62,7 +62,7 @@ step target_of(approval_result r) {
 std::string approval_move_sql(const detail::sql_text& t, const std::string& delivery_id,
                               const std::string& operation_id, step target) {
   const std::string cause = "approval callback " + delivery_id;
-  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(target)) +
+  return std::string(detail::update_operation_by_key) + "step = " + std::to_string(workflow::code_of(target)) +
          ", phase = " + t.quote(std::string(workflow::to_string(workflow::phase_of(target)))) +
          ", version = version + 1, attempts = 0, event_cause = " + t.quote(cause.substr(0, 255)) +
          ", event_actor = 'callback', event_instance = NULL WHERE operation_id = " + t.quote(operation_id) +

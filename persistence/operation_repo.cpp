@@ -47,8 +47,8 @@ phase phase_or_throw(const std::string& name) {
 }  // namespace
 
 std::string deploy_reported_mark_sql(const std::string& where_id) {
-  return "UPDATE operation SET deploy_reported = 1, updated_at = updated_at WHERE operation_id " + where_id +
-         " AND deploy_reported = 0 AND phase NOT IN (" + terminal_phase_list() + ")";
+  return std::string(update_operation_by_key) + "deploy_reported = 1, updated_at = updated_at WHERE operation_id " +
+         where_id + " AND deploy_reported = 0 AND phase NOT IN (" + terminal_phase_list() + ")";
 }
 
 std::string answer_with_rows_sql(const std::string& answer, const std::string& rows_on) {
@@ -147,9 +147,11 @@ std::string transition_set_sql(const sql_text& t, const transition_request& req)
   if (req.retry_in_step) {
     // Same step, no event: the failed attempt, its error and the next try. updated_at keeps the
     // time of the last step change (the poll schedule and "unchanged since" are measured from it).
-    q += "UPDATE operation SET version = version + 1, attempts = attempts + 1, updated_at = updated_at";
+    q += update_operation_by_key;
+    q += "version = version + 1, attempts = attempts + 1, updated_at = updated_at";
   } else {
-    q += "UPDATE operation SET step = " + std::to_string(workflow::code_of(req.to));
+    q += update_operation_by_key;
+    q += "step = " + std::to_string(workflow::code_of(req.to));
     q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
     // Attempts count the tries of the current step; a new step starts from none.
     if (!req.attempts && req.to != req.from) q += ", attempts = 0";
@@ -854,10 +856,10 @@ db_result<std::optional<validated_flip>> mark_validated(session s, const std::st
     // The operation's own write carries the event (the transition trigger writes it and moves the
     // binding when the phase changes); a binding left at MERGED under an operation already at
     // CALLED_BACK is repaired by the explicit write after it.
-    auto uo = prepare(conn,
-                      "UPDATE operation SET step = ?, phase = 'VALIDATED', version = version + 1, next_wake_at = NULL, "
-                      "event_cause = ?, event_actor = ?, event_instance = NULL "
-                      "WHERE operation_id = ? AND version = ?");
+    auto uo = prepare(conn, std::string(detail::update_operation_by_key) +
+                                "step = ?, phase = 'VALIDATED', version = version + 1, next_wake_at = NULL, "
+                                "event_cause = ?, event_actor = ?, event_instance = NULL "
+                                "WHERE operation_id = ? AND version = ?");
     uo->setInt(1, workflow::code_of(step::CALLED_BACK));
     uo->setString(2, "validated via " + via);
     uo->setString(3, via == "callback" ? "callback" : "reconciler");
@@ -920,10 +922,10 @@ int move_members(sql::Connection& conn, const std::vector<std::string>& ids, con
   for (const auto& chunk : chunks(ids)) {
     const std::string in = " IN (" + placeholders(chunk.size()) + ")";
     // One statement: the transition trigger writes each row's event and moves its binding's phase.
-    auto up = prepare(conn,
-                      "UPDATE operation SET step = ?, phase = ?, version = version + 1, next_wake_at = NULL, "
-                      "event_cause = ?, event_actor = 'batch', event_instance = ?" +
-                          m.extra_set + " WHERE step = ? AND operation_id" + in);
+    auto up = prepare(conn, std::string(update_operation_by_key) +
+                                "step = ?, phase = ?, version = version + 1, next_wake_at = NULL, "
+                                "event_cause = ?, event_actor = 'batch', event_instance = ?" +
+                                m.extra_set + " WHERE step = ? AND operation_id" + in);
     int i = 1;
     up->setInt(i++, workflow::code_of(m.to));
     up->setString(i++, to_phase);
@@ -950,9 +952,9 @@ void set_claimed_members_mr(sql::Connection& conn, std::int64_t batch_id, std::i
 
 bool link_revert(sql::Connection& conn, const std::string& original_id, const std::string& revert_id,
                  const std::string& actor, const std::string& instance_id) {
-  auto link = prepare(conn,
-                      "UPDATE operation SET reverted_by = ?, version = version + 1, event_cause = ?, "
-                      "event_actor = ?, event_instance = ? WHERE operation_id = ?");
+  auto link = prepare(conn, std::string(update_operation_by_key) +
+                                "reverted_by = ?, version = version + 1, event_cause = ?, "
+                                "event_actor = ?, event_instance = ? WHERE operation_id = ?");
   link->setString(1, revert_id);
   link->setString(2, "reverted by " + revert_id);
   link->setString(3, actor.substr(0, 160));

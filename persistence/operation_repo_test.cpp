@@ -4,6 +4,7 @@
 #include "persistence/callback_repo.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/instance_repo.hpp"
+#include "persistence/operation_sql.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "persistence/sql_util.hpp"
 #include "tests/support/process.hpp"
@@ -549,6 +550,44 @@ TEST(OperationRepo, OwnerFenceRejectsWritesFromAFormerOwner) {
   EXPECT_TRUE(transition(*c, t).ok());
 }
 
+// An UPDATE of operation that names its rows by key considers that key alone. Without the hint the
+// optimizer also estimates a range on every index the guard's columns lead: for the owner's guard,
+// idx_operation_owner_phase over all of the instance's rows (two index dives per transition, more
+// work as finished changes accumulate).
+TEST(OperationRepo, UpdatesByKeyConsiderTheKeyAlone) {
+  test_database db;
+  auto c = db.connect();
+  auto id = new_op(*c, "hana", "t");
+  const detail::sql_text text(*c);
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = 1;
+  t.from = S::APPROVAL_SENDING;
+  t.to = S::APPROVAL_SENT;
+  t.fence = owner_fence{"test-instance", 0};
+  t.mr_iid = 7;
+  auto possible_keys = [&](const std::string& sql) {
+    std::unique_ptr<sql::Statement> st(c->createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("EXPLAIN " + sql));
+    if (!rs->next()) return std::string("(no plan)");
+    return rs->isNull("possible_keys") ? std::string("(none)") : std::string(rs->getString("possible_keys"));
+  };
+  const std::string guarded = detail::transition_update_sql(text, t);
+  EXPECT_EQ(possible_keys(guarded), "PRIMARY") << guarded;
+  t.retry_in_step = true;
+  EXPECT_EQ(possible_keys(detail::transition_update_sql(text, t)), "PRIMARY");
+  EXPECT_EQ(possible_keys(detail::deploy_reported_mark_sql("= " + text.quote(id))), "PRIMARY");
+  EXPECT_EQ(possible_keys(detail::deploy_reported_mark_sql("IN (" + text.quote(id) + ", 'other')")), "PRIMARY");
+  // The same guard without the hint: what the test would see if it were dropped.
+  std::string plain = guarded;
+  plain.replace(0, std::string(detail::update_operation_by_key).size(), "UPDATE operation SET ");
+  EXPECT_NE(possible_keys(plain), "PRIMARY") << plain;
+  // And the hinted text still applies the transition under its guard.
+  t.retry_in_step = false;
+  EXPECT_TRUE(transition(*c, t).ok());
+  EXPECT_EQ(transition(*c, t).outcome, db_outcome::preempted);
+}
+
 // A connection killed in the middle of a transaction surfaces as `retryable`, and nothing lands.
 TEST(OperationRepo, KilledConnectionIsRetryable) {
   test_database db;
@@ -743,8 +782,9 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
   });
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
-        return db.scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " +
-                         std::to_string(callback_id) + " AND INFO LIKE '%UPDATE operation SET step%'") == "1";
+        return db.scalar(
+                   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(callback_id) +
+                   " AND INFO LIKE '%" + detail::update_operation_by_key + "step%'") == "1";
       },
       10s))
       << "the callback never waited for the operation row";

@@ -21,6 +21,14 @@ namespace changeflow::persistence::detail {
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
                                          std::optional<operation_row>* committed = nullptr);
 
+/// The head of every UPDATE of `operation` whose WHERE names rows by their key (operation_id = x, or
+/// IN a list). Without the hint MariaDB estimates, for each such statement, a range on every other
+/// index one of the guard's columns leads (owner_instance, phase, mr_iid): for the owner's guard that
+/// is two dives into idx_operation_owner_phase spanning all of the instance's rows, finished ones
+/// included, so each transition cost more as history grew. With it the key is the only index the
+/// optimizer considers, which is the plan it chose anyway.
+inline constexpr const char* update_operation_by_key = "UPDATE operation FORCE INDEX (PRIMARY) SET ";
+
 /// The guarded UPDATE of one transition, as text (the group commit sends several in one round trip).
 std::string transition_update_sql(const sql_text& t, const transition_request& req);
 

@@ -114,7 +114,8 @@ namespace {
 /// The flip to VALIDATED by a deploy (the transition trigger writes the event and moves the
 /// binding), for the steps of phase MERGED the transition table lets go to CALLED_BACK.
 std::string validate_update_sql(const detail::sql_text& t, const std::string& operation_id) {
-  return "UPDATE operation SET step = " + std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
+  return std::string(detail::update_operation_by_key) +
+         "step = " + std::to_string(workflow::code_of(workflow::step::CALLED_BACK)) +
          ", phase = 'VALIDATED', version = version + 1, next_wake_at = NULL, event_cause = 'validated via callback', "
          "event_actor = 'callback', event_instance = NULL WHERE operation_id = " +
          t.quote(operation_id) + " AND phase = 'MERGED' AND step IN (" +
