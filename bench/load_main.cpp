@@ -1,7 +1,7 @@
 // changeflow-load: the benchmark driver. Never part of the test suite; no assertions.
 //
 //   changeflow-load flow   --port P --n N --c C [--wait-mode poll|longpoll|db] [--poll-interval-ms 50]
-//                          [--wait-ms 20000] [--rate R] [--tag X] [--timeout-s S]
+//                          [--wait-ms 20000] [--rate R] [--tag X] [--timeout-s S] [--request-timeout-s 30]
 //                          [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
 //       the standard workload's client side: C clients (one event loop, a connection each), each
 //       submits a change (unique subject/target) and learns its completion as a client does, then
@@ -523,6 +523,8 @@ struct client_loop {
     long index = -1;
     std::string request;  // the request in flight (sent again once on a fresh connection if the old one closed)
     int sends = 0;
+    bool awaiting = false;  // a request is out and its answer has not come
+    clock_type::time_point sent_at;
     std::string in;  // bytes of the answer so far
     std::string target, waited, last_phase;
     clock_type::time_point t0, next_poll, asked;
@@ -533,6 +535,7 @@ struct client_loop {
     bool operator>(const due& o) const { return at > o.at; }
   };
 
+  std::chrono::seconds request_timeout{30};  // longer than the longest wait the service allows (25 s)
   int ep = -1;
   std::vector<client> clients;
   std::priority_queue<due, std::vector<due>, std::greater<due>> timers;
@@ -579,7 +582,11 @@ struct client_loop {
         if (k <= 0) break;
         off += static_cast<std::size_t>(k);
       }
-      if (off == cl.request.size()) return;
+      if (off == cl.request.size()) {
+        cl.awaiting = true;
+        cl.sent_at = clock_type::now();
+        return;
+      }
       close_conn(cl);
     }
     answered(who, 0, "");
@@ -639,6 +646,7 @@ struct client_loop {
 
   void answered(std::size_t who, int status, const std::string& body) {
     auto& cl = clients[who];
+    cl.awaiting = false;
     if (cl.at == stage::submit) {
       auto p = body.find("\"operationId\":\"");
       if (status != 202 || body.find("\"ACCEPTED\"") == std::string::npos || p == std::string::npos) {
@@ -744,8 +752,21 @@ struct client_loop {
     live = static_cast<long>(clients.size());
     for (std::size_t i = 0; i < clients.size(); ++i) submit_next(i);
     std::vector<epoll_event> events(256);
+    auto next_sweep = clock_type::now() + std::chrono::seconds(1);
     while (live > 0) {
       auto now = clock_type::now();
+      // An answer that does not come within the request timeout: the request goes again on a fresh
+      // connection once, then counts as failed (as the blocking client's receive timeout did).
+      if (now >= next_sweep) {
+        next_sweep = now + std::chrono::seconds(1);
+        for (std::size_t who = 0; who < clients.size(); ++who) {
+          auto& cl = clients[who];
+          if (!cl.awaiting || now - cl.sent_at < request_timeout) continue;
+          cl.awaiting = false;
+          close_conn(cl);
+          send_request(who);
+        }
+      }
       if (now > deadline) {
         timed_out = true;
         break;
@@ -822,6 +843,7 @@ int cmd_flow(const args& a) {
     loop.mode = mode;
     loop.poll_interval_ms = a.num("poll-interval-ms", 50);
     loop.wait_ms = a.num("wait-ms", 20000);
+    loop.request_timeout = std::chrono::seconds(a.num("request-timeout-s", 30));
     loop.rate = static_cast<double>(a.num("rate", 0));
     loop.start = clock_type::now();
     loop.deadline = loop.start + std::chrono::seconds(timeout_s);
