@@ -28,6 +28,9 @@ void poll_inbox(persistence::db_context& db, runtime::services* svc, rehydrator*
   // harmless (the version comparison below filters them).
   auto changed = persistence::list_owned_changed_since(db, svc->instance_id, interval * 4 + 2000, 2000);
   if (!changed.ok()) return;
+  svc->metrics->inc("changeflow_inbox_passes_total", "Passes of the owner's changed-row poll that read the rows");
+  const auto now = svc->now_ms();
+  const auto beyond = svc->config->current()->durability().passivate_beyond_seconds;
   std::vector<std::string> to_spawn;
   for (const auto& c : changed.value) {
     if (!workflow::needs_actor(c.step)) continue;
@@ -38,6 +41,10 @@ void poll_inbox(persistence::db_context& db, runtime::services* svc, rehydrator*
       }
       continue;
     }
+    // A passivated wait has no actor by design; the spawn below would refuse it after reading its
+    // whole row, on every pass while the row is within the look-back. Its step and deadline are in
+    // the list already, so it is left alone here (a row that moved on is no longer such a wait).
+    if (passivated_wait(c.step, c.next_wake_at_ms, now, beyond)) continue;
     to_spawn.push_back(c.operation_id);
   }
   // During the start-up backlog the rehydrator resumes these in its own (paced) order.

@@ -37,12 +37,12 @@ db_result<std::vector<owned_change>> list_owned_changed_since(session s, const s
   using V = std::vector<owned_change>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     // idx_operation_owner_phase narrows to this owner's rows; updated_at filters the few recent ones.
-    auto st = prepare(conn,
-                      "SELECT operation_id, step, version FROM operation WHERE owner_instance = ? "
-                      "AND phase NOT IN (" +
-                          detail::terminal_phase_list() +
-                          ") AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND "
-                          "ORDER BY updated_at LIMIT ?");
+    auto st = prepare(conn, "SELECT operation_id, step, version, " + detail::ms("next_wake_at") +
+                                " AS next_wake_at_ms FROM operation WHERE owner_instance = ? "
+                                "AND phase NOT IN (" +
+                                detail::terminal_phase_list() +
+                                ") AND updated_at >= NOW(3) - INTERVAL ? MICROSECOND "
+                                "ORDER BY updated_at LIMIT ?");
     st->setString(1, owner);
     st->setInt64(2, lookback_ms * 1000);
     st->setInt(3, limit);
@@ -51,7 +51,8 @@ db_result<std::vector<owned_change>> list_owned_changed_since(session s, const s
     while (rs->next()) {
       auto s = workflow::step_from_code(rs->getInt("step"));
       if (!s) continue;
-      out.push_back({detail::str(*rs, "operation_id"), *s, rs->getInt64("version")});
+      out.push_back({detail::str(*rs, "operation_id"), *s, rs->getInt64("version"),
+                     rs->isNull("next_wake_at_ms") ? 0 : rs->getInt64("next_wake_at_ms")});
     }
     return db_result<V>::success(std::move(out));
   });

@@ -17,6 +17,7 @@ struct owned_change {
   std::string operation_id;
   workflow::step step = workflow::step::APPROVAL_SENDING;
   std::int64_t version = 0;
+  std::int64_t next_wake_at_ms = 0;  // 0 when the row has none
 };
 
 /// Non-terminal operations owned by `owner` whose row changed within the last `lookback_ms` (DB

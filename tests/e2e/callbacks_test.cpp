@@ -144,6 +144,34 @@ TEST(Callbacks, UnauthenticatedCallbacksAre401AndLeaveNoTrace) {
   EXPECT_EQ(metric(env, "changeflow_callbacks_total", "kind=\"deploy\",outcome=\"UNAUTHENTICATED\""), 1);
 }
 
+// A passivated wait stays without an actor while the owner's changed-row poll passes over it: the
+// poll's list carries the step and the deadline, so the row is neither read whole nor offered to the
+// spawn (which would refuse it, counting a passivation "at spawn"), on every pass that lists it.
+TEST(Callbacks, ThePollOfChangedRowsLeavesAPassivatedWaitAlone) {
+  auto config = base_config();
+  config["durability"] = {{"inbox_poll_ms", 300}};  // a pass lists rows changed within 4 x 300 ms + 2 s
+  flow_env env(config, no_sim_decision);
+  auto id = submit_ok(env, "idle-wait-1", "iw", "svc-iw");
+  ASSERT_EQ(env.wait_for_step(id, "APPROVAL_SENT")["step"]["name"], "APPROVAL_SENT");
+  ASSERT_TRUE(wait_until([&] { return metric(env, "changeflow_passivated_total", "when=\"wait\"") >= 1; },
+                         std::chrono::seconds(10)));
+  const double passes = env.metric_sum("changeflow_inbox_passes_total");
+  ASSERT_TRUE(wait_until([&] { return env.metric_sum("changeflow_inbox_passes_total") >= passes + 2; },
+                         std::chrono::seconds(10)));
+  // Those passes listed the row: it changed within their look-back.
+  EXPECT_EQ(env.db().scalar("SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) < 3200000 FROM operation "
+                            "WHERE operation_id = '" +
+                            id + "'"),
+            "1");
+  EXPECT_EQ(metric(env, "changeflow_passivated_total", "when=\"spawn\""), 0);
+  EXPECT_EQ(env.metric_sum("changeflow_inbox_spawns_total"), 0);
+  EXPECT_EQ(env.get_change(id)["live"], false);
+  // What moves it still brings an actor back.
+  auto decided = post_signed_approval(env, approval_body("cb-idle-1", id, "APPROVED"));
+  ASSERT_EQ(decided.status, 200) << decided.body;
+  EXPECT_EQ(env.wait_for_phase(id, "VALIDATED")["phase"], "VALIDATED");
+}
+
 TEST(Callbacks, DuplicateDeliveryIsDuplicateAndChangesNothing) {
   flow_env env(base_config(), no_sim_decision);
   auto id = submit_ok(env, "dup-cb-1", "du", "svc-du");
