@@ -733,8 +733,13 @@ struct client_loop {
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (k < 0 && errno == EINTR) continue;
       // Closed (or failed) before a whole answer: the request goes again on a fresh connection once.
+      // An idle connection the server closed is only dropped; the next request opens another.
       close_conn(cl);
-      if (cl.at != stage::done) send_request(who);
+      if (cl.awaiting) send_request(who);
+      return;
+    }
+    if (!cl.awaiting) {  // bytes nobody asked for: the connection cannot be trusted with the next request
+      close_conn(cl);
       return;
     }
     int status = 0;
