@@ -27,7 +27,7 @@ void route_meters::received() noexcept {
       std::lock_guard lock(mutex_);
       h = received_.load(std::memory_order_relaxed);
       if (!h) {
-        h = &counters_.emplace_back(
+        h = &counter_.emplace(
             registry_.counter(received_name, received_help, {{"route", route_}, {"method", method_}}));
         received_.store(h, std::memory_order_release);
       }

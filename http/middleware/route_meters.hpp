@@ -11,6 +11,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,9 @@ class route_meters {
   std::atomic<const metrics::counter_handle*> received_{nullptr};
   slots duration_{};
   slots commit_{};
-  std::mutex mutex_;                              // the slow path: a label set's first request
-  std::deque<metrics::counter_handle> counters_;  // stable addresses for the slots
-  std::deque<metrics::histogram_handle> histograms_;
+  std::mutex mutex_;                                  // the slow path: a label set's first request
+  std::optional<metrics::counter_handle> counter_;    // received_ points here once resolved
+  std::deque<metrics::histogram_handle> histograms_;  // stable addresses for the slots
 };
 
 }  // namespace changeflow::http::middleware
