@@ -159,7 +159,31 @@ long status_kb(long pid, const std::string& key) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A minimal keep-alive HTTP/1.1 client (blocking). Enough for JSON requests with Content-Length.
+// HTTP/1.1 on a keep-alive connection, enough for JSON requests and answers with Content-Length:
+// the blocking client below and the flow's event loop write and read the same way.
+
+std::string request_bytes(const std::string& method, const std::string& target, const std::string& body) {
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  return req;
+}
+
+// One whole answer at the front of `in`: its status and body, consumed from `in`.
+bool take_answer(std::string& in, int& status, std::string& body, bool& close_after) {
+  auto end = in.find("\r\n\r\n");
+  if (end == std::string::npos) return false;
+  std::string head = in.substr(0, end);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::size_t length = 0;
+  if (auto p = head.find("content-length:"); p != std::string::npos) length = std::stoul(head.substr(p + 15));
+  if (in.size() < end + 4 + length) return false;
+  status = head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
+  close_after = head.find("connection: close") != std::string::npos;
+  body = in.substr(end + 4, length);
+  in.erase(0, end + 4 + length);
+  return true;
+}
 
 class http_conn {
  public:
@@ -170,11 +194,7 @@ class http_conn {
   int call(const std::string& method, const std::string& target, const std::string& body, std::string& out) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (fd_ < 0 && !connect_now()) continue;
-      std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
-      if (!body.empty())
-        req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-      req += "\r\n" + body;
-      if (!send_all(req)) {
+      if (!send_all(request_bytes(method, target, body))) {
         drop();
         continue;
       }
@@ -228,25 +248,11 @@ class http_conn {
     return true;
   }
   int read_response(std::string& out) {
-    size_t end;
-    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
-      if (!fill()) return 0;
-    }
-    std::string head = buf_.substr(0, end);
-    buf_.erase(0, end + 4);
     int status = 0;
-    if (head.size() > 12) status = std::atoi(head.c_str() + 9);
-    size_t length = 0;
-    std::string lower = head;
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    auto p = lower.find("content-length:");
-    if (p != std::string::npos) length = std::stoul(lower.substr(p + 15));
-    bool close_after = lower.find("connection: close") != std::string::npos;
-    while (buf_.size() < length) {
+    bool close_after = false;
+    while (!take_answer(buf_, status, out, close_after)) {
       if (!fill()) return 0;
     }
-    out = buf_.substr(0, length);
-    buf_.erase(0, length);
     if (close_after) drop();
     return status;
   }
@@ -594,10 +600,7 @@ struct client_loop {
 
   void ask(std::size_t who, const std::string& method, const std::string& target, const std::string& body) {
     auto& cl = clients[who];
-    cl.request = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
-    if (!body.empty())
-      cl.request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-    cl.request += "\r\n" + body;
+    cl.request = request_bytes(method, target, body);
     cl.sends = 0;
     send_request(who);
   }
@@ -703,22 +706,6 @@ struct client_loop {
     read_now(who);
   }
 
-  // One whole answer at the front of the client's bytes: its status and body, consumed.
-  static bool take_answer(client& cl, int& status, std::string& body, bool& close_after) {
-    auto end = cl.in.find("\r\n\r\n");
-    if (end == std::string::npos) return false;
-    std::string head = cl.in.substr(0, end);
-    std::transform(head.begin(), head.end(), head.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    std::size_t length = 0;
-    if (auto p = head.find("content-length:"); p != std::string::npos) length = std::stoul(head.substr(p + 15));
-    if (cl.in.size() < end + 4 + length) return false;
-    status = head.size() > 12 ? std::atoi(head.c_str() + 9) : 0;
-    close_after = head.find("connection: close") != std::string::npos;
-    body = cl.in.substr(end + 4, length);
-    cl.in.erase(0, end + 4 + length);
-    return true;
-  }
-
   void readable(std::size_t who) {
     auto& cl = clients[who];
     if (cl.fd < 0) return;
@@ -745,7 +732,7 @@ struct client_loop {
     int status = 0;
     bool close_after = false;
     std::string body;
-    if (!take_answer(cl, status, body, close_after)) return;
+    if (!take_answer(cl.in, status, body, close_after)) return;
     if (close_after) close_conn(cl);
     answered(who, status, body);
   }
