@@ -33,6 +33,11 @@ void scheduler::stop() {
   }
 }
 
+scheduler_stats scheduler::stats() {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
 void scheduler::run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
@@ -41,15 +46,21 @@ void scheduler::run() {
       continue;
     }
     auto due = tasks_.begin()->first;
-    if (clock::now() < due) {
+    const auto now = clock::now();
+    if (now < due) {
       cv_.wait_until(lock, due);
       continue;
     }
+    const auto lag = now - due;
+    ++stats_.tasks;
+    stats_.lag_us += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(lag).count());
+    if (lag > late_after) ++stats_.late;
     auto task = std::move(tasks_.begin()->second);
     tasks_.erase(tasks_.begin());
     lock.unlock();
     // A task is a sim action; one failing must not stop the others, but it is logged: a callback
     // or decision that silently vanished would look like a service bug in the test that waits for it.
+    const auto started = clock::now();
     try {
       task();
     } catch (const std::exception& e) {
@@ -58,6 +69,8 @@ void scheduler::run() {
       log::error("sim.task_failed", {{"error", "non-standard exception"}});
     }
     lock.lock();
+    stats_.busy_us += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - started).count());
   }
 }
 

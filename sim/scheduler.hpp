@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -11,9 +12,19 @@
 
 namespace changeflow::sim {
 
+/// How late the tasks ran against their due time, since start. A sender whose tasks run late is
+/// pacing whoever it sends to: the bench reads this to tell the service's limit from the fake's.
+struct scheduler_stats {
+  std::uint64_t tasks = 0;    // tasks run
+  std::uint64_t lag_us = 0;   // sum over the tasks of (start - due)
+  std::uint64_t late = 0;     // tasks that started more than scheduler::late_after after their due time
+  std::uint64_t busy_us = 0;  // wall time spent running tasks
+};
+
 class scheduler {
  public:
   using clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds late_after{5};
   scheduler();
   ~scheduler();
   scheduler(const scheduler&) = delete;
@@ -22,6 +33,7 @@ class scheduler {
   void after(std::chrono::milliseconds delay, std::function<void()> task);
   /// Drops pending tasks and joins the thread. Safe to call twice.
   void stop();
+  scheduler_stats stats();
 
  private:
   void run();
@@ -29,6 +41,7 @@ class scheduler {
   std::condition_variable cv_;
   std::multimap<clock::time_point, std::function<void()>> tasks_;
   bool stopping_ = false;
+  scheduler_stats stats_;
   std::thread thread_;
 };
 

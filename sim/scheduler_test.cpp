@@ -22,3 +22,25 @@ TEST(SimScheduler, AThrowingTaskIsLoggedAndTheNextTasksStillRun) {
   EXPECT_NE(logged.find("\"event\":\"sim.task_failed\""), std::string::npos) << logged;
   EXPECT_NE(logged.find("callback body broken"), std::string::npos) << logged;
 }
+
+// A task the one before it holds up runs late, and the scheduler says so: what the bench reads to
+// tell whether the sim's senders kept up with the service.
+TEST(SimScheduler, ATaskHeldUpByTheOneBeforeItIsCountedLate) {
+  using clock = changeflow::sim::scheduler::clock;
+  changeflow::sim::scheduler tasks;
+  std::atomic<bool> release{false}, second_ran{false};
+  tasks.after(0ms, [&] { release.wait(false); });
+  tasks.after(1ms, [&] { second_ran = true; });
+  // The second task was due at the latest 1 ms after this; hold the first until well past that.
+  const auto due_by = clock::now() + 1ms;
+  const auto held_until = due_by + changeflow::sim::scheduler::late_after + 2ms;
+  ASSERT_TRUE(changeflow::testing::wait_until([&] { return clock::now() > held_until; }, 10s));
+  release = true;
+  release.notify_all();
+  ASSERT_TRUE(changeflow::testing::wait_until([&] { return second_ran.load(); }, 10s));
+  const auto s = tasks.stats();
+  tasks.stop();
+  EXPECT_EQ(s.tasks, 2u);
+  EXPECT_GE(s.late, 1u);
+  EXPECT_GE(s.lag_us, 7000u);
+}

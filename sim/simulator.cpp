@@ -1401,6 +1401,24 @@ struct simulator::impl {
 
   using headers_type = std::vector<std::pair<std::string, std::string>>;
 
+  /// How late the sim's own threads ran their tasks: the scheduler (decisions, delayed replies, and
+  /// callbacks when there are no lanes) and the callback lanes summed. Deltas over a run say whether
+  /// the sim kept up: a lane still busy with one delivery when the next is due delays it.
+  json task_lag() {
+    auto as_json = [](const scheduler_stats& s) {
+      return json{{"tasks", s.tasks}, {"lag_us", s.lag_us}, {"late", s.late}, {"busy_us", s.busy_us}};
+    };
+    scheduler_stats lanes_sum;
+    for (auto& lane : lanes) {
+      const auto s = lane->tasks.stats();
+      lanes_sum.tasks += s.tasks;
+      lanes_sum.lag_us += s.lag_us;
+      lanes_sum.late += s.late;
+      lanes_sum.busy_us += s.busy_us;
+    }
+    return {{"scheduler", as_json(tasks.stats())}, {"lanes", as_json(lanes_sum)}, {"lane_count", lanes.size()}};
+  }
+
   /// One delivery attempt; true on a 2xx.
   bool send_once(clients::http_client& client, const std::string& url, const std::string& body,
                  const headers_type& headers) {
@@ -1546,7 +1564,8 @@ struct simulator::impl {
                                  {"merges", counters.merges},
                                  {"callbacks", counters.callbacks},
                                  {"check_items_422", counters.check_items_422},
-                                 {"faults_fired", fired}});
+                                 {"faults_fired", fired},
+                                 {"task_lag", task_lag()}});
     }
     if (what == "approvals" && req.method == "GET") {
       // What the approval system was told, for tests that check who is named as the applicant.

@@ -153,6 +153,12 @@ TEST_F(StandardWorkloadSimTest, CallbacksComeTwiceWithOneIdAndThePipelineReadsRu
   EXPECT_EQ(deliveries[0], deliveries[1]);
   json sent;
   EXPECT_TRUE(wait_sent(2, 2, sent)) << sent.dump();
+  // The four deliveries ran on the lanes, not on the scheduler; the stats say how late they started.
+  auto lag = stats()["task_lag"];
+  EXPECT_EQ(lag["lane_count"], 2);
+  EXPECT_EQ(lag["lanes"]["tasks"], 4);
+  EXPECT_TRUE(lag["lanes"]["lag_us"].is_number_unsigned()) << lag.dump();
+  EXPECT_TRUE(lag["lanes"]["busy_us"].is_number_unsigned()) << lag.dump();
 }
 
 TEST_F(SimulatorTest, MergeRequestGoesFromCheckingToMergeableToMerged) {
