@@ -216,10 +216,17 @@ void transition_committer::commit_loop(db_context& ctx) {
     std::vector<std::optional<operation_row>> rows;
     std::vector<bool> joined;
     auto results = transition_group(ctx, reqs, &rows, units, joined);
+    const auto completions_began = std::chrono::steady_clock::now();
     // The actors' outcomes first: a unit that finishes alone must not hold them back.
     for (std::size_t i = 0; i < transitions.size(); ++i)
       complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
     for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, joined[i]);
+    const auto completions = std::chrono::steady_clock::now() - completions_began;
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->stats.completions_us +=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(completions).count());
+    }
   }
 }
 

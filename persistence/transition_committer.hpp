@@ -37,6 +37,9 @@ struct transition_committer_stats {
   /// completions after it), microseconds since start. Against the elapsed time it says how close
   /// the committers are to being the bottleneck: one committer near 100 % limits throughput.
   std::uint64_t busy_us = 0;
+  /// The part of busy_us spent after the groups' round trips, telling the actors and finishing the
+  /// units (the connection idle meanwhile).
+  std::uint64_t completions_us = 0;
 };
 
 class transition_committer {

@@ -261,6 +261,10 @@ int main(int argc, char** argv) {
           "Wall time the group committers spent committing and running completions since start (near the elapsed "
           "time: the committer limits throughput)",
           {}, static_cast<double>(s.busy_us) / 1e6);
+    m.set("changeflow_transition_committer_completion_seconds",
+          "The part of the committers' busy time spent after a group's round trip, telling its actors and callers "
+          "(the connection idle meanwhile)",
+          {}, static_cast<double>(s.completions_us) / 1e6);
     auto sent = persistence::scripts_sent();
     m.set("changeflow_db_scripts", "Texts of several SQL statements sent in one round trip since start", {},
           static_cast<double>(sent.texts));
