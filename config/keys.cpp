@@ -167,9 +167,9 @@ std::vector<key_spec> make_keys() {
        "external systems' callbacks fail; missing -> db.queue_capacity / 10."},
       {"db.read_pool_size", at<&S::db, &db_settings::read_pool_size>(), 2, R,
        "Database threads for status reads (GET /api/v1/changes...), apart from the transition pool; <1 -> 1."},
-      {"db.transition_group_max", at<&S::db, &db_settings::transition_group_max>(), 32, R,
-       "Group commit: the most request-actor transitions committed together in one transaction and one round trip "
-       "(each keeps its own guard and outcome); 1 commits each alone. <1 -> 1."},
+      {"db.transition_group_max", at<&S::db, &db_settings::transition_group_max>(), 64, R,
+       "Group commit: the most members (request-actor transitions, submissions, callbacks) committed together in "
+       "one transaction and one round trip (each keeps its own guard and outcome); 1 commits each alone. <1 -> 1."},
       {"db.transition_committers", at<&S::db, &db_settings::transition_committers>(), 1, R,
        "Group commit: how many groups may commit at the same time, each on a thread of the database pool. One "
        "commits the most per group and needs no lock order between groups; more only if one cannot keep up. "
