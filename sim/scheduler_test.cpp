@@ -27,8 +27,17 @@ TEST(SimScheduler, AThrowingTaskIsLoggedAndTheNextTasksStillRun) {
 // tell whether the sim's senders kept up with the service.
 TEST(SimScheduler, ATaskHeldUpByTheOneBeforeItIsCountedLate) {
   using clock = changeflow::sim::scheduler::clock;
-  changeflow::sim::scheduler tasks;
   std::atomic<bool> release{false}, second_ran{false};
+  changeflow::sim::scheduler tasks;
+  // Declared after `tasks`, so destroyed first: a failed assertion still lets the first task end
+  // before the scheduler joins its thread (and the flags outlive both).
+  struct releaser {
+    std::atomic<bool>& flag;
+    ~releaser() {
+      flag = true;
+      flag.notify_all();
+    }
+  } on_exit{release};
   tasks.after(0ms, [&] { release.wait(false); });
   tasks.after(1ms, [&] { second_ran = true; });
   // The second task was due at the latest 1 ms after this; hold the first until well past that.
