@@ -52,7 +52,7 @@ db_result<std::vector<owned_change>> list_owned_changed_since(session s, const s
       auto s = workflow::step_from_code(rs->getInt("step"));
       if (!s) continue;
       out.push_back({detail::str(*rs, "operation_id"), *s, rs->getInt64("version"),
-                     rs->isNull("next_wake_at_ms") ? 0 : rs->getInt64("next_wake_at_ms")});
+                     detail::opt_int64(*rs, "next_wake_at_ms").value_or(0)});
     }
     return db_result<V>::success(std::move(out));
   });
