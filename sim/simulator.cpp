@@ -1532,7 +1532,9 @@ struct simulator::impl {
     if (req.peer_address != "127.0.0.1" && req.peer_address != "::1") return message(403, "admin is loopback only");
     const auto& what = parts[1];
     auto body = json::parse(req.body.empty() ? std::string("{}") : req.body, nullptr, false);
-    if (what == "faults" && req.method == "POST") {
+    // POST adds rules; PUT replaces the whole set in one step, so no request sees the set between
+    // a clear and the additions (a rule that must hold throughout is never briefly absent).
+    if (what == "faults" && (req.method == "POST" || req.method == "PUT")) {
       if (body.is_discarded()) return message(400, "invalid JSON");
       json list = body.is_array() ? body : body.contains("faults") ? body["faults"] : json::array({body});
       std::vector<fault> parsed;
@@ -1542,6 +1544,7 @@ struct simulator::impl {
         if (!f) return message(400, error);
         parsed.push_back(*f);
       }
+      if (req.method == "PUT") faults.clear();
       for (auto& f : parsed) faults.add(std::move(f));
       return json_response(200, {{"faults", faults.describe()}});
     }

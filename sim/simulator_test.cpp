@@ -305,6 +305,28 @@ TEST_F(SimulatorTest, RebaseConflictAndFailedPipelineAreReported) {
   EXPECT_EQ(get_mr(broken_iid)["detailed_merge_status"], "ci_must_pass");
 }
 
+// PUT replaces the rule set: the kept rule still fires, the dropped one no longer does.
+TEST_F(SimulatorTest, PutFaultsReplacesTheWholeSet) {
+  add_fault({{"kind", "pipeline_fail"}, {"match", "Kept"}});
+  add_fault({{"kind", "pipeline_fail"}, {"match", "Dropped"}});
+  auto put = call("PUT", "/_sim/faults", json::array({{{"kind", "pipeline_fail"}, {"match", "Kept"}}}), "");
+  ASSERT_EQ(put.status, 200) << put.body;
+  ASSERT_EQ(json::parse(put.body)["faults"].size(), 1u) << put.body;
+
+  int kept = open_mr("change/kept", "Kept")["iid"];
+  int dropped = open_mr("change/dropped", "Dropped")["iid"];
+  auto settled = [&](int iid) {
+    auto s = get_mr(iid)["head_pipeline"]["status"];
+    return s == "failed" || s == "success";
+  };
+  ASSERT_TRUE(wait_until([&] { return settled(kept) && settled(dropped); }, 5s));
+  EXPECT_EQ(get_mr(kept)["head_pipeline"]["status"], "failed");
+  EXPECT_EQ(get_mr(dropped)["head_pipeline"]["status"], "success");
+  EXPECT_EQ(call("PUT", "/_sim/faults", json::array({{{"kind", "no_such_kind"}}}), "").status, 400);
+  EXPECT_EQ(json::parse(call("GET", "/_sim/faults", nullptr, "").body)["faults"].size(), 1u)
+      << "a refused PUT leaves the set as it was";
+}
+
 TEST_F(SimulatorTest, SecondApprovalBySameUserIs401) {
   auto mr = open_mr("change/approve", "Approve me");
   int iid = mr["iid"];
