@@ -11,11 +11,13 @@
 //   - the test itself re-delivers callbacks recorded in callback_ledger (approval: the raw body with
 //     its HMAC signature; deploy: the delivery with its token) and re-submits requests with the same
 //     operationId (a client that lost our answer).
-// Then the faults stop, a few clean changes raise the deploy watermark (so reconciliation can
-// validate merges whose deploy callback was dropped), and once nothing is in motion the database
-// is checked with SQL: I1, I2/I4, I5, I6, one owner at a time, validation exactly once, one applied
-// approval per operation; GitLab is judged on the requests the sim received (no merge after a
-// merge, no repeated approve, no second MR for a branch) and merged MRs <=> merged operations.
+// Then the global and per-change faults stop (each tag's own rule stays: a [pfail] change still on
+// its way fails its next pipeline as before), a few clean changes raise the deploy watermark (so
+// reconciliation can validate merges whose deploy callback was dropped), and once nothing is in
+// motion the database is checked with SQL: I1, I2/I4, I5, I6, one owner at a time, validation
+// exactly once, one applied approval per operation; GitLab is judged on the requests the sim
+// received (no merge after a merge, no repeated approve, no second MR for a branch) and merged MRs
+// <=> merged operations.
 // Liveness is judged per change: a change whose tag injects no unrecoverable fault must reach
 // VALIDATED; the others must end in a step named for their fault (expected_ends()). The change
 // mix comes from a seed printed at the start; CHANGEFLOW_CHAOS_SEED=<seed> replays the same mix
