@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -179,15 +180,20 @@ void transition_committer::commit_loop(db_context& ctx) {
         ++state_->stats.alone;
       }
     }
-    // Counted when this iteration ends, whichever way it ends.
+    // Counted when this iteration ends, whichever way it ends; the completions' share from the
+    // moment a group's round trip has answered.
     struct busy_clock {
       state& st;
       std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
+      std::optional<std::chrono::steady_clock::time_point> completions_began;
       ~busy_clock() {
-        const auto spent = std::chrono::steady_clock::now() - began;
+        const auto now = std::chrono::steady_clock::now();
+        auto us = [](auto d) {
+          return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+        };
         std::lock_guard lock(st.mutex);
-        st.stats.busy_us +=
-            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(spent).count());
+        st.stats.busy_us += us(now - began);
+        if (completions_began) st.stats.completions_us += us(now - *completions_began);
       }
     } busy{*state_};
     if (group.size() == 1 && group.front().unit) {
@@ -216,17 +222,11 @@ void transition_committer::commit_loop(db_context& ctx) {
     std::vector<std::optional<operation_row>> rows;
     std::vector<bool> joined;
     auto results = transition_group(ctx, reqs, &rows, units, joined);
-    const auto completions_began = std::chrono::steady_clock::now();
+    busy.completions_began = std::chrono::steady_clock::now();
     // The actors' outcomes first: a unit that finishes alone must not hold them back.
     for (std::size_t i = 0; i < transitions.size(); ++i)
       complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
     for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, joined[i]);
-    const auto completions = std::chrono::steady_clock::now() - completions_began;
-    {
-      std::lock_guard lock(state_->mutex);
-      state_->stats.completions_us +=
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(completions).count());
-    }
   }
 }
 

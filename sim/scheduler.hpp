@@ -19,6 +19,14 @@ struct scheduler_stats {
   std::uint64_t lag_us = 0;   // sum over the tasks of (start - due)
   std::uint64_t late = 0;     // tasks that started more than scheduler::late_after after their due time
   std::uint64_t busy_us = 0;  // wall time spent running tasks
+
+  scheduler_stats& operator+=(const scheduler_stats& o) {
+    tasks += o.tasks;
+    lag_us += o.lag_us;
+    late += o.late;
+    busy_us += o.busy_us;
+    return *this;
+  }
 };
 
 class scheduler {

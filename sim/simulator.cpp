@@ -1409,13 +1409,7 @@ struct simulator::impl {
       return json{{"tasks", s.tasks}, {"lag_us", s.lag_us}, {"late", s.late}, {"busy_us", s.busy_us}};
     };
     scheduler_stats lanes_sum;
-    for (auto& lane : lanes) {
-      const auto s = lane->tasks.stats();
-      lanes_sum.tasks += s.tasks;
-      lanes_sum.lag_us += s.lag_us;
-      lanes_sum.late += s.late;
-      lanes_sum.busy_us += s.busy_us;
-    }
+    for (auto& lane : lanes) lanes_sum += lane->tasks.stats();
     return {{"scheduler", as_json(tasks.stats())}, {"lanes", as_json(lanes_sum)}, {"lane_count", lanes.size()}};
   }
 
