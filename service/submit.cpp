@@ -1,8 +1,11 @@
 #include "service/submit.hpp"
 
+#include "actors/registry.hpp"
 #include "actors/request_actor.hpp"
+#include "base/log.hpp"
 #include "config/test_hooks.hpp"
 #include "persistence/binding_repo.hpp"
+#include "service/wake_actor.hpp"
 #include "workflow/transitions.hpp"
 
 namespace changeflow::service {
@@ -55,7 +58,15 @@ submit_result start_created(persistence::session db, runtime::services& svc, con
     }
     case persistence::create_outcome::duplicate_operation:
       // The operation exists but this is not a replay of a stored answer (the idempotency record
-      // expired, or another Idempotency-Key was used).
+      // expired, or another Idempotency-Key was used), or this very submission created it and its
+      // answer was lost: a connection dropped after the COMMIT, and the group's members ran again
+      // alone and found their rows. Then nothing carries the change yet: its actor starts from the
+      // row now (when this instance owns it and its step needs one), not at the owner's next
+      // changed-row poll. A live actor is left as it is: nothing changed for it.
+      if (!svc.actors->find(op.operation_id)) {
+        r.actor = wake_actor(db, svc, op.operation_id, std::nullopt, "submission found its change created");
+        if (r.actor == "spawned") log::info("submit.actor_started_for_existing", {{"operation_id", op.operation_id}});
+      }
       r.status = submit_status::duplicate;
       return r;
     case persistence::create_outcome::in_progress:

@@ -27,6 +27,10 @@ struct submit_result {
   std::optional<persistence::operation_row> blocker;  // blocked: the change that holds the target, still held
   std::optional<std::string> blocking_id;             // blocked: read from the binding (it may have ended since)
   persistence::db_error error;                        // failed
+  // duplicate: what became of the change's actor (service::wake_actor's answer: spawned when this
+  // submission had created it and lost the answer, none_needed, owner:<instance>, ...), empty when
+  // one was live already.
+  std::string actor;
 };
 
 /// What a creation of `op` answered (create_operation, or the creation inside create_revert),

@@ -1,6 +1,9 @@
 // Waking the actor of a passivated wait: an approval decision brings its actor back from the row the
-// callback's unit returned in its own round trip, without reading the row again.
+// callback's unit returned in its own round trip, without reading the row again. And a submission
+// that finds its change created without an actor (its creation's answer was lost) starts one.
 #include "service/wake_actor.hpp"
+
+#include "service/submit.hpp"
 
 #include "actors/testing/in_process.hpp"
 #include "persistence/callback_repo.hpp"
@@ -93,6 +96,46 @@ TEST_F(waking, TheStatusReadsAreHandedTheRowTheUnitReturnedOrToldOfTheWriteWitho
   service::wake_actor(setup_db_, svc_, id, std::nullopt, "approval callback");
   EXPECT_EQ(told, std::vector<std::string>{id});
   EXPECT_EQ(handed.size(), 1u);
+}
+
+TEST_F(waking, ASubmissionThatFindsItsChangeCreatedWithoutAnActorStartsIt) {
+  // A creation that committed but whose answer was lost: the row is there, no actor carries it.
+  auto op = persistence::test::new_operation_for("sam", "s1");
+  auto first = persistence::create_operation(setup_db_, op);
+  ASSERT_TRUE(first.ok()) << first.error.message;
+  ASSERT_EQ(first.value, persistence::create_outcome::created);
+  ASSERT_FALSE(registry_.find(op.operation_id).has_value());
+
+  // The submission runs again (the group's members alone, or the client's retry) and finds it.
+  auto again = persistence::create_operation(setup_db_, op);
+  ASSERT_TRUE(again.ok()) << again.error.message;
+  ASSERT_EQ(again.value, persistence::create_outcome::duplicate_operation);
+  auto r = service::start_created(setup_db_, svc_, op, again);
+  EXPECT_EQ(r.status, service::submit_status::duplicate) << "the answer stays DUPLICATE_SUBMIT";
+  EXPECT_EQ(r.actor, "spawned");
+  auto started = registry_.find(op.operation_id);
+  ASSERT_TRUE(started.has_value()) << "the change waits for the changed-row poll";
+  track(caf::actor_cast<caf::actor>(*started));
+  run_messages();
+  EXPECT_EQ(queued_external(), 1u) << "the actor goes on from the row: it asks for the approval";
+
+  // A live actor is left alone: no second one, no read.
+  const auto before = selects();
+  auto live = service::start_created(setup_db_, svc_, op, again);
+  EXPECT_EQ(live.status, service::submit_status::duplicate);
+  EXPECT_EQ(live.actor, "");
+  EXPECT_EQ(selects() - before, 0);
+  EXPECT_EQ(registry_.size(), 1u);
+
+  // A change another instance owns is that instance's to carry.
+  auto theirs = persistence::test::new_operation_for("sam", "s2");
+  ASSERT_TRUE(persistence::create_operation(setup_db_, theirs).ok());
+  db_.exec("UPDATE operation SET owner_instance = 'other-instance' WHERE operation_id = '" + theirs.operation_id + "'");
+  auto found = persistence::create_operation(setup_db_, theirs);
+  ASSERT_TRUE(found.ok());
+  auto not_ours = service::start_created(setup_db_, svc_, theirs, found);
+  EXPECT_EQ(not_ours.actor, "owner:other-instance");
+  EXPECT_FALSE(registry_.find(theirs.operation_id).has_value());
 }
 
 }  // namespace
