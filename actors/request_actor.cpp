@@ -155,6 +155,7 @@ void submit_reload(self_ptr self) {
       out.mr_url = r.value.mr_url.value_or("");
       out.approval_id = r.value.approval_id.value_or("");
       out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
+      out.wake_at_ms = r.value.next_wake_at_ms.value_or(0);
     } else {
       out.error = r.error.message;
     }
@@ -534,6 +535,16 @@ void withdraw_unrecorded(self_ptr self) {
 
 void on_row_loaded(self_ptr self, const messages::row_loaded& r);
 
+/// The row's stored wake-up (0: none) as the actor's own. For the approval wait the stored deadline
+/// is authoritative: updated_at (the step's entry as read) moves on a takeover, and the wait must
+/// not grow with every change of owner.
+void take_stored_wake(request_state& st, std::int64_t wake_at_ms) {
+  st.op.wake_at_ms = wake_at_ms;
+  if (st.op.current == step::APPROVAL_SENT && wake_at_ms > 0) {
+    st.op.step_entered_ms = wake_at_ms - runtime::workflow_settings_from(*st.svc->config->current()).approval_wait_ms;
+  }
+}
+
 /// The version the nudge's writer found: as it says, or the one before the version it wrote.
 std::int64_t found_by(const messages::row_changed& c) {
   return c.from_version != 0 ? c.from_version : c.version - 1;
@@ -611,6 +622,9 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     st.op.step_entered_ms = st.svc->now_ms() - r.age_ms;
     st.op.polls = 0;
   }
+  // The row's stored deadline, as at spawn: a wait of days found by the read is passivated like one
+  // this actor stored itself (its timer effect stops the actor instead of arming for days).
+  if (r.wake_at_ms >= 0) take_stored_wake(st, r.wake_at_ms);
   if (st.op.current == step::CANCELLED || st.op.current == step::CLOSE_SUCCEEDED) withdraw_unrecorded(self);
   st.unrecorded_mr.reset();
   st.unrecorded_approval.clear();
@@ -655,12 +669,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
   // The first wake reads the row, then runs the step it names (the wake handler's owed read).
   st.reload_pending = seed.read_first;
   st.spawned_ms = svc->now_ms();
-  if (st.op.current == workflow::step::APPROVAL_SENT && st.op.wake_at_ms > 0) {
-    // The stored deadline is authoritative: updated_at (the seed's step entry) moves on a takeover,
-    // and the approval wait must not grow with every change of owner.
-    st.op.step_entered_ms =
-        st.op.wake_at_ms - runtime::workflow_settings_from(*svc->config->current()).approval_wait_ms;
-  }
+  take_stored_wake(st, st.op.wake_at_ms);
   auto id = st.op.operation_id;
   self->set_exception_handler([id](caf::scheduled_actor*, std::exception_ptr& eptr) -> caf::error {
     try {

@@ -723,6 +723,28 @@ TEST_F(passivating, AnActorWaitingDaysForTheApprovalStopsOnceTheWaitIsStoredAndA
   EXPECT_EQ(queued_external(), 1u) << "and carries the change on: the MR is created";
 }
 
+// A rehydration read the row when it was still APPROVAL_SENDING; by the time its actor starts, the
+// change's first actor asked for the approval and passivated. The rehydrated actor's first read finds
+// the wait of days, with its deadline in the row: it stops too, instead of holding a timer for days.
+TEST_F(passivating, AnActorWhoseFirstReadFindsAWaitOfDaysStops) {
+  id_ = new_op(setup_db_, "ann", "r1");
+  const auto queued = row();  // APPROVAL_SENDING, as the rehydrator read it
+  walk(setup_db_, id_, {S::APPROVAL_SENT});
+  db_.exec("UPDATE operation SET next_wake_at = NOW(3) + INTERVAL 7 DAY WHERE operation_id = '" + id_ + "'");
+  auto seed = seed_from_row(queued, now_ms_);
+  seed.read_first = true;
+  auto a = spawn_request_actor(svc_, std::move(seed));
+  ASSERT_TRUE(a.has_value());
+  track(caf::actor_cast<caf::actor>(*a));
+  run_messages();
+  ASSERT_EQ(queued_db(), 1u) << "the first job is the read of the row";
+  run_db();
+  EXPECT_EQ(queued_external(), 0u) << "no second request for the approval";
+  EXPECT_FALSE(actor_alive()) << "a wait of days holds no actor";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "nor a timer";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivated_total", {{"when", "wait"}}), 1.0);
+}
+
 TEST_F(passivating, AWaitWhoseDeadlineIsNearKeepsItsActorAndItsTimer) {
   sent_for_approval();
   auto waiting = row();

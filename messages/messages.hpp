@@ -59,12 +59,15 @@ struct row_loaded {
   std::string mr_url;
   std::string approval_id;
   std::int64_t age_ms = 0;  // time since the last transition, database clock
+  /// The row's stored next wake-up (epoch ms, 0: none); -1 when the row was not read (a nudge that
+  /// named its write stands in for the read and does not know it).
+  std::int64_t wake_at_ms = -1;
   std::string error;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, row_loaded& x) {
   return f(caf::meta::type_name("row_loaded"), x.outcome, x.step, x.version, x.mr_iid, x.mr_url, x.approval_id,
-           x.age_ms, x.error);
+           x.age_ms, x.wake_at_ms, x.error);
 }
 
 // -- nudges from outside
