@@ -134,7 +134,11 @@ std::vector<key_spec> make_keys() {
        "This instance's id; missing -> hostname-pid-random."},
       {"instance.lease_seconds", at<&S::instance, &instance_settings::lease_seconds>(), 30, R,
        "Lease an instance holds on its operations; renewed by heartbeat."},
-      {"actors.threads", at<&S::actors, &actors_settings::threads>(), 2, R, "CAF scheduler threads."},
+      {"actors.threads", at<&S::actors, &actors_settings::threads>(), 1, R,
+       "CAF scheduler threads: the request actors' decisions, the batch coordinator and the periodic "
+       "jobs (their I/O runs on the database and external pools). One measured faster than two on two "
+       "cores (fewer hand-offs; docs/performance.md); raise it where the actor threads "
+       "(caf.multiplexer) are busy. <1 -> 1."},
       {"actors.scheduler", at<&S::actors, &actors_settings::scheduler>(), "sharing", R,
        "CAF scheduler policy: sharing (one queue, idle threads block: no CPU when idle) | stealing (CAF's "
        "polling work stealing: idle threads spin and nap, which costs CPU at moderate load); unknown -> sharing."},

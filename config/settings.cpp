@@ -17,6 +17,7 @@ void finish_settings(settings& s) {
   s.console.poll_ms = std::max<std::int64_t>(1000, s.console.poll_ms);
   s.ops.attention_late_after_s = std::max<std::int64_t>(0, s.ops.attention_late_after_s);
   s.ops.attention_approval_after_s = std::max<std::int64_t>(0, s.ops.attention_approval_after_s);
+  s.actors.threads = std::max<std::int64_t>(1, s.actors.threads);
   s.db.read_pool_size = std::max<std::int64_t>(1, s.db.read_pool_size);
   s.db.transition_group_max = std::max<std::int64_t>(1, s.db.transition_group_max);
   s.db.transition_committers = std::max<std::int64_t>(1, s.db.transition_committers);

@@ -43,6 +43,7 @@ TEST(ConfigSettings, DefaultsComeFromTheDeclarationTable) {
   auto snap = load(json::object());
   ASSERT_TRUE(snap);
   EXPECT_EQ(snap->http().address, "127.0.0.1");
+  EXPECT_EQ(snap->actors().threads, 1);
   EXPECT_EQ(snap->http().port, 8080);
   EXPECT_EQ(snap->poll().short_interval_ms, 2000);
   EXPECT_EQ(snap->poll().short_attempts, 10);
@@ -105,6 +106,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
             {"durability", {{"sweep_interval_ms", 0}, {"shutdown_deadline_ms", -100}}},
             {"batch", {{"max_attempts", -2}, {"max_members", 0}}},
             {"db", {{"callback_reserve", -3}, {"read_pool_size", 0}}},
+            {"actors", {{"threads", 0}}},
             {"faults", {{"hold_after_deploy_record_ms", 999999}, {"hold_after_idempotency_begin_ms", -5}}},
             {"approval", {{"max_retries", -1}}},
             {"gitlab", {{"mr_read_reuse_ms", -7}}},
@@ -130,6 +132,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
   EXPECT_EQ(snap->batch().max_members, 1);
   EXPECT_EQ(snap->db().reserved_for_callbacks(), 0);
   EXPECT_EQ(snap->db().read_pool_size, 1);
+  EXPECT_EQ(snap->actors().threads, 1) << "< 1 -> 1";
   EXPECT_EQ(snap->faults().hold_after_deploy_record_ms, 60000);
   EXPECT_EQ(snap->faults().hold_after_idempotency_begin_ms, 0);
   EXPECT_EQ(snap->approval().max_retries, 0);
