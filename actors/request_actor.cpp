@@ -136,32 +136,48 @@ void submit_reload(self_ptr self) {
   auto now_ms = st.svc->now_ms;
   auto owner = st.owner_instance;
   auto epoch = st.lease_epoch;
+  auto project = st.repository;
+  auto* svc = st.svc;
   auto guard =
       make_answer_guard([handle, id] { caf::anon_send(handle, lost_job<messages::row_loaded>(id, "reload")); });
-  bool queued = st.svc->db->try_submit([handle, id, now_ms, owner, epoch, guard](persistence::db_context& db) {
-    messages::row_loaded out;
-    auto r = persistence::load_operation(db, id);
-    out.outcome = static_cast<int>(r.outcome);
-    if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
-      // Another instance took the operation over (our lease expired while we were paused): this
-      // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
-      out.outcome = static_cast<int>(db_outcome::preempted);
-      out.error = "operation owned by " + r.value.owner_instance.value_or("nobody") + " at lease epoch " +
-                  std::to_string(r.value.lease_epoch);
-    } else if (r.ok()) {
-      out.step = workflow::code_of(r.value.step);
-      out.version = r.value.version;
-      out.mr_iid = r.value.mr_iid.value_or(0);
-      out.mr_url = r.value.mr_url.value_or("");
-      out.approval_id = r.value.approval_id.value_or("");
-      out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
-      out.wake_at_ms = r.value.next_wake_at_ms.value_or(0);
-    } else {
-      out.error = r.error.message;
-    }
-    guard->answered();
-    caf::anon_send(handle, std::move(out));
-  });
+  bool queued =
+      st.svc->db->try_submit([handle, id, now_ms, owner, epoch, project, svc, guard](persistence::db_context& db) {
+        messages::row_loaded out;
+        auto r = persistence::load_operation(db, id);
+        if (r.ok() && r.value.phase == workflow::phase::MERGED && r.value.deploy_reported && r.value.mr_iid &&
+            r.value.owner_instance.value_or("") == owner && r.value.lease_epoch == epoch) {
+          // A deploy report came before MERGED was written, and the MERGED writer's check did not run:
+          // its answer was lost after the COMMIT (it was told the row moved on), or it crashed right
+          // after. Validate from the recorded report now, as that writer would have, and read the row
+          // as the check left it; otherwise the change would wait for reconciliation's minimum age.
+          auto validated =
+              validate_if_already_deployed(db, id, *r.value.mr_iid, project, *svc->metrics, r.value.version);
+          if (validated.ok()) {  // validated, or a failed deploy recorded: the row may have moved
+            if (svc->row_written) svc->row_written(id);
+            r = persistence::load_operation(db, id);
+          }
+        }
+        out.outcome = static_cast<int>(r.outcome);
+        if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
+          // Another instance took the operation over (our lease expired while we were paused): this
+          // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
+          out.outcome = static_cast<int>(db_outcome::preempted);
+          out.error = "operation owned by " + r.value.owner_instance.value_or("nobody") + " at lease epoch " +
+                      std::to_string(r.value.lease_epoch);
+        } else if (r.ok()) {
+          out.step = workflow::code_of(r.value.step);
+          out.version = r.value.version;
+          out.mr_iid = r.value.mr_iid.value_or(0);
+          out.mr_url = r.value.mr_url.value_or("");
+          out.approval_id = r.value.approval_id.value_or("");
+          out.age_ms = std::max<std::int64_t>(0, now_ms() - r.value.updated_at_ms);
+          out.wake_at_ms = r.value.next_wake_at_ms.value_or(0);
+        } else {
+          out.error = r.error.message;
+        }
+        guard->answered();
+        caf::anon_send(handle, std::move(out));
+      });
   if (!queued) {
     guard->answered();
     st.busy = false;

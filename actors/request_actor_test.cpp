@@ -10,6 +10,7 @@
 
 #include "actors/testing/in_process.hpp"
 #include "persistence/callback_repo.hpp"
+#include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -686,6 +687,38 @@ TEST_F(in_process, ATimerThatFiresDuringAnUnneededRereadStillRunsTheStep) {
   answer(pipeline("running"));
   run_external();
   EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::read_pipeline}));
+}
+
+// A deploy report recorded before MERGED was written is applied by the MERGED writer's check. When
+// that writer never learnt its write committed (its answer lost after the COMMIT, or a crash right
+// after it), the actor that reads the row next finds it MERGED with the report's mark and validates
+// the change there and then, instead of leaving it to reconciliation's minimum age.
+TEST_F(in_process, AnActorThatReadsItsMergedRowWithAnEarlierDeployReportValidatesTheChange) {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED}, 42);
+  persistence::deploy_callback_in report;
+  report.delivery_id = "dep-early";
+  report.project = row().repository;
+  report.mr_iid = 42;
+  report.pipeline_id = 7042;
+  report.status = "success";
+  report.operation_ids_json = "[\"" + id_ + "\"]";
+  auto early = persistence::record_and_settle_deploy(setup_db_, report, "{}", id_);
+  ASSERT_TRUE(early.ok()) << early.error.message;
+  ASSERT_FALSE(early.value.validated) << "the change is not MERGED yet";
+  ASSERT_TRUE(row().deploy_reported);
+  walk(setup_db_, id_, {S::HANDLE_MERGED});  // the MERGED write committed; its writer was not told
+  const double validated_before = svc_.metrics->counter_value("changeflow_validated_total", {{"via", "callback"}});
+
+  auto seed = seed_from_row(row(), now_ms_);
+  seed.read_first = true;  // as after a crash, or a write whose answer was lost
+  auto a = spawn_request_actor(svc_, std::move(seed));
+  ASSERT_TRUE(a.has_value());
+  track(caf::actor_cast<caf::actor>(*a));
+  settle();
+  EXPECT_EQ(row().phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(svc_.metrics->counter_value("changeflow_validated_total", {{"via", "callback"}}), validated_before + 1);
+  EXPECT_TRUE(calls_.empty()) << "nothing asked of GitLab";
 }
 
 // Passivation at its default (60 s) against the default approval wait (7 days).

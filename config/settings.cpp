@@ -40,6 +40,7 @@ void finish_settings(settings& s) {
   s.faults.hold_after_idempotency_begin_ms =
       std::clamp<std::int64_t>(s.faults.hold_after_idempotency_begin_ms, 0, 60000);
   s.faults.hold_after_deploy_record_ms = std::clamp<std::int64_t>(s.faults.hold_after_deploy_record_ms, 0, 60000);
+  s.faults.lose_group_answer_every = std::clamp<std::int64_t>(s.faults.lose_group_answer_every, 0, 1000000);
 }
 
 }  // namespace changeflow::config

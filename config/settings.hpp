@@ -268,6 +268,7 @@ struct idempotency_settings {
 struct faults_settings {
   std::int64_t hold_after_idempotency_begin_ms = 0;  // 0..60000
   std::int64_t hold_after_deploy_record_ms = 0;      // 0..60000
+  std::int64_t lose_group_answer_every = 0;          // 0 (off)..1000000
 
   bool operator==(const faults_settings&) const = default;
 };

@@ -70,6 +70,7 @@ TEST(ConfigSettings, DefaultsComeFromTheDeclarationTable) {
   EXPECT_EQ(snap->external().ca_file, "");
   EXPECT_EQ(snap->db().reserved_for_callbacks(), 2000) << "missing -> db.queue_capacity / 10";
   EXPECT_EQ(snap->faults().hold_after_deploy_record_ms, 0);
+  EXPECT_EQ(snap->faults().lose_group_answer_every, 0) << "test hooks are off by default";
 }
 
 // Every bound key fills a field of its own: changing one key changes the settings, and no two keys
@@ -107,7 +108,10 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
             {"batch", {{"max_attempts", -2}, {"max_members", 0}}},
             {"db", {{"callback_reserve", -3}, {"read_pool_size", 0}}},
             {"actors", {{"threads", 0}}},
-            {"faults", {{"hold_after_deploy_record_ms", 999999}, {"hold_after_idempotency_begin_ms", -5}}},
+            {"faults",
+             {{"hold_after_deploy_record_ms", 999999},
+              {"hold_after_idempotency_begin_ms", -5},
+              {"lose_group_answer_every", -2}}},
             {"approval", {{"max_retries", -1}}},
             {"gitlab", {{"mr_read_reuse_ms", -7}}},
             {"auth", {{"permission_timeout_ms", 0}}},
@@ -135,6 +139,7 @@ TEST(ConfigSettings, ClampsAndFallbacksAreAppliedOnce) {
   EXPECT_EQ(snap->actors().threads, 1) << "< 1 -> 1";
   EXPECT_EQ(snap->faults().hold_after_deploy_record_ms, 60000);
   EXPECT_EQ(snap->faults().hold_after_idempotency_begin_ms, 0);
+  EXPECT_EQ(snap->faults().lose_group_answer_every, 0) << "< 0 -> off";
   EXPECT_EQ(snap->approval().max_retries, 0);
   EXPECT_EQ(snap->gitlab().mr_read_reuse_ms, 0) << "negative -> 0 (no reuse)";
   EXPECT_EQ(snap->auth().permission_timeout_ms, 2000);

@@ -637,7 +637,8 @@ struct group_member {
 /// exactly what its transition committed). The units' statements run between the transitions and
 /// their answers are handed to them; they count only when this returns. Throws the driver's
 /// exception when any statement failed; the caller rolls back and runs the members alone.
-group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows) {
+group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows,
+                           bool lose_answer_after_commit) {
   const detail::sql_text t(conn);
   std::vector<std::string> parts{"SET @changeflow_ack = ''", "START TRANSACTION"};
   std::string row_ids;  // the operations whose rows the group reads at its end
@@ -665,6 +666,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
         detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + row_ids + ")"));
   }
   parts.push_back("COMMIT");
+  if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
   parts.push_back("SET @changeflow_ack = NULL");
   // One compound statement through detail::run_script (one answer; every result read, also when
   // a row cannot be read here). The units' answers come first, in their order, then the group's.
@@ -705,8 +707,9 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
 /// transition_group's work; `joined[i]` tells whether units[i] committed in the group.
 std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<transition_request>& reqs,
                                                std::vector<std::optional<operation_row>>* rows,
-                                               const std::vector<group_unit*>& units, std::vector<bool>& joined) {
+                                               const std::vector<group_unit*>& units, group_run& run) {
   using R = db_result<std::int64_t>;
+  auto& joined = run.joined;
   std::vector<R> out(reqs.size(), R::failure(db_outcome::fatal, "not run"));
   if (rows) rows->assign(reqs.size(), std::nullopt);
   std::vector<std::size_t> grouped, alone;
@@ -747,7 +750,8 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
               [](const group_member& a, const group_member& b) { return a.operation_id() < b.operation_id(); });
     auto landed = guarded<group_outcome>(s, [&](sql::Connection& conn) -> db_result<group_outcome> {
       try {
-        return db_result<group_outcome>::success(commit_group(conn, group, rows != nullptr));
+        return db_result<group_outcome>::success(
+            commit_group(conn, group, rows != nullptr, run.lose_answer_after_commit));
       } catch (...) {
         // The transaction may still be open (a statement failed before COMMIT): end it before the
         // requests run alone on this connection. A lost connection fails here too; the session
@@ -762,6 +766,7 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
       }
     });
     if (!landed.ok()) {
+      run.failed = landed.error;
       alone.insert(alone.end(), grouped.begin(), grouped.end());
       left_out.insert(left_out.end(), joining.begin(), joining.end());
     } else {
@@ -813,15 +818,14 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
 
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows) {
-  std::vector<bool> joined;
-  return run_group(s, reqs, rows, {}, joined);
+  group_run run;
+  return run_group(s, reqs, rows, {}, run);
 }
 
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows,
-                                                      const std::vector<group_unit*>& units,
-                                                      std::vector<bool>& joined) {
-  return run_group(s, reqs, rows, units, joined);
+                                                      const std::vector<group_unit*>& units, group_run& run) {
+  return run_group(s, reqs, rows, units, run);
 }
 
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,

@@ -217,18 +217,33 @@ struct group_unit {
   /// A callback from an external system (its work alone uses the pool's reserved lane).
   bool callback = false;
   /// Runs once after the group (transition_committer calls it), on the group's connection.
-  /// `joined`: the group committed with the unit in it (its answer was read). Otherwise nothing of
-  /// it was written (left out, or the group failed and was rolled back) and the unit does its work
-  /// alone on `ctx`.
+  /// `joined`: the group committed with the unit in it (its answer was read). Otherwise the unit
+  /// does its work alone on `ctx`: it was left out, or the group failed and was rolled back, or the
+  /// group's answer was lost after its COMMIT. In that last case what it wrote is committed, and
+  /// its work alone finds it done (a callback already recorded, a change already created), as a
+  /// client's retry would.
   std::function<void(db_context& ctx, bool joined)> finish;
 };
 
-/// transition_group with units that join the same transaction (see group_unit). `joined[i]` says
-/// whether units[i] committed in the group; the caller then runs each unit's `finish`. Units run
-/// nothing alone here.
+/// What a group with units reports besides its transitions' outcomes (transition_group below).
+struct group_run {
+  /// In: a fault for tests (faults.lose_group_answer_every). The group's last statement kills its
+  /// own connection right after its COMMIT, so the group is committed but its answer never arrives,
+  /// exactly as when a connection drops after a COMMIT: the group is taken for failed and its
+  /// transitions run alone, finding their rows moved.
+  bool lose_answer_after_commit = false;
+  /// Out: joined[i] says whether units[i] committed in the group.
+  std::vector<bool> joined;
+  /// Out: why the group failed as a whole (rolled back, or its answer lost), its members then run
+  /// alone; nullopt when it committed or no group was formed.
+  std::optional<db_error> failed;
+};
+
+/// transition_group with units that join the same transaction (see group_unit), reporting into
+/// `run`; the caller then runs each unit's `finish`. Units run nothing alone here.
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows,
-                                                      const std::vector<group_unit*>& units, std::vector<bool>& joined);
+                                                      const std::vector<group_unit*>& units, group_run& run);
 
 /// create_operation as a unit that joins a transition group (transition_committer::submit_unit):
 /// in the group the change takes its target (first apply, or re-apply over a change that ended)

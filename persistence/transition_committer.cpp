@@ -20,11 +20,12 @@ struct transition_committer::state {
 };
 
 transition_committer::transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers,
-                                           std::size_t queue_capacity)
+                                           std::size_t queue_capacity, std::function<bool()> lose_answer)
     : pool_(pool),
       max_group_(std::max<std::size_t>(1, max_group)),
       max_committers_(std::max<std::size_t>(1, max_committers)),
       capacity_(std::max<std::size_t>(1, queue_capacity)),
+      lose_answer_(std::move(lose_answer)),
       state_(std::make_shared<state>()) {}
 
 transition_committer::~transition_committer() {
@@ -220,13 +221,23 @@ void transition_committer::commit_loop(db_context& ctx) {
       }
     }
     std::vector<std::optional<operation_row>> rows;
-    std::vector<bool> joined;
-    auto results = transition_group(ctx, reqs, &rows, units, joined);
+    group_run run;
+    run.lose_answer_after_commit = lose_answer_ && lose_answer_();
+    auto results = transition_group(ctx, reqs, &rows, units, run);
     busy.completions_began = std::chrono::steady_clock::now();
+    if (run.failed) {
+      {
+        std::lock_guard lock(state_->mutex);
+        ++state_->stats.failed_groups;
+      }
+      log::warn("transition_committer.group_failed", {{"members", static_cast<std::int64_t>(group.size())},
+                                                      {"code", run.failed->code},
+                                                      {"error", run.failed->message}});
+    }
     // The actors' outcomes first: a unit that finishes alone must not hold them back.
     for (std::size_t i = 0; i < transitions.size(); ++i)
       complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
-    for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, joined[i]);
+    for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, run.joined[i]);
   }
 }
 

@@ -27,10 +27,13 @@
 namespace changeflow::persistence {
 
 struct transition_committer_stats {
-  std::uint64_t groups = 0;       // commits of two or more members (transitions and units)
-  std::uint64_t grouped = 0;      // transitions committed in those groups
-  std::uint64_t units = 0;        // units handed to a group or run alone (group_unit)
-  std::uint64_t alone = 0;        // transitions committed alone
+  std::uint64_t groups = 0;   // commits of two or more members (transitions and units)
+  std::uint64_t grouped = 0;  // transitions committed in those groups
+  std::uint64_t units = 0;    // units handed to a group or run alone (group_unit)
+  std::uint64_t alone = 0;    // transitions committed alone
+  /// Groups that failed as a whole (a deadlock, a lost connection, an answer lost after the
+  /// COMMIT): their members ran again alone.
+  std::uint64_t failed_groups = 0;
   std::size_t queued = 0;         // waiting for a committer now (read from the queue by stats())
   std::size_t largest_group = 0;  // since start
   /// Wall time the committers spent on what they took from the queue (its SQL round trip, the
@@ -50,7 +53,10 @@ class transition_committer {
 
   /// `max_group` 1 commits every transition alone (no grouping). `queue_capacity` bounds the
   /// transitions waiting for a committer (a full queue refuses, as the pool's own queue does).
-  transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers, std::size_t queue_capacity);
+  /// `lose_answer` is a fault for tests, asked once per group of two or more members: true makes
+  /// that group lose its answer after its COMMIT (persistence::transition_group).
+  transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers, std::size_t queue_capacity,
+                       std::function<bool()> lose_answer = {});
   ~transition_committer();
   transition_committer(const transition_committer&) = delete;
   transition_committer& operator=(const transition_committer&) = delete;
@@ -92,6 +98,7 @@ class transition_committer {
   std::size_t max_group_;
   std::size_t max_committers_;
   std::size_t capacity_;
+  std::function<bool()> lose_answer_;
   std::shared_ptr<state> state_;
 };
 

@@ -270,18 +270,25 @@ class GroupUnits : public ::testing::Test {
   std::unique_ptr<sql::Connection> c = db.connect();
   db_pool pool = idle_pool(db, 100);
   transition_committer committer{pool, 32, 1, 100};
+
+  /// Two new changes (alice, bob), one waiting for its approval (wanda), one MERGED with MR `mr` (mona).
+  struct changes {
+    std::string a, b, waiting, merged;
+  };
+  changes fresh_waiting_and_merged(std::int64_t mr) {
+    changes out{new_op(*c, "alice", "repo/a.yaml"), new_op(*c, "bob", "repo/b.yaml"),
+                new_op(*c, "wanda", "repo/w.yaml"), new_op(*c, "mona", "repo/m.yaml")};
+    test::walk(*c, out.waiting, {S::APPROVAL_SENT});
+    test::walk(*c, out.merged, test::to_merged, mr);
+    return out;
+  }
 };
 
 // An approval and a deploy callback that arrive while transitions are committing share their
 // commit: one compound statement (one round trip, one transaction) for all four, each with the
 // answer it would have had alone, and the ledger rows it would have written.
 TEST_F(GroupUnits, CallbacksReadyWithTransitionsCommitInTheirGroup) {
-  auto a = new_op(*c, "alice", "repo/a.yaml");
-  auto b = new_op(*c, "bob", "repo/b.yaml");
-  auto waiting = new_op(*c, "wanda", "repo/w.yaml");
-  test::walk(*c, waiting, {S::APPROVAL_SENT});
-  auto merged = new_op(*c, "mona", "repo/m.yaml");
-  test::walk(*c, merged, test::to_merged, 41);
+  const auto [a, b, waiting, merged] = fresh_waiting_and_merged(41);
   int landed = 0;
   approval_answer approval;
   deploy_answer deployment;
@@ -645,4 +652,77 @@ TEST_F(GroupUnits, UnitsFillAtMostHalfTheQueue) {
   pool.run_queued(ctx);
   ASSERT_TRUE(answers[2] && answers[2]->ok());
   EXPECT_EQ(answers[2]->value.outcome, callback_outcome::APPLIED);
+}
+
+// A group whose COMMIT succeeded but whose answer was lost (the connection dropped right after the
+// COMMIT; here the group's own last statement kills it) is taken for failed, and its members run
+// again alone. Each finds what the group committed and nothing is written twice: the transitions are
+// told their rows moved on (the actor then reads its row and finds its own step), the callbacks are
+// answered as copies of deliveries already applied, the submission as a change that exists.
+TEST_F(GroupUnits, AGroupWhoseAnswerIsLostAfterItsCommitIsWrittenOnceAndItsMembersFindItDone) {
+  int asked = 0;
+  transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }};
+  const auto [a, b, waiting, merged] = fresh_waiting_and_merged(44);
+  auto fresh = test::new_operation_for("nora", "repo/n.yaml");
+  std::vector<db_result<std::int64_t>> moved;
+  auto keep = [&moved](db_context&, const db_result<std::int64_t>& r, const operation_row*) { moved.push_back(r); };
+  approval_answer approval;
+  deploy_answer deployment;
+  creation_answer created;
+  std::optional<bool> approval_joined, deploy_joined, created_joined;
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(a, 1), keep));
+  ASSERT_TRUE(losing.submit_unit(watched(approve("apr-lost", waiting, approval), approval_joined)));
+  ASSERT_TRUE(losing.submit_unit(watched(deploy("dep-lost", 44, merged, deployment), deploy_joined)));
+  ASSERT_TRUE(losing.submit_unit(watched(create(fresh, created), created_joined)));
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(b, 1), keep));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 4u) << "the committer's job, then each unit alone";
+  EXPECT_EQ(asked, 1) << "asked once, for the one group";
+  EXPECT_EQ(losing.stats().failed_groups, 1u);
+
+  // The group committed, once.
+  EXPECT_EQ(load_operation(*c, a).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(load_operation(*c, b).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_APPROVED);
+  EXPECT_EQ(load_operation(*c, merged).value.phase, phase::VALIDATED);
+  EXPECT_EQ(load_operation(*c, fresh.operation_id).value.version, 1);
+  EXPECT_EQ(count_events(db, a), "2") << "created, sent";
+  EXPECT_EQ(count_events(db, waiting), "3") << "created, sent, approved";
+  EXPECT_EQ(count_events(db, fresh.operation_id), "1") << "created";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + merged +
+                      "' AND to_phase = 'VALIDATED'"),
+            "1");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE delivery_id IN ('apr-lost', 'deploy:dep-lost')"),
+            "2");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'dep-lost'"), "1");
+  EXPECT_EQ(find_binding(*c, "nora", "", "repo/n.yaml").value.operation_id, fresh.operation_id);
+
+  // Its members, run again alone, find it done.
+  ASSERT_EQ(moved.size(), 2u);
+  for (const auto& r : moved) {
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.outcome, db_outcome::preempted) << r.error.message;
+  }
+  EXPECT_EQ(approval_joined, std::optional<bool>(false));
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::DUPLICATE);
+  EXPECT_EQ(deploy_joined, std::optional<bool>(false));
+  ASSERT_TRUE(deployment && deployment->ok()) << (deployment ? deployment->error.message : "no answer");
+  EXPECT_EQ(deployment->value.recorded, record_outcome::duplicate) << "a copy of a delivery recorded as applied";
+  EXPECT_FALSE(deployment->value.validated) << "the flip is the group's, not counted again";
+  EXPECT_EQ(created_joined, std::optional<bool>(false));
+  ASSERT_TRUE(created.outcome && created.outcome->ok())
+      << (created.outcome ? created.outcome->error.message : "no answer");
+  EXPECT_EQ(created.outcome->value, create_outcome::duplicate_operation);
+
+  // The session opened a new connection for the members alone, and the next group commits as usual.
+  int landed = 0;
+  auto later = new_op(*c, "lena", "repo/l.yaml");
+  auto other = new_op(*c, "otto", "repo/o.yaml");
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(later, 1), count_ok(landed)));
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(other, 1), count_ok(landed)));
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 2);
+  EXPECT_EQ(losing.stats().groups, 2u);
+  EXPECT_EQ(losing.stats().failed_groups, 1u);
 }

@@ -35,7 +35,9 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -240,8 +242,14 @@ int main(int argc, char** argv) {
   const auto committers =
       std::clamp<std::size_t>(static_cast<std::size_t>(snap->db().transition_committers), 1,
                               std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2));
-  persistence::transition_committer transitions(*db, static_cast<std::size_t>(snap->db().transition_group_max),
-                                                committers, static_cast<std::size_t>(snap->db().queue_capacity));
+  // faults.lose_group_answer_every (a test hook, hot): every Nth group loses its answer after its COMMIT.
+  auto groups_asked = std::make_shared<std::atomic<std::uint64_t>>(0);
+  persistence::transition_committer transitions(
+      *db, static_cast<std::size_t>(snap->db().transition_group_max), committers,
+      static_cast<std::size_t>(snap->db().queue_capacity), [&cfg, groups_asked] {
+        const auto every = static_cast<std::uint64_t>(cfg.current()->faults().lose_group_answer_every);
+        return every > 0 && (groups_asked->fetch_add(1) + 1) % every == 0;
+      });
   metrics.on_collect([&transitions](metrics::registry& m) {
     auto s = transitions.stats();
     m.set("changeflow_transition_groups",
@@ -255,6 +263,10 @@ int main(int argc, char** argv) {
           static_cast<double>(s.grouped));
     m.set("changeflow_transitions_alone", "Transitions committed alone (no other was ready)", {},
           static_cast<double>(s.alone));
+    m.set("changeflow_transition_groups_failed",
+          "Groups that failed as a whole (a deadlock, a lost connection, an answer lost after the COMMIT); their "
+          "members ran again alone",
+          {}, static_cast<double>(s.failed_groups));
     m.set("changeflow_transition_group_largest", "Largest group committed since start", {},
           static_cast<double>(s.largest_group));
     m.set("changeflow_transition_committer_busy_seconds",

@@ -1,0 +1,81 @@
+// A group commit whose answer is lost after its COMMIT (the connection drops right then) is taken
+// for failed, and its members run again alone: the transitions find their rows moved and their
+// actors read them, the callbacks find their deliveries recorded, the submissions find their changes
+// created. Here through the whole service, with every second group losing its answer
+// (faults.lose_group_answer_every = 2: the group's last statement kills its own connection after the
+// COMMIT) while changes submitted together run: every change still reaches VALIDATED, written once
+// (one event per version, one flip to VALIDATED), nothing is asked of GitLab twice, and the SQL
+// invariants hold.
+
+#include "tests/support/flow_env.hpp"
+#include "tests/support/invariants.hpp"
+#include "tests/support/sim_attempts.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace changeflow::testing;
+using nlohmann::json;
+
+TEST(LostGroupAnswer, EveryChangeFinishesOnceWhileGroupsLoseTheirAnswerAfterCommitting) {
+  flow_env env(json{{"faults", {{"lose_group_answer_every", 2}}}, {"rate_limit", {{"submit", 0}}}},
+               {"--callback-delay-ms", "0", "--pipeline-duration-ms", "0"});
+  constexpr int submitters = 4;
+  constexpr int per_submitter = 10;
+  std::mutex mutex;
+  std::vector<std::string> ids;
+  std::map<std::string, int> codes;  // "<status> <code>" -> count
+  std::vector<std::thread> threads;
+  for (int t = 0; t < submitters; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < per_submitter; ++i) {
+        const auto n = std::to_string(t) + "-" + std::to_string(i);
+        auto r = env.submit("lost answer " + n, "lena-" + n, "svc-lost-" + n);
+        auto j = json::parse(r.body, nullptr, false);
+        std::lock_guard lock(mutex);
+        const std::string code = !j.is_discarded() && j.contains("code") ? j["code"].get<std::string>() : "?";
+        ++codes[std::to_string(r.status) + " " + code];
+        if (r.status == 202 && !j.is_discarded()) ids.push_back(j["data"]["operationId"].get<std::string>());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::cout << "submissions answered:";
+  for (const auto& [code, n] : codes) std::cout << " " << code << " x" << n;
+  std::cout << "\n";
+  ASSERT_EQ(ids.size(), static_cast<std::size_t>(submitters * per_submitter)) << "every submission accepted";
+  // A submission whose group lost its answer is run again alone and finds its change created.
+  for (const auto& [code, n] : codes) EXPECT_TRUE(code == "202 ACCEPTED" || code == "202 DUPLICATE_SUBMIT") << code;
+
+  for (const auto& id : ids) {
+    auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(120));
+    EXPECT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  }
+  const double failed = env.metric_sum("changeflow_transition_groups_failed");
+  std::cout << "groups that lost their answer: " << failed << " of " << env.metric_sum("changeflow_transition_groups")
+            << " groups\n";
+  EXPECT_GT(failed, 0) << "the fault met no group: nothing here was tested";
+
+  auto& db = env.db();
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), std::to_string(ids.size())) << "each change created once";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT operation_id FROM operation_event WHERE to_phase = 'VALIDATED' "
+                      "GROUP BY operation_id HAVING COUNT(*) > 1) d"),
+            "0")
+      << "one flip to VALIDATED per change";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM (SELECT operation_id, version FROM operation_event GROUP BY operation_id, "
+                      "version HAVING COUNT(*) > 1) d"),
+            "0")
+      << "no version written twice";
+  expect_invariants([&](const std::string& sql) { return db.query(sql); }, "lost-answer");
+
+  auto stats = sim_stats(env);
+  EXPECT_EQ(repeated_side_effects(stats), "");
+  EXPECT_EQ(stats["merges"].size(), ids.size());
+  for (const auto& [mr, bots] : stats["approvals"].items()) EXPECT_EQ(bots.size(), 2u) << "both bots approved " << mr;
+}
