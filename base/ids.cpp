@@ -6,7 +6,10 @@
 #include <openssl/rand.h>
 
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <random>
 
 namespace changeflow::ids {
@@ -40,6 +43,42 @@ std::string new_uuid() {
   std::array<unsigned char, 16> b{};
   random_bytes(b.data(), b.size());
   b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  std::string hex = to_hex(b.data(), b.size());
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
+         hex.substr(20, 12);
+}
+
+std::string new_time_ordered_uuid() {
+  // RFC 9562, method 1 of section 6.2: a counter in rand_a orders the ids of one millisecond; it
+  // starts at a random value below 0x400 each new millisecond (so it is not guessable and leaves room),
+  // and when it would overflow, or the clock steps back, the timestamp is carried on from the last id.
+  static std::mutex mutex;
+  static std::uint64_t last_ms = 0;
+  static std::uint32_t counter = 0;
+  std::array<unsigned char, 16> b{};
+  random_bytes(b.data(), b.size());
+  auto ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  std::uint32_t seq = 0;
+  {
+    std::lock_guard lock(mutex);
+    if (ms <= last_ms) {
+      ms = last_ms;
+      if (++counter > 0x0fff) {
+        ++ms;
+        counter = static_cast<std::uint32_t>(b[6] & 0x03) << 8 | b[7];
+      }
+    } else {
+      counter = static_cast<std::uint32_t>(b[6] & 0x03) << 8 | b[7];
+    }
+    last_ms = ms;
+    seq = counter;
+  }
+  for (int i = 0; i < 6; ++i) b[i] = static_cast<unsigned char>(ms >> (8 * (5 - i)));
+  b[6] = static_cast<unsigned char>(0x70 | ((seq >> 8) & 0x0f));
+  b[7] = static_cast<unsigned char>(seq & 0xff);
   b[8] = (b[8] & 0x3f) | 0x80;
   std::string hex = to_hex(b.data(), b.size());
   return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +

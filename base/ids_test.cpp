@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
+#include <string>
 
 using namespace changeflow;
 
@@ -15,6 +17,33 @@ TEST(Ids, UuidsAreWellFormedAndDistinct) {
     seen.insert(id);
   }
   EXPECT_EQ(seen.size(), 1000u);
+}
+
+// The ids of changes: version 7, each later than the one before (as text, which is how the database
+// orders them), their first 48 bits the time they were made.
+TEST(Ids, TimeOrderedUuidsAreWellFormedIncreasingAndCarryTheirTime) {
+  const auto before =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  std::string last;
+  std::set<std::string> seen;
+  for (int i = 0; i < 20000; ++i) {
+    auto id = ids::new_time_ordered_uuid();
+    ASSERT_TRUE(ids::is_uuid(id)) << id;
+    EXPECT_EQ(id[14], '7') << id;
+    EXPECT_NE(std::string("89ab").find(id[19]), std::string::npos) << id;
+    EXPECT_LT(last, id) << "made after " << last;
+    last = id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 20000u);
+  const auto after =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const auto stamped = std::stoll(last.substr(0, 8) + last.substr(9, 4), nullptr, 16);
+  EXPECT_GE(stamped, before);
+  // 20,000 ids in one millisecond would carry the stamp past the clock by at most 20000 / 3072 ms.
+  EXPECT_LE(stamped, after + 7);
 }
 
 TEST(Ids, UuidFromNameIsStableAndWellFormed) {

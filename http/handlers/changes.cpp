@@ -175,7 +175,9 @@ persistence::new_operation new_change(service_context& ctx, const std::string& r
   auto order =
       workflow::parse_flow(ctx.config.current()->flow().default_order).value_or(workflow::flow::approve_then_create);
   persistence::new_operation op;
-  op.operation_id = client_id.value_or(name.empty() ? ids::new_uuid() : ids::uuid_from_name(name));
+  // A fresh id is time-ordered: the operation's row and its timeline are keyed by it, so new changes
+  // land at the end of those indexes, not on random pages of a history that grows.
+  op.operation_id = client_id.value_or(name.empty() ? ids::new_time_ordered_uuid() : ids::uuid_from_name(name));
   op.flow = order;
   op.initial_step =
       order == workflow::flow::approve_then_create ? workflow::step::APPROVAL_SENDING : workflow::step::CREATE_STARTED;
