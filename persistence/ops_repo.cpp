@@ -87,23 +87,24 @@ where_clause build_where(const ops_operation_filter& f) {
     const auto text = f.search.substr(0, 200);
     const bool number =
         text.size() <= 18 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const auto prefix = like_escaped(text) + "%";
+    // Any part of an id: new ids are time-ordered, so their start is shared by every change of the
+    // same minute and the console shows their (random) end.
     const auto anywhere = "%" + like_escaped(text) + "%";
     if (number) {
       const auto mr = std::stoll(text);
       w.add(
           "(mr_iid = ? OR operation_id LIKE ? OR title LIKE ?)",
-          [mr, prefix, anywhere](auto& st, int i) {
+          [mr, anywhere](auto& st, int i) {
             st.setInt64(i, mr);
-            st.setString(i + 1, prefix);
+            st.setString(i + 1, anywhere);
             st.setString(i + 2, anywhere);
           },
           3);
     } else {
       w.add(
           "(operation_id LIKE ? OR title LIKE ?)",
-          [prefix, anywhere](auto& st, int i) {
-            st.setString(i, prefix);
+          [anywhere](auto& st, int i) {
+            st.setString(i, anywhere);
             st.setString(i + 1, anywhere);
           },
           2);

@@ -112,6 +112,15 @@ export function when(ms: number | null | undefined): string {
   return `${relative(ms)} (${fmtTime(ms)})`;
 }
 
+/**
+ * A change id shortened for lists: its last 8 characters. New ids are time-ordered (UUID version 7),
+ * so their first characters are the time and repeat for every change of the same minute; the end is
+ * random. The search box matches any part of an id, so what is shown can be searched for.
+ */
+export function shortId(id: string): string {
+  return '…' + id.slice(-8);
+}
+
 export function link(href: string, text: string, attrs: Record<string, any> = {}): HTMLElement {
   return h('a', { href: '/console' + href, 'data-nav': '1', ...attrs }, text);
 }

@@ -1,5 +1,5 @@
 import { get } from '../api';
-import { errorLine, fmtTime, h, link, table, failedRead, when } from '../dom';
+import { errorLine, fmtTime, h, link, shortId, table, failedRead, when } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 const STATES = ['PENDING', 'DELIVERED', 'FAILED'];
@@ -22,7 +22,7 @@ export async function renderNotifications(ctx: PageContext): Promise<PageResult>
       { class: 'state state-' + s, 'data-state': s })]).flat());
   const rows = (d.items as any[]).map((n) => [
     h('span', { class: 'mono' }, n.deliveryId.slice(0, 8)),
-    link(`/operations/${n.operationId}`, n.operationId.slice(0, 8), { class: 'op-link', 'data-op': n.operationId }),
+    link(`/operations/${n.operationId}`, shortId(n.operationId), { class: 'op-link', 'data-op': n.operationId }),
     `#${n.sequence} ${n.kind}`,
     h('span', { class: 'state state-' + n.state }, n.state),
     n.url ?? '(subscription deleted)',

@@ -1,5 +1,5 @@
 import { call, get, newIdempotencyKey } from '../api';
-import { errorLine, fmtDuration, fmtTime, h, link, patch, syncServerClock, table, when, failedRead } from '../dom';
+import { errorLine, fmtDuration, fmtTime, h, link, patch, shortId, syncServerClock, table, when, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 const LABELS: Record<string, string> = {
@@ -107,7 +107,7 @@ export async function renderOperation(ctx: PageContext): Promise<PageResult> {
 
 /** The console page of a linked change (a revert and the change it reverts name each other). */
 function opLink(id: string | null | undefined, elementId: string): HTMLElement | string {
-  return id ? link(`/operations/${id}`, id.slice(0, 8), { id: elementId, class: 'op-link', 'data-op': id }) : '—';
+  return id ? link(`/operations/${id}`, shortId(id), { id: elementId, class: 'op-link', 'data-op': id }) : '—';
 }
 
 function confirmAction(ctx: PageContext, o: any, a: any): void {

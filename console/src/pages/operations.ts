@@ -1,5 +1,5 @@
 import { call, get, newIdempotencyKey } from '../api';
-import { age, errorLine, h, link, patchChildren, table, failedRead } from '../dom';
+import { age, errorLine, h, link, patchChildren, shortId, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 // The filters as the URL carries them (so a filtered list can be shared and reloaded).
@@ -113,7 +113,7 @@ export async function renderOperations(ctx: PageContext): Promise<PageResult> {
   if (r.status !== 200) return failedRead(ctx, r, 'Changes', '#op-table', results);
   const items = r.body.data.items as any[];
   const rows = items.map((o) => [
-    link(`/operations/${o.operationId}`, o.operationId.slice(0, 8), { class: 'op-link', 'data-op': o.operationId }),
+    link(`/operations/${o.operationId}`, shortId(o.operationId), { class: 'op-link', 'data-op': o.operationId }),
     o.title, `${o.subject} / ${o.target}`, `${o.repository} → ${o.targetBranch}`, `${o.step.name} (${o.step.code})`, h('span', { class: 'phase phase-' + o.phase }, o.phase),
     h('span', { class: 'reason' }, o.terminal ? 'ended' : o.waitsFor,
       o.lastError ? h('div', { class: 'err' }, errorLine(o.lastError, o.lastErrorStatus, o.lastErrorAtMs)) : null),

@@ -1,5 +1,5 @@
 import { get } from '../api';
-import { age, h, link, syncServerClock, table, failedRead } from '../dom';
+import { age, h, link, shortId, syncServerClock, table, failedRead } from '../dom';
 import type { PageContext, PageResult } from '../main';
 
 export async function renderOverview(ctx: PageContext): Promise<PageResult> {
@@ -13,7 +13,7 @@ export async function renderOverview(ctx: PageContext): Promise<PageResult> {
     phases.map(([p, n]) => h('a', { class: 'card phase-' + p, href: `/console/operations?phase=${p}`, 'data-nav': '1', 'data-phase': p },
       h('div', { class: 'n' }, n), h('div', { class: 'muted' }, p))));
   const stuck = (d.stuck as any[]).map((o) => [
-    link(`/operations/${o.operationId}`, o.operationId.slice(0, 8), { class: 'op-link', 'data-op': o.operationId }),
+    link(`/operations/${o.operationId}`, shortId(o.operationId), { class: 'op-link', 'data-op': o.operationId }),
     o.title, o.step.name, o.phase, age(o.updatedAtMs), h('span', { class: 'why' }, o.why), o.ownerInstance ?? '—',
   ]);
   const cb = Object.entries((d.callbacks || {}) as Record<string, number>);
