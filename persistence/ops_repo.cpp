@@ -87,24 +87,26 @@ where_clause build_where(const ops_operation_filter& f) {
     const auto text = f.search.substr(0, 200);
     const bool number =
         text.size() <= 18 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-    // Any part of an id: new ids are time-ordered, so their start is shared by every change of the
-    // same minute and the console shows their (random) end.
+    // An id by any part of 8 characters or more (new ids are time-ordered, so their start is shared
+    // by every change of the same minute, and the console shows their random last 8), by its start
+    // when shorter: a short number is an MR number far more often than a piece of an id.
     const auto anywhere = "%" + like_escaped(text) + "%";
+    const auto id_part = text.size() >= 8 ? anywhere : like_escaped(text) + "%";
     if (number) {
       const auto mr = std::stoll(text);
       w.add(
           "(mr_iid = ? OR operation_id LIKE ? OR title LIKE ?)",
-          [mr, anywhere](auto& st, int i) {
+          [mr, id_part, anywhere](auto& st, int i) {
             st.setInt64(i, mr);
-            st.setString(i + 1, anywhere);
+            st.setString(i + 1, id_part);
             st.setString(i + 2, anywhere);
           },
           3);
     } else {
       w.add(
           "(operation_id LIKE ? OR title LIKE ?)",
-          [anywhere](auto& st, int i) {
-            st.setString(i, anywhere);
+          [id_part, anywhere](auto& st, int i) {
+            st.setString(i, id_part);
             st.setString(i + 1, anywhere);
           },
           2);

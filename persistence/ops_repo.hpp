@@ -27,7 +27,7 @@ struct ops_operation_filter {
   std::string owner;    // owner_instance exact match
   std::string subject;  // subject_id exact match
   std::string target;   // target_key exact match
-  std::string search;   // any part of an operation id, an MR number, or text of the title
+  std::string search;   // part of an operation id (8+ characters; else its start), an MR number, or text of the title
 
   int older_than_s = 0;  // updated_at < NOW(3) - older_than_s (DB clock); 0 = no filter
   bool only_nonterminal = false;

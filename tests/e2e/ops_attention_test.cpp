@@ -207,6 +207,14 @@ TEST(OpsAttention, ListsAFailureAnOverdueApprovalAndAnUnappliedCallbackWithTheir
   auto by_id = ops_get(env, "/api/v1/ops/operations?q=" + failed.substr(failed.size() - 8));
   ASSERT_EQ(by_id["items"].size(), 1u) << by_id.dump(2);
   EXPECT_EQ(by_id["items"][0]["operationId"], failed);
+  // Shorter than 8 characters, a query matches an id only by its start (a short number is an MR
+  // number far more often than a piece of an id).
+  const auto tail = failed.substr(failed.size() - 4);
+  const auto by_short = ops_get(env, "/api/v1/ops/operations?q=" + tail);
+  ASSERT_TRUE(by_short["items"].is_array()) << by_short.dump(2);
+  for (const auto& i : by_short["items"])
+    EXPECT_EQ(i["operationId"].get<std::string>().rfind(tail, 0), 0u) << "matched inside an id: " << i.dump();
+  EXPECT_EQ(ops_get(env, "/api/v1/ops/operations?q=" + failed.substr(0, 4))["total"], 2) << "both start alike";
   EXPECT_EQ(ops_get(env, "/api/v1/ops/operations?q=no-such-title%25")["total"], 0) << "% matches itself";
   EXPECT_EQ(ops_get(env, "/api/v1/ops/operations?limit=1")["total"], 2);
 
