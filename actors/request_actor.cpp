@@ -144,8 +144,10 @@ void submit_reload(self_ptr self) {
       st.svc->db->try_submit([handle, id, now_ms, owner, epoch, project, svc, guard](persistence::db_context& db) {
         messages::row_loaded out;
         auto r = persistence::load_operation(db, id);
-        if (r.ok() && r.value.phase == workflow::phase::MERGED && r.value.deploy_reported && r.value.mr_iid &&
-            r.value.owner_instance.value_or("") == owner && r.value.lease_epoch == epoch) {
+        const auto ours = [&] {
+          return r.ok() && r.value.owner_instance.value_or("") == owner && r.value.lease_epoch == epoch;
+        };
+        if (ours() && r.value.phase == workflow::phase::MERGED && r.value.deploy_reported && r.value.mr_iid) {
           // A deploy report came before MERGED was written, and the MERGED writer's check did not run:
           // its answer was lost after the COMMIT (it was told the row moved on), or it crashed right
           // after. Validate from the recorded report now, as that writer would have, and read the row
@@ -158,7 +160,7 @@ void submit_reload(self_ptr self) {
           }
         }
         out.outcome = static_cast<int>(r.outcome);
-        if (r.ok() && (r.value.owner_instance.value_or("") != owner || r.value.lease_epoch != epoch)) {
+        if (r.ok() && !ours()) {
           // Another instance took the operation over (our lease expired while we were paused): this
           // actor must stop; reported as `preempted` so the actor can tell it from a plain reload.
           out.outcome = static_cast<int>(db_outcome::preempted);

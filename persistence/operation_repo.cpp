@@ -704,7 +704,8 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
   return out;
 }
 
-/// transition_group's work; `joined[i]` tells whether units[i] committed in the group.
+/// transition_group's work; `run` takes the fault in and says which units committed in the group
+/// (`run.joined`) and why the group failed as a whole (`run.failed`).
 std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<transition_request>& reqs,
                                                std::vector<std::optional<operation_row>>* rows,
                                                const std::vector<group_unit*>& units, group_run& run) {

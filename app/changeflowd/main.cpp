@@ -243,12 +243,12 @@ int main(int argc, char** argv) {
       std::clamp<std::size_t>(static_cast<std::size_t>(snap->db().transition_committers), 1,
                               std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2));
   // faults.lose_group_answer_every (a test hook, hot): every Nth group loses its answer after its COMMIT.
-  auto groups_asked = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::atomic<std::uint64_t> groups_asked{0};
   persistence::transition_committer transitions(
       *db, static_cast<std::size_t>(snap->db().transition_group_max), committers,
-      static_cast<std::size_t>(snap->db().queue_capacity), [&cfg, groups_asked] {
+      static_cast<std::size_t>(snap->db().queue_capacity), [&cfg, &groups_asked] {
         const auto every = static_cast<std::uint64_t>(cfg.current()->faults().lose_group_answer_every);
-        return every > 0 && (groups_asked->fetch_add(1) + 1) % every == 0;
+        return every > 0 && (groups_asked.fetch_add(1) + 1) % every == 0;
       });
   metrics.on_collect([&transitions](metrics::registry& m) {
     auto s = transitions.stats();
