@@ -16,6 +16,10 @@
 //       the limit: a prepared guarded-UPDATE + commit loop on K connections (raw), and the persistence
 //       layer's own transition() on K connections, within one phase (repo) or across phases
 //       (repo-phase: the binding's phase moves too).
+//   changeflow-load committed --conns K --actors A --seconds S [--phase 0|1] [--group-max 64] [--committers 1] DB
+//       the same transitions as repo (repo-phase with --phase 1), carried as the service carries them:
+//       A actors each keep one in flight through the service's transition_committer (group commit)
+//       on a pool of K connections and are told their outcome by message.
 //   changeflow-load texts  --n N [--rounds R] --db-pid PID DB
 //       one 15-statement transaction sent N times as separate statements of one text, then N times
 //       as one compound statement, R rounds: time and CPU (mariadbd, this process) per text.
@@ -27,8 +31,11 @@
 #include "persistence/bench_repo.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/operation_repo.hpp"
+#include "persistence/transition_committer.hpp"
 #include "workflow/status.hpp"
 #include "workflow/transitions.hpp"
+
+#include <caf/all.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -45,6 +52,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -1004,22 +1012,43 @@ int cmd_hold(const args& a) {
 // from it, on K connections for S seconds. Each connection owns its rows: no lock waits by design,
 // so the figure is the commit rate, not a contention artefact.
 
-// A legal cycle of the transition table so repo transitions can run forever on the same rows:
-// a self-loop (phase unchanged), or with `phase_change` a two-step cycle across two phases (the
+// A legal cycle of the transition table so repo transitions can run forever on the same rows: the
+// shortest one within one phase, or with `phase_change` the shortest that crosses phases (its
 // trigger then also moves the binding's phase, as about half of a real flow's transitions do).
+// Entering BATCH_WAITING is left out: it is the batch admission, a transaction of two statements
+// that always commits alone, and the standard flow never enters it.
 std::vector<workflow::step> legal_cycle(bool phase_change) {
   using workflow::step;
-  if (!phase_change) {
-    for (auto s : workflow::all_steps) {
-      if (workflow::is_allowed(s, s, workflow::actor_kind::workflow)) return {s};
+  const auto usable = [](step s) { return s != step::BATCH_WAITING; };
+  const auto edge = [&](step a, step b) {
+    return usable(b) && workflow::is_allowed(a, b, workflow::actor_kind::workflow) &&
+           (phase_change || workflow::phase_of(a) == workflow::phase_of(b));
+  };
+  const auto crosses = [](const std::vector<step>& path) {
+    for (std::size_t i = 0; i < path.size(); ++i)
+      if (workflow::phase_of(path[i]) != workflow::phase_of(path[(i + 1) % path.size()])) return true;
+    return false;
+  };
+  // Depth-first from each start, paths of at most `length` steps that come back to it.
+  std::vector<step> path;
+  std::function<bool(std::size_t)> extend = [&](std::size_t length) -> bool {
+    if (path.size() > 1 || (path.size() == 1 && edge(path[0], path[0]))) {
+      if (edge(path.back(), path.front()) && (!phase_change || crosses(path))) return true;
     }
-  }
-  for (auto s : workflow::all_steps) {
-    for (auto t : workflow::all_steps) {
-      if (s != t && workflow::is_allowed(s, t, workflow::actor_kind::workflow) &&
-          workflow::is_allowed(t, s, workflow::actor_kind::workflow) &&
-          (!phase_change || workflow::phase_of(s) != workflow::phase_of(t)))
-        return {s, t};
+    if (path.size() == length) return false;
+    for (auto next : workflow::all_steps) {
+      if (std::find(path.begin(), path.end(), next) != path.end() || !edge(path.back(), next)) continue;
+      path.push_back(next);
+      if (extend(length)) return true;
+      path.pop_back();
+    }
+    return false;
+  };
+  for (std::size_t length = 1; length <= 6; ++length) {
+    for (auto s : workflow::all_steps) {
+      if (!usable(s)) continue;
+      path.assign(1, s);
+      if (extend(length)) return path;
     }
   }
   return {};
@@ -1055,6 +1084,42 @@ int cmd_texts(const args& a) {
   return 0;
 }
 
+// Ids for bench rows: group `group`, `count` of them, distinct from any earlier run's.
+std::vector<std::string> bench_ids(int group, int count) {
+  std::vector<std::string> out;
+  char buf[64];
+  for (int i = 0; i < count; ++i) {
+    std::snprintf(
+        buf, sizeof buf, "b%07d-%04d-0000-0000-%012lld", group, i,
+        static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count() % 1000000000000LL));
+    out.emplace_back(buf);
+  }
+  return out;
+}
+
+// Real operations (with their binding) standing at `at`, the start of a legal cycle; setup only,
+// not timed. bench_delete_repo_rows removes them (subject "rawbench-...").
+std::vector<std::string> make_cycle_rows(persistence::db_context& setup, int group, int count, workflow::step at) {
+  auto ids = bench_ids(group, count);
+  for (const auto& id : ids) {
+    persistence::new_operation op;
+    op.operation_id = id;
+    op.subject_id = "rawbench-" + id;
+    op.target_key = "t";
+    op.title = "raw bench";
+    auto r = persistence::create_operation(setup, op);
+    if (!r.ok()) throw std::runtime_error("create_operation failed: " + r.error.message);
+    checked(persistence::bench_set_step(setup, id, at));
+  }
+  return ids;
+}
+
+std::string cycle_text(const std::vector<workflow::step>& cycle) {
+  std::string out;
+  for (auto s : cycle) out += std::string(out.empty() ? "" : " <-> ") + std::string(workflow::to_string(s));
+  return out;
+}
+
 int cmd_raw(const args& a) {
   auto settings = db_from(a);
   const int conns = static_cast<int>(a.num("conns", 4));
@@ -1070,30 +1135,12 @@ int cmd_raw(const args& a) {
   checked(persistence::bench_reset_raw_table(setup));
   // Rows: bench_raw for raw; real operations (with binding) for repo and repo-phase.
   std::vector<std::vector<std::string>> ids(static_cast<size_t>(conns));
-  char buf[64];
   for (int c = 0; c < conns; ++c) {
-    for (int i = 0; i < rows_per_conn; ++i) {
-      std::snprintf(
-          buf, sizeof buf, "b%07d-%04d-0000-0000-%012lld", c, i,
-          static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count() % 1000000000000LL));
-      std::string id = buf;
-      ids[static_cast<size_t>(c)].push_back(id);
-      if (shape == "raw") {
-        checked(persistence::bench_insert_raw_row(setup, id));
-      } else {
-        persistence::new_operation op;
-        op.operation_id = id;
-        op.subject_id = "rawbench-" + id;
-        op.target_key = "t";
-        op.title = "raw bench";
-        auto r = persistence::create_operation(setup, op);
-        if (!r.ok()) {
-          std::cerr << "create_operation failed: " << r.error.message << "\n";
-          return 1;
-        }
-        // Move it onto the cycle (setup only; not timed).
-        checked(persistence::bench_set_step(setup, id, cycle[0]));
-      }
+    if (shape == "raw") {
+      ids[static_cast<size_t>(c)] = bench_ids(c, rows_per_conn);
+      for (const auto& id : ids[static_cast<size_t>(c)]) checked(persistence::bench_insert_raw_row(setup, id));
+    } else {
+      ids[static_cast<size_t>(c)] = make_cycle_rows(setup, c, rows_per_conn, cycle[0]);
     }
   }
   std::atomic<long> total{0}, failures{0};
@@ -1142,8 +1189,8 @@ int cmd_raw(const args& a) {
   for (auto& t : threads) t.join();
   double el = std::chrono::duration<double>(clock_type::now() - t0).count();
   double rate = double(total.load()) / el;
-  std::printf("%s: %d connections, %ld transactions in %.2f s = %.0f tx/s (%ld guard misses)\n", shape.c_str(), conns,
-              total.load(), el, rate, failures.load());
+  std::printf("%s: %d connections, %ld transactions in %.2f s = %.0f tx/s (%ld guard misses)%s\n", shape.c_str(), conns,
+              total.load(), el, rate, failures.load(), shape == "raw" ? "" : (", cycle " + cycle_text(cycle)).c_str());
   kv(shape + ".conns", std::to_string(conns));
   kv(shape + ".tx_per_s", rate);
   kv(shape + ".guard_misses", std::to_string(failures.load()));
@@ -1152,11 +1199,126 @@ int cmd_raw(const args& a) {
   return 0;
 }
 
+// committed: the same transitions as `repo` (or `repo-phase` with --phase 1), carried the way the
+// service carries them: A actors (CAF, one scheduler thread with work sharing, as changeflowd runs)
+// each own one row and keep one transition in flight; it goes to the service's
+// transition_committer (groups of up to --group-max on a pool of K connections, --committers jobs
+// at a time), whose completion tells the actor by message, and the actor submits the next. The
+// rate counts committed transitions over S seconds after a one-second warm-up: the transitions
+// themselves, without the external calls, HTTP and clients of the standard flow on the same cores.
+using next_atom = caf::atom_constant<caf::atom("next")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+
+struct committed_run {
+  persistence::transition_committer* committer = nullptr;
+  std::vector<workflow::step> cycle;
+  std::atomic<bool> stop{false};
+  std::atomic<long> committed{0}, misses{0}, refused{0};
+};
+
+caf::behavior committed_actor(caf::event_based_actor* self, committed_run* run, std::string id) {
+  struct row_state {
+    std::int64_t version = 1;
+    std::size_t pos = 0;
+  };
+  auto st = std::make_shared<row_state>();
+  auto submit = [self, run, id, st] {
+    persistence::transition_request req;
+    req.operation_id = id;
+    req.expected_version = st->version;
+    req.from = run->cycle[st->pos % run->cycle.size()];
+    req.to = run->cycle[(st->pos + 1) % run->cycle.size()];
+    req.cause = "bench";
+    req.actor = "workflow";
+    req.instance_id = "bench";
+    auto handle = caf::actor_cast<caf::actor>(self);
+    bool queued = run->committer->submit(
+        req,
+        [handle](persistence::db_context&, const persistence::db_result<std::int64_t>& r,
+                 const persistence::operation_row*) { caf::anon_send(handle, next_atom::value, r.ok(), r.value); });
+    if (!queued) {
+      ++run->refused;
+      self->delayed_send(self, std::chrono::milliseconds(1), retry_atom::value);
+    }
+  };
+  submit();
+  return {
+      [=](next_atom, bool ok, std::int64_t version) {
+        if (ok) {
+          st->version = version;
+          ++st->pos;
+          ++run->committed;
+        } else {
+          ++run->misses;
+        }
+        if (run->stop) return self->quit();
+        submit();
+      },
+      [=](retry_atom) {
+        if (run->stop) return self->quit();
+        submit();
+      },
+  };
+}
+
+int cmd_committed(const args& a) {
+  auto settings = db_from(a);
+  const int conns = static_cast<int>(a.num("conns", 4));
+  const int actors = static_cast<int>(a.num("actors", 200));
+  const double seconds = static_cast<double>(a.num("seconds", 5));
+  const bool phase = a.num("phase", 0) != 0;
+  const auto group_max = static_cast<std::size_t>(a.num("group-max", 64));
+  const auto committers = static_cast<std::size_t>(a.num("committers", 1));
+  const std::string name = phase ? "committed-phase" : "committed";
+  persistence::db_context setup(settings);
+  committed_run run;
+  run.cycle = legal_cycle(phase);
+  if (run.cycle.empty()) {
+    std::cerr << "no legal transition cycle in the table\n";
+    return 1;
+  }
+  auto ids = make_cycle_rows(setup, 9000000, actors, run.cycle[0]);
+  auto pool = persistence::make_db_pool(settings, static_cast<std::size_t>(conns), 100000, "bench-db");
+  persistence::transition_committer committer(*pool, group_max, committers, 100000);
+  run.committer = &committer;
+  double rate = 0;
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.max-threads", static_cast<std::size_t>(1));
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+    caf::actor_system sys{cfg};
+    for (const auto& id : ids) sys.spawn(committed_actor, &run, id);
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // warm-up: connections open, groups form
+    const long n0 = run.committed.load();
+    const auto groups0 = committer.stats().groups;
+    const auto t0 = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    const long n1 = run.committed.load();
+    const auto groups1 = committer.stats().groups;
+    const double el = std::chrono::duration<double>(clock_type::now() - t0).count();
+    run.stop = true;  // each actor quits at its next answer; the system's destructor waits for them
+    rate = double(n1 - n0) / el;
+    const double per_group = groups1 > groups0 ? double(n1 - n0) / double(groups1 - groups0) : 0;
+    std::printf(
+        "%s: %d actors, %d connections, %ld transitions in %.2f s = %.0f tx/s, %.1f per group (%ld guard "
+        "misses, %ld refused by a full queue), cycle %s\n",
+        name.c_str(), actors, conns, n1 - n0, el, rate, per_group, run.misses.load(), run.refused.load(),
+        cycle_text(run.cycle).c_str());
+    kv(name + ".actors", std::to_string(actors));
+    kv(name + ".conns", std::to_string(conns));
+    kv(name + ".tx_per_s", rate);
+    kv(name + ".per_group", per_group);
+    kv(name + ".guard_misses", std::to_string(run.misses.load()));
+  }
+  checked(persistence::bench_delete_repo_rows(setup));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: changeflow-load flow|hold|raw --option value ...\n";
+    std::cerr << "usage: changeflow-load flow|hold|raw|committed|texts --option value ...\n";
     return 2;
   }
   persistence::init_driver();
@@ -1167,6 +1329,7 @@ int main(int argc, char** argv) {
     if (cmd == "hold") return cmd_hold(a);
     if (cmd == "raw") return cmd_raw(a);
     if (cmd == "texts") return cmd_texts(a);
+    if (cmd == "committed") return cmd_committed(a);
   } catch (const database_error& e) {
     std::cerr << "changeflow-load: database error " << e.code << ": " << e.what() << "\n";
     return 1;
