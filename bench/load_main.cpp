@@ -2,7 +2,7 @@
 //
 //   changeflow-load flow   --port P --n N --c C [--wait-mode poll|longpoll|db] [--poll-interval-ms 50]
 //                          [--wait-ms 20000] [--rate R] [--tag X] [--timeout-s S] [--request-timeout-s 30]
-//                          [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
+//                          [--keyed 0|1] [--service-pid S] [--db-pid D] [--sim-pid M] [--sim-port Q] DB
 //       the standard workload's client side: C clients (one event loop, a connection each), each
 //       submits a change (unique subject/target) and learns its completion as a client does, then
 //       submits the next, until N changes are terminal. poll: GET /api/v1/changes/{id} every 50 ms; longpoll: GET
@@ -170,8 +170,10 @@ long status_kb(long pid, const std::string& key) {
 // HTTP/1.1 on a keep-alive connection, enough for JSON requests and answers with Content-Length:
 // the blocking client below and the flow's event loop write and read the same way.
 
-std::string request_bytes(const std::string& method, const std::string& target, const std::string& body) {
+std::string request_bytes(const std::string& method, const std::string& target, const std::string& body,
+                          const std::string& idempotency_key = "") {
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n";
+  if (!idempotency_key.empty()) req += "Idempotency-Key: " + idempotency_key + "\r\n";
   if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   req += "\r\n" + body;
   return req;
@@ -516,6 +518,7 @@ struct client_loop {
   long poll_interval_ms = 50;
   long wait_ms = 20000;  // the service answers ?wait= up to 25 s
   double rate = 0;
+  bool keyed = false;  // each submission carries an Idempotency-Key, as the API asks clients to
   clock_type::time_point start;
   clock_type::time_point deadline;
   std::atomic<long> next{0}, accepted{0}, rejected{0}, validated{0}, failed{0}, reads{0}, read_errors{0};
@@ -606,9 +609,10 @@ struct client_loop {
     answered(who, 0, "");
   }
 
-  void ask(std::size_t who, const std::string& method, const std::string& target, const std::string& body) {
+  void ask(std::size_t who, const std::string& method, const std::string& target, const std::string& body,
+           const std::string& idempotency_key = "") {
     auto& cl = clients[who];
-    cl.request = request_bytes(method, target, body);
+    cl.request = request_bytes(method, target, body, idempotency_key);
     cl.sends = 0;
     send_request(who);
   }
@@ -638,7 +642,8 @@ struct client_loop {
   void submit_now(std::size_t who) {
     auto& cl = clients[who];
     cl.t0 = clock_type::now();
-    ask(who, "POST", "/api/v1/changes", change_body(tag, cl.index));
+    ask(who, "POST", "/api/v1/changes", change_body(tag, cl.index),
+        keyed ? tag + "-" + std::to_string(cl.index) : std::string());
   }
 
   void read_now(std::size_t who) {
@@ -845,6 +850,7 @@ int cmd_flow(const args& a) {
     loop.wait_ms = a.num("wait-ms", 20000);
     loop.request_timeout = std::chrono::seconds(a.num("request-timeout-s", 30));
     loop.rate = static_cast<double>(a.num("rate", 0));
+    loop.keyed = a.num("keyed", 0) != 0;
     loop.start = clock_type::now();
     loop.deadline = loop.start + std::chrono::seconds(timeout_s);
     std::thread runner([&] {

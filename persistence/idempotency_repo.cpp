@@ -110,6 +110,24 @@ db_result<idem_begin_result> idem_begin(session s, const std::string& key, const
   });
 }
 
+std::string idem_completed_insert_sql(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+                                      int ttl_seconds, const idem_owner& owner, int status_code,
+                                      const std::string& body) {
+  auto st = prepare(conn,
+                    "INSERT INTO idempotency_record (idem_key, fingerprint, state, status_code, response_body, "
+                    "created_at, expires_at, owner_instance, owner_epoch) "
+                    "VALUES (?, ?, 'COMPLETED', ?, ?, NOW(3), NOW(3) + INTERVAL ? SECOND, NULLIF(?, ''), "
+                    "(SELECT epoch FROM instance WHERE instance_id = ?))");
+  st->setString(1, key);
+  st->setString(2, fingerprint);
+  st->setInt(3, status_code);
+  st->setString(4, body);
+  st->setInt(5, ttl_seconds);
+  st->setString(6, owner.instance_id);
+  st->setString(7, owner.instance_id);
+  return st->bound_sql();
+}
+
 db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body) {
   return guarded<done>(s, [&](sql::Connection& conn) -> db_result<done> {
     auto st = prepare(conn,

@@ -14,6 +14,10 @@
 #include <optional>
 #include <string>
 
+namespace sql {
+class Connection;
+}  // namespace sql
+
 namespace changeflow::persistence {
 
 enum class idem_state { IN_FLIGHT, COMPLETED };
@@ -52,6 +56,14 @@ struct idem_begin_result {
 /// or a racing takeover won and then vanished.
 db_result<idem_begin_result> idem_begin(session s, const std::string& key, const std::string& fingerprint,
                                         int ttl_seconds, const idem_owner& owner);
+/// The INSERT of a record that is COMPLETED from the start, with its stored response: for a request
+/// whose answer is known before it runs and whose record commits in the same transaction as its
+/// work (a keyed submission in the group commit: persistence::keyed_creation). Any record under
+/// the key, live or expired, makes it fail with a duplicate key (1062); the caller's handler
+/// decides what that means.
+std::string idem_completed_insert_sql(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
+                                      int ttl_seconds, const idem_owner& owner, int status_code,
+                                      const std::string& body);
 /// IN_FLIGHT -> COMPLETED with the stored response; preempted when not IN_FLIGHT (or gone).
 db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body);
 /// Drops an IN_FLIGHT record whose request failed before producing a response, so a retry may run.

@@ -421,7 +421,8 @@ db_result<create_outcome> create_operation(session s, const new_operation& op, s
 
 std::shared_ptr<group_unit> create_operation_unit(
     const new_operation& op, bool want_row,
-    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done) {
+    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done,
+    std::shared_ptr<const keyed_creation> keyed) {
   if (detail::refuse_initial_step(op)) return nullptr;
   struct answer {
     bool bound = false;
@@ -430,7 +431,7 @@ std::shared_ptr<group_unit> create_operation_unit(
   auto got = std::make_shared<answer>();
   auto unit = std::make_shared<group_unit>();
   unit->operation_id = op.operation_id;
-  unit->statements = [op](sql::Connection& conn, int tag) {
+  unit->statements = [op, keyed](sql::Connection& conn, int tag) {
     const auto c = detail::creation_statements(conn, op, true);
     const std::string answer = std::to_string(tag) + " AS changeflow_unit, @changeflow_bound AS changeflow_bound";
     // The submission's statements as alone, with its writes undone unless the change took the
@@ -438,13 +439,31 @@ std::shared_ptr<group_unit> create_operation_unit(
     // by the handler, which leaves the block) are all answered alone afterwards.
     // The answer is the verdict only: with want_row, the row comes with the group's read of rows
     // (take_row).
+    if (!keyed) {
+      return std::vector<std::string>{
+          "SAVEPOINT changeflow_unit",
+          c.reset,
+          c.read_binding,
+          "SET @changeflow_dup = 0",
+          "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
+          "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
+          "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
+          "SELECT " + answer,
+      };
+    }
+    // Keyed: the key's record first (its primary key is the claim: any record under the key leaves
+    // the creation unrun), then the same creation as one statement under the claim; one rollback
+    // undoes both.
+    const std::string create =
+        c.reset + "; " + c.read_binding + "; SET @changeflow_dup = 0; BEGIN DECLARE EXIT HANDLER FOR 1062 SET " +
+        "@changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END; IF @changeflow_dup = 0 THEN " + c.bind +
+        "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF";
     return std::vector<std::string>{
         "SAVEPOINT changeflow_unit",
-        c.reset,
-        c.read_binding,
-        "SET @changeflow_dup = 0",
-        "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
-        "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
+        "SET @changeflow_claimed = 0, @changeflow_bound = 0",
+        "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_claimed = 0; " + keyed->record_insert(conn) +
+            "; SET @changeflow_claimed = 1; END",
+        "IF @changeflow_claimed = 1 THEN " + create + "; END IF",
         "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
         "SELECT " + answer,
     };
@@ -454,10 +473,11 @@ std::shared_ptr<group_unit> create_operation_unit(
   };
   if (want_row) unit->take_row = [got](const operation_row& row) { got->row = row; };
   unit->settled = [got] { return got->bound; };
-  unit->finish = [op, want_row, got, done](db_context& ctx, bool joined) {
+  unit->finish = [op, want_row, got, done, keyed](db_context& ctx, bool joined) {
     if (joined && got->bound) {
       return done(ctx, db_result<create_outcome>::success(create_outcome::created), std::move(got->row));
     }
+    if (keyed) return keyed->alone(ctx);
     std::optional<operation_row> row;
     auto r = create_operation(ctx, op, want_row ? &row : nullptr);
     done(ctx, r, std::move(row));

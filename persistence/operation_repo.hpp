@@ -252,9 +252,23 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
 /// the group; what the group tried is undone. With `want_row`, `done` also gets the row as the
 /// creation committed it. nullptr when create_operation would refuse the initial step before any
 /// SQL (the caller runs create_operation for that answer).
+///
+/// With `keyed`, a submission under an idempotency key: the key's record, written COMPLETED with the
+/// answer a created change gets (`record_insert`, idem_completed_insert_sql), claims the key in the
+/// unit's own part of the transaction, and the change is created only under that claim; both stay
+/// only when the change takes its target, so the group commits the creation and its stored answer
+/// together. Every other case (a record under the key: a replay, a request still in flight, a key
+/// reused for another body, an expired record not yet purged; the target held; an id that exists;
+/// a group that failed or lost its answer) is undone in the group, and `alone` runs the
+/// submission's whole keyed path on the pool instead of create_operation.
+struct keyed_creation {
+  std::function<std::string(sql::Connection&)> record_insert;
+  std::function<void(db_context&)> alone;
+};
 std::shared_ptr<group_unit> create_operation_unit(
     const new_operation& op, bool want_row,
-    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done);
+    std::function<void(db_context&, const db_result<create_outcome>&, std::optional<operation_row>)> done,
+    std::shared_ptr<const keyed_creation> keyed = nullptr);
 
 struct validated_flip {
   std::string operation_id;

@@ -4,6 +4,7 @@
 
 #include "persistence/binding_repo.hpp"
 #include "persistence/callback_repo.hpp"
+#include "persistence/idempotency_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "tests/support/test_db.hpp"
@@ -725,4 +726,112 @@ TEST_F(GroupUnits, AGroupWhoseAnswerIsLostAfterItsCommitIsWrittenOnceAndItsMembe
   EXPECT_EQ(landed, 2);
   EXPECT_EQ(losing.stats().groups, 2u);
   EXPECT_EQ(losing.stats().failed_groups, 1u);
+}
+
+// -- submissions under an idempotency key (keyed_creation)
+
+namespace {
+
+struct keyed_answer {
+  creation_answer created;
+  int alone = 0;  // times the submission's keyed path ran alone
+};
+
+std::shared_ptr<group_unit> create_keyed(const new_operation& op, const std::string& key, keyed_answer& out) {
+  auto keyed = std::make_shared<keyed_creation>();
+  keyed->record_insert = [key](sql::Connection& conn) {
+    return idem_completed_insert_sql(conn, key, std::string(64, 'f'), 3600, {"", std::chrono::seconds(30)}, 202,
+                                     "answer for " + key);
+  };
+  keyed->alone = [&out](db_context&) { ++out.alone; };
+  return create_operation_unit(
+      op, true,
+      [&out](db_context&, const db_result<create_outcome>& r, std::optional<operation_row> row) {
+        out.created.outcome = r;
+        out.created.row = std::move(row);
+      },
+      keyed);
+}
+
+std::string record_of(const test_database& db, const std::string& key) {
+  return db.scalar(
+      "SELECT CONCAT(state, ' ', status_code, ' ', response_body) FROM idempotency_record WHERE idem_key = '" + key +
+      "'");
+}
+
+}  // namespace
+
+// A keyed submission with a fresh key and a free target commits its key's record, COMPLETED with
+// its answer, in the group's commit with its creation. A key that already has a record, or a
+// target that is held, leaves nothing of the unit in the group (neither record nor change) and the
+// submission's whole keyed path runs alone instead: its gate replays, refuses or runs it.
+TEST_F(GroupUnits, AKeyedSubmissionCommitsItsRecordWithItsCreationAndAnythingElseRunsAlone) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto holder = new_op(*c, "hank", "repo/h.yaml");
+  db.exec(
+      "INSERT INTO idempotency_record (idem_key, fingerprint, state, expires_at) VALUES "
+      "('submit:u:used', REPEAT('e', 64), 'IN_FLIGHT', NOW(3) + INTERVAL 1 HOUR)");
+  auto fresh = test::new_operation_for("nora", "repo/n.yaml");
+  auto replayed = test::new_operation_for("ursula", "repo/u.yaml");
+  auto blocked = test::new_operation_for("hank", "repo/h.yaml");
+  keyed_answer first, used, held;
+  int landed = 0;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(committer.submit_unit(create_keyed(fresh, "submit:u:fresh", first)));
+  ASSERT_TRUE(committer.submit_unit(create_keyed(replayed, "submit:u:used", used)));
+  ASSERT_TRUE(committer.submit_unit(create_keyed(blocked, "submit:u:held", held)));
+  const auto compounds = scripts_sent().compound_texts;
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 3u) << "the committer's job, then the two it could not settle";
+  EXPECT_EQ(scripts_sent().compound_texts - compounds, 1u) << "the group's one compound statement";
+  EXPECT_EQ(landed, 1);
+  EXPECT_EQ(committer.stats().groups, 1u);
+
+  ASSERT_TRUE(first.created.outcome && first.created.outcome->ok());
+  EXPECT_EQ(first.created.outcome->value, create_outcome::created);
+  ASSERT_TRUE(first.created.row);
+  EXPECT_EQ(first.created.row->operation_id, fresh.operation_id);
+  EXPECT_EQ(first.alone, 0);
+  EXPECT_EQ(record_of(db, "submit:u:fresh"), "COMPLETED 202 answer for submit:u:fresh");
+  EXPECT_EQ(count_events(db, fresh.operation_id), "1");
+
+  EXPECT_EQ(used.alone, 1);
+  EXPECT_FALSE(used.created.outcome) << "answered by its keyed path, not here";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + replayed.operation_id + "'"), "0");
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM binding WHERE subject_id = 'ursula'"), "0");
+  EXPECT_EQ(db.scalar("SELECT CONCAT(state, ' ', fingerprint) FROM idempotency_record WHERE idem_key = "
+                      "'submit:u:used'"),
+            "IN_FLIGHT " + std::string(64, 'e'))
+      << "the record under the key is left as it was";
+
+  EXPECT_EQ(held.alone, 1);
+  EXPECT_FALSE(held.created.outcome);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM idempotency_record WHERE idem_key = 'submit:u:held'"), "0")
+      << "the claim is undone with the creation";
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation WHERE operation_id = '" + blocked.operation_id + "'"), "0");
+  EXPECT_EQ(find_binding(*c, "hank", "", "repo/h.yaml").value.operation_id, holder);
+}
+
+// A keyed submission in a group whose answer is lost after its COMMIT: the record and the change
+// are committed once, together, and the submission's keyed path runs alone, where its gate finds
+// the record COMPLETED and replays the answer.
+TEST_F(GroupUnits, AKeyedSubmissionWhoseGroupLosesItsAnswerFindsItsRecordAndItsChangeCommittedOnce) {
+  int asked = 0;
+  transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }};
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto fresh = test::new_operation_for("nora", "repo/n.yaml");
+  keyed_answer keyed;
+  int landed = 0;
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(a, 1), count_ok(landed)));
+  ASSERT_TRUE(losing.submit_unit(create_keyed(fresh, "submit:u:lost", keyed)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
+  EXPECT_EQ(losing.stats().failed_groups, 1u);
+  EXPECT_EQ(keyed.alone, 1);
+  EXPECT_FALSE(keyed.created.outcome);
+  EXPECT_EQ(record_of(db, "submit:u:lost"), "COMPLETED 202 answer for submit:u:lost");
+  EXPECT_EQ(count_events(db, fresh.operation_id), "1") << "created once";
+  EXPECT_EQ(find_binding(*c, "nora", "", "repo/n.yaml").value.operation_id, fresh.operation_id);
+  EXPECT_EQ(load_operation(*c, a).value.step, S::APPROVAL_SENT);
+  EXPECT_EQ(landed, 0) << "its transition was told its row moved on";
 }

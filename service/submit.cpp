@@ -5,6 +5,7 @@
 #include "base/log.hpp"
 #include "config/test_hooks.hpp"
 #include "persistence/binding_repo.hpp"
+#include "persistence/idempotency_repo.hpp"
 #include "service/wake_actor.hpp"
 #include "workflow/transitions.hpp"
 
@@ -91,8 +92,11 @@ submit_result create_and_start(persistence::session db, runtime::services& svc, 
 
 }  // namespace
 
-bool submit_grouped(runtime::services& svc, const persistence::new_operation& op,
-                    std::function<void(const submit_result&)> done) {
+namespace {
+
+bool submit_unit(runtime::services& svc, const persistence::new_operation& op,
+                 std::function<void(const submit_result&)> done,
+                 std::shared_ptr<const persistence::keyed_creation> keyed) {
   if (!svc.transitions) return false;
   const bool reads = svc.write_mark && svc.row_created;
   const auto mark = reads ? svc.write_mark() : 0;
@@ -105,9 +109,37 @@ bool submit_grouped(runtime::services& svc, const persistence::new_operation& op
         // Before the actor starts: its first write then finds the row kept and replaces it.
         if (row) services->row_created(*row, mark);
         done(start_created(db, *services, op, created));
-      });
+      },
+      std::move(keyed));
   if (!unit) return false;
   return svc.transitions->submit_unit(std::move(unit));
+}
+
+}  // namespace
+
+bool submit_grouped(runtime::services& svc, const persistence::new_operation& op,
+                    std::function<void(const submit_result&)> done) {
+  return submit_unit(svc, op, std::move(done), nullptr);
+}
+
+bool submit_grouped(runtime::services& svc, const persistence::new_operation& op, const idempotent_request& idem,
+                    const stored_answer& accepted, std::function<void(const submit_result&)> done,
+                    std::function<void(persistence::db_context&)> alone) {
+  if (idem.key.empty() || svc.config->current()->faults().hold_after_idempotency_begin_ms > 0) return false;
+  auto keyed = std::make_shared<persistence::keyed_creation>();
+  const persistence::idem_owner owner{svc.instance_id, idem.in_flight_timeout};
+  keyed->record_insert = [idem, owner, accepted](sql::Connection& conn) {
+    return persistence::idem_completed_insert_sql(conn, idem.key, idem.fingerprint, static_cast<int>(idem.ttl.count()),
+                                                  owner, static_cast<int>(accepted.status), accepted.body);
+  };
+  auto* services = &svc;
+  keyed->alone = [services, id = op.operation_id, alone = std::move(alone)](persistence::db_context& db) {
+    alone(db);
+    // The group may have committed this very creation and lost its answer: the gate then replays
+    // the stored answer, and nothing has started the change's actor.
+    if (!services->actors->find(id)) wake_actor(db, *services, id, std::nullopt, "keyed submission found its change");
+  };
+  return submit_unit(svc, op, std::move(done), std::move(keyed));
 }
 
 std::optional<gate_result> submit(persistence::session db, runtime::services& svc, const persistence::new_operation& op,

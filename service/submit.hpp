@@ -57,4 +57,18 @@ std::optional<gate_result> submit(persistence::session db, runtime::services& sv
 bool submit_grouped(runtime::services& svc, const persistence::new_operation& op,
                     std::function<void(const submit_result&)> done);
 
+/// Submits `op` under its idempotency key through the group committer: the key's record is written
+/// COMPLETED with `accepted` (the answer a created change gets, rendered before it runs) in the same
+/// commit as the creation, so a keyed submission costs what one without a key does. `done` runs when
+/// the group created the change (the caller answers `accepted`). Every other case (a record under
+/// the key, the target held, a failed group or one whose answer was lost) runs `alone` on a database
+/// worker instead: the caller's submit() of the same request, whose gate replays, refuses or runs
+/// it. A change left without its actor after that (created by a group whose answer was lost, then
+/// replayed) gets one. False as for submit_grouped, and also while the test hook
+/// faults.hold_after_idempotency_begin_ms is set (it holds the keyed path between its two writes,
+/// which this path does not have): the caller runs submit() itself.
+bool submit_grouped(runtime::services& svc, const persistence::new_operation& op, const idempotent_request& idem,
+                    const stored_answer& accepted, std::function<void(const submit_result&)> done,
+                    std::function<void(persistence::db_context&)> alone);
+
 }  // namespace changeflow::service

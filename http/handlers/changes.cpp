@@ -224,7 +224,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
       })) {
     return;
   }
-  bool queued = ctx.db.try_submit([op, reply, svc, idem](persistence::db_context& db) {
+  // The submission's whole path: the idempotency gate, then the creation alone.
+  auto run_alone = [op, reply, svc, idem](persistence::db_context& db) {
     try {
       http_server::response res;
       auto not_run = service::submit(db, *svc, op, idem, [&res, &op](const service::submit_result& r) {
@@ -235,8 +236,26 @@ void store_submission(service_context& ctx, const http_server::request& req, con
     } catch (const std::exception& e) {
       reply(outcome_response(api_outcome::internal, {}, nullptr, std::string("submit failed: ") + e.what()));
     }
-  });
-  if (!queued) reply(overloaded());
+  };
+  // With a key, the common case (a fresh key, a free target) also commits in the group: the key's
+  // record with the answer a created change gets, rendered now, and the creation together.
+  if (!idem.key.empty()) {
+    service::submit_result created;
+    created.status = service::submit_status::accepted;
+    created.created.step = op.initial_step;
+    created.created.phase = workflow::phase_of(op.initial_step);
+    auto accepted = submit_response(created, op.operation_id);
+    const service::stored_answer stored{accepted.status, accepted.body};
+    if (service::submit_grouped(
+            *svc, op, idem, stored,
+            [reply, accepted, id = op.operation_id](const service::submit_result& r) {
+              reply(r.status == service::submit_status::accepted ? accepted : submit_response(r, id));
+            },
+            run_alone)) {
+      return;
+    }
+  }
+  if (!ctx.db.try_submit(std::move(run_alone))) reply(overloaded());
 }
 
 /// POST /api/v1/changes/preview: the submit body validated, and each file diffed against the target
