@@ -15,7 +15,7 @@ namespace {
 std::optional<idem_record> find_live(sql::Connection& conn, const std::string& key) {
   auto st = prepare(conn,
                     "SELECT r.idem_key, r.fingerprint, r.state, r.status_code, r.response_body, "
-                    "r.owner_instance, r.takeovers, " +
+                    "r.owner_instance, r.takeovers, r.operation_id, " +
                         detail::ms("r.created_at") + " AS created_at_ms, " + detail::ms("r.expires_at") +
                         " AS expires_at_ms, "
                         "(r.state = 'IN_FLIGHT' AND r.in_flight_until IS NOT NULL AND "
@@ -38,6 +38,7 @@ std::optional<idem_record> find_live(sql::Connection& conn, const std::string& k
   r.owner_instance = detail::opt_string(*rs, "owner_instance");
   r.takeovers = rs->getInt("takeovers");
   r.reclaimable = rs->getInt("reclaimable") == 1;
+  r.operation_id = detail::opt_string(*rs, "operation_id");
   return r;
 }
 
@@ -46,19 +47,20 @@ std::int64_t micros(std::chrono::milliseconds d) {
 }
 
 bool try_insert(sql::Connection& conn, const std::string& key, const std::string& fingerprint, int ttl_seconds,
-                const idem_owner& owner) {
+                const idem_owner& owner, const std::string& operation_id) {
   auto st = prepare(conn,
                     "INSERT INTO idempotency_record (idem_key, fingerprint, state, created_at, "
-                    "expires_at, owner_instance, owner_epoch, in_flight_until) "
+                    "expires_at, owner_instance, owner_epoch, in_flight_until, operation_id) "
                     "VALUES (?, ?, 'IN_FLIGHT', NOW(3), NOW(3) + INTERVAL ? SECOND, NULLIF(?, ''), "
                     "(SELECT epoch FROM instance WHERE instance_id = ?), "
-                    "NOW(3) + INTERVAL ? MICROSECOND)");
+                    "NOW(3) + INTERVAL ? MICROSECOND, NULLIF(?, ''))");
   st->setString(1, key);
   st->setString(2, fingerprint);
   st->setInt(3, ttl_seconds);
   st->setString(4, owner.instance_id);
   st->setString(5, owner.instance_id);
   st->setInt64(6, micros(owner.in_flight_timeout));
+  st->setString(7, operation_id);
   return detail::insert_unless_duplicate(*st);
 }
 
@@ -85,26 +87,35 @@ bool take_over(sql::Connection& conn, const idem_record& dead, const std::string
 }  // namespace
 
 db_result<idem_begin_result> idem_begin(session s, const std::string& key, const std::string& fingerprint,
-                                        int ttl_seconds, const idem_owner& owner) {
+                                        int ttl_seconds, const idem_owner& owner, const std::string& operation_id) {
   using R = db_result<idem_begin_result>;
+  const auto ours = operation_id.empty() ? std::nullopt : std::optional<std::string>(operation_id);
   return guarded<idem_begin_result>(s, [&](sql::Connection& conn) -> R {
     // A live record is the answer, unless its request died: then a retry of the SAME request takes
     // it over and runs again. A different request (other fingerprint) never does; it gets the
     // record and with it "key reused".
     auto settle = [&](idem_record found) -> R {
-      if (!found.reclaimable || found.fingerprint != fingerprint) return R::success({false, false, std::move(found)});
-      if (take_over(conn, found, fingerprint, ttl_seconds, owner)) return R::success({true, true, std::nullopt});
-      if (auto winner = find_live(conn, key)) return R::success({false, false, std::move(winner)});
+      if (!found.reclaimable || found.fingerprint != fingerprint) {
+        return R::success({false, false, std::move(found), std::nullopt});
+      }
+      if (take_over(conn, found, fingerprint, ttl_seconds, owner)) {
+        return R::success({true, true, std::nullopt, found.operation_id});
+      }
+      if (auto winner = find_live(conn, key)) return R::success({false, false, std::move(winner), std::nullopt});
       return R::failure(db_outcome::retryable, "idempotency record taken over concurrently");
     };
     if (auto r = find_live(conn, key)) return settle(std::move(*r));
-    if (try_insert(conn, key, fingerprint, ttl_seconds, owner)) return R::success({true, false, std::nullopt});
+    if (try_insert(conn, key, fingerprint, ttl_seconds, owner, operation_id)) {
+      return R::success({true, false, std::nullopt, ours});
+    }
     // Conflict: either a concurrent request won, or an expired record still occupies the key.
     if (auto winner = find_live(conn, key)) return settle(std::move(*winner));
     auto purge = prepare(conn, "DELETE FROM idempotency_record WHERE idem_key = ? AND expires_at < NOW(3)");
     purge->setString(1, key);
     purge->executeUpdate();
-    if (try_insert(conn, key, fingerprint, ttl_seconds, owner)) return R::success({true, false, std::nullopt});
+    if (try_insert(conn, key, fingerprint, ttl_seconds, owner, operation_id)) {
+      return R::success({true, false, std::nullopt, ours});
+    }
     if (auto winner = find_live(conn, key)) return settle(std::move(*winner));
     return R::failure(db_outcome::retryable, "idempotency record changed concurrently");
   });
@@ -112,12 +123,12 @@ db_result<idem_begin_result> idem_begin(session s, const std::string& key, const
 
 std::string idem_completed_insert_sql(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
                                       int ttl_seconds, const idem_owner& owner, int status_code,
-                                      const std::string& body) {
+                                      const std::string& body, const std::string& operation_id) {
   auto st = prepare(conn,
                     "INSERT INTO idempotency_record (idem_key, fingerprint, state, status_code, response_body, "
-                    "created_at, expires_at, owner_instance, owner_epoch) "
+                    "created_at, expires_at, owner_instance, owner_epoch, operation_id) "
                     "VALUES (?, ?, 'COMPLETED', ?, ?, NOW(3), NOW(3) + INTERVAL ? SECOND, NULLIF(?, ''), "
-                    "(SELECT epoch FROM instance WHERE instance_id = ?))");
+                    "(SELECT epoch FROM instance WHERE instance_id = ?), NULLIF(?, ''))");
   st->setString(1, key);
   st->setString(2, fingerprint);
   st->setInt(3, status_code);
@@ -125,6 +136,7 @@ std::string idem_completed_insert_sql(sql::Connection& conn, const std::string& 
   st->setInt(5, ttl_seconds);
   st->setString(6, owner.instance_id);
   st->setString(7, owner.instance_id);
+  st->setString(8, operation_id);
   return st->bound_sql();
 }
 

@@ -35,6 +35,9 @@ struct idem_record {
   // IN_FLIGHT and, judged with the DB clock, its request is dead: the owner's lease ran out, it
   // stopped or restarted (other epoch), or the in-flight deadline passed.
   bool reclaimable = false;
+  /// The change a submission under this key creates (migration 19); none on records from before it
+  /// and on keys of other requests.
+  std::optional<std::string> operation_id;
 };
 
 /// Who begins a request: recorded on the IN_FLIGHT record so a later request can tell whether it
@@ -48,14 +51,19 @@ struct idem_begin_result {
   bool fresh = false;                   // this call inserted (or took over) the IN_FLIGHT record and owns the request
   bool taken_over = false;              // fresh by taking over the record of a request that died
   std::optional<idem_record> existing;  // the winner's record when !fresh
+  /// When fresh: the change this key names. The `operation_id` given, when this call inserted the
+  /// record; the record's own, when it took a dead request's record over (that request may have
+  /// created it already). nullopt when the record names none.
+  std::optional<std::string> operation_id;
 };
 
 /// A reclaimable record with the same fingerprint is taken over (fresh); with another fingerprint
 /// it is reported as it is, so the caller still answers "key reused".
 /// retryable when the winner vanished between conflict and re-read (deleted as expired, abandoned),
 /// or a racing takeover won and then vanished.
+/// `operation_id`: the change this request would create, stored with a record it inserts ("" none).
 db_result<idem_begin_result> idem_begin(session s, const std::string& key, const std::string& fingerprint,
-                                        int ttl_seconds, const idem_owner& owner);
+                                        int ttl_seconds, const idem_owner& owner, const std::string& operation_id = {});
 /// The INSERT of a record that is COMPLETED from the start, with its stored response: for a request
 /// whose answer is known before it runs and whose record commits in the same transaction as its
 /// work (a keyed submission in the group commit: persistence::keyed_creation). Any record under
@@ -63,7 +71,7 @@ db_result<idem_begin_result> idem_begin(session s, const std::string& key, const
 /// decides what that means.
 std::string idem_completed_insert_sql(sql::Connection& conn, const std::string& key, const std::string& fingerprint,
                                       int ttl_seconds, const idem_owner& owner, int status_code,
-                                      const std::string& body);
+                                      const std::string& body, const std::string& operation_id = {});
 /// IN_FLIGHT -> COMPLETED with the stored response; preempted when not IN_FLIGHT (or gone).
 db_result<done> idem_complete(session s, const std::string& key, int status_code, const std::string& body);
 /// Drops an IN_FLIGHT record whose request failed before producing a response, so a retry may run.

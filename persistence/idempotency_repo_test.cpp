@@ -181,3 +181,38 @@ TEST(IdempotencyTakeover, RacingRetriesOfADeadRequestHaveExactlyOneWinner) {
     EXPECT_EQ(column(db, key, "owner_instance"), won) << "the row names the one that was told it won";
   }
 }
+
+// A key names the change its request creates: the id is stored when the key is taken, and a retry
+// that takes over the key of a request that died gets that id back, not its own, so it creates (or
+// finds) the same change. A record that names none (written before migration 19) gives none back:
+// the caller then uses the id such a request derived from the key.
+TEST(IdempotencyTakeover, ATakeoverGetsTheChangeTheDeadRequestNamed) {
+  test_database db;
+  auto c = db.connect();
+  ASSERT_TRUE(register_instance(*c, first_owner.instance_id, 60).ok());
+  ASSERT_TRUE(register_instance(*c, retry_owner.instance_id, 60).ok());
+  const std::string first_id = "018f0000-0000-7000-8000-000000000001";
+  const std::string retry_id = "018f0000-0000-7000-8000-000000000002";
+  auto begun = idem_begin(*c, "named", fp, 3600, first_owner, first_id);
+  ASSERT_TRUE(begun.ok()) << begun.error.message;
+  ASSERT_TRUE(begun.value.fresh);
+  EXPECT_EQ(begun.value.operation_id, std::optional<std::string>(first_id));
+  EXPECT_EQ(column(db, "named", "operation_id"), first_id);
+
+  ASSERT_TRUE(mark_instance_stopped(*c, first_owner.instance_id).ok());
+  auto taken = idem_begin(*c, "named", fp, 3600, retry_owner, retry_id);
+  ASSERT_TRUE(taken.ok()) << taken.error.message;
+  ASSERT_TRUE(taken.value.taken_over);
+  EXPECT_EQ(taken.value.operation_id, std::optional<std::string>(first_id)) << "the dead request's change";
+  EXPECT_EQ(column(db, "named", "operation_id"), first_id);
+
+  // A record without a change (as before migration 19): taken over, it names none.
+  db.exec(
+      "INSERT INTO idempotency_record (idem_key, fingerprint, state, expires_at, owner_instance, "
+      "in_flight_until) VALUES ('unnamed', REPEAT('f', 64), 'IN_FLIGHT', NOW(3) + INTERVAL 1 HOUR, "
+      "'inst-first', NOW(3) - INTERVAL 1 SECOND)");
+  auto old = idem_begin(*c, "unnamed", fp, 3600, retry_owner, retry_id);
+  ASSERT_TRUE(old.ok()) << old.error.message;
+  ASSERT_TRUE(old.value.taken_over);
+  EXPECT_FALSE(old.value.operation_id);
+}

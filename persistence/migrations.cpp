@@ -52,6 +52,7 @@ std::vector<std::string> schema_v16();
 std::vector<std::string> schema_v17();
 // Migration 18: the binding's phase index, which every phase change rewrote and no query read.
 std::vector<std::string> schema_v18();
+std::vector<std::string> schema_v19();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -83,6 +84,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {16, "notifications from the operation triggers", schema_v16()},
       {17, "deploy reports that came before MERGED, marked on the row", schema_v17()},
       {18, "no phase index on the binding", schema_v18()},
+      {19, "idempotency records name their change", schema_v19()},
   };
   return migrations;
 }

@@ -90,7 +90,7 @@ std::chrono::milliseconds idempotency_in_flight_timeout(const config::snapshot& 
 gate_result begin_idempotent(persistence::session db, runtime::services& svc, const idempotent_request& r) {
   gate_result out;
   auto begun = persistence::idem_begin(db, r.key, r.fingerprint, static_cast<int>(r.ttl.count()),
-                                       {svc.instance_id, r.in_flight_timeout});
+                                       {svc.instance_id, r.in_flight_timeout}, r.operation_id);
   if (!begun.ok()) {
     out.error = begun.error;
     return out;
@@ -102,6 +102,10 @@ gate_result begin_idempotent(persistence::session db, runtime::services& svc, co
   }
   if (begun.value.fresh) {
     out.verdict = gate_verdict::run;
+    // A record that names no change was taken over from a request that derived its change's id
+    // from the key.
+    out.operation_id = begun.value.operation_id.value_or(
+        begun.value.taken_over && !r.legacy_operation_id.empty() ? r.legacy_operation_id : r.operation_id);
     return out;
   }
   const auto& rec = *begun.value.existing;

@@ -83,6 +83,12 @@ struct idempotent_request {
   std::chrono::seconds ttl{86400};
   std::chrono::milliseconds in_flight_timeout{30000};
   std::string route;  // "submit" | "ops": logs and metrics
+  /// The change this request creates, stored with the key when it takes it ("" none): a retry that
+  /// takes over the key of a request that died creates that same change, not a second one.
+  std::string operation_id;
+  /// The id a request of a version before migration 19 derived from the key for that change ("" the
+  /// same as operation_id): used when a record that names no change is taken over.
+  std::string legacy_operation_id;
 };
 
 enum class gate_verdict {
@@ -96,12 +102,15 @@ struct gate_result {
   gate_verdict verdict = gate_verdict::failed;
   stored_answer replay;
   persistence::db_error error;
+  /// run: the change this request creates (idempotent_request::operation_id when it took the key
+  /// afresh; a dead request's, or the legacy id, when it took that request's key over).
+  std::string operation_id;
 };
 
 /// Begins the key (insert IN_FLIGHT, or read the winner's record). A record left IN_FLIGHT by a
 /// request that died is taken over (logged and counted in changeflow_idempotency_takeovers_total):
-/// re-running is safe because every idempotent write is itself guarded (a derived operation id, a
-/// version-guarded transition).
+/// re-running is safe because every idempotent write is itself guarded (the operation id the key
+/// names, a version-guarded transition).
 gate_result begin_idempotent(persistence::session db, runtime::services& svc, const idempotent_request& r);
 
 /// Ends a request that owned its key: a 2xx answer is stored for replay; any other answer drops the

@@ -31,6 +31,7 @@ submit_result blocked(persistence::session db, const persistence::new_operation&
 submit_result start_created(persistence::session db, runtime::services& svc, const persistence::new_operation& op,
                             const persistence::db_result<persistence::create_outcome>& created) {
   submit_result r;
+  r.operation_id = op.operation_id;
   if (!created.ok()) {
     r.error = created.error;
     return r;
@@ -130,7 +131,8 @@ bool submit_grouped(runtime::services& svc, const persistence::new_operation& op
   const persistence::idem_owner owner{svc.instance_id, idem.in_flight_timeout};
   keyed->record_insert = [idem, owner, accepted](sql::Connection& conn) {
     return persistence::idem_completed_insert_sql(conn, idem.key, idem.fingerprint, static_cast<int>(idem.ttl.count()),
-                                                  owner, static_cast<int>(accepted.status), accepted.body);
+                                                  owner, static_cast<int>(accepted.status), accepted.body,
+                                                  idem.operation_id);
   };
   auto* services = &svc;
   keyed->alone = [services, id = op.operation_id, alone = std::move(alone)](persistence::db_context& db) {
@@ -149,14 +151,19 @@ std::optional<gate_result> submit(persistence::session db, runtime::services& sv
     return std::nullopt;
   }
   // A re-run after a takeover is safe because the operation id is the same on the re-run (the
-  // client's, or one derived from the key): create_operation answers duplicate_operation when the
-  // dead request got as far as creating it, and simply creates it when not.
+  // client's, or the one stored with the key by the request that died; a record from before
+  // migration 19 names none, and its request derived the id from the key): create_operation answers
+  // duplicate_operation when the dead request got as far as creating it, and simply creates it when
+  // not.
   auto gate = begin_idempotent(db, svc, idem);
   if (gate.verdict != gate_verdict::run) return gate;
   config::hold_for_test_hook(svc.config->current()->faults().hold_after_idempotency_begin_ms);
+  // The change the key names: this request's, or the one a request that died under the key chose.
+  auto named = op;
+  if (!gate.operation_id.empty()) named.operation_id = gate.operation_id;
   stored_answer answer;
   try {
-    answer = render(create_and_start(db, svc, op));
+    answer = render(create_and_start(db, svc, named));
   } catch (...) {
     finish_idempotent(db, idem, {500, {}});
     throw;

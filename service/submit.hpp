@@ -23,7 +23,8 @@ enum class submit_status {
 
 struct submit_result {
   submit_status status = submit_status::failed;
-  persistence::operation_row created;                 // accepted
+  std::string operation_id;            // the change this submission names (a keyed retry's may be an earlier request's)
+  persistence::operation_row created;  // accepted
   std::optional<persistence::operation_row> blocker;  // blocked: the change that holds the target, still held
   std::optional<std::string> blocking_id;             // blocked: read from the binding (it may have ended since)
   persistence::db_error error;                        // failed

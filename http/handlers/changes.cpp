@@ -167,9 +167,9 @@ http_server::response malformed_key() {
 
 /// A change `requester` starts now, as every change-creating request starts it: the configured
 /// flow, its first step, this instance as owner. Its id is the client's, else derived from `name`
-/// (the scoped key, plus whatever else identifies the request), so a retry or the re-run of a
-/// request that died mid-way names the same operation and can never create a second change; a
-/// fresh id when there is no key (`name` empty).
+/// (a revert's scoped key and original), so a retry or the re-run of a request that died mid-way
+/// names the same operation and can never create a second change; else a fresh time-ordered id
+/// (`name` empty: a submission, whose key, when it has one, stores the id instead).
 persistence::new_operation new_change(service_context& ctx, const std::string& requester,
                                       const std::optional<std::string>& client_id, const std::string& name) {
   auto order =
@@ -207,7 +207,9 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   if (malformed) return reply(malformed_key());
   // Keys are the requester's own: another caller's identical key is another request.
   std::string scoped_key = key ? service::scoped_idempotency_key("submit", requester, *key) : std::string();
-  auto op = new_change(ctx, requester, request.operation_id, scoped_key);
+  // The change's id is the client's, else a fresh time-ordered one: with a key, it is stored with the
+  // key, and a retry that takes over the key of a request that died reuses it.
+  auto op = new_change(ctx, requester, request.operation_id, {});
   op.subject_id = request.subject;
   op.target_key = request.target;
   op.title = request.title;
@@ -215,6 +217,10 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   op.repository = request.repository.value_or("");
   op.target_branch = request.target_branch.value_or("");
   auto idem = idempotent(ctx, req, scoped_key, submit_route, "submit");
+  if (!scoped_key.empty()) {
+    idem.operation_id = op.operation_id;
+    if (!request.operation_id) idem.legacy_operation_id = ids::uuid_from_name(scoped_key);
+  }
   auto* svc = ctx.services;
   // Without a key there is no idempotency record to write around the creation: it commits with the
   // transitions ready at the same moment (the group commit).
@@ -228,8 +234,8 @@ void store_submission(service_context& ctx, const http_server::request& req, con
   auto run_alone = [op, reply, svc, idem](persistence::db_context& db) {
     try {
       http_server::response res;
-      auto not_run = service::submit(db, *svc, op, idem, [&res, &op](const service::submit_result& r) {
-        res = submit_response(r, op.operation_id);
+      auto not_run = service::submit(db, *svc, op, idem, [&res](const service::submit_result& r) {
+        res = submit_response(r, r.operation_id);
         return service::stored_answer{res.status, res.body};
       });
       reply(not_run ? gate_response(*not_run, idem.key) : std::move(res));
