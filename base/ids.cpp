@@ -25,6 +25,13 @@ std::string to_hex(const unsigned char* data, size_t n) {
   return out;
 }
 
+/// The 16 bytes as a canonical UUID text (8-4-4-4-12 lower-case hex digits).
+std::string uuid_text(const std::array<unsigned char, 16>& b) {
+  const std::string hex = to_hex(b.data(), b.size());
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
+         hex.substr(20, 12);
+}
+
 void random_bytes(unsigned char* out, size_t n) {
   if (RAND_bytes(out, static_cast<int>(n)) != 1) {
     thread_local std::mt19937_64 fallback{std::random_device{}()};
@@ -44,9 +51,7 @@ std::string new_uuid() {
   random_bytes(b.data(), b.size());
   b[6] = (b[6] & 0x0f) | 0x40;
   b[8] = (b[8] & 0x3f) | 0x80;
-  std::string hex = to_hex(b.data(), b.size());
-  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
-         hex.substr(20, 12);
+  return uuid_text(b);
 }
 
 std::string new_time_ordered_uuid() {
@@ -80,9 +85,7 @@ std::string new_time_ordered_uuid() {
   b[6] = static_cast<unsigned char>(0x70 | ((seq >> 8) & 0x0f));
   b[7] = static_cast<unsigned char>(seq & 0xff);
   b[8] = (b[8] & 0x3f) | 0x80;
-  std::string hex = to_hex(b.data(), b.size());
-  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
-         hex.substr(20, 12);
+  return uuid_text(b);
 }
 
 std::string uuid_from_name(std::string_view name) {

@@ -1120,6 +1120,20 @@ std::vector<std::string> make_cycle_rows(persistence::db_context& setup, int gro
   return ids;
 }
 
+/// The next transition of a row on `cycle`: from the step at `pos` to the one after it.
+persistence::transition_request cycle_request(const std::string& id, std::int64_t version,
+                                              const std::vector<workflow::step>& cycle, std::size_t pos) {
+  persistence::transition_request req;
+  req.operation_id = id;
+  req.expected_version = version;
+  req.from = cycle[pos % cycle.size()];
+  req.to = cycle[(pos + 1) % cycle.size()];
+  req.cause = "bench";
+  req.actor = "workflow";
+  req.instance_id = "bench";
+  return req;
+}
+
 std::string cycle_text(const std::vector<workflow::step>& cycle) {
   std::string out;
   for (auto s : cycle) out += std::string(out.empty() ? "" : " <-> ") + std::string(workflow::to_string(s));
@@ -1167,15 +1181,7 @@ int cmd_raw(const args& a) {
         std::vector<size_t> pos(mine.size(), 0);
         for (size_t k = 0; !stop; ++k) {
           size_t i = k % mine.size();
-          persistence::transition_request req;
-          req.operation_id = mine[i];
-          req.expected_version = version[i];
-          req.from = cycle[pos[i] % cycle.size()];
-          req.to = cycle[(pos[i] + 1) % cycle.size()];
-          req.cause = "bench";
-          req.actor = "workflow";
-          req.instance_id = "bench";
-          auto r = persistence::transition(conn, req);
+          auto r = persistence::transition(conn, cycle_request(mine[i], version[i], cycle, pos[i]));
           if (r.ok()) {
             version[i] = r.value;
             ++pos[i];
@@ -1229,17 +1235,9 @@ caf::behavior committed_actor(caf::event_based_actor* self, committed_run* run, 
   };
   auto st = std::make_shared<row_state>();
   auto submit = [self, run, id, st] {
-    persistence::transition_request req;
-    req.operation_id = id;
-    req.expected_version = st->version;
-    req.from = run->cycle[st->pos % run->cycle.size()];
-    req.to = run->cycle[(st->pos + 1) % run->cycle.size()];
-    req.cause = "bench";
-    req.actor = "workflow";
-    req.instance_id = "bench";
     auto handle = caf::actor_cast<caf::actor>(self);
     bool queued = run->committer->submit(
-        req,
+        cycle_request(id, st->version, run->cycle, st->pos),
         [handle](persistence::db_context&, const persistence::db_result<std::int64_t>& r,
                  const persistence::operation_row*) { caf::anon_send(handle, next_atom::value, r.ok(), r.value); });
     if (!queued) {

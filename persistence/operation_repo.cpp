@@ -439,34 +439,30 @@ std::shared_ptr<group_unit> create_operation_unit(
     // by the handler, which leaves the block) are all answered alone afterwards.
     // The answer is the verdict only: with want_row, the row comes with the group's read of rows
     // (take_row).
-    if (!keyed) {
-      return std::vector<std::string>{
-          "SAVEPOINT changeflow_unit",
-          c.reset,
-          c.read_binding,
-          "SET @changeflow_dup = 0",
-          "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
-          "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
-          "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
-          "SELECT " + answer,
-      };
-    }
-    // Keyed: the key's record first (its primary key is the claim: any record under the key leaves
-    // the creation unrun), then the same creation as one statement under the claim; one rollback
-    // undoes both.
-    const std::string create =
-        c.reset + "; " + c.read_binding + "; SET @changeflow_dup = 0; BEGIN DECLARE EXIT HANDLER FOR 1062 SET " +
-        "@changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END; IF @changeflow_dup = 0 THEN " + c.bind +
-        "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF";
-    return std::vector<std::string>{
-        "SAVEPOINT changeflow_unit",
-        "SET @changeflow_claimed = 0, @changeflow_bound = 0",
-        "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_claimed = 0; " + keyed->record_insert(conn) +
-            "; SET @changeflow_claimed = 1; END",
-        "IF @changeflow_claimed = 1 THEN " + create + "; END IF",
-        "IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF",
-        "SELECT " + answer,
+    const std::vector<std::string> create = {
+        c.reset,
+        c.read_binding,
+        "SET @changeflow_dup = 0",
+        "BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_dup = 1; " + c.insert + "; " + c.bind_first + "; END",
+        "IF @changeflow_dup = 0 THEN " + c.bind + "; " + c.history + "; ELSE SET @changeflow_bound = 0; END IF",
     };
+    std::vector<std::string> out{"SAVEPOINT changeflow_unit"};
+    if (!keyed) {
+      out.insert(out.end(), create.begin(), create.end());
+    } else {
+      // Keyed: the key's record first (its primary key is the claim: any record under the key leaves
+      // the creation unrun), then the same creation as one statement under the claim.
+      std::string claimed;
+      for (const auto& part : create) claimed += part + "; ";
+      out.push_back("SET @changeflow_claimed = 0, @changeflow_bound = 0");
+      out.push_back("BEGIN DECLARE EXIT HANDLER FOR 1062 SET @changeflow_claimed = 0; " + keyed->record_insert(conn) +
+                    "; SET @changeflow_claimed = 1; END");
+      out.push_back("IF @changeflow_claimed = 1 THEN " + claimed + "END IF");
+    }
+    // One rollback undoes whatever the unit wrote unless the change took its target.
+    out.push_back("IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF");
+    out.push_back("SELECT " + answer);
+    return out;
   };
   unit->read = [got](sql::ResultSet& rs) {
     got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;

@@ -254,9 +254,7 @@ void store_submission(service_context& ctx, const http_server::request& req, con
     const service::stored_answer stored{accepted.status, accepted.body};
     if (service::submit_grouped(
             *svc, op, idem, stored,
-            [reply, accepted, id = op.operation_id](const service::submit_result& r) {
-              reply(r.status == service::submit_status::accepted ? accepted : submit_response(r, id));
-            },
+            [reply, accepted](const service::submit_result&) { reply(accepted); },  // the group created it
             run_alone)) {
       return;
     }
