@@ -1318,11 +1318,60 @@ int cmd_committed(const args& a) {
   return 0;
 }
 
+// lone: what one guarded transition costs when it commits alone, as every transition of a change
+// that is the only one in flight does: one connection, one row on `repo`'s cycle, --n transitions
+// timed from the call to its answer (persistence::transition(), one autocommitted statement and its
+// fsync), first back to back, then each after a pause of --pause-us (the connection and the disk
+// idle in between, as between the steps of a lone change, which wait for outbound calls).
+int cmd_lone(const args& a) {
+  auto settings = db_from(a);
+  const long n = static_cast<long>(a.num("n", 200));
+  const auto pause = std::chrono::microseconds(a.num("pause-us", 3000));
+  persistence::db_context setup(settings);
+  const auto cycle = legal_cycle(false);
+  if (cycle.empty()) {
+    std::cerr << "no legal transition cycle in the table\n";
+    return 1;
+  }
+  const auto id = make_cycle_rows(setup, 9500000, 1, cycle[0]).front();
+  persistence::db_context conn(settings);
+  std::int64_t version = 1;
+  std::size_t pos = 0;
+  const auto run = [&](std::chrono::microseconds gap) {
+    std::vector<double> us;
+    for (long i = 0; i < n; ++i) {
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
+      const auto t0 = clock_type::now();
+      auto r = persistence::transition(conn, cycle_request(id, version, cycle, pos));
+      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+      if (!r.ok()) throw std::runtime_error("lone transition refused: " + r.error.message);
+      version = r.value;
+      ++pos;
+    }
+    return us;
+  };
+  const auto close = run(std::chrono::microseconds(0));
+  const auto apart = run(pause);
+  std::printf(
+      "lone: %ld guarded transitions committed alone on one connection: p50 %.0f us, p90 %.0f us back to back; "
+      "p50 %.0f us, p90 %.0f us each after a %lld us pause\n",
+      n, percentile(close, 50), percentile(close, 90), percentile(apart, 50), percentile(apart, 90),
+      static_cast<long long>(pause.count()));
+  kv("lone.n", std::to_string(n));
+  kv("lone.pause_us", std::to_string(pause.count()));
+  kv("lone.close.p50_us", percentile(close, 50));
+  kv("lone.close.p90_us", percentile(close, 90));
+  kv("lone.apart.p50_us", percentile(apart, 50));
+  kv("lone.apart.p90_us", percentile(apart, 90));
+  checked(persistence::bench_delete_repo_rows(setup));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: changeflow-load flow|hold|raw|committed|texts --option value ...\n";
+    std::cerr << "usage: changeflow-load flow|hold|raw|committed|lone|texts --option value ...\n";
     return 2;
   }
   persistence::init_driver();
@@ -1334,6 +1383,7 @@ int main(int argc, char** argv) {
     if (cmd == "raw") return cmd_raw(a);
     if (cmd == "texts") return cmd_texts(a);
     if (cmd == "committed") return cmd_committed(a);
+    if (cmd == "lone") return cmd_lone(a);
   } catch (const database_error& e) {
     std::cerr << "changeflow-load: database error " << e.code << ": " << e.what() << "\n";
     return 1;
