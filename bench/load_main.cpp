@@ -1322,7 +1322,8 @@ int cmd_committed(const args& a) {
 // that is the only one in flight does: one connection, one row on `repo`'s cycle, --n transitions
 // timed from the call to its answer (persistence::transition(), one autocommitted statement and its
 // fsync), first back to back, then each after a pause of --pause-us (the connection and the disk
-// idle in between, as between the steps of a lone change, which wait for outbound calls).
+// idle in between, as between the steps of a lone change, which wait for outbound calls). Then the
+// row read by its key the same two ways, for the part of a commit that is the round trip alone.
 int cmd_lone(const args& a) {
   auto settings = db_from(a);
   const long n = static_cast<long>(a.num("n", 200));
@@ -1350,8 +1351,23 @@ int cmd_lone(const args& a) {
     }
     return us;
   };
+  // The same row read back by its key over the same connection, timed the same way: the round trip
+  // and the statement without a write and its flush.
+  const auto read = [&](std::chrono::microseconds gap) {
+    std::vector<double> us;
+    for (long i = 0; i < n; ++i) {
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
+      const auto t0 = clock_type::now();
+      auto r = persistence::load_operation(conn, id);
+      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+      if (!r.ok()) throw std::runtime_error("lone read failed: " + r.error.message);
+    }
+    return us;
+  };
   const auto close = run(std::chrono::microseconds(0));
   const auto apart = run(pause);
+  const auto read_close = read(std::chrono::microseconds(0));
+  const auto read_apart = read(pause);
   std::printf(
       "lone: %ld guarded transitions committed alone on one connection: p50 %.0f us, p90 %.0f us back to back; "
       "p50 %.0f us, p90 %.0f us each after a %lld us pause\n",
@@ -1363,6 +1379,10 @@ int cmd_lone(const args& a) {
   kv("lone.close.p90_us", percentile(close, 90));
   kv("lone.apart.p50_us", percentile(apart, 50));
   kv("lone.apart.p90_us", percentile(apart, 90));
+  std::printf("lone: the row read by its key: p50 %.0f us back to back, p50 %.0f us each after the pause\n",
+              percentile(read_close, 50), percentile(read_apart, 50));
+  kv("lone.read_close.p50_us", percentile(read_close, 50));
+  kv("lone.read_apart.p50_us", percentile(read_apart, 50));
   checked(persistence::bench_delete_repo_rows(setup));
   return 0;
 }
