@@ -1336,38 +1336,35 @@ int cmd_lone(const args& a) {
   }
   const auto id = make_cycle_rows(setup, 9500000, 1, cycle[0]).front();
   persistence::db_context conn(settings);
+  // `call` n times, each after `gap` (none: back to back), each timed from the call to its answer.
+  const auto timed = [n](std::chrono::microseconds gap, const std::function<void()>& call) {
+    std::vector<double> us;
+    for (long i = 0; i < n; ++i) {
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
+      const auto t0 = clock_type::now();
+      call();
+      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    }
+    return us;
+  };
   std::int64_t version = 1;
   std::size_t pos = 0;
-  const auto run = [&](std::chrono::microseconds gap) {
-    std::vector<double> us;
-    for (long i = 0; i < n; ++i) {
-      if (gap.count() > 0) std::this_thread::sleep_for(gap);
-      const auto t0 = clock_type::now();
-      auto r = persistence::transition(conn, cycle_request(id, version, cycle, pos));
-      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
-      if (!r.ok()) throw std::runtime_error("lone transition refused: " + r.error.message);
-      version = r.value;
-      ++pos;
-    }
-    return us;
+  const auto commit = [&] {
+    auto r = persistence::transition(conn, cycle_request(id, version, cycle, pos));
+    if (!r.ok()) throw std::runtime_error("lone transition refused: " + r.error.message);
+    version = r.value;
+    ++pos;
   };
-  // The same row read back by its key over the same connection, timed the same way: the round trip
-  // and the statement without a write and its flush.
-  const auto read = [&](std::chrono::microseconds gap) {
-    std::vector<double> us;
-    for (long i = 0; i < n; ++i) {
-      if (gap.count() > 0) std::this_thread::sleep_for(gap);
-      const auto t0 = clock_type::now();
-      auto r = persistence::load_operation(conn, id);
-      us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
-      if (!r.ok()) throw std::runtime_error("lone read failed: " + r.error.message);
-    }
-    return us;
+  // The same row read back by its key over the same connection: the round trip and a statement,
+  // without a write and its flush.
+  const auto read = [&] {
+    auto r = persistence::load_operation(conn, id);
+    if (!r.ok()) throw std::runtime_error("lone read failed: " + r.error.message);
   };
-  const auto close = run(std::chrono::microseconds(0));
-  const auto apart = run(pause);
-  const auto read_close = read(std::chrono::microseconds(0));
-  const auto read_apart = read(pause);
+  const auto close = timed(std::chrono::microseconds(0), commit);
+  const auto apart = timed(pause, commit);
+  const auto read_close = timed(std::chrono::microseconds(0), read);
+  const auto read_apart = timed(pause, read);
   std::printf(
       "lone: %ld guarded transitions committed alone on one connection: p50 %.0f us, p90 %.0f us back to back; "
       "p50 %.0f us, p90 %.0f us each after a %lld us pause\n",
