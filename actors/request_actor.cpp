@@ -65,9 +65,9 @@ struct request_state {
   std::optional<std::int64_t> unrecorded_mr;
   std::string unrecorded_approval;
   // What this actor's create_mr saw when it made the change's commit (effects::call_context): the
-  // commit it was applied to and the paths it created there. Memory only.
+  // commit it was applied to and each path's version there. Memory only.
   std::string start_sha;
-  std::vector<std::string> created_paths;
+  std::vector<messages::file_base> base_files;
 };
 
 using self_ptr = request_actor::stateful_pointer<request_state>;
@@ -268,7 +268,7 @@ void call_external(self_ptr self, const messages::call_request& req) {
                             st.target_branch};
   if (req.kind == messages::call_kind::try_merge) {
     ctx.start_sha = st.start_sha;
-    ctx.created_paths = st.created_paths;
+    ctx.base_files = st.base_files;
   }
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
@@ -718,7 +718,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
         self->state.busy = false;
         if (r.reply.kind == messages::call_kind::create_mr && r.reply.outcome == messages::call_reply::status::ok) {
           self->state.start_sha = r.reply.start_sha;
-          self->state.created_paths = r.reply.created_paths;
+          self->state.base_files = r.reply.base_files;
         }
         process(self, workflow::reply{r.reply});
         auto& s = self->state;

@@ -149,9 +149,7 @@ call_reply create_mr(clients::repository_access& repo, const call_context& op) {
   fill_mr(r, mr->mr);
   if (commit->created && !commit->parent.empty()) {
     r.start_sha = commit->parent;
-    for (const auto& a : actions.value()) {
-      if (a.action == "create") r.created_paths.push_back(a.file_path);
-    }
+    r.base_files = bases_checked_by(actions.value());
   }
   return r;
 }
@@ -206,12 +204,12 @@ call_reply approve_bots(clients::external_context& ctx, clients::repository_acce
 bool stop_on_changed_files(clients::repository_access& repo, const clients::merge_request& mr, const call_context& op,
                            call_reply& r) {
   if (mr.base_sha.empty()) return false;  // GitLab has not computed diff_refs yet: not mergeable yet either
-  // A path the change's own commit created is known absent at the commit it was applied to: when
-  // the MR's base is that commit, the path's version at the base is not read again.
-  static const std::vector<std::string> none;
-  const auto& absent = !op.start_sha.empty() && mr.base_sha == op.start_sha ? op.created_paths : none;
+  // Each path's version at the commit the change's own commit was applied to is known (GitLab
+  // checked it there): when the MR's base is that commit, it is not read again.
+  static const std::vector<messages::file_base> none;
+  const auto& known = !op.start_sha.empty() && mr.base_sha == op.start_sha ? op.base_files : none;
   auto check = check_unchanged_since(repo.gitlab, repo.author_token, mr.target_branch, mr.base_sha,
-                                     paths_of(commit_actions_of(op.payload_json)), absent);
+                                     paths_of(commit_actions_of(op.payload_json)), known);
   if (!check) {
     r = failed(call_kind::try_merge, check.error());
     return true;

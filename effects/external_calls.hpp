@@ -24,12 +24,12 @@ struct call_context {
   std::string applicant;      // who the approval system is told asked for the change
   std::string repository;     // GitLab project every GitLab call of the change goes to
   std::string target_branch;  // branch its MR merges into
-  // What this process saw when it made the change's commit (call_reply::start_sha, created_paths;
-  // in the actor's memory only, none after a restart): for the check before a merge, a path the
-  // commit created is known absent at `start_sha`, so when the MR's base is that commit the path's
-  // version at the base is not read again.
+  // What this process saw when it made the change's commit (call_reply::start_sha, base_files;
+  // in the actor's memory only, none after a restart): each path's version at `start_sha`, as
+  // GitLab checked it there, so when the MR's base is that commit the check before a merge reads
+  // only the target's version of the path.
   std::string start_sha;
-  std::vector<std::string> created_paths;
+  std::vector<messages::file_base> base_files;
 };
 
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,

@@ -70,19 +70,41 @@ std::string content_check::describe() const {
 clients::result<content_check> check_unchanged_since(clients::gitlab_client& gitlab, const std::string& token,
                                                      const std::string& target_branch, const std::string& base_sha,
                                                      const std::vector<std::string>& paths,
-                                                     const std::vector<std::string>& absent_at_base) {
+                                                     const std::vector<messages::file_base>& known_at_base) {
   content_check out;
   for (const auto& path : paths) {
     auto now = gitlab.get_file(token, path, target_branch);
     if (!now) return now.error();
     clients::result<std::optional<clients::repository_file>> then{std::optional<clients::repository_file>{}};
-    if (std::find(absent_at_base.begin(), absent_at_base.end(), path) == absent_at_base.end()) {
+    const auto known = std::find_if(known_at_base.begin(), known_at_base.end(),
+                                    [&path](const messages::file_base& b) { return b.path == path; });
+    if (known == known_at_base.end()) {
       then = gitlab.get_file(token, path, base_sha);
       if (!then) return then.error();
+    } else if (!known->last_commit_id.empty()) {
+      clients::repository_file at_base;
+      at_base.path = path;
+      at_base.last_commit_id = known->last_commit_id;
+      then = std::optional<clients::repository_file>{std::move(at_base)};
     }
     bool same = now->has_value() == then->has_value() &&
                 (!now->has_value() || now->value().last_commit_id == then->value().last_commit_id);
     if (!same) out.changed.push_back(path);
+  }
+  return out;
+}
+
+std::vector<messages::file_base> bases_checked_by(const std::vector<clients::commit_action>& actions) {
+  std::vector<messages::file_base> out;
+  std::vector<std::string> seen;
+  for (const auto& a : actions) {
+    if (std::find(seen.begin(), seen.end(), a.file_path) != seen.end()) continue;
+    seen.push_back(a.file_path);
+    if (a.action == "create") {
+      out.push_back({a.file_path, ""});
+    } else if ((a.action == "update" || a.action == "delete") && !a.last_commit_id.empty()) {
+      out.push_back({a.file_path, a.last_commit_id});
+    }
   }
   return out;
 }

@@ -5,6 +5,7 @@
 // branch forked from it. Blocking GitLab reads: runs on the external worker pool only.
 
 #include "clients/gitlab_client.hpp"
+#include "messages/external_call.hpp"
 
 #include <string>
 #include <vector>
@@ -39,12 +40,19 @@ struct content_check {
 /// Compares every path on `target_branch` with the MR's fork point `base_sha` (diff_refs.base_sha):
 /// a path whose existence or last commit differs was changed on the target after the change's
 /// commit was based on it. Run right before a merge and before a rebase, so neither ever carries a
-/// change over a newer version of its file. A path in `absent_at_base` is known not to exist at
-/// `base_sha` (the change's own commit created it there): only its version on the target is read.
+/// change over a newer version of its file. A path in `known_at_base` has its version at
+/// `base_sha` known (the change's own commit was applied there, bases_checked_by): only its version
+/// on the target is read.
 clients::result<content_check> check_unchanged_since(clients::gitlab_client& gitlab, const std::string& token,
                                                      const std::string& target_branch, const std::string& base_sha,
                                                      const std::vector<std::string>& paths,
-                                                     const std::vector<std::string>& absent_at_base = {});
+                                                     const std::vector<messages::file_base>& known_at_base = {});
+
+/// Each path's version in the commit that `actions` were committed onto, as GitLab checked them
+/// there before it accepted the commit: a `create` only where the path did not exist, an
+/// `update` or `delete` naming a last commit only where the file's last commit was that one.
+/// A path's first action says it; a path whose first action names no base is left out.
+std::vector<messages::file_base> bases_checked_by(const std::vector<clients::commit_action>& actions);
 
 /// The paths of a set of actions, each once.
 std::vector<std::string> paths_of(const std::vector<clients::commit_action>& actions);

@@ -44,6 +44,15 @@ struct mr_read {
   bool known() const { return read_at_ms != 0; }
 };
 
+/// A file as it was in the commit a change's own commit was applied to, as GitLab checked it
+/// there: a `create` is refused for a path that exists, an `update` or `delete` for a file whose
+/// last commit is not the one it names. So once the commit is made, each path's version at its
+/// parent is known without reading it.
+struct file_base {
+  std::string path;
+  std::string last_commit_id;  // "" = the path did not exist there
+};
+
 struct call_request {
   call_kind kind;
   std::int64_t mr_iid = 0;
@@ -101,10 +110,10 @@ struct call_reply {
   bool closed = false;
   // create_mr: GitLab refused the commit because a file is not what the change was based on
   bool content_conflict = false;
-  // create_mr, when this call made the branch's commit: the commit it was applied to, and the
-  // paths it created (absent in that commit: GitLab refuses a `create` for a path that exists).
+  // create_mr, when this call made the branch's commit: the commit it was applied to, and each
+  // path's version there (file_base).
   std::string start_sha;
-  std::vector<std::string> created_paths;
+  std::vector<file_base> base_files;
 };
 
 std::string_view to_string(call_kind k);
@@ -119,6 +128,11 @@ typename Inspector::result_type inspect(Inspector& f, mr_read& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, file_base& x) {
+  return f(caf::meta::type_name("file_base"), x.path, x.last_commit_id);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_request& x) {
   return f(caf::meta::type_name("call_request"), x.kind, x.mr_iid, x.sha, x.last_read);
 }
@@ -128,7 +142,7 @@ typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("call_reply"), x.kind, x.outcome, x.error, x.http_status, x.retry_after_ms,
            x.approval_id, x.mr_iid, x.mr_url, x.mr_state, x.sha, x.pipeline_status, x.pipeline_sha,
            x.rebase_in_progress, x.merge_error, x.detailed_merge_status, x.has_conflicts, x.base_sha, x.target_branch,
-           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict, x.start_sha, x.created_paths);
+           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict, x.start_sha, x.base_files);
 }
 
 }  // namespace changeflow::messages

@@ -138,6 +138,28 @@ TEST(Content, AFileTheChangeCreatedIsReadOnceBeforeTheMergeAndStillGuarded) {
   EXPECT_EQ(total_attempts(sim_stats(env), "merge"), 0u);
 }
 
+// The same for a file the change's commit updated: GitLab accepted the update only because the
+// file's last commit at the branch's start was the base the update named, so before the merge only
+// main's version is read. With the base named by the client there is no read before the commit;
+// with none, the one read that captured it. An edit on main after the commit still stops the merge
+// (AnEditAfterTheCapturedBaseStopsTheMerge).
+TEST(Content, AFileTheChangeUpdatedIsReadOnceBeforeTheMerge) {
+  flow_env env;
+  const std::string path = "config/updated-here.yaml";
+  const auto base = seed_repo_file(env, path, "n: 1\n");
+  const auto file_reads = [&env] { return sim_stats(env)["requests"].value("get_file", 0); };
+  const int before = file_reads();
+  auto named = submit_files(env, "named base", "updated-named",
+                            json::array({file_change(path, "n: 2\n", "update", base.last_commit_id)}));
+  EXPECT_EQ(env.wait_for_phase(named, "VALIDATED")["phase"], "VALIDATED");
+  EXPECT_EQ(file_reads() - before, 1) << sim_stats(env)["requests"].dump();
+  const int after_named = file_reads();
+  auto captured = submit_files(env, "captured base", "updated-captured", json::array({file_change(path, "n: 3\n")}));
+  EXPECT_EQ(env.wait_for_phase(captured, "VALIDATED")["phase"], "VALIDATED");
+  EXPECT_EQ(file_reads() - after_named, 2) << sim_stats(env)["requests"].dump();
+  EXPECT_EQ(read_repo_file(env, path)->content, "n: 3\n");
+}
+
 // upsert: create when main has no such file, update (with the file's last commit as its base) once
 // it does; the sim's request log shows which action each commit carried.
 TEST(Content, UpsertPicksCreateThenUpdate) {
