@@ -53,6 +53,7 @@ std::vector<std::string> schema_v17();
 // Migration 18: the binding's phase index, which every phase change rewrote and no query read.
 std::vector<std::string> schema_v18();
 std::vector<std::string> schema_v19();
+std::vector<std::string> schema_v20();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -85,6 +86,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {17, "deploy reports that came before MERGED, marked on the row", schema_v17()},
       {18, "no phase index on the binding", schema_v18()},
       {19, "idempotency records name their change", schema_v19()},
+      {20, "group commit receipts", schema_v20()},
   };
   return migrations;
 }

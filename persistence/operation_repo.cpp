@@ -1,5 +1,7 @@
 #include "persistence/operation_repo.hpp"
 
+#include "base/log.hpp"
+
 #include "persistence/batch_sql.hpp"
 #include "persistence/callback_sql.hpp"
 #include "persistence/operation_sql.hpp"
@@ -69,7 +71,7 @@ std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<fl
   auto unit = std::make_shared<group_unit>();
   unit->operation_id = operation_id;
   unit->callback = true;
-  unit->statements = [operation_id, writes](sql::Connection& conn, int tag) {
+  unit->statements = [operation_id, writes](sql::Connection& conn) {
     const sql_text t(conn);
     const auto w = writes(t);
     std::vector<std::string> out{
@@ -82,13 +84,11 @@ std::shared_ptr<group_unit> flip_unit(std::string operation_id, std::function<fl
         "IF @changeflow_flip <> 1 OR @changeflow_dup = 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; "
         "SET @changeflow_flip = 0; END IF"};
     if (!w.then.empty()) out.push_back("IF @changeflow_flip = 1 THEN " + w.then + "; END IF");
-    // The verdict only: the row comes with the group's read of rows (take_row).
-    out.push_back("SELECT " + std::to_string(tag) + " AS changeflow_unit, @changeflow_flip AS changeflow_flip");
     return out;
   };
-  unit->read = [got](sql::ResultSet& rs) {
-    got->flipped = !rs.isNull("changeflow_flip") && rs.getInt("changeflow_flip") == 1;
-  };
+  // The verdict only: the row comes with the group's read of rows (take_row).
+  unit->verdict = "@changeflow_flip";
+  unit->decided = [got](bool flipped) { got->flipped = flipped; };
   unit->take_row = [got](const operation_row& row) { got->row = row; };
   unit->settled = [got] { return got->flipped; };
   unit->finish = [got, carried, alone](db_context& ctx, bool joined) {
@@ -431,9 +431,8 @@ std::shared_ptr<group_unit> create_operation_unit(
   auto got = std::make_shared<answer>();
   auto unit = std::make_shared<group_unit>();
   unit->operation_id = op.operation_id;
-  unit->statements = [op, keyed](sql::Connection& conn, int tag) {
+  unit->statements = [op, keyed](sql::Connection& conn) {
     const auto c = detail::creation_statements(conn, op, true);
-    const std::string answer = std::to_string(tag) + " AS changeflow_unit, @changeflow_bound AS changeflow_bound";
     // The submission's statements as alone, with its writes undone unless the change took the
     // target: a held target, an id that exists and a racing first apply (the unique keys, caught
     // by the handler, which leaves the block) are all answered alone afterwards.
@@ -461,12 +460,10 @@ std::shared_ptr<group_unit> create_operation_unit(
     }
     // One rollback undoes whatever the unit wrote unless the change took its target.
     out.push_back("IF @changeflow_bound <> 1 THEN ROLLBACK TO SAVEPOINT changeflow_unit; END IF");
-    out.push_back("SELECT " + answer);
     return out;
   };
-  unit->read = [got](sql::ResultSet& rs) {
-    got->bound = !rs.isNull("changeflow_bound") && rs.getInt("changeflow_bound") == 1;
-  };
+  unit->verdict = "@changeflow_bound";
+  unit->decided = [got](bool bound) { got->bound = bound; };
   if (want_row) unit->take_row = [got](const operation_row& row) { got->row = row; };
   unit->settled = [got] { return got->bound; };
   unit->finish = [op, want_row, got, done, keyed](db_context& ctx, bool joined) {
@@ -638,6 +635,7 @@ std::set<std::string> split_ack(const std::string& list) {
 
 struct group_outcome {
   std::set<std::string> landed;               // ids whose UPDATE matched its guard
+  std::string verdicts;                       // one digit per unit, in the group's order: 1 = carried out
   std::map<std::string, operation_row> rows;  // with `want_rows`: every row as the group left it
 };
 
@@ -648,17 +646,32 @@ struct group_member {
   const std::string& operation_id() const { return req ? req->operation_id : unit->operation_id; }
 };
 
-/// Runs the group's one multi-statement and returns the ids whose UPDATE landed (and, with
-/// `want_rows`, the rows read inside the same transaction after the UPDATEs, so each landed row is
-/// exactly what its transition committed). The units' statements run between the transitions and
-/// their answers are handed to them; they count only when this returns. Throws the driver's
-/// exception when any statement failed; the caller rolls back and runs the members alone.
+/// The group's answer as its final SELECT returns it and as its receipt stores it: the landed
+/// transitions' ids ("id,id,"), a bar, then one verdict digit per unit.
+std::string answer_sql() {
+  return "CONCAT(@changeflow_ack, '|', @changeflow_verdicts)";
+}
+
+std::optional<group_outcome> parse_answer(const std::string& answer, std::size_t units) {
+  const auto bar = answer.rfind('|');
+  if (bar == std::string::npos || answer.size() - bar - 1 != units) return std::nullopt;
+  group_outcome out;
+  out.landed = split_ack(answer.substr(0, bar));
+  out.verdicts = answer.substr(bar + 1);
+  return out;
+}
+
+/// Runs the group's one multi-statement and returns the ids whose UPDATE landed, each unit's
+/// verdict (and, with `want_rows`, the rows read inside the same transaction after the UPDATEs, so
+/// each landed row is exactly what its transition committed). With a receipt slot, the group writes
+/// its answer to its receipt in the same transaction. Throws the driver's exception when any
+/// statement failed; the caller rolls back and reads the receipt or runs the members alone.
 group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows,
-                           bool lose_answer_after_commit) {
+                           const group_run& run) {
   const detail::sql_text t(conn);
-  std::vector<std::string> parts{"SET @changeflow_ack = ''", "START TRANSACTION"};
+  std::vector<std::string> parts{"SET @changeflow_ack = '', @changeflow_verdicts = ''", "START TRANSACTION"};
   std::string row_ids;  // the operations whose rows the group reads at its end
-  std::vector<group_unit*> units;
+  std::size_t units = 0;
   const auto add = [&t](std::string& list, const std::string& id) { list += (list.empty() ? "" : ", ") + t.quote(id); };
   for (const auto& m : group) {
     if (m.req) {
@@ -666,62 +679,107 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
       if (want_rows) add(row_ids, m.req->operation_id);
       continue;
     }
-    auto unit_parts = m.unit->statements(conn, static_cast<int>(units.size()));
-    units.push_back(m.unit);
+    auto unit_parts = m.unit->statements(conn);
+    ++units;
     if (m.unit->take_row) add(row_ids, m.unit->operation_id);
     parts.insert(parts.end(), std::make_move_iterator(unit_parts.begin()), std::make_move_iterator(unit_parts.end()));
+    parts.push_back("SET @changeflow_verdicts = CONCAT(@changeflow_verdicts, IF(" + m.unit->verdict +
+                    " = 1, '1', '0'))");
   }
-  // The acknowledgement list is complete once the UPDATEs ran: it is read before the COMMIT, in the
-  // same statement as the rows (one row per operation, each carrying the list; one row with the
-  // list alone when none is found). A COMMIT that fails throws, and the group runs alone. A unit's
-  // own UPDATE adds its operation to the list too; no transition in the group moves that operation.
+  // The acknowledgement list is complete once the UPDATEs ran (the trigger of migration 14 adds
+  // each row a transition moved; a unit's own UPDATE adds its operation too, and no transition in
+  // the group moves that operation). It is written to the receipt and read before the COMMIT, in
+  // the same statement as the rows (one row per operation, each carrying the answer; one row with
+  // the answer alone when none is found). A COMMIT that fails throws.
+  if (!run.receipt_slot.empty()) {
+    parts.push_back("INSERT INTO group_receipt (slot, seq, answer, written_at) VALUES (" + t.quote(run.receipt_slot) +
+                    ", " + std::to_string(run.receipt_seq) + ", " + answer_sql() +
+                    ", NOW(3)) ON DUPLICATE KEY UPDATE seq = VALUES(seq), answer = VALUES(answer), "
+                    "written_at = VALUES(written_at)");
+  }
+  const std::string answer = answer_sql() + " AS changeflow_answer";
   if (row_ids.empty()) {
-    parts.push_back("SELECT @changeflow_ack AS changeflow_ack");
+    parts.push_back("SELECT " + answer);
   } else {
-    parts.push_back(
-        detail::answer_with_rows_sql("@changeflow_ack AS changeflow_ack", "operation_id IN (" + row_ids + ")"));
+    parts.push_back(detail::answer_with_rows_sql(answer, "operation_id IN (" + row_ids + ")"));
   }
   parts.push_back("COMMIT");
-  if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
-  parts.push_back("SET @changeflow_ack = NULL");
+  if (run.lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
+  parts.push_back("SET @changeflow_ack = NULL, @changeflow_verdicts = NULL");
   // One compound statement through detail::run_script (one answer; every result read, also when
-  // a row cannot be read here). The units' answers come first, in their order, then the group's.
-  group_outcome out;
-  std::string list;
-  bool answered = false;
-  std::size_t units_answered = 0;
+  // a row cannot be read here).
+  std::optional<std::string> text;
+  std::map<std::string, operation_row> rows;
   detail::run_script(conn, parts, [&](sql::ResultSet& rs) {
-    const auto first = rs.getMetaData()->getColumnLabel(1);
-    if (first == "changeflow_unit") {
-      if (!rs.next()) return;
-      const auto tag = static_cast<std::size_t>(rs.getInt("changeflow_unit"));
-      if (tag >= units.size()) throw std::runtime_error("group commit: an answer names no unit of the group");
-      units[tag]->read(rs);
-      ++units_answered;
-      return;
-    }
-    if (first != "changeflow_ack") return;
-    answered = true;
+    if (rs.getMetaData()->getColumnLabel(1) != "changeflow_answer") return;
     while (rs.next()) {
-      if (!rs.isNull("changeflow_ack")) list = rs.getString("changeflow_ack");
+      if (!rs.isNull("changeflow_answer")) text = rs.getString("changeflow_answer");
       if (row_ids.empty() || rs.isNull("operation_id")) continue;
       auto row = detail::read_operation(rs);
       auto id = row.operation_id;
-      out.rows.emplace(std::move(id), std::move(row));
+      rows.emplace(std::move(id), std::move(row));
     }
   });
-  if (!answered || units_answered != units.size())
-    throw std::runtime_error("group commit: a result set did not come back");
-  out.landed = split_ack(list);
-  for (auto* u : units) {
-    if (!u->take_row) continue;
-    if (auto row = out.rows.find(u->operation_id); row != out.rows.end()) u->take_row(row->second);
+  auto out = text ? parse_answer(*text, units) : std::nullopt;
+  if (!out) throw std::runtime_error("group commit: the group's answer did not come back whole");
+  out->rows = std::move(rows);
+  return std::move(*out);
+}
+
+/// After a group whose answer did not come back: its receipt, read with a lock that waits until
+/// the group's transaction has ended (committed or rolled back), so what it says is final. The
+/// group's answer when it committed; nullopt when it did not (the slot holds an earlier group, or
+/// none); an error when the receipt cannot be read.
+db_result<std::optional<std::string>> read_receipt(session s, const group_run& run) {
+  using V = std::optional<std::string>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    auto st = prepare(conn, "SELECT seq, answer FROM group_receipt WHERE slot = ? LOCK IN SHARE MODE");
+    st->setString(1, run.receipt_slot);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next() || static_cast<std::uint64_t>(rs->getInt64("seq")) != run.receipt_seq) {
+      return db_result<V>::success(std::nullopt);
+    }
+    return db_result<V>::success(detail::str(*rs, "answer"));
+  });
+}
+
+/// The outcome of a committed group whose answer was lost, from its receipt; with `want_rows`, the
+/// rows read now: a landed transition's row only while it is still at the version that transition
+/// wrote, a unit's row as it is now (as the unit left it, or as a writer after the group left it).
+/// nullopt when the group did not commit or the receipt cannot be read: the members run alone.
+std::optional<group_outcome> recovered_outcome(session s, const group_run& run, const std::vector<group_member>& group,
+                                               std::size_t units, bool want_rows) {
+  auto receipt = read_receipt(s, run);
+  if (!receipt.ok()) {
+    log::warn("transition_group.receipt_unreadable", {{"slot", run.receipt_slot}, {"error", receipt.error.message}});
+    return std::nullopt;
+  }
+  if (!receipt.value) return std::nullopt;  // rolled back: the members run alone
+  auto out = parse_answer(*receipt.value, units);
+  if (!out) return std::nullopt;
+  std::vector<std::string> ids;
+  for (const auto& m : group) {
+    if (m.req ? want_rows && out->landed.count(m.req->operation_id) : static_cast<bool>(m.unit->take_row)) {
+      ids.push_back(m.operation_id());
+    }
+  }
+  if (ids.empty()) return out;
+  auto read = load_operations(s, ids);
+  if (!read.ok()) return out;  // the rows are a convenience; the outcomes are what matter
+  for (auto& row : read.value) {
+    const auto member = std::find_if(group.begin(), group.end(),
+                                     [&row](const group_member& m) { return m.operation_id() == row.operation_id; });
+    if (member == group.end()) continue;
+    if (member->req && row.version != member->req->expected_version + 1) continue;
+    auto id = row.operation_id;
+    out->rows.emplace(std::move(id), std::move(row));
   }
   return out;
 }
 
-/// transition_group's work; `run` takes the fault in and says which units committed in the group
-/// (`run.joined`) and why the group failed as a whole (`run.failed`).
+/// transition_group's work; `run` takes the fault and the receipt slot in and says which units
+/// committed in the group (`run.joined`), why the group failed as a whole (`run.failed`) and
+/// whether a lost answer was recovered from the receipt (`run.recovered`).
 std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<transition_request>& reqs,
                                                std::vector<std::optional<operation_row>>* rows,
                                                const std::vector<group_unit*>& units, group_run& run) {
@@ -765,10 +823,13 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
     for (auto* u : joining) group.push_back({nullptr, u});
     std::sort(group.begin(), group.end(),
               [](const group_member& a, const group_member& b) { return a.operation_id() < b.operation_id(); });
+    std::vector<group_unit*> ordered;  // the units in the group's order: the order of their verdicts
+    for (const auto& m : group) {
+      if (m.unit) ordered.push_back(m.unit);
+    }
     auto landed = guarded<group_outcome>(s, [&](sql::Connection& conn) -> db_result<group_outcome> {
       try {
-        return db_result<group_outcome>::success(
-            commit_group(conn, group, rows != nullptr, run.lose_answer_after_commit));
+        return db_result<group_outcome>::success(commit_group(conn, group, rows != nullptr, run));
       } catch (...) {
         // The transaction may still be open (a statement failed before COMMIT): end it before the
         // requests run alone on this connection. A lost connection fails here too; the session
@@ -776,18 +837,34 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
         try {
           std::unique_ptr<sql::Statement> rb(conn.createStatement());
           rb->execute("ROLLBACK");
-          rb->execute("SET @changeflow_ack = NULL");
+          rb->execute("SET @changeflow_ack = NULL, @changeflow_verdicts = NULL");
         } catch (...) {
         }
         throw;
       }
     });
+    // A group whose answer did not come back may have committed: its receipt says, and then gives
+    // each member the outcome the answer would have given it.
+    if (!landed.ok() && !run.receipt_slot.empty()) {
+      if (auto recovered = recovered_outcome(s, run, group, ordered.size(), rows != nullptr)) {
+        run.failed = landed.error;
+        run.recovered = true;
+        landed = db_result<group_outcome>::success(std::move(*recovered));
+      }
+    }
     if (!landed.ok()) {
       run.failed = landed.error;
       alone.insert(alone.end(), grouped.begin(), grouped.end());
       left_out.insert(left_out.end(), joining.begin(), joining.end());
     } else {
       committed = true;
+      for (std::size_t i = 0; i < ordered.size(); ++i) {
+        auto* u = ordered[i];
+        u->decided(landed.value.verdicts[i] == '1');
+        if (!u->take_row) continue;
+        if (auto row = landed.value.rows.find(u->operation_id); row != landed.value.rows.end())
+          u->take_row(row->second);
+      }
       std::vector<std::size_t> missed;
       for (auto i : grouped) {
         if (landed.value.landed.count(reqs[i].operation_id)) {
@@ -800,9 +877,10 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
         }
       }
       // Only on the failure path, as for one transition: "gone" or "moved on". The rows the group
-      // read already say which exist; without them, one query for all the missed ids.
+      // read already say which exist; without them (or after a recovered answer, whose rows are
+      // the landed ones), one query for all the missed ids.
       std::set<std::string> existing;
-      if (rows) {
+      if (rows && !run.recovered) {
         for (const auto& [id, row] : landed.value.rows) existing.insert(id);
       } else if (!missed.empty()) {
         std::vector<std::string> missed_ids;
@@ -843,6 +921,14 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
                                                       std::vector<std::optional<operation_row>>* rows,
                                                       const std::vector<group_unit*>& units, group_run& run) {
   return run_group(s, reqs, rows, units, run);
+}
+
+db_result<std::int64_t> sweep_group_receipts(session s) {
+  return guarded<std::int64_t>(s, [](sql::Connection& conn) -> db_result<std::int64_t> {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    return db_result<std::int64_t>::success(
+        st->executeUpdate("DELETE FROM group_receipt WHERE written_at < NOW(3) - INTERVAL 1 DAY"));
+  });
 }
 
 db_result<std::optional<validated_flip>> mark_validated(session s, const std::string& operation_id,

@@ -198,14 +198,18 @@ struct group_unit {
   /// The one operation whose row it writes (the lock order; a group that also moves this operation
   /// leaves the unit out).
   std::string operation_id;
-  /// Its statements, ending with one SELECT whose first column is `changeflow_unit` = `tag` (its
-  /// answer, read before the group's COMMIT). No other statement of the unit returns rows.
-  std::function<std::vector<std::string>(sql::Connection& conn, int tag)> statements;
-  /// Reads its answer's rows. What it read counts only when the group committed.
-  std::function<void(sql::ResultSet&)> read;
+  /// Its statements. None of them returns rows.
+  std::function<std::vector<std::string>(sql::Connection& conn)> statements;
+  /// Its verdict, an SQL expression evaluated right after its statements: 1 when it carried out its
+  /// work in the group (the group records it in its answer and in its receipt).
+  std::string verdict;
+  /// Told the verdict. What it was told counts only when the group committed.
+  std::function<void(bool carried_out)> decided;
   /// When set, the group reads the unit's operation row at its end, in the one SELECT that reads
   /// the transitions' rows, and hands it here (no other member writes that operation, so it is the
-  /// row as the unit left it; none when there is no such row). A unit's own answer then carries
+  /// row as the unit left it; none when there is no such row). When the group's answer was lost
+  /// and its receipt says it committed, the row is read after the group instead: as the unit left
+  /// it, or as a writer after the group left it. A unit's own answer then carries
   /// only its verdict: a row read there, through a SELECT of its own, cost MariaDB several times an
   /// extra row in the group's read. What it was handed counts only when the group committed and
   /// the unit's answer says it wrote the row.
@@ -217,11 +221,12 @@ struct group_unit {
   /// A callback from an external system (its work alone uses the pool's reserved lane).
   bool callback = false;
   /// Runs once after the group (transition_committer calls it), on the group's connection.
-  /// `joined`: the group committed with the unit in it (its answer was read). Otherwise the unit
-  /// does its work alone on `ctx`: it was left out, or the group failed and was rolled back, or the
-  /// group's answer was lost after its COMMIT. In that last case what it wrote is committed, and
-  /// its work alone finds it done (a callback already recorded, a change already created), as a
-  /// client's retry would.
+  /// `joined`: the group committed with the unit in it (its answer was read, or its receipt after
+  /// the answer was lost). Otherwise the unit does its work alone on `ctx`: it was left out, or the
+  /// group failed and was rolled back, or the group's answer was lost after its COMMIT and its
+  /// receipt could not be read. In that last case what it wrote is committed, and its work alone
+  /// finds it done (a callback already recorded, a change already created), as a client's retry
+  /// would.
   std::function<void(db_context& ctx, bool joined)> finish;
 };
 
@@ -229,13 +234,21 @@ struct group_unit {
 struct group_run {
   /// In: a fault for tests (faults.lose_group_answer_every). The group's last statement kills its
   /// own connection right after its COMMIT, so the group is committed but its answer never arrives,
-  /// exactly as when a connection drops after a COMMIT: the group is taken for failed and its
-  /// transitions run alone, finding their rows moved.
+  /// exactly as when a connection drops after a COMMIT.
   bool lose_answer_after_commit = false;
+  /// In: where the group writes its receipt (table group_receipt, migration 20): its committer's
+  /// slot, and the group's number in that slot, which must grow from group to group. Empty: no
+  /// receipt, and a lost answer is taken for a failed group (its members run alone and find
+  /// what it wrote).
+  std::string receipt_slot;
+  std::uint64_t receipt_seq = 0;
+  /// Out: the answer was lost and the receipt said the group committed; every member was given the
+  /// outcome the answer would have given it (`failed` says what was lost).
+  bool recovered = false;
   /// Out: joined[i] says whether units[i] committed in the group.
   std::vector<bool> joined;
   /// Out: why the group failed as a whole (rolled back, or its answer lost), its members then run
-  /// alone; nullopt when it committed or no group was formed.
+  /// alone unless `recovered`; nullopt when it committed with its answer or no group was formed.
   std::optional<db_error> failed;
 };
 
@@ -244,6 +257,10 @@ struct group_run {
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows,
                                                       const std::vector<group_unit*>& units, group_run& run);
+
+/// Drops the group receipts no group wrote for a day (those of processes that ended; a receipt
+/// matters for the moments after a lost answer). Returns how many.
+db_result<std::int64_t> sweep_group_receipts(session s);
 
 /// create_operation as a unit that joins a transition group (transition_committer::submit_unit):
 /// in the group the change takes its target (first apply, or re-apply over a change that ended)

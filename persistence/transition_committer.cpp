@@ -1,5 +1,6 @@
 #include "persistence/transition_committer.hpp"
 
+#include "base/ids.hpp"
 #include "base/log.hpp"
 
 #include <algorithm>
@@ -17,15 +18,23 @@ struct transition_committer::state {
   std::size_t queued_units = 0;  // units among the queued
   std::uint64_t next_seq = 0;
   transition_committer_stats stats;
+  // Receipts (group_run::receipt_slot): this process's token, which slots a committer holds now
+  // (a committer takes the first free one for its loop), and each group's number, growing across
+  // the slots.
+  std::string receipt_token = ids::new_uuid();
+  std::vector<bool> slot_taken;
+  std::uint64_t next_group = 0;
+  bool receipts_swept = false;
 };
 
 transition_committer::transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers,
-                                           std::size_t queue_capacity, std::function<bool()> lose_answer)
+                                           std::size_t queue_capacity, std::function<bool()> lose_answer, bool receipts)
     : pool_(pool),
       max_group_(std::max<std::size_t>(1, max_group)),
       max_committers_(std::max<std::size_t>(1, max_committers)),
       capacity_(std::max<std::size_t>(1, queue_capacity)),
       lose_answer_(std::move(lose_answer)),
+      receipts_(receipts),
       state_(std::make_shared<state>()) {}
 
 transition_committer::~transition_committer() {
@@ -147,6 +156,29 @@ void transition_committer::commit_loop(db_context& ctx) {
       if (restart && !self.launch()) abandon(self.state_);
     }
   } leave{*this};
+  // This loop's receipt slot: one row of group_receipt per slot, overwritten by each group.
+  std::size_t slot = 0;
+  bool sweep = false;
+  {
+    std::lock_guard lock(state_->mutex);
+    auto& taken = state_->slot_taken;
+    slot = static_cast<std::size_t>(std::find(taken.begin(), taken.end(), false) - taken.begin());
+    if (slot == taken.size()) taken.push_back(false);
+    taken[slot] = true;
+    sweep = !std::exchange(state_->receipts_swept, true);
+  }
+  struct slot_guard {
+    state& st;
+    std::size_t slot;
+    ~slot_guard() {
+      std::lock_guard lock(st.mutex);
+      st.slot_taken[slot] = false;
+    }
+  } release_slot{*state_, slot};
+  const std::string receipt_slot = state_->receipt_token + "/" + std::to_string(slot);
+  // The receipts of processes that ended stay behind, one row per slot: the first loop of a process
+  // drops those not written for a day (a receipt matters for the moments after a lost answer).
+  if (sweep && receipts_) sweep_receipts(ctx);
   const auto complete = [&ctx](pending& p, const db_result<std::int64_t>& r, const operation_row* row) {
     try {
       p.done(ctx, r, row);
@@ -223,9 +255,22 @@ void transition_committer::commit_loop(db_context& ctx) {
     std::vector<std::optional<operation_row>> rows;
     group_run run;
     run.lose_answer_after_commit = lose_answer_ && lose_answer_();
+    if (receipts_) run.receipt_slot = receipt_slot;
+    {
+      std::lock_guard lock(state_->mutex);
+      run.receipt_seq = ++state_->next_group;
+    }
     auto results = transition_group(ctx, reqs, &rows, units, run);
     busy.completions_began = std::chrono::steady_clock::now();
-    if (run.failed) {
+    if (run.failed && run.recovered) {
+      {
+        std::lock_guard lock(state_->mutex);
+        ++state_->stats.recovered_groups;
+      }
+      log::warn("transition_committer.group_answer_recovered", {{"members", static_cast<std::int64_t>(group.size())},
+                                                                {"code", run.failed->code},
+                                                                {"error", run.failed->message}});
+    } else if (run.failed) {
       {
         std::lock_guard lock(state_->mutex);
         ++state_->stats.failed_groups;
@@ -239,6 +284,11 @@ void transition_committer::commit_loop(db_context& ctx) {
       complete(*transitions[i], results[i], rows[i] ? &*rows[i] : nullptr);
     for (std::size_t i = 0; i < held.size(); ++i) settle_unit(held[i], ctx, run.joined[i]);
   }
+}
+
+void transition_committer::sweep_receipts(db_context& ctx) {
+  auto swept = sweep_group_receipts(ctx);
+  if (!swept.ok()) log::warn("transition_committer.receipt_sweep_failed", {{"error", swept.error.message}});
 }
 
 void transition_committer::settle_unit(const std::shared_ptr<group_unit>& unit, db_context& ctx, bool joined) {

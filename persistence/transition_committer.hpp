@@ -34,6 +34,9 @@ struct transition_committer_stats {
   /// Groups that failed as a whole (a deadlock, a lost connection, an answer lost after the
   /// COMMIT): their members ran again alone.
   std::uint64_t failed_groups = 0;
+  /// Groups whose answer was lost after their COMMIT and whose receipt gave every member its
+  /// outcome instead (group_run::recovered); not among failed_groups.
+  std::uint64_t recovered_groups = 0;
   std::size_t queued = 0;         // waiting for a committer now (read from the queue by stats())
   std::size_t largest_group = 0;  // since start
   /// Wall time the committers spent on what they took from the queue (its SQL round trip, the
@@ -54,9 +57,12 @@ class transition_committer {
   /// `max_group` 1 commits every transition alone (no grouping). `queue_capacity` bounds the
   /// transitions waiting for a committer (a full queue refuses, as the pool's own queue does).
   /// `lose_answer` is a fault for tests, asked once per group of two or more members: true makes
-  /// that group lose its answer after its COMMIT (persistence::transition_group).
+  /// that group lose its answer after its COMMIT (persistence::transition_group). `receipts`: each
+  /// group writes its receipt (group_run::receipt_slot), so a lost answer is recovered from it;
+  /// false (tests) leaves a lost answer to the members run alone, as a receipt that cannot be
+  /// read does.
   transition_committer(db_pool& pool, std::size_t max_group, std::size_t max_committers, std::size_t queue_capacity,
-                       std::function<bool()> lose_answer = {});
+                       std::function<bool()> lose_answer = {}, bool receipts = true);
   ~transition_committer();
   transition_committer(const transition_committer&) = delete;
   transition_committer& operator=(const transition_committer&) = delete;
@@ -93,12 +99,14 @@ class transition_committer {
   /// One committer job is gone without finishing (dropped unrun, or it could not hand over): it no
   /// longer counts, and when no committer is left the queued transitions are dropped unrun.
   static void abandon(const std::shared_ptr<state>& st);
+  static void sweep_receipts(db_context& ctx);
 
   db_pool& pool_;
   std::size_t max_group_;
   std::size_t max_committers_;
   std::size_t capacity_;
   std::function<bool()> lose_answer_;
+  bool receipts_ = true;
   std::shared_ptr<state> state_;
 };
 

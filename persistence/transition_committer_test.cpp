@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -282,6 +283,18 @@ class GroupUnits : public ::testing::Test {
     test::walk(*c, out.waiting, {S::APPROVAL_SENT});
     test::walk(*c, out.merged, test::to_merged, mr);
     return out;
+  }
+
+  /// What a group with a transition of `a` to APPROVAL_SENT, the approval of `waiting`, the deploy
+  /// report of `merged` and the creation of `fresh` committed: each written once.
+  void expect_written_once(const std::string& a, const std::string& waiting, const std::string& merged,
+                           const std::string& fresh) {
+    EXPECT_EQ(count_events(db, a), "2") << "created, sent";
+    EXPECT_EQ(count_events(db, waiting), "3") << "created, sent, approved";
+    EXPECT_EQ(count_events(db, fresh), "1") << "created";
+    EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + merged +
+                        "' AND to_phase = 'VALIDATED'"),
+              "1");
   }
 };
 
@@ -656,13 +669,86 @@ TEST_F(GroupUnits, UnitsFillAtMostHalfTheQueue) {
 }
 
 // A group whose COMMIT succeeded but whose answer was lost (the connection dropped right after the
-// COMMIT; here the group's own last statement kills it) is taken for failed, and its members run
-// again alone. Each finds what the group committed and nothing is written twice: the transitions are
-// told their rows moved on (the actor then reads its row and finds its own step), the callbacks are
-// answered as copies of deliveries already applied, the submission as a change that exists.
-TEST_F(GroupUnits, AGroupWhoseAnswerIsLostAfterItsCommitIsWrittenOnceAndItsMembersFindItDone) {
+// COMMIT; here the group's own last statement kills it): its receipt, written in its transaction,
+// says it committed and what each member did, so every member gets the outcome the answer would
+// have given it. Nothing runs again alone, nothing is written twice, and each outcome is counted
+// once by the member that learns it (the metrics stay exact).
+TEST_F(GroupUnits, AGroupWhoseAnswerIsLostAfterItsCommitGivesEachMemberItsOutcomeFromItsReceipt) {
   int asked = 0;
   transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }};
+  const auto [a, b, waiting, merged] = fresh_waiting_and_merged(45);
+  auto fresh = test::new_operation_for("nora", "repo/n.yaml");
+  auto moved_on = new_op(*c, "milo", "repo/x.yaml");
+  std::vector<db_result<std::int64_t>> moved;
+  std::vector<bool> with_row;
+  auto keep = [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
+    moved.push_back(r);
+    with_row.push_back(row != nullptr);
+  };
+  approval_answer approval;
+  deploy_answer deployment;
+  creation_answer created;
+  std::optional<bool> approval_joined, deploy_joined, created_joined;
+  auto sent_a = test::to_approval_sent(a, 1);
+  sent_a.want_row = true;
+  ASSERT_TRUE(losing.submit(sent_a, keep));
+  ASSERT_TRUE(losing.submit_unit(watched(approve("apr-kept", waiting, approval), approval_joined)));
+  ASSERT_TRUE(losing.submit_unit(watched(deploy("dep-kept", 45, merged, deployment), deploy_joined)));
+  ASSERT_TRUE(losing.submit_unit(watched(create(fresh, created), created_joined)));
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(b, 1), keep));
+  // A member whose guard does not match: its version is not the one it names.
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(moved_on, 7), keep));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u) << "the committer's job only: no member runs again alone";
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(losing.stats().recovered_groups, 1u);
+  EXPECT_EQ(losing.stats().failed_groups, 0u);
+
+  // The group committed, once.
+  expect_written_once(a, waiting, merged, fresh.operation_id);
+  EXPECT_EQ(count_events(db, moved_on), "1") << "created";
+
+  // Each member learns what it did, as from the answer.
+  ASSERT_EQ(moved.size(), 3u);
+  std::map<std::int64_t, int> versions;
+  int preempted = 0;
+  for (const auto& r : moved) {
+    if (r.ok()) ++versions[r.value];
+    if (!r.ok() && r.outcome == db_outcome::preempted) ++preempted;
+  }
+  EXPECT_EQ(versions, (std::map<std::int64_t, int>{{2, 2}})) << "both transitions landed at version 2";
+  EXPECT_EQ(preempted, 1) << "the one whose guard did not match";
+  EXPECT_TRUE(with_row.front()) << "the row asked for, read after the group at the version it wrote";
+  EXPECT_EQ(approval_joined, std::optional<bool>(true));
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(deploy_joined, std::optional<bool>(true));
+  ASSERT_TRUE(deployment && deployment->ok()) << (deployment ? deployment->error.message : "no answer");
+  EXPECT_TRUE(deployment->value.validated) << "this delivery's flip: counted by its caller, once";
+  EXPECT_EQ(created_joined, std::optional<bool>(true));
+  ASSERT_TRUE(created.outcome && created.outcome->ok())
+      << (created.outcome ? created.outcome->error.message : "no answer");
+  EXPECT_EQ(created.outcome->value, create_outcome::created);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM group_receipt"), "1") << "one row per committer slot";
+
+  // The next group commits as usual and overwrites the slot's receipt.
+  int landed = 0;
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(new_op(*c, "lena", "repo/l.yaml"), 1), count_ok(landed)));
+  ASSERT_TRUE(losing.submit(test::to_approval_sent(new_op(*c, "otto", "repo/o.yaml"), 1), count_ok(landed)));
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(landed, 2);
+  EXPECT_EQ(losing.stats().groups, 2u);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM group_receipt"), "1");
+}
+
+// A group whose COMMIT succeeded but whose answer was lost (the connection dropped right after the
+// COMMIT; here the group's own last statement kills it) and whose receipt cannot tell (here: a
+// committer that writes none) is taken for failed, and its members run again alone. Each finds what the group committed and nothing is written twice: the transitions are
+// told their rows moved on (the actor then reads its row and finds its own step), the callbacks are
+// answered as copies of deliveries already applied, the submission as a change that exists.
+TEST_F(GroupUnits, AGroupWhoseAnswerIsLostWithoutAReceiptIsWrittenOnceAndItsMembersFindItDone) {
+  int asked = 0;
+  transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }, false};
   const auto [a, b, waiting, merged] = fresh_waiting_and_merged(44);
   auto fresh = test::new_operation_for("nora", "repo/n.yaml");
   std::vector<db_result<std::int64_t>> moved;
@@ -687,12 +773,7 @@ TEST_F(GroupUnits, AGroupWhoseAnswerIsLostAfterItsCommitIsWrittenOnceAndItsMembe
   EXPECT_EQ(load_operation(*c, waiting).value.step, S::APPROVAL_APPROVED);
   EXPECT_EQ(load_operation(*c, merged).value.phase, phase::VALIDATED);
   EXPECT_EQ(load_operation(*c, fresh.operation_id).value.version, 1);
-  EXPECT_EQ(count_events(db, a), "2") << "created, sent";
-  EXPECT_EQ(count_events(db, waiting), "3") << "created, sent, approved";
-  EXPECT_EQ(count_events(db, fresh.operation_id), "1") << "created";
-  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + merged +
-                      "' AND to_phase = 'VALIDATED'"),
-            "1");
+  expect_written_once(a, waiting, merged, fresh.operation_id);
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM callback_ledger WHERE delivery_id IN ('apr-lost', 'deploy:dep-lost')"),
             "2");
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM deploy_callback WHERE delivery_id = 'dep-lost'"), "1");
@@ -812,12 +893,13 @@ TEST_F(GroupUnits, AKeyedSubmissionCommitsItsRecordWithItsCreationAndAnythingEls
   EXPECT_EQ(find_binding(*c, "hank", "", "repo/h.yaml").value.operation_id, holder);
 }
 
-// A keyed submission in a group whose answer is lost after its COMMIT: the record and the change
-// are committed once, together, and the submission's keyed path runs alone, where its gate finds
-// the record COMPLETED and replays the answer.
+// A keyed submission in a group whose answer is lost after its COMMIT, with no receipt to tell (a
+// committer that writes none): the record and the change are committed once, together, and the
+// submission's keyed path runs alone, where its gate finds the record COMPLETED and replays the
+// answer. With a receipt, the submission is answered as created, as from the answer.
 TEST_F(GroupUnits, AKeyedSubmissionWhoseGroupLosesItsAnswerFindsItsRecordAndItsChangeCommittedOnce) {
   int asked = 0;
-  transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }};
+  transition_committer losing{pool, 32, 1, 100, [&asked] { return ++asked == 1; }, false};
   auto a = new_op(*c, "alice", "repo/a.yaml");
   auto fresh = test::new_operation_for("nora", "repo/n.yaml");
   keyed_answer keyed;

@@ -267,6 +267,9 @@ int main(int argc, char** argv) {
           "Groups that failed as a whole (a deadlock, a lost connection, an answer lost after the COMMIT); their "
           "members ran again alone",
           {}, static_cast<double>(s.failed_groups));
+    m.set("changeflow_transition_groups_recovered",
+          "Groups whose answer was lost after their COMMIT and whose receipt gave every member its outcome", {},
+          static_cast<double>(s.recovered_groups));
     m.set("changeflow_transition_group_largest", "Largest group committed since start", {},
           static_cast<double>(s.largest_group));
     m.set("changeflow_transition_committer_busy_seconds",
