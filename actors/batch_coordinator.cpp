@@ -53,6 +53,9 @@ struct drive {
   bool poll_armed = false;       // the drive waits for its poll timer (no job in flight)
   bool poll_now = false;         // a webhook came while a job was in flight: the next poll is at once
   core::drive state;
+  // What the batch's commit was applied to (effects::batch_base), when this drive made it. Memory
+  // only: a resumed drive reads both versions before a merge.
+  effects::batch_base base;
 };
 
 struct coordinator_state {
@@ -315,7 +318,7 @@ void run(self_ptr self, drive& d, const core::action& a) {
       on_external(self, d, kind::mr_opened,
                   [batch_id, plan, target_branch](clients::external_context&, clients::repository_access& repo,
                                                   const config::snapshot&, batch_job_result& out) {
-                    out.mr = effects::open_batch_mr(repo, target_branch, batch_id, plan);
+                    out.mr = effects::open_batch_mr(repo, target_branch, batch_id, plan, &out.base);
                   });
       return;
     }
@@ -336,16 +339,18 @@ void run(self_ptr self, drive& d, const core::action& a) {
     case act::rebase_mr: {
       auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
       on_external(self, d, kind::rebased,
-                  [iid, paths](clients::external_context&, clients::repository_access& repo, const config::snapshot&,
-                               batch_job_result& out) { out.mr = effects::rebase_batch_mr(repo, iid, paths); });
+                  [iid, paths, base = d.base](clients::external_context&, clients::repository_access& repo,
+                                              const config::snapshot&, batch_job_result& out) {
+                    out.mr = effects::rebase_batch_mr(repo, iid, paths, base);
+                  });
       return;
     }
     case act::approve_and_merge: {
       auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
       on_external(self, d, kind::merged,
-                  [iid, paths](clients::external_context& ext, clients::repository_access& repo,
-                               const config::snapshot& snap, batch_job_result& out) {
-                    auto m = effects::approve_and_merge(repo, ext.shared->check_items, snap, iid, paths);
+                  [iid, paths, base = d.base](clients::external_context& ext, clients::repository_access& repo,
+                                              const config::snapshot& snap, batch_job_result& out) {
+                    auto m = effects::approve_and_merge(repo, ext.shared->check_items, snap, iid, paths, base);
                     out.merge = m.answer;
                     out.mr = m.mr;
                   });
@@ -651,7 +656,10 @@ void on_result(self_ptr self, drive& d, batch_job_result& r) {
   const auto now = now_ms(self);
   switch (r.what) {
     case kind::mr_opened:
-      if (r.mr.outcome == effects::batch_mr_view::call::ok) d.mr_url = r.mr.web_url;
+      if (r.mr.outcome == effects::batch_mr_view::call::ok) {
+        d.mr_url = r.mr.web_url;
+        if (!r.base.start_sha.empty()) d.base = std::move(r.base);
+      }
       apply(self, d, core::on_mr_opened(d.state, r.mr, s, now));
       return;
     case kind::mr_recorded:

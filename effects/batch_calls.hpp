@@ -5,6 +5,7 @@
 
 #include "clients/external_context.hpp"
 #include "config/snapshot.hpp"
+#include "messages/external_call.hpp"
 #include "workflow/batch_decide.hpp"
 
 #include <cstdint>
@@ -54,8 +55,16 @@ using workflow::batch::classify;
 
 /// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
 /// batch marker) + MR into `target_branch` (409 -> the open MR of the branch).
+/// What the batch's commit was applied to, when this call made it: the commit, and each path's
+/// version there as GitLab checked it (bases_checked_by). Kept in the coordinator's memory only; the
+/// check before a merge or a rebase then reads only the target's version while the MR's fork point
+/// is that commit.
+struct batch_base {
+  std::string start_sha;
+  std::vector<messages::file_base> files;
+};
 batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& target_branch, std::int64_t batch_id,
-                            const batch_plan& plan);
+                            const batch_plan& plan, batch_base* base = nullptr);
 batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid);
 /// The open MR of the batch branch (resume after a crash before the MR number was recorded);
 /// state "" when there is none.
@@ -71,12 +80,13 @@ struct merge_attempt {
 /// reviewer bot (approve_as_reviewer, each retried on its own), then merges with the sha the
 /// pipeline ran on.
 merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
-                                const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths);
+                                const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths,
+                                const batch_base& base = {});
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 /// Checks first that the target still holds every member file's base (content_conflict otherwise,
 /// and no rebase is requested).
-batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid,
-                              const std::vector<std::string>& paths);
+batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid, const std::vector<std::string>& paths,
+                              const batch_base& base = {});
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid);

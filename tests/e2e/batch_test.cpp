@@ -2,6 +2,7 @@
 #include "tests/support/flow_env.hpp"
 #include "tests/support/jwt_token.hpp"
 #include "tests/support/sim_attempts.hpp"
+#include "tests/support/sim_repository.hpp"
 
 #include <gtest/gtest.h>
 
@@ -111,6 +112,42 @@ TEST(Batch, OneBadMemberIsBisectedDownAndFailsAloneTheOthersMerge) {
   EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE failure_reason LIKE 'bisect%'"), 1);
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 4)"), 0);
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch_request WHERE operation_id = '" + ids[4] + "'"), 0);
+}
+
+// A batch whose members update files that exist: GitLab accepted the batch commit only because each
+// file's last commit at the commit's parent was the base its update named, so the check before the
+// merge reads only main's version of each file while the MR forks there. Reads of files: one per
+// member to capture its base before the commit, then one per file for each merge attempt (two per
+// file per attempt when only created files were known).
+TEST(Batch, UpdatedFilesAreReadOnceBeforeTheBatchMerge) {
+  json cfg = batch_config();
+  cfg["batch"]["round_interval_ms"] = 600000;  // one batch for all three: rounds start once they wait
+  flow_env env(cfg);
+  constexpr int members = 3;
+  std::vector<std::string> ids;
+  for (int i = 0; i < members; ++i) {
+    const auto path = "config/batched-" + std::to_string(i) + ".yaml";
+    seed_repo_file(env, path, "n: 0\n");
+    ids.push_back(submit_files(env, "batched update " + std::to_string(i), "batched-" + std::to_string(i),
+                               json::array({file_change(path, "n: 1\n")})));
+  }
+  for (const auto& id : ids) ASSERT_EQ(env.wait_for_step(id, "BATCH_WAITING")["step"]["name"], "BATCH_WAITING");
+  const int reads_before = sim_stats(env)["requests"].value("get_file", 0);
+  env.restart_service(json{{"batch", {{"round_interval_ms", 200}}}});
+  for (const auto& id : ids) {
+    auto c = env.wait_for_phase(id, "VALIDATED", std::chrono::seconds(60));
+    ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
+  }
+  ASSERT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch"), 1) << "the three rode in one batch";
+  auto stats = sim_stats(env);
+  const int merges = stats["requests"].value("merge", 0);
+  EXPECT_GE(merges, 1);
+  EXPECT_EQ(stats["requests"].value("rebase", 0), 0) << stats["requests"].dump();
+  EXPECT_EQ(stats["requests"].value("get_file", 0) - reads_before, members + members * merges)
+      << stats["requests"].dump();
+  for (int i = 0; i < members; ++i) {
+    EXPECT_EQ(read_repo_file(env, "config/batched-" + std::to_string(i) + ".yaml")->content, "n: 1\n");
+  }
 }
 
 TEST(Batch, TwoMembersTouchingTheSameFileTheLaterWaitsForTheNextRound) {
