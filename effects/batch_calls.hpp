@@ -53,9 +53,7 @@ using workflow::batch::classify;
 // Every call below goes to the batch's repository (`repo`: a client bound to its project and that
 // repository's tokens, clients::external_context::repository); the branch and MR live there.
 
-/// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
-/// batch marker) + MR into `target_branch` (409 -> the open MR of the branch).
-/// What the batch's commit was applied to, when this call made it: the commit, and each path's
+/// What the batch's commit was applied to, when open_batch_mr made it: the commit, and each path's
 /// version there as GitLab checked it (bases_checked_by). Kept in the coordinator's memory only; the
 /// check before a merge or a rebase then reads only the target's version while the MR's fork point
 /// is that commit.
@@ -63,6 +61,10 @@ struct batch_base {
   std::string start_sha;
   std::vector<messages::file_base> files;
 };
+
+/// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
+/// batch marker) + MR into `target_branch` (409 -> the open MR of the branch). With `base`, what
+/// the commit was applied to when this call made it (left as it was when the branch existed).
 batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& target_branch, std::int64_t batch_id,
                             const batch_plan& plan, batch_base* base = nullptr);
 batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid);
