@@ -53,9 +53,9 @@ struct drive {
   bool poll_armed = false;       // the drive waits for its poll timer (no job in flight)
   bool poll_now = false;         // a webhook came while a job was in flight: the next poll is at once
   core::drive state;
-  // What the batch's commit was applied to (effects::batch_base), when this drive made it. Memory
-  // only: a resumed drive reads both versions before a merge.
-  effects::batch_base base;
+  // What the batch's commit was applied to, when this drive made it. Memory only: a resumed drive
+  // reads both versions before a merge.
+  messages::commit_base own_commit;
 };
 
 struct coordinator_state {
@@ -318,7 +318,7 @@ void run(self_ptr self, drive& d, const core::action& a) {
       on_external(self, d, kind::mr_opened,
                   [batch_id, plan, target_branch](clients::external_context&, clients::repository_access& repo,
                                                   const config::snapshot&, batch_job_result& out) {
-                    out.mr = effects::open_batch_mr(repo, target_branch, batch_id, plan, &out.base);
+                    out.mr = effects::open_batch_mr(repo, target_branch, batch_id, plan, &out.own_commit);
                   });
       return;
     }
@@ -339,21 +339,22 @@ void run(self_ptr self, drive& d, const core::action& a) {
     case act::rebase_mr: {
       auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
       on_external(self, d, kind::rebased,
-                  [iid, paths, base = d.base](clients::external_context&, clients::repository_access& repo,
-                                              const config::snapshot&, batch_job_result& out) {
-                    out.mr = effects::rebase_batch_mr(repo, iid, paths, base);
+                  [iid, paths, own_commit = d.own_commit](clients::external_context&, clients::repository_access& repo,
+                                                          const config::snapshot&, batch_job_result& out) {
+                    out.mr = effects::rebase_batch_mr(repo, iid, paths, own_commit);
                   });
       return;
     }
     case act::approve_and_merge: {
       auto paths = effects::paths_of(effects::plan_batch(d.members).actions);
-      on_external(self, d, kind::merged,
-                  [iid, paths, base = d.base](clients::external_context& ext, clients::repository_access& repo,
-                                              const config::snapshot& snap, batch_job_result& out) {
-                    auto m = effects::approve_and_merge(repo, ext.shared->check_items, snap, iid, paths, base);
-                    out.merge = m.answer;
-                    out.mr = m.mr;
-                  });
+      on_external(
+          self, d, kind::merged,
+          [iid, paths, own_commit = d.own_commit](clients::external_context& ext, clients::repository_access& repo,
+                                                  const config::snapshot& snap, batch_job_result& out) {
+            auto m = effects::approve_and_merge(repo, ext.shared->check_items, snap, iid, paths, own_commit);
+            out.merge = m.answer;
+            out.mr = m.mr;
+          });
       return;
     }
     case act::close_and_reread:
@@ -658,7 +659,7 @@ void on_result(self_ptr self, drive& d, batch_job_result& r) {
     case kind::mr_opened:
       if (r.mr.outcome == effects::batch_mr_view::call::ok) {
         d.mr_url = r.mr.web_url;
-        if (!r.base.start_sha.empty()) d.base = std::move(r.base);
+        if (r.own_commit.known()) d.own_commit = std::move(r.own_commit);
       }
       apply(self, d, core::on_mr_opened(d.state, r.mr, s, now));
       return;

@@ -100,7 +100,7 @@ struct batch_job_result {
   std::size_t deferred = 0;
   std::optional<std::int64_t> mr_iid;
   effects::batch_mr_view mr;
-  effects::batch_base base;  // mr_opened: what the batch's commit was applied to, when this job made it
+  messages::commit_base own_commit;  // mr_opened: what the batch's commit was applied to, when this job made it
   effects::merge_answer merge = effects::merge_answer::retryable;
   bool ok = true;          // settled / mr_recorded: the guarded write landed
   bool preempted = false;  // ... or another settler got there first (I6): stop driving

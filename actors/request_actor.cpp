@@ -64,10 +64,8 @@ struct request_state {
   // nobody else will ever withdraw it: this actor does, before it stops.
   std::optional<std::int64_t> unrecorded_mr;
   std::string unrecorded_approval;
-  // What this actor's create_mr saw when it made the change's commit (effects::call_context): the
-  // commit it was applied to and each path's version there. Memory only.
-  std::string start_sha;
-  std::vector<messages::file_base> base_files;
+  // What the change's commit was applied to, when this actor's create_mr made it. Memory only.
+  messages::commit_base own_commit;
 };
 
 using self_ptr = request_actor::stateful_pointer<request_state>;
@@ -267,8 +265,7 @@ void call_external(self_ptr self, const messages::call_request& req) {
                             st.repository,
                             st.target_branch};
   if (req.kind == messages::call_kind::try_merge) {
-    ctx.start_sha = st.start_sha;
-    ctx.base_files = st.base_files;
+    ctx.own_commit = st.own_commit;
   }
   auto handle = caf::actor_cast<request_actor>(self);
   auto* metrics = st.svc->metrics;
@@ -717,8 +714,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       [self](const messages::external_reply& r) {
         self->state.busy = false;
         if (r.reply.kind == messages::call_kind::create_mr && r.reply.outcome == messages::call_reply::status::ok) {
-          self->state.start_sha = r.reply.start_sha;
-          self->state.base_files = r.reply.base_files;
+          self->state.own_commit = r.reply.own_commit;
         }
         process(self, workflow::reply{r.reply});
         auto& s = self->state;

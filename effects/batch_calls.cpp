@@ -85,7 +85,7 @@ std::string batch_description(std::int64_t batch_id, const std::vector<batch_mem
 }
 
 batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& partition_branch,
-                            std::int64_t batch_id, const batch_plan& plan, batch_base* base) {
+                            std::int64_t batch_id, const batch_plan& plan, messages::commit_base* own_commit) {
   const auto& token = repo.author_token;
   const auto target_branch = repo.target_branch(partition_branch);
   const auto branch = batch_branch(batch_id);
@@ -103,9 +103,8 @@ batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string&
     v.content_conflict = is_content_conflict(commit.error());
     return v;
   }
-  if (base && commit->created && !commit->parent.empty()) {
-    base->start_sha = commit->parent;
-    base->files = bases_checked_by(actions.value());
+  if (own_commit && commit->created && !commit->parent.empty()) {
+    *own_commit = {commit->parent, bases_checked_by(actions.value())};
   }
   auto mr = repo.gitlab.ensure_mr(token, branch, target_branch, batch_title(batch_id, plan.included),
                                   batch_description(batch_id, plan.included), !commit->created);
@@ -126,17 +125,9 @@ batch_mr_view find_batch_mr(clients::repository_access& repo, std::int64_t batch
   return view_of(open->front());
 }
 
-namespace {
-/// The bases known at the MR's fork point: the batch's own commit's, while the MR forks there.
-const std::vector<messages::file_base>& known_at(const batch_base& base, const std::string& base_sha) {
-  static const std::vector<messages::file_base> none;
-  return !base.start_sha.empty() && base_sha == base.start_sha ? base.files : none;
-}
-}  // namespace
-
 merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
                                 const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths,
-                                const batch_base& base) {
+                                const messages::commit_base& own_commit) {
   const auto& token = repo.author_token;
   merge_attempt out;
   auto mr = repo.gitlab.get_mr(token, iid, false);
@@ -151,8 +142,8 @@ merge_attempt approve_and_merge(clients::repository_access& repo, clients::check
   // The target must still hold every member file's version the batch commit was based on (the MR's
   // fork point); otherwise merging would carry a member over a newer version of its file.
   if (mr->base_sha.empty()) return {merge_answer::not_yet, out.mr};
-  auto check =
-      check_unchanged_since(repo.gitlab, token, mr->target_branch, mr->base_sha, paths, known_at(base, mr->base_sha));
+  auto check = check_unchanged_since(repo.gitlab, token, mr->target_branch, mr->base_sha, paths,
+                                     known_at(own_commit, mr->base_sha));
   if (!check) {
     out.mr.error = clients::describe(check.error());
     out.answer = check.error().retryable ? merge_answer::retryable : merge_answer::refused;
@@ -191,7 +182,7 @@ merge_attempt approve_and_merge(clients::repository_access& repo, clients::check
 }
 
 batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid, const std::vector<std::string>& paths,
-                              const batch_base& base) {
+                              const messages::commit_base& own_commit) {
   // A rebase replays the members onto the target as it is now, moving the fork point past any newer
   // version of their files; git combines edits of different lines silently. So first: the target
   // must still hold every member file's base.
@@ -199,7 +190,7 @@ batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid
   if (!before) return failed(before.error());
   if (before->state == "opened" && !before->base_sha.empty()) {
     auto check = check_unchanged_since(repo.gitlab, repo.author_token, before->target_branch, before->base_sha, paths,
-                                       known_at(base, before->base_sha));
+                                       known_at(own_commit, before->base_sha));
     if (!check) return failed(check.error());
     if (!check->changed.empty()) {
       auto v = view_of(before.value());

@@ -53,20 +53,11 @@ using workflow::batch::classify;
 // Every call below goes to the batch's repository (`repo`: a client bound to its project and that
 // repository's tokens, clients::external_context::repository); the branch and MR live there.
 
-/// What the batch's commit was applied to, when open_batch_mr made it: the commit, and each path's
-/// version there as GitLab checked it (bases_checked_by). Kept in the coordinator's memory only; the
-/// check before a merge or a rebase then reads only the target's version while the MR's fork point
-/// is that commit.
-struct batch_base {
-  std::string start_sha;
-  std::vector<messages::file_base> files;
-};
-
 /// Branch + ONE commit with every action (idempotent: a re-run finds the branch carrying the
-/// batch marker) + MR into `target_branch` (409 -> the open MR of the branch). With `base`, what
-/// the commit was applied to when this call made it (left as it was when the branch existed).
+/// batch marker) + MR into `target_branch` (409 -> the open MR of the branch). With `own_commit`,
+/// what the commit was applied to when this call made it (left as it was when the branch existed).
 batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string& target_branch, std::int64_t batch_id,
-                            const batch_plan& plan, batch_base* base = nullptr);
+                            const batch_plan& plan, messages::commit_base* own_commit = nullptr);
 batch_mr_view read_batch_mr(clients::repository_access& repo, std::int64_t iid);
 /// The open MR of the batch branch (resume after a crash before the MR number was recorded);
 /// state "" when there is none.
@@ -83,12 +74,12 @@ struct merge_attempt {
 /// pipeline ran on.
 merge_attempt approve_and_merge(clients::repository_access& repo, clients::check_items_cache& check_items,
                                 const config::snapshot& snap, std::int64_t iid, const std::vector<std::string>& paths,
-                                const batch_base& base = {});
+                                const messages::commit_base& own_commit = {});
 /// Requests a rebase of the batch MR (GitLab answers 202; polling sees the result).
 /// Checks first that the target still holds every member file's base (content_conflict otherwise,
 /// and no rebase is requested).
 batch_mr_view rebase_batch_mr(clients::repository_access& repo, std::int64_t iid, const std::vector<std::string>& paths,
-                              const batch_base& base = {});
+                              const messages::commit_base& own_commit = {});
 /// Close the MR if it is still open, then re-read it. The answer's state is the MR's
 /// final word ("merged" wins over the close); outcome retryable when it could not be read.
 batch_mr_view close_and_reread(clients::repository_access& repo, std::int64_t iid);

@@ -148,8 +148,7 @@ call_reply create_mr(clients::repository_access& repo, const call_context& op) {
   r.kind = call_kind::create_mr;
   fill_mr(r, mr->mr);
   if (commit->created && !commit->parent.empty()) {
-    r.start_sha = commit->parent;
-    r.base_files = bases_checked_by(actions.value());
+    r.own_commit = {commit->parent, bases_checked_by(actions.value())};
   }
   return r;
 }
@@ -204,12 +203,9 @@ call_reply approve_bots(clients::external_context& ctx, clients::repository_acce
 bool stop_on_changed_files(clients::repository_access& repo, const clients::merge_request& mr, const call_context& op,
                            call_reply& r) {
   if (mr.base_sha.empty()) return false;  // GitLab has not computed diff_refs yet: not mergeable yet either
-  // Each path's version at the commit the change's own commit was applied to is known (GitLab
-  // checked it there): when the MR's base is that commit, it is not read again.
-  static const std::vector<messages::file_base> none;
-  const auto& known = !op.start_sha.empty() && mr.base_sha == op.start_sha ? op.base_files : none;
-  auto check = check_unchanged_since(repo.gitlab, repo.author_token, mr.target_branch, mr.base_sha,
-                                     paths_of(commit_actions_of(op.payload_json)), known);
+  auto check =
+      check_unchanged_since(repo.gitlab, repo.author_token, mr.target_branch, mr.base_sha,
+                            paths_of(commit_actions_of(op.payload_json)), known_at(op.own_commit, mr.base_sha));
   if (!check) {
     r = failed(call_kind::try_merge, check.error());
     return true;

@@ -24,12 +24,9 @@ struct call_context {
   std::string applicant;      // who the approval system is told asked for the change
   std::string repository;     // GitLab project every GitLab call of the change goes to
   std::string target_branch;  // branch its MR merges into
-  // What this process saw when it made the change's commit (call_reply::start_sha, base_files;
-  // in the actor's memory only, none after a restart): each path's version at `start_sha`, as
-  // GitLab checked it there, so when the MR's base is that commit the check before a merge reads
-  // only the target's version of the path.
-  std::string start_sha;
-  std::vector<messages::file_base> base_files;
+  // What the change's commit was applied to, when this process made it (call_reply::own_commit; in
+  // the actor's memory only, none after a restart).
+  messages::commit_base own_commit;
 };
 
 messages::call_reply run_call(clients::external_context& ctx, const config::snapshot& snap,

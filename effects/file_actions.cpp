@@ -109,6 +109,11 @@ std::vector<messages::file_base> bases_checked_by(const std::vector<clients::com
   return out;
 }
 
+const std::vector<messages::file_base>& known_at(const messages::commit_base& own, const std::string& fork_sha) {
+  static const std::vector<messages::file_base> none;
+  return own.known() && fork_sha == own.start_sha ? own.files : none;
+}
+
 std::vector<std::string> paths_of(const std::vector<clients::commit_action>& actions) {
   std::vector<std::string> out;
   for (const auto& a : actions) {

@@ -54,6 +54,10 @@ clients::result<content_check> check_unchanged_since(clients::gitlab_client& git
 /// A path's first action says it; a path whose first action names no base is left out.
 std::vector<messages::file_base> bases_checked_by(const std::vector<clients::commit_action>& actions);
 
+/// What `own` says of the files at an MR's fork point `fork_sha`: its files while the MR forks at
+/// the commit changeflow's own commit was applied to, nothing otherwise (then both are read).
+const std::vector<messages::file_base>& known_at(const messages::commit_base& own, const std::string& fork_sha);
+
 /// The paths of a set of actions, each once.
 std::vector<std::string> paths_of(const std::vector<clients::commit_action>& actions);
 

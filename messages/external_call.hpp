@@ -53,6 +53,18 @@ struct file_base {
   std::string last_commit_id;  // "" = the path did not exist there
 };
 
+/// What a commit changeflow made was applied to: the commit (its parent), and each path's version
+/// there as GitLab checked it (file_base). Kept in memory by whoever made the commit (a request
+/// actor, the batch coordinator): while an MR forks at `start_sha`, the check before a merge reads
+/// only the target's version of each path. Empty when not known (the commit was made by an earlier
+/// attempt, a restart came between).
+struct commit_base {
+  std::string start_sha;
+  std::vector<file_base> files;
+
+  bool known() const { return !start_sha.empty(); }
+};
+
 struct call_request {
   call_kind kind;
   std::int64_t mr_iid = 0;
@@ -110,10 +122,8 @@ struct call_reply {
   bool closed = false;
   // create_mr: GitLab refused the commit because a file is not what the change was based on
   bool content_conflict = false;
-  // create_mr, when this call made the branch's commit: the commit it was applied to, and each
-  // path's version there (file_base).
-  std::string start_sha;
-  std::vector<file_base> base_files;
+  // create_mr, when this call made the branch's commit: what it was applied to.
+  commit_base own_commit;
 };
 
 std::string_view to_string(call_kind k);
@@ -133,6 +143,11 @@ typename Inspector::result_type inspect(Inspector& f, file_base& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_base& x) {
+  return f(caf::meta::type_name("commit_base"), x.start_sha, x.files);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, call_request& x) {
   return f(caf::meta::type_name("call_request"), x.kind, x.mr_iid, x.sha, x.last_read);
 }
@@ -142,7 +157,7 @@ typename Inspector::result_type inspect(Inspector& f, call_reply& x) {
   return f(caf::meta::type_name("call_reply"), x.kind, x.outcome, x.error, x.http_status, x.retry_after_ms,
            x.approval_id, x.mr_iid, x.mr_url, x.mr_state, x.sha, x.pipeline_status, x.pipeline_sha,
            x.rebase_in_progress, x.merge_error, x.detailed_merge_status, x.has_conflicts, x.base_sha, x.target_branch,
-           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict, x.start_sha, x.base_files);
+           x.read_at_ms, x.merge, x.already_merged, x.closed, x.content_conflict, x.own_commit);
 }
 
 }  // namespace changeflow::messages

@@ -188,6 +188,7 @@ void transition_committer::commit_loop(db_context& ctx) {
   };
   for (;;) {
     std::vector<pending> group;
+    std::uint64_t group_number = 0;  // the group's number in its receipt (group_run::receipt_seq)
     {
       std::lock_guard lock(state_->mutex);
       if (state_->queue.empty()) {
@@ -195,6 +196,7 @@ void transition_committer::commit_loop(db_context& ctx) {
         leave.normal = true;
         return;
       }
+      group_number = ++state_->next_group;
       const std::size_t n = std::min(max_group_, state_->queue.size());
       group.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {
@@ -256,10 +258,7 @@ void transition_committer::commit_loop(db_context& ctx) {
     group_run run;
     run.lose_answer_after_commit = lose_answer_ && lose_answer_();
     if (receipts_) run.receipt_slot = receipt_slot;
-    {
-      std::lock_guard lock(state_->mutex);
-      run.receipt_seq = ++state_->next_group;
-    }
+    run.receipt_seq = group_number;
     auto results = transition_group(ctx, reqs, &rows, units, run);
     busy.completions_began = std::chrono::steady_clock::now();
     if (run.failed && run.recovered) {
