@@ -48,6 +48,10 @@ struct request_state {
   // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
   bool wake_now = false;
   std::uint64_t timer_generation = 0;
+  // The wait after the transition in flight started with its write (start_wait_with_commit): the
+  // generation of its timer, which runs already; the step it ends runs once the write has
+  // committed. 0: none.
+  std::uint64_t wait_generation = 0;
   // Effects waiting for the transition that precedes them to commit.
   std::vector<workflow::effect> after_commit;
   // Heap-held: a transition_request is ~400 bytes and almost every actor, most of the time, has none
@@ -122,6 +126,25 @@ void arm_timer(self_ptr self, std::int64_t delay_ms) {
   auto gen = ++self->state.timer_generation;
   self->state.op.wake_at_ms = self->state.svc->now_ms() + delay_ms;
   self->delayed_send(self, std::chrono::milliseconds(std::max<std::int64_t>(delay_ms, 0)), messages::wake{gen});
+}
+
+/// A poll's wait that follows a transition starts when the transition is handed to the database,
+/// not when its commit answers: the timer runs while the write is in flight, so a short wait (the
+/// first read of a pipeline after the MR opened) is not lengthened by the commit before it. A timer
+/// that fires while the write is in flight is held (the wake handler defers while busy) and its step
+/// runs once the write has committed, so no step ever runs before the write that precedes it. Longer
+/// waits (an approval's deadline, which the actor may passivate for) are armed after the commit, by
+/// run_effects: starting them early would gain nothing.
+void start_wait_with_commit(self_ptr self, const workflow::settings& cfg, workflow::step to) {
+  auto& st = self->state;
+  if (st.after_commit.size() != 1 || st.after_commit.front().what != workflow::effect::kind::timer) return;
+  const auto delay = st.after_commit.front().delay_ms;
+  if (delay > cfg.polls.short_interval_ms) return;
+  const auto now = st.svc->now_ms();
+  if (passivated_wait(to, now + delay, now, st.svc->config->current()->durability().passivate_beyond_seconds)) return;
+  st.after_commit.clear();
+  arm_timer(self, delay);
+  st.wait_generation = st.timer_generation;
 }
 
 void submit_reload(self_ptr self) {
@@ -419,6 +442,7 @@ void process(self_ptr self, const workflow::event& e) {
   }
   st.pending_write = std::make_unique<persistence::transition_request>(std::move(req));
   st.after_commit = std::move(d.effects);
+  start_wait_with_commit(self, cfg, d.next->to);
   submit_persist(self);
 }
 
@@ -449,7 +473,10 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     if (w.mr_url) st.op.mr_url = *w.mr_url;
     if (w.approval_id) st.op.approval_id = *w.approval_id;
     if (w.last_error) st.last_error = *w.last_error;
-    st.op.wake_at_ms = w.wake_in_ms ? st.svc->now_ms() + *w.wake_in_ms : 0;
+    // A wait started with the write keeps the wake-up its timer was armed for.
+    const auto wait = std::exchange(st.wait_generation, 0);
+    const bool waiting = wait != 0 && wait == st.timer_generation;
+    if (!waiting) st.op.wake_at_ms = w.wake_in_ms ? st.svc->now_ms() + *w.wake_in_ms : 0;
     st.pending_write.reset();
     st.persist_failures = 0;
     // Business-outcome metrics only after commit, and only for the flip this actor made.
@@ -464,6 +491,19 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
                                      {"to", workflow::to_string(w.to)},
                                      {"version", st.op.version},
                                      {"cause", w.cause}});
+    // The wait's timer runs since the write was handed over. It fired meanwhile (held while the
+    // write was in flight), or a webhook ended the wait: the step runs now, and a timer still
+    // pending is ignored. Otherwise it runs when the timer fires. A timer replaced meanwhile (a
+    // backoff while the database queue refused the write) leaves the step to run now, below.
+    if (waiting) {
+      if (std::exchange(st.resume_pending, false) || std::exchange(st.wake_now, false)) {
+        ++st.timer_generation;
+        process(self, workflow::resume{});
+      } else {
+        publish(self);
+      }
+      return;
+    }
     auto effects = std::move(st.after_commit);
     st.after_commit.clear();
     if (effects.empty()) {
@@ -478,6 +518,12 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     return;
   }
   st.after_commit.clear();
+  if (std::exchange(st.wait_generation, 0) != 0) {
+    // The wait belonged to the write that did not land: its timer is void, and each path below
+    // decides when the step runs next.
+    ++st.timer_generation;
+    st.resume_pending = false;
+  }
   switch (outcome) {
     case db_outcome::preempted:
     case db_outcome::not_found:

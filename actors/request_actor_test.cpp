@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <vector>
@@ -93,6 +94,9 @@ class in_process : public actors::testing::in_process_actors {
 
   /// An actor in CREATE_MR_OPENED that read the pipeline running and waits for its next poll.
   void polling_a_running_pipeline();
+  /// An actor that created MR 42 and handed the transition to CREATE_MR_OPENED to the database
+  /// (not run yet).
+  void mr_opened_write_in_flight();
   /// The approval decision lands right behind the actor's own APPROVAL_SENT; `nudges` nudges naming
   /// it arrive while that write is in flight.
   void approval_decided_during_the_sent_write(int nudges);
@@ -187,6 +191,69 @@ TEST_F(in_process, ATransitionIsWrittenBeforeTheEffectsThatFollowIt) {
   EXPECT_TRUE(sched_.has_pending_timeout()) << "after the commit the actor waits for its deadline";
   EXPECT_EQ(queued_db() + queued_external(), 0u);
   EXPECT_TRUE(actor_alive());
+}
+
+/// An actor that created the MR (mr 42) and handed the transition to CREATE_MR_OPENED to the
+/// database; the write has not run yet.
+void in_process::mr_opened_write_in_flight() {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED});
+  spawn();
+  run_messages();
+  auto created = ok(call_kind::create_mr);
+  created.mr_iid = 42;
+  created.mr_url = "http://gitlab/mr/42";
+  answer(created);
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "the transition to CREATE_MR_OPENED waits to be written";
+}
+
+// The poll's wait after a transition starts with its write, so the commit does not lengthen it;
+// its step (the pipeline read) still runs only after the write has committed: a timer that fires
+// while the write is in flight is held until the commit answers.
+TEST_F(in_process, APollsWaitStartsWithTheWriteBeforeItAndItsReadComesOnlyAfterTheCommit) {
+  mr_opened_write_in_flight();
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "the pipeline wait runs while the write is in flight";
+  EXPECT_TRUE(fire_next_timer());
+  EXPECT_EQ(queued_external(), 0u) << "the wait ended, but its read waits for the commit";
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(queued_external(), 1u) << "the commit answered: the held read runs at once";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "no second timer for the same wait";
+  answer(pipeline("running"));
+  run_external();
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr, call_kind::read_pipeline}));
+  EXPECT_TRUE(sched_.has_pending_timeout()) << "the running pipeline is polled again later";
+}
+
+// When the write commits before the wait ends, the read comes when the timer fires, once.
+TEST_F(in_process, APollsWaitThatOutlastsTheWriteBeforeItEndsWithItsTimer) {
+  mr_opened_write_in_flight();
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(queued_external(), 0u) << "the wait is still running";
+  EXPECT_TRUE(fire_next_timer());
+  EXPECT_EQ(queued_external(), 1u);
+  answer(pipeline("running"));
+  run_external();
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::create_mr, call_kind::read_pipeline}));
+}
+
+// A write that loses its guard voids the wait started with it: the actor reads the row and
+// decides again, and the void timer runs nothing.
+TEST_F(in_process, AWaitStartedWithAWriteThatLostItsGuardRunsNothing) {
+  mr_opened_write_in_flight();
+  // Meanwhile: cancelled through the API.
+  walk(setup_db_, id_, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
+  run_db();
+  settle();
+  EXPECT_EQ(row().step, S::CANCELLED);
+  EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 1.0);
+  fire_next_timer();
+  settle();
+  EXPECT_EQ(std::count(calls_.begin(), calls_.end(), call_kind::read_pipeline), 0)
+      << "no pipeline read for a write that did not land";
 }
 
 // A write committed alone is signalled to the status reads without a row (a read per write would

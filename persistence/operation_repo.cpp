@@ -901,7 +901,12 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
     }
   }
   std::sort(alone.begin(), alone.end());
-  for (auto i : alone) out[i] = transition(s, reqs[i]);
+  // A request that runs alone and wants its row gets it from its own round trip, as it would had it
+  // been queued alone: its writer relies on it (the MERGED write reads whether a deploy report came
+  // before it, and without the row pays a query to ask).
+  for (auto i : alone) {
+    out[i] = transition(s, reqs[i], rows && reqs[i].want_row ? &(*rows)[i] : nullptr);
+  }
   if (committed) {
     for (std::size_t i = 0; i < units.size(); ++i)
       joined[i] = std::find(joining.begin(), joining.end(), units[i]) != joining.end();

@@ -182,8 +182,8 @@ db_result<std::int64_t> transition(session s, const transition_request& req,
 /// request is run alone, so an error of one never becomes an outcome of another. Needs a connection
 /// opened with multi-statements (every connection of persistence::open_connection is).
 /// With `rows`: for each request that landed in the group, its row as the transition committed it
-/// (read inside the group's transaction, in the same round trip); nullopt for the others and for
-/// requests that ran alone.
+/// (read inside the group's transaction, in the same round trip); for a request that ran alone, its
+/// row only when it asks for it (`want_row`, read in its own round trip); nullopt for the others.
 std::vector<db_result<std::int64_t>> transition_group(session s, const std::vector<transition_request>& reqs,
                                                       std::vector<std::optional<operation_row>>* rows = nullptr);
 

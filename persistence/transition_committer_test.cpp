@@ -529,6 +529,33 @@ TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
                 std::to_string(workflow::code_of(S::APPROVAL_APPROVED)));
 }
 
+// A transition that asks for its row and shares the queue only with a callback for its own
+// operation commits alone (the callback runs after it): it still gets the row it committed, as
+// when it is queued alone. The MERGED write reads from that row whether a deploy report came
+// before it; without the row its writer pays a query to ask.
+TEST_F(GroupUnits, ATransitionLeftAloneByACallbackForItsOperationGetsTheRowItAskedFor) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  approval_answer approval;
+  std::optional<db_result<std::int64_t>> moved;
+  std::optional<operation_row> committed;
+  auto sent = test::to_approval_sent(a, 1);
+  sent.want_row = true;
+  ASSERT_TRUE(committer.submit(sent, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
+    moved = r;
+    if (row) committed = *row;
+  }));
+  ASSERT_TRUE(committer.submit_unit(approve("apr-left-alone", a, approval)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
+  ASSERT_TRUE(moved && moved->ok()) << (moved ? moved->error.message : "no answer");
+  EXPECT_EQ(moved->value, 2);
+  ASSERT_TRUE(committed) << "the row the transition asked for";
+  EXPECT_EQ(committed->version, 2) << "as the transition committed it, before the callback";
+  EXPECT_EQ(committed->step, S::APPROVAL_SENT);
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.new_version, 3);
+}
+
 // A unit alone in the queue runs alone, as the callback did before it could join a group.
 TEST_F(GroupUnits, ACallbackWithNothingElseReadyRunsAlone) {
   auto merged = new_op(*c, "mona", "repo/m.yaml");
