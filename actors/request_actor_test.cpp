@@ -212,7 +212,7 @@ void in_process::mr_opened_write_in_flight() {
 // its step (the pipeline read) still runs only after the write has committed: a timer that fires
 // while the write is in flight is held until the commit answers.
 TEST_F(in_process, APollsWaitStartsWithTheWriteBeforeItAndItsReadComesOnlyAfterTheCommit) {
-  mr_opened_write_in_flight();
+  ASSERT_NO_FATAL_FAILURE(mr_opened_write_in_flight());
   ASSERT_TRUE(sched_.has_pending_timeout()) << "the pipeline wait runs while the write is in flight";
   EXPECT_TRUE(fire_next_timer());
   EXPECT_EQ(queued_external(), 0u) << "the wait ended, but its read waits for the commit";
@@ -229,7 +229,7 @@ TEST_F(in_process, APollsWaitStartsWithTheWriteBeforeItAndItsReadComesOnlyAfterT
 
 // When the write commits before the wait ends, the read comes when the timer fires, once.
 TEST_F(in_process, APollsWaitThatOutlastsTheWriteBeforeItEndsWithItsTimer) {
-  mr_opened_write_in_flight();
+  ASSERT_NO_FATAL_FAILURE(mr_opened_write_in_flight());
   run_db();
   EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
   EXPECT_EQ(queued_external(), 0u) << "the wait is still running";
@@ -243,7 +243,7 @@ TEST_F(in_process, APollsWaitThatOutlastsTheWriteBeforeItEndsWithItsTimer) {
 // A write that loses its guard voids the wait started with it: the actor reads the row and
 // decides again, and the void timer runs nothing.
 TEST_F(in_process, AWaitStartedWithAWriteThatLostItsGuardRunsNothing) {
-  mr_opened_write_in_flight();
+  ASSERT_NO_FATAL_FAILURE(mr_opened_write_in_flight());
   // Meanwhile: cancelled through the API.
   walk(setup_db_, id_, {S::CANCELLED}, std::nullopt, workflow::actor_kind::requester);
   run_db();
