@@ -103,9 +103,7 @@ batch_mr_view open_batch_mr(clients::repository_access& repo, const std::string&
     v.content_conflict = is_content_conflict(commit.error());
     return v;
   }
-  if (own_commit && commit->created && !commit->parent.empty()) {
-    *own_commit = {commit->parent, bases_checked_by(actions.value())};
-  }
+  if (own_commit) *own_commit = base_of(commit.value(), actions.value());
   auto mr = repo.gitlab.ensure_mr(token, branch, target_branch, batch_title(batch_id, plan.included),
                                   batch_description(batch_id, plan.included), !commit->created);
   if (!mr) return failed(mr.error());

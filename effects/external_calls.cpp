@@ -147,9 +147,7 @@ call_reply create_mr(clients::repository_access& repo, const call_context& op) {
   call_reply r;
   r.kind = call_kind::create_mr;
   fill_mr(r, mr->mr);
-  if (commit->created && !commit->parent.empty()) {
-    r.own_commit = {commit->parent, bases_checked_by(actions.value())};
-  }
+  r.own_commit = base_of(commit.value(), actions.value());
   return r;
 }
 

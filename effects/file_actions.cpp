@@ -94,16 +94,19 @@ clients::result<content_check> check_unchanged_since(clients::gitlab_client& git
   return out;
 }
 
-std::vector<messages::file_base> bases_checked_by(const std::vector<clients::commit_action>& actions) {
-  std::vector<messages::file_base> out;
+messages::commit_base base_of(const clients::branch_commit& commit,
+                              const std::vector<clients::commit_action>& actions) {
+  messages::commit_base out;
+  if (!commit.created || commit.parent.empty()) return out;
+  out.start_sha = commit.parent;
   std::vector<std::string> seen;
   for (const auto& a : actions) {
     if (std::find(seen.begin(), seen.end(), a.file_path) != seen.end()) continue;
     seen.push_back(a.file_path);
     if (a.action == "create") {
-      out.push_back({a.file_path, ""});
+      out.files.push_back({a.file_path, ""});
     } else if ((a.action == "update" || a.action == "delete") && !a.last_commit_id.empty()) {
-      out.push_back({a.file_path, a.last_commit_id});
+      out.files.push_back({a.file_path, a.last_commit_id});
     }
   }
   return out;

@@ -41,18 +41,19 @@ struct content_check {
 /// a path whose existence or last commit differs was changed on the target after the change's
 /// commit was based on it. Run right before a merge and before a rebase, so neither ever carries a
 /// change over a newer version of its file. A path in `known_at_base` has its version at
-/// `base_sha` known (the change's own commit was applied there, bases_checked_by): only its version
+/// `base_sha` known (the change's own commit was applied there, base_of): only its version
 /// on the target is read.
 clients::result<content_check> check_unchanged_since(clients::gitlab_client& gitlab, const std::string& token,
                                                      const std::string& target_branch, const std::string& base_sha,
                                                      const std::vector<std::string>& paths,
                                                      const std::vector<messages::file_base>& known_at_base = {});
 
-/// Each path's version in the commit that `actions` were committed onto, as GitLab checked them
-/// there before it accepted the commit: a `create` only where the path did not exist, an
-/// `update` or `delete` naming a last commit only where the file's last commit was that one.
-/// A path's first action says it; a path whose first action names no base is left out.
-std::vector<messages::file_base> bases_checked_by(const std::vector<clients::commit_action>& actions);
+/// What changeflow's own commit was applied to (`commit.parent`), when this call made the commit
+/// (`commit.created`; empty otherwise: an earlier attempt made it), with each path's version there
+/// as GitLab checked it before it accepted the commit: a `create` only where the path did not exist,
+/// an `update` or `delete` naming a last commit only where the file's last commit was that one. A
+/// path's first action says it; a path whose first action names no base is left out.
+messages::commit_base base_of(const clients::branch_commit& commit, const std::vector<clients::commit_action>& actions);
 
 /// What `own` says of the files at an MR's fork point `fork_sha`: its files while the MR forks at
 /// the commit changeflow's own commit was applied to, nothing otherwise (then both are read).
