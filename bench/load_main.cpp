@@ -430,9 +430,9 @@ drive_result drive(submitter& sub, persistence::session db, int threads, const s
 // SHOW GLOBAL STATUS counters read around the load window (whole server; only the service under
 // test uses this MariaDB during the window).
 const std::vector<std::string> status_names = {
-    "Questions", "Com_select", "Com_insert", "Com_update", "Com_delete", "Com_begin", "Com_commit", "Com_rollback",
-    "Com_stmt_execute", "Com_stmt_prepare", "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs",
-    "Binlog_commits", "Binlog_group_commits",
+    "Questions", "Com_select", "Com_insert", "Com_insert_select", "Com_update", "Com_update_multi", "Com_delete",
+    "Com_delete_multi", "Com_begin", "Com_commit", "Com_rollback", "Com_stmt_execute", "Com_stmt_prepare",
+    "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs", "Binlog_commits", "Binlog_group_commits",
     // Pages the flow needed that were not in the buffer pool (read from disk), and all page reads:
     // where a flow on a large database pays for its history.
     "Innodb_buffer_pool_reads", "Innodb_buffer_pool_read_requests"};
@@ -927,13 +927,21 @@ int cmd_flow(const args& a) {
   };
   // The closing SHOW GLOBAL STATUS is itself a statement: not the service's.
   double questions = delta("Questions") - 1;
+  // Statements of a kind, whatever their form: an INSERT ... SELECT and an UPDATE or DELETE of a
+  // join count under their own server counters.
+  const auto of_kind = [&delta](const std::string& kind) {
+    double n = delta("Com_" + kind);
+    if (kind == "insert") n += delta("Com_insert_select");
+    if (kind == "update" || kind == "delete") n += delta("Com_" + kind + "_multi");
+    return n;
+  };
   double fsyncs =
       delta("Innodb_os_log_fsyncs") + delta("Innodb_data_fsyncs") + (binlog ? delta("Binlog_group_commits") : 0);
   std::printf(
       "SQL per change: %.1f statements (Questions): %.1f SELECT, %.1f INSERT, %.1f UPDATE, %.1f DELETE, %.1f BEGIN, "
       "%.1f COMMIT, %.1f ROLLBACK, %.1f EXECUTE, %.1f SET\n",
-      questions * per, delta("Com_select") * per, delta("Com_insert") * per, delta("Com_update") * per,
-      delta("Com_delete") * per, delta("Com_begin") * per, delta("Com_commit") * per, delta("Com_rollback") * per,
+      questions * per, delta("Com_select") * per, of_kind("insert") * per, of_kind("update") * per,
+      of_kind("delete") * per, delta("Com_begin") * per, delta("Com_commit") * per, delta("Com_rollback") * per,
       delta("Com_stmt_execute") * per, delta("Com_set_option") * per);
   std::printf("fsyncs per change: %.2f (redo log %.2f + data files %.2f%s)\n", fsyncs * per,
               delta("Innodb_os_log_fsyncs") * per, delta("Innodb_data_fsyncs") * per,
@@ -974,7 +982,7 @@ int cmd_flow(const args& a) {
   kv("flow.sql_per_change", questions * per);
   kv("flow.select_per_change", delta("Com_select") * per);
   for (auto k : {"insert", "update", "delete", "begin", "commit", "rollback"})
-    kv(std::string("flow.") + k + "_per_change", delta(std::string("Com_") + k) * per);
+    kv(std::string("flow.") + k + "_per_change", of_kind(k) * per);
   kv("flow.fsyncs_per_change", fsyncs * per);
   kv("flow.log_fsyncs_per_change", delta("Innodb_os_log_fsyncs") * per);
   kv("flow.data_fsyncs_per_change", delta("Innodb_data_fsyncs") * per);

@@ -136,58 +136,78 @@ operation_row read_operation(sql::ResultSet& rs) {
   return r;
 }
 
-std::string transition_set_sql(const sql_text& t, const transition_request& req) {
-  // One text statement (migration 3: the trigger writes the event and the binding's phase). Text
-  // rather than a prepared statement because prepare + execute + close costs three round trips and
-  // the column list varies per call; every string goes through the connection's own escaping
-  // (mysql_real_escape_string, charset-aware), every number is formatted here.
+namespace {
+
+/// Where a transition's values go: into its own text, or into the row it brings to a group's
+/// shared UPDATE. There the text names that row's columns instead, so two transitions that set the
+/// same columns the same way have the same text and can share one statement.
+struct transition_values {
+  std::vector<std::string>* row = nullptr;
+  std::string operator()(std::string literal) const {
+    if (!row) return literal;
+    row->push_back(std::move(literal));
+    return "changeflow_t.c" + std::to_string(row->size());
+  }
+};
+
+/// A transition's assignments, "step = ..., ...": the columns of its step, attempts, wake-up, error
+/// and event (migration 3: the trigger writes the event and the binding's phase from them).
+std::string transition_assignments(const sql_text& t, const transition_request& req, const transition_values& value) {
   const std::string to_phase(workflow::to_string(workflow::phase_of(req.to)));
   std::string q;
-  q.reserve(512);
+  q.reserve(384);
   if (req.retry_in_step) {
     // Same step, no event: the failed attempt, its error and the next try. updated_at keeps the
     // time of the last step change (the poll schedule and "unchanged since" are measured from it).
-    q += update_operation_by_key;
     q += "version = version + 1, attempts = attempts + 1, updated_at = updated_at";
   } else {
-    q += update_operation_by_key;
-    q += "step = " + std::to_string(workflow::code_of(req.to));
-    q += ", phase = " + t.quote(to_phase) + ", version = version + 1";
+    q += "step = " + value(std::to_string(workflow::code_of(req.to)));
+    q += ", phase = " + value(t.quote(to_phase)) + ", version = version + 1";
     // Attempts count the tries of the current step; a new step starts from none.
     if (!req.attempts && req.to != req.from) q += ", attempts = 0";
   }
-  if (req.mr_iid) q += ", mr_iid = " + std::to_string(*req.mr_iid);
-  if (req.mr_url) q += ", mr_url = " + t.quote(*req.mr_url);
-  if (req.approval_id) q += ", approval_id = " + t.quote(*req.approval_id);
+  if (req.mr_iid) q += ", mr_iid = " + value(std::to_string(*req.mr_iid));
+  if (req.mr_url) q += ", mr_url = " + value(t.quote(*req.mr_url));
+  if (req.approval_id) q += ", approval_id = " + value(t.quote(*req.approval_id));
   if (req.batch_id) {
-    q += ", batch_id = " + std::to_string(*req.batch_id);
+    q += ", batch_id = " + value(std::to_string(*req.batch_id));
   } else if (req.clear_batch) {
     q += ", batch_id = NULL";
   }
   if (req.wake_in_ms) {
     // DB clock: application hosts may disagree about the time, the database does not.
-    q += ", next_wake_at = NOW(3) + INTERVAL " + std::to_string(*req.wake_in_ms * 1000) + " MICROSECOND";
+    q += ", next_wake_at = NOW(3) + INTERVAL " + value(std::to_string(*req.wake_in_ms * 1000)) + " MICROSECOND";
   } else if (req.clear_wake) {
     q += ", next_wake_at = NULL";
   }
-  if (req.attempts && !req.retry_in_step) q += ", attempts = " + std::to_string(*req.attempts);
+  if (req.attempts && !req.retry_in_step) q += ", attempts = " + value(std::to_string(*req.attempts));
   if (req.last_error) {
-    q += ", last_error = " + t.quote(req.last_error->substr(0, 1024));
+    q += ", last_error = " + value(t.quote(req.last_error->substr(0, 1024)));
   } else if (req.clear_last_error) {
     q += ", last_error = NULL";
   }
   if (req.failed_attempt || req.retry_in_step) {
     // errors_recorded + 1 is what the trigger of migration 13 counts for the step left or retried.
     const int status = req.last_error_status.value_or(0);
-    q += ", last_error_status = " + (status > 0 ? std::to_string(status) : std::string("NULL"));
+    q += ", last_error_status = " + value(status > 0 ? std::to_string(status) : std::string("NULL"));
     q += ", last_error_at = NOW(3), errors_recorded = errors_recorded + 1";
   }
   if (!req.retry_in_step) {
-    q += ", event_cause = " + t.quote(req.cause.substr(0, 255));
-    q += ", event_actor = " + t.quote(req.actor.substr(0, 160));
-    q += ", event_instance = " + (req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
+    q += ", event_cause = " + value(t.quote(req.cause.substr(0, 255)));
+    q += ", event_actor = " + value(t.quote(req.actor.substr(0, 160)));
+    q += ", event_instance = " + value(req.instance_id.empty() ? std::string("NULL") : t.quote(req.instance_id));
   }
   return q;
+}
+
+}  // namespace
+
+std::string transition_set_sql(const sql_text& t, const transition_request& req) {
+  // One text statement. Text rather than a prepared statement because prepare + execute + close
+  // costs three round trips and the column list varies per call; every string goes through the
+  // connection's own escaping (mysql_real_escape_string, charset-aware), every number is formatted
+  // here.
+  return update_operation_by_key + transition_assignments(t, req, {});
 }
 
 std::string transition_update_sql(const sql_text& t, const transition_request& req) {
@@ -661,6 +681,69 @@ std::optional<group_outcome> parse_answer(const std::string& answer, std::size_t
   return out;
 }
 
+/// The group's transitions, in its order, as few guarded UPDATEs as their shapes allow. Those that
+/// set the same columns the same way share ONE statement: each brings its key, its guard and its
+/// values as one row of a derived table, which is joined to the operation rows by key. Each row
+/// still lands only where its own guard holds, and the trigger lists each row it moved, as with one
+/// UPDATE per transition; MariaDB parses, plans and opens the table once per shape instead of once
+/// per transition (docs/performance.md, "One UPDATE for a group's transitions"). A transition whose
+/// shape no other shares keeps its own UPDATE. The derived table's values are literals, which give
+/// way to the column's collation when compared, so the join stays a lookup by key whatever the
+/// connection's collation.
+std::vector<std::string> transition_updates(const detail::sql_text& t,
+                                            const std::vector<const transition_request*>& reqs) {
+  struct shape {
+    std::string assignments;
+    bool fenced = false;
+    std::vector<const transition_request*> members;
+    std::vector<std::vector<std::string>> values;
+  };
+  std::vector<shape> shapes;
+  for (const auto* req : reqs) {
+    std::vector<std::string> values;
+    auto assignments = detail::transition_assignments(t, *req, detail::transition_values{&values});
+    const bool fenced = req->fence.has_value();
+    auto same = std::find_if(shapes.begin(), shapes.end(),
+                             [&](const shape& s) { return s.fenced == fenced && s.assignments == assignments; });
+    if (same == shapes.end()) same = shapes.insert(shapes.end(), shape{std::move(assignments), fenced, {}, {}});
+    same->members.push_back(req);
+    same->values.push_back(std::move(values));
+  }
+  std::vector<std::string> out;
+  for (const auto& s : shapes) {
+    if (s.members.size() == 1) {
+      out.push_back(detail::transition_update_sql(t, *s.members.front()));
+      continue;
+    }
+    std::string q = "UPDATE operation FORCE INDEX (PRIMARY) JOIN (";
+    for (std::size_t i = 0; i < s.members.size(); ++i) {
+      const auto& req = *s.members[i];
+      const bool first = i == 0;
+      const auto as = [first](const char* name) { return first ? std::string(" AS ") + name : std::string(); };
+      q += first ? "SELECT " : " UNION ALL SELECT ";
+      q += t.quote(req.operation_id) + as("changeflow_id");
+      q += ", " + std::to_string(req.expected_version) + as("changeflow_version");
+      q += ", " + std::to_string(workflow::code_of(req.from)) + as("changeflow_step");
+      if (s.fenced) {
+        q += ", " + t.quote(req.fence->instance_id) + as("changeflow_owner");
+        q += ", " + std::to_string(req.fence->lease_epoch) + as("changeflow_epoch");
+      }
+      for (std::size_t c = 0; c < s.values[i].size(); ++c) {
+        q += ", " + s.values[i][c] + (first ? " AS c" + std::to_string(c + 1) : std::string());
+      }
+    }
+    q += ") AS changeflow_t ON operation.operation_id = changeflow_t.changeflow_id SET ";
+    q += s.assignments;
+    q += " WHERE operation.version = changeflow_t.changeflow_version AND operation.step = changeflow_t.changeflow_step";
+    if (s.fenced) {
+      q += " AND operation.owner_instance = changeflow_t.changeflow_owner AND operation.lease_epoch = "
+           "changeflow_t.changeflow_epoch";
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
 /// Runs the group's one multi-statement and returns the ids whose UPDATE landed, each unit's
 /// verdict (and, with `want_rows`, the rows read inside the same transaction after the UPDATEs, so
 /// each landed row is exactly what its transition committed). With a receipt slot, the group writes
@@ -673,12 +756,16 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
   std::string row_ids;  // the operations whose rows the group reads at its end
   std::size_t units = 0;
   const auto add = [&t](std::string& list, const std::string& id) { list += (list.empty() ? "" : ", ") + t.quote(id); };
+  // The transitions first, shared by shape; then the units, each with its verdict.
+  std::vector<const transition_request*> transitions;
   for (const auto& m : group) {
-    if (m.req) {
-      parts.push_back(detail::transition_update_sql(t, *m.req));
-      if (want_rows) add(row_ids, m.req->operation_id);
-      continue;
-    }
+    if (!m.req) continue;
+    transitions.push_back(m.req);
+    if (want_rows) add(row_ids, m.req->operation_id);
+  }
+  for (auto& update : transition_updates(t, transitions)) parts.push_back(std::move(update));
+  for (const auto& m : group) {
+    if (!m.unit) continue;
     auto unit_parts = m.unit->statements(conn);
     ++units;
     if (m.unit->take_row) add(row_ids, m.unit->operation_id);
@@ -817,7 +904,12 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
   joined.assign(units.size(), false);
   bool committed = false;
   if (!grouped.empty() || !joining.empty()) {
-    // Row locks in one order (by operation id), so two groups never wait on each other in a cycle.
+    // Members in operation id order. The transitions' UPDATEs take their rows in that order within
+    // each statement they share (one per shape, transition_updates), then the units take theirs in
+    // that order. Two groups in flight at once (several committers, or instances on one database)
+    // can therefore wait on each other in a cycle when one holds a change's transition and the
+    // other a callback for it; InnoDB ends such a cycle at once, and the group it rolls back runs
+    // its members alone below, as every failed group does.
     std::vector<group_member> group;
     for (auto i : grouped) group.push_back({&reqs[i], nullptr});
     for (auto* u : joining) group.push_back({nullptr, u});

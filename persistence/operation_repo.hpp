@@ -173,7 +173,9 @@ db_result<std::int64_t> transition(session s, const transition_request& req,
 
 /// Group commit: the transitions of several operations in ONE transaction sent as ONE round trip
 /// (`SET; START TRANSACTION; UPDATE ...; ...; COMMIT; SELECT; SET`), so N ready transitions cost
-/// one commit (one fsync) instead of N. Each keeps its own guard (version, step, owner fence), and
+/// one commit (one fsync) instead of N. Transitions that set the same columns the same way share
+/// one UPDATE: each brings its key, guard and values as a row of a derived table joined to its
+/// operation row by key. Each keeps its own guard (version, step, owner fence), and
 /// each gets its own outcome, in the order given: the trigger of migration 14 lists the rows that
 /// were updated, so a transition whose guard did not match is `preempted` (or `not_found`) while
 /// the others land. Requests that need more than their one UPDATE (admission to BATCH_WAITING) and
@@ -188,8 +190,8 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
                                                       std::vector<std::optional<operation_row>>* rows = nullptr);
 
 /// A write of its own that can join a group's transaction: a callback's record and the flip it
-/// causes. Its statements run inside the group's transaction, between the transitions, in the
-/// group's lock order (by operation id); the group's one COMMIT makes them durable with the
+/// causes. Its statements run inside the group's transaction, after the transitions' UPDATEs, the
+/// units in operation id order; the group's one COMMIT makes them durable with the
 /// transitions. A unit does only its common case in a group: whatever it cannot finish there (a
 /// copy of a recorded delivery, an operation that is not where the unit expects it) it rolls back
 /// to the savepoint `changeflow_unit` it set, says so in its answer, and does afterwards alone with

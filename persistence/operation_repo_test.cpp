@@ -1108,8 +1108,9 @@ TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
   auto out = transition_group(*c, reqs);
   for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(session_status(*c, "Com_commit") - commits, 1);
-  // Five UPDATEs, SET, START, COMMIT, SELECT, SET: ten statements in one compound statement, which
-  // the server counts as one statement (Questions); a SHOW in between each count.
+  // Five UPDATEs that set the same columns the same way share one: UPDATE, SET, START, COMMIT,
+  // SELECT, SET are six statements in one compound statement, which the server counts as one
+  // statement (Questions); a SHOW in between each count.
   const auto before = session_questions(*c);
   const auto statements_before = scripts_sent().compound_statements;
   for (auto& r : reqs) {
@@ -1123,10 +1124,102 @@ TEST(TransitionGroup, IsOneRoundTripAndOneCommitForTheWholeGroup) {
   out = transition_group(*c, reqs);
   for (auto& r : out) ASSERT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(session_questions(*c) - before, 2) << "the group's one compound statement plus this SHOW";
-  EXPECT_EQ(scripts_sent().compound_statements - statements_before, 10u) << "ten statements inside it";
+  EXPECT_EQ(scripts_sent().compound_statements - statements_before, 6u) << "six statements inside it";
   // A retry in its step lands as a guarded write too (version + 1, the failed attempt recorded).
   EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.version, 3);
   EXPECT_EQ(load_operation(*c, reqs[0].operation_id).value.attempts, 1);
+}
+
+TEST(TransitionGroup, TransitionsThatShareOneUpdateWriteWhatEachWritesAlone) {
+  test_database db;
+  auto c = db.connect();
+  // Twins: the same requests on two sets of changes, once as one group (where the transitions of a
+  // shape share one UPDATE) and once each alone. Four shapes of two: the plain one; a wake-up and
+  // attempts; a fenced one with an error text that needs quoting; a retry in its step. In each shape
+  // the second one's guard does not hold (a version it is not at, a lease epoch it does not have).
+  std::vector<transition_request> grouped, alone;
+  std::vector<std::int64_t> updated_before;
+  for (int i = 0; i < 8; ++i) {
+    for (auto* list : {&grouped, &alone}) {
+      auto id = new_op(*c, (list == &grouped ? "g" : "a") + std::to_string(i), "repo/x.yaml");
+      // A minute back, so that an updated_at the group moved would show.
+      db.exec("UPDATE operation SET updated_at = updated_at - INTERVAL 1 MINUTE WHERE operation_id = '" + id + "'");
+      if (list == &grouped) updated_before.push_back(load_operation(*c, id).value.updated_at_ms);
+      auto r = test::to_approval_sent(id, 1);
+      switch (i / 2) {
+        case 0: break;
+        case 1:
+          r.wake_in_ms = 60'000 + i;
+          r.attempts = i;
+          break;
+        case 2:
+          r.fence = owner_fence{"test-instance", i == 5 ? 3 : 0};
+          r.instance_id = "test-instance";
+          r.last_error = "it's \"quoted\" \\ " + std::to_string(i);
+          break;
+        default:
+          r.to = S::APPROVAL_SENDING;
+          r.approval_id.reset();
+          r.retry_in_step = true;
+          r.wake_in_ms = 5'000;
+          r.last_error = "GitLab answered 502";
+          r.last_error_status = 502;
+          break;
+      }
+      if (i == 1 || i == 3 || i == 7) r.expected_version = 9;
+      list->push_back(r);
+    }
+  }
+  const auto statements_before = scripts_sent().compound_statements;
+  auto got = transition_group(*c, grouped);
+  EXPECT_EQ(scripts_sent().compound_statements - statements_before, 9u)
+      << "SET, START, four shared UPDATEs, SELECT, COMMIT, SET";
+  for (std::size_t i = 0; i < grouped.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    auto want = transition(*c, alone[i]);
+    ASSERT_EQ(got[i].ok(), want.ok()) << got[i].error.message << " / " << want.error.message;
+    EXPECT_EQ(got[i].outcome, want.outcome);
+    EXPECT_EQ(got[i].ok(), i % 2 == 0) << "the first of each shape lands, the second's guard does not hold";
+    if (want.ok()) {
+      EXPECT_EQ(got[i].value, want.value);
+    }
+    auto g = load_operation(*c, grouped[i].operation_id).value;
+    auto a = load_operation(*c, alone[i].operation_id).value;
+    EXPECT_EQ(g.step, a.step);
+    EXPECT_EQ(g.phase, a.phase);
+    EXPECT_EQ(g.version, a.version);
+    EXPECT_EQ(g.attempts, a.attempts);
+    EXPECT_EQ(g.approval_id.has_value(), a.approval_id.has_value());
+    if (g.approval_id && grouped[i].approval_id && got[i].ok()) {
+      EXPECT_EQ(*g.approval_id, *grouped[i].approval_id);
+    }
+    EXPECT_EQ(g.last_error, a.last_error);
+    EXPECT_EQ(g.last_error_status, a.last_error_status);
+    EXPECT_EQ(g.last_error_at_ms.has_value(), a.last_error_at_ms.has_value());
+    EXPECT_EQ(g.next_wake_at_ms.has_value(), a.next_wake_at_ms.has_value());
+    if (g.next_wake_at_ms && a.next_wake_at_ms) {
+      // The wake-up is counted from the database clock when each was written: moments apart.
+      EXPECT_NEAR(static_cast<double>(*g.next_wake_at_ms - *a.next_wake_at_ms), 0.0, 5'000.0);
+    }
+    // A retry in its step keeps the time of the last step change.
+    if (grouped[i].retry_in_step) {
+      EXPECT_EQ(g.updated_at_ms, updated_before[i]);
+    }
+    auto ge = list_events(*c, g.operation_id).value;
+    auto ae = list_events(*c, a.operation_id).value;
+    ASSERT_EQ(ge.size(), ae.size());
+    EXPECT_EQ(ge.back().cause, ae.back().cause);
+    EXPECT_EQ(ge.back().actor, ae.back().actor);
+    EXPECT_EQ(ge.back().instance_id, ae.back().instance_id);
+    EXPECT_EQ(ge.back().to_step, ae.back().to_step);
+    EXPECT_EQ(ge.back().version, ae.back().version);
+    EXPECT_EQ(db.scalar("SELECT COALESCE(SUM(failed_attempts), 0) FROM operation_step_attempt WHERE operation_id = '" +
+                        g.operation_id + "'"),
+              db.scalar("SELECT COALESCE(SUM(failed_attempts), 0) FROM operation_step_attempt WHERE operation_id = '" +
+                        a.operation_id + "'"));
+  }
+  EXPECT_EQ(load_operation(*c, grouped[4].operation_id).value.last_error, "it's \"quoted\" \\ 4");
+  EXPECT_EQ(load_operation(*c, grouped[6].operation_id).value.attempts, 1) << "the retry counted";
 }
 
 TEST(TransitionGroup, AFailingStatementRollsTheGroupBackAndEveryRequestRunsAlone) {
