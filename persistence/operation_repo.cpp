@@ -222,6 +222,62 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
   return q;
 }
 
+std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs) {
+  struct shape {
+    std::string assignments;
+    bool fenced = false;
+    std::vector<const transition_request*> members;
+    std::vector<std::vector<std::string>> values;
+  };
+  std::vector<shape> shapes;
+  for (const auto* req : reqs) {
+    std::vector<std::string> values;
+    auto assignments = transition_assignments(t, *req, transition_values{&values});
+    const bool fenced = req->fence.has_value();
+    auto same = std::find_if(shapes.begin(), shapes.end(),
+                             [&](const shape& s) { return s.fenced == fenced && s.assignments == assignments; });
+    if (same == shapes.end()) same = shapes.insert(shapes.end(), shape{std::move(assignments), fenced, {}, {}});
+    same->members.push_back(req);
+    same->values.push_back(std::move(values));
+  }
+  std::vector<std::string> out;
+  for (const auto& s : shapes) {
+    if (s.members.size() == 1) {
+      out.push_back(transition_update_sql(t, *s.members.front()));
+      continue;
+    }
+    // The rows of keys first (STRAIGHT_JOIN), each operation row then read by its key: left to
+    // itself, the optimizer drives a join from a small `operation` table and would read it whole.
+    std::string q = "UPDATE (";
+    for (std::size_t i = 0; i < s.members.size(); ++i) {
+      const auto& req = *s.members[i];
+      const bool first = i == 0;
+      const auto as = [first](const char* name) { return first ? std::string(" AS ") + name : std::string(); };
+      q += first ? "SELECT " : " UNION ALL SELECT ";
+      q += t.quote(req.operation_id) + as("changeflow_id");
+      q += ", " + std::to_string(req.expected_version) + as("changeflow_version");
+      q += ", " + std::to_string(workflow::code_of(req.from)) + as("changeflow_step");
+      if (s.fenced) {
+        q += ", " + t.quote(req.fence->instance_id) + as("changeflow_owner");
+        q += ", " + std::to_string(req.fence->lease_epoch) + as("changeflow_epoch");
+      }
+      for (std::size_t c = 0; c < s.values[i].size(); ++c) {
+        q += ", " + s.values[i][c] + (first ? " AS c" + std::to_string(c + 1) : std::string());
+      }
+    }
+    q += ") AS changeflow_t STRAIGHT_JOIN operation FORCE INDEX (PRIMARY) ON operation.operation_id = "
+         "changeflow_t.changeflow_id SET ";
+    q += s.assignments;
+    q += " WHERE operation.version = changeflow_t.changeflow_version AND operation.step = changeflow_t.changeflow_step";
+    if (s.fenced) {
+      q += " AND operation.owner_instance = changeflow_t.changeflow_owner AND operation.lease_epoch = "
+           "changeflow_t.changeflow_epoch";
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
                                          std::optional<operation_row>* committed) {
   // One round trip: the statement is autocommitted.
@@ -681,69 +737,6 @@ std::optional<group_outcome> parse_answer(const std::string& answer, std::size_t
   return out;
 }
 
-/// The group's transitions, in its order, as few guarded UPDATEs as their shapes allow. Those that
-/// set the same columns the same way share ONE statement: each brings its key, its guard and its
-/// values as one row of a derived table, which is joined to the operation rows by key. Each row
-/// still lands only where its own guard holds, and the trigger lists each row it moved, as with one
-/// UPDATE per transition; MariaDB parses, plans and opens the table once per shape instead of once
-/// per transition (docs/performance.md, "One UPDATE for a group's transitions"). A transition whose
-/// shape no other shares keeps its own UPDATE. The derived table's values are literals, which give
-/// way to the column's collation when compared, so the join stays a lookup by key whatever the
-/// connection's collation.
-std::vector<std::string> transition_updates(const detail::sql_text& t,
-                                            const std::vector<const transition_request*>& reqs) {
-  struct shape {
-    std::string assignments;
-    bool fenced = false;
-    std::vector<const transition_request*> members;
-    std::vector<std::vector<std::string>> values;
-  };
-  std::vector<shape> shapes;
-  for (const auto* req : reqs) {
-    std::vector<std::string> values;
-    auto assignments = detail::transition_assignments(t, *req, detail::transition_values{&values});
-    const bool fenced = req->fence.has_value();
-    auto same = std::find_if(shapes.begin(), shapes.end(),
-                             [&](const shape& s) { return s.fenced == fenced && s.assignments == assignments; });
-    if (same == shapes.end()) same = shapes.insert(shapes.end(), shape{std::move(assignments), fenced, {}, {}});
-    same->members.push_back(req);
-    same->values.push_back(std::move(values));
-  }
-  std::vector<std::string> out;
-  for (const auto& s : shapes) {
-    if (s.members.size() == 1) {
-      out.push_back(detail::transition_update_sql(t, *s.members.front()));
-      continue;
-    }
-    std::string q = "UPDATE operation FORCE INDEX (PRIMARY) JOIN (";
-    for (std::size_t i = 0; i < s.members.size(); ++i) {
-      const auto& req = *s.members[i];
-      const bool first = i == 0;
-      const auto as = [first](const char* name) { return first ? std::string(" AS ") + name : std::string(); };
-      q += first ? "SELECT " : " UNION ALL SELECT ";
-      q += t.quote(req.operation_id) + as("changeflow_id");
-      q += ", " + std::to_string(req.expected_version) + as("changeflow_version");
-      q += ", " + std::to_string(workflow::code_of(req.from)) + as("changeflow_step");
-      if (s.fenced) {
-        q += ", " + t.quote(req.fence->instance_id) + as("changeflow_owner");
-        q += ", " + std::to_string(req.fence->lease_epoch) + as("changeflow_epoch");
-      }
-      for (std::size_t c = 0; c < s.values[i].size(); ++c) {
-        q += ", " + s.values[i][c] + (first ? " AS c" + std::to_string(c + 1) : std::string());
-      }
-    }
-    q += ") AS changeflow_t ON operation.operation_id = changeflow_t.changeflow_id SET ";
-    q += s.assignments;
-    q += " WHERE operation.version = changeflow_t.changeflow_version AND operation.step = changeflow_t.changeflow_step";
-    if (s.fenced) {
-      q += " AND operation.owner_instance = changeflow_t.changeflow_owner AND operation.lease_epoch = "
-           "changeflow_t.changeflow_epoch";
-    }
-    out.push_back(std::move(q));
-  }
-  return out;
-}
-
 /// Runs the group's one multi-statement and returns the ids whose UPDATE landed, each unit's
 /// verdict (and, with `want_rows`, the rows read inside the same transaction after the UPDATEs, so
 /// each landed row is exactly what its transition committed). With a receipt slot, the group writes
@@ -763,7 +756,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
     transitions.push_back(m.req);
     if (want_rows) add(row_ids, m.req->operation_id);
   }
-  for (auto& update : transition_updates(t, transitions)) parts.push_back(std::move(update));
+  for (auto& update : detail::transition_updates(t, transitions)) parts.push_back(std::move(update));
   for (const auto& m : group) {
     if (!m.unit) continue;
     auto unit_parts = m.unit->statements(conn);

@@ -32,6 +32,17 @@ inline constexpr const char* update_operation_by_key = "UPDATE operation FORCE I
 /// The guarded UPDATE of one transition, as text (the group commit sends several in one round trip).
 std::string transition_update_sql(const sql_text& t, const transition_request& req);
 
+/// The group's transitions, in its order, as few guarded UPDATEs as their shapes allow. Those that
+/// set the same columns the same way share ONE statement: each brings its key, its guard and its
+/// values as one row of a derived table, which is joined to the operation rows by key. Each row
+/// still lands only where its own guard holds, and the trigger lists each row it moved, as with one
+/// UPDATE per transition; MariaDB parses, plans and opens the table once per shape instead of once
+/// per transition (docs/performance.md, "One UPDATE for a group's transitions"). A transition whose
+/// shape no other shares keeps its own UPDATE. The derived table's values are literals, which give
+/// way to the column's collation when compared, so the join stays a lookup by key whatever the
+/// connection's collation.
+std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs);
+
 /// transition_update_sql up to its WHERE: "UPDATE operation SET ..." with the step, its attempts,
 /// wake-up, error and event columns, for a writer that guards the row its own way.
 std::string transition_set_sql(const sql_text& t, const transition_request& req);
