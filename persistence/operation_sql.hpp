@@ -38,7 +38,8 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
 /// still lands only where its own guard holds, and the trigger lists each row it moved, as with one
 /// UPDATE per transition; MariaDB parses, plans and opens the table once per shape instead of once
 /// per transition (docs/performance.md, "One UPDATE for a group's transitions"). A transition whose
-/// shape no other shares keeps its own UPDATE. The derived table's values are literals, which give
+/// shape no other shares keeps its own UPDATE. Each operation at most once (transition_group runs a
+/// second request for one alone). The derived table's values are literals, which give
 /// way to the column's collation when compared, so the join stays a lookup by key whatever the
 /// connection's collation.
 std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs);
