@@ -18,6 +18,22 @@ void registry::remove(const std::string& id) {
   entries_.erase(id);
 }
 
+bool registry::remove_if_is(const std::string& id, const caf::actor_addr& who) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.actor.address() != who) return false;
+  entries_.erase(it);
+  return true;
+}
+
+bool registry::send_if_present(const std::string& id, const std::function<void(const caf::actor&)>& send) const {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  send(it->second.actor);
+  return true;
+}
+
 std::optional<caf::actor> registry::find(const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(id);

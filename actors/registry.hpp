@@ -7,6 +7,7 @@
 // those without adding any ordering guarantee the request actors need.
 
 #include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -42,7 +43,15 @@ class registry {
   bool put(const std::string& id, caf::actor actor, live_summary summary);
   void update(const live_summary& summary);
   void remove(const std::string& id);
+  /// Removes the entry only while it is `who`'s: an actor leaving must not remove the actor that
+  /// took its place.
+  bool remove_if_is(const std::string& id, const caf::actor_addr& who);
   std::optional<caf::actor> find(const std::string& id) const;
+  /// Finds the actor and hands it to `send` under the table's lock, so the message is in its mailbox
+  /// before the actor can leave the table: an actor that removes itself and then sends itself its
+  /// last message reads every message sent through here before that one (a mailbox keeps the order
+  /// of its enqueues). False, and nothing sent, when no actor is registered.
+  bool send_if_present(const std::string& id, const std::function<void(const caf::actor&)>& send) const;
   std::optional<live_summary> summary(const std::string& id) const;
   std::vector<live_summary> list(const std::function<bool(const live_summary&)>& keep, std::size_t limit) const;
   std::size_t size() const;

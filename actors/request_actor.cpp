@@ -36,6 +36,10 @@ struct request_state {
   // At most one persist, call or reload is in flight; events that need the actor meanwhile set flags.
   bool busy = false;
   bool reload_pending = false;
+  // Stopping for a passivated wait: out of the registry, its last message (a wake of the current
+  // timer generation) sent to itself. A nudge that was sent before it left the registry comes
+  // before that message and brings it back (retire, unretire).
+  bool retiring = false;
   // The next re-read must re-run the step even if the row is as this actor last knew it: a write
   // was dropped or lost its guard. A re-read asked for by a nudge alone leaves a known row's wait be.
   bool reload_must_resume = false;
@@ -352,13 +356,39 @@ bool passivates(self_ptr self) {
   return true;
 }
 
+/// Leaves the registry, then sends itself its last message. Whoever nudges it does so through the
+/// registry under its lock (registry::send_if_present), so every nudge sent while it was registered
+/// is in its mailbox before that last message, and none is dropped with the actor: the row it names
+/// may have moved past the wait (a callback committed while this actor's own write was answered).
+/// A nudge sent after it left finds no actor and starts one from the row, as for any passivated wait.
+void retire(self_ptr self) {
+  auto& st = self->state;
+  st.retiring = true;
+  const auto last = ++st.timer_generation;
+  st.svc->actors->remove_if_is(st.op.operation_id, self->address());
+  self->send(caf::actor_cast<request_actor>(self), messages::wake{last});
+}
+
+/// A nudge reached a retiring actor: it takes its place in the registry again and reads on. False
+/// when another actor took the place meanwhile (started by a nudge that found none): that one reads
+/// the row, and this one stops.
+bool unretire(self_ptr self) {
+  auto& st = self->state;
+  st.retiring = false;
+  ++st.timer_generation;  // its last message no longer stops it
+  if (!st.svc->actors->put(st.op.operation_id, caf::actor_cast<caf::actor>(self), summary_of(st))) return false;
+  st.svc->metrics->inc("changeflow_passivation_undone_total",
+                       "Actors that were stopping for a passivated wait and read a nudge sent before they left");
+  return true;
+}
+
 void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
   for (const auto& e : effects) {
     switch (e.what) {
       case workflow::effect::kind::call: call_external(self, e.call); break;
       case workflow::effect::kind::timer:
         if (passivates(self)) {
-          self->quit();
+          retire(self);
           return;
         }
         arm_timer(self, e.delay_ms);
@@ -745,6 +775,10 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
   return {
       [self](const messages::wake& w) {
         auto& s = self->state;
+        if (s.retiring) {
+          if (w.generation == s.timer_generation) self->quit();  // its last message: nothing came before it
+          return;
+        }
         if (w.generation != 0 && w.generation != s.timer_generation) return;  // replaced timer
         if (s.busy) {
           s.resume_pending = true;
@@ -779,6 +813,10 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       },
       [self](const messages::row_changed& changed) {
         auto& s = self->state;
+        if (s.retiring && !unretire(self)) {
+          self->quit();
+          return;
+        }
         if (s.busy) {
           // Only a first nudge that names its write can stand in for the read the job's end makes.
           if (!s.reload_pending && changed.version != 0) {
@@ -797,6 +835,7 @@ request_actor::behavior_type request_actor_impl(self_ptr self, runtime::services
       },
       [self](const messages::gitlab_event& e) {
         auto& s = self->state;
+        if (s.retiring) return;  // a passivated wait waits for no pipeline
         if (workflow::outdates(s.op.last_read, e)) s.op.last_read = {};
         if (!workflow::ends_wait(s.op.current, s.op.mr_sha, e)) return;
         s.svc->metrics->inc("changeflow_webhook_wakes_total", "Waits a GitLab webhook ended before their poll");
@@ -911,7 +950,9 @@ std::optional<request_actor> spawn_request_actor(runtime::services& svc, request
   // exit before its first message (a waiting step at shutdown) must still leave the registry, which
   // is what a graceful stop waits for.
   auto* reg = svc.actors;
-  caf::actor_cast<caf::abstract_actor*>(handle)->attach_functor([reg, id] { reg->remove(id); });
+  // Only its own entry: a retired actor's place may have been taken by then (retire, unretire).
+  caf::actor_cast<caf::abstract_actor*>(handle)->attach_functor(
+      [reg, id, addr = handle.address()] { reg->remove_if_is(id, addr); });
   // Resume: re-run the step the stored row names (every step reads remote state before acting).
   if (first_wake_in_ms > 0) {
     caf::delayed_anon_send(handle, std::chrono::milliseconds(first_wake_in_ms), messages::wake{0});

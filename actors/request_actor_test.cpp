@@ -823,6 +823,38 @@ TEST_F(passivating, AnActorWaitingDaysForTheApprovalStopsOnceTheWaitIsStoredAndA
   EXPECT_EQ(queued_external(), 1u) << "and carries the change on: the MR is created";
 }
 
+// The approval callback commits right behind the actor's own APPROVAL_SENT, and its nudge is in the
+// mailbox behind that write's answer: the answer finds a wait of days and the actor starts to stop,
+// but the nudge it has not read yet names a row that moved on. It reads the nudge, keeps its place
+// and creates the MR, rather than leaving the change in CREATE_STARTED with no actor until a sweep
+// finds it.
+TEST_F(passivating, ANudgeQueuedBehindTheWriteThatPassivatesBringsTheActorBack) {
+  asked_for_approval("p3", "appr-p");
+  run_external();  // the approval request answered: APPROVAL_SENT is handed to the database
+  ASSERT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT is in flight";
+  db_pool_.run_queued(db_ctx_, 1);  // it commits; its answer waits in the actor's mailbox
+  ASSERT_EQ(row().step, S::APPROVAL_SENT);
+  approved_and_named();  // the callback's unit commits and nudges the actor, still registered
+  run_messages();        // the write's answer (a wait of days), then the nudge
+  EXPECT_TRUE(actor_alive()) << "the actor read the nudge and stayed";
+  run_db();  // APPROVAL_APPROVED -> CREATE_STARTED
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivation_undone_total"), 1.0);
+}
+
+// A nudge that comes after the actor left the registry finds none, and the actor's last message
+// stops it: the wait is passivated and the registry is empty for the change.
+TEST_F(passivating, AnActorThatStartedToStopWithNothingBehindItStops) {
+  asked_for_approval("p4", "appr-p");
+  run_external();
+  db_pool_.run_queued(db_ctx_, 1);
+  run_messages();
+  EXPECT_FALSE(actor_alive());
+  EXPECT_FALSE(sched_.has_job()) << "its last message was read";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivation_undone_total"), 0.0);
+}
+
 // A rehydration read the row when it was still APPROVAL_SENDING; by the time its actor starts, the
 // change's first actor asked for the approval and passivated. The rehydrated actor's first read finds
 // the wait of days, with its deadline in the row: it stops too, instead of holding a timer for days.

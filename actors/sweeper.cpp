@@ -18,7 +18,7 @@ struct sweeper::shared_state {
 namespace {
 
 void nudge_live(runtime::services* svc, const std::string& id, const char* cause) {
-  if (auto a = svc->actors->find(id)) caf::anon_send(*a, messages::row_changed{cause});
+  svc->actors->send_if_present(id, [cause](const caf::actor& a) { caf::anon_send(a, messages::row_changed{cause}); });
 }
 
 /// Owner's inbox: rows changed recently; compare with what the live actors know.

@@ -18,14 +18,14 @@ std::string wake_actor(persistence::session db, runtime::services& svc, const st
   } else if (svc.row_written) {
     svc.row_written(operation_id);
   }
-  if (auto a = svc.actors->find(operation_id)) {
-    messages::row_changed nudge{cause};
-    if (to && written_version) {
-      nudge.step = workflow::code_of(*to);
-      nudge.version = *written_version;
-      nudge.from_version = found_version.value_or(0);
-    }
-    caf::anon_send(*a, std::move(nudge));
+  messages::row_changed nudge{cause};
+  if (to && written_version) {
+    nudge.step = workflow::code_of(*to);
+    nudge.version = *written_version;
+    nudge.from_version = found_version.value_or(0);
+  }
+  // Under the registry's lock: an actor about to stop for a passivated wait still reads it.
+  if (svc.actors->send_if_present(operation_id, [&nudge](const caf::actor& a) { caf::anon_send(a, nudge); })) {
     return "nudged";
   }
   if (to && !workflow::needs_actor(*to)) return "none_needed";
