@@ -13,11 +13,6 @@ void registry::update(const live_summary& summary) {
   if (it != entries_.end()) it->second.summary = summary;
 }
 
-void registry::remove(const std::string& id) {
-  std::lock_guard lock(mutex_);
-  entries_.erase(id);
-}
-
 bool registry::remove_if_is(const std::string& id, const caf::actor_addr& who) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(id);

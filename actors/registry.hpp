@@ -42,7 +42,6 @@ class registry {
   /// False when an actor is already registered for this operation (the caller must not spawn twice).
   bool put(const std::string& id, caf::actor actor, live_summary summary);
   void update(const live_summary& summary);
-  void remove(const std::string& id);
   /// Removes the entry only while it is `who`'s: an actor leaving must not remove the actor that
   /// took its place.
   bool remove_if_is(const std::string& id, const caf::actor_addr& who);
