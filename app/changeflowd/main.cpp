@@ -231,6 +231,30 @@ int main(int argc, char** argv) {
   // stops, and the session must not outlive the server's io_context and counters.
   std::optional<http_server::server> server;
 
+  // -- HTTP API: the address is bound first, so a start that cannot listen (the port taken, by
+  // another instance for example) ends here, before this process starts a pool, an actor or a job
+  // it would have to stop again, or takes the instance lease. Connections wait in the backlog until the
+  // API is complete (server->start() below).
+  http_server::server_options server_opts;
+  const auto& http_cfg = snap->http();
+  server_opts.address = http_cfg.address;
+  server_opts.port = static_cast<std::uint16_t>(http_cfg.port);
+  server_opts.threads = static_cast<int>(http_cfg.threads);
+  server_opts.body_limit = static_cast<std::uint64_t>(http_cfg.body_limit_bytes);
+  server_opts.header_limit = static_cast<std::uint32_t>(http_cfg.header_limit_bytes);
+  server_opts.read_timeout = std::chrono::milliseconds(http_cfg.read_timeout_ms);
+  server_opts.handler_timeout = std::chrono::milliseconds(http_cfg.handler_timeout_ms);
+  auto api = std::make_shared<http_server::handler>();  // set below, before the server starts
+  server.emplace(server_opts, [api](http_server::request&& req, http_server::responder reply) {
+    (*api)(std::move(req), std::move(reply));
+  });
+  try {
+    server->listen();
+  } catch (const std::exception& e) {
+    log::error("startup.listen_failed", {{"error", e.what()}});
+    return 1;
+  }
+
   auto db = persistence::make_db_pool(db_settings, static_cast<std::size_t>(snap->db().pool_size),
                                       static_cast<std::size_t>(snap->db().queue_capacity));
   db->reserve_slots(static_cast<std::size_t>(snap->db().reserved_for_callbacks()));
@@ -454,22 +478,8 @@ int main(int argc, char** argv) {
   // -- HTTP API: one route table with its policies, shared with the tests (http::build_routes).
   auto routes = http::build_routes(ctx, batch_coordinator);
 
-  http_server::server_options server_opts;
-  const auto& http_cfg = snap->http();
-  server_opts.address = http_cfg.address;
-  server_opts.port = static_cast<std::uint16_t>(http_cfg.port);
-  server_opts.threads = static_cast<int>(http_cfg.threads);
-  server_opts.body_limit = static_cast<std::uint64_t>(http_cfg.body_limit_bytes);
-  server_opts.header_limit = static_cast<std::uint32_t>(http_cfg.header_limit_bytes);
-  server_opts.read_timeout = std::chrono::milliseconds(http_cfg.read_timeout_ms);
-  server_opts.handler_timeout = std::chrono::milliseconds(http_cfg.handler_timeout_ms);
-  server.emplace(server_opts, http::make_api(ctx, routes));
-  try {
-    server->start();
-  } catch (const std::exception& e) {
-    log::error("startup.listen_failed", {{"error", e.what()}});
-    return 1;
-  }
+  *api = http::make_api(ctx, routes);
+  server->start();  // already bound: accepting cannot fail here
   if (!opts.port_file.empty()) {
     std::string tmp = opts.port_file + ".tmp";
     std::ofstream(tmp) << server->port() << "\n";

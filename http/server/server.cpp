@@ -258,8 +258,9 @@ server::~server() {
   stop();
 }
 
-void server::start() {
+void server::listen() {
   auto& i = *impl_;
+  if (i.acceptor->is_open()) return;
   beast::error_code ec;
   auto address = net::ip::make_address(i.opts.address, ec);
   if (ec) throw std::runtime_error("invalid listen address '" + i.opts.address + "'");
@@ -269,10 +270,17 @@ void server::start() {
   if (!ec) i.acceptor->bind(ep, ec);
   if (!ec) i.acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
+    beast::error_code ignored;
+    i.acceptor->close(ignored);  // a later listen() tries again from the start
     throw std::runtime_error("cannot listen on " + i.opts.address + ":" + std::to_string(i.opts.port) + ": " +
                              ec.message());
   }
   i.bound_port = i.acceptor->local_endpoint().port();
+}
+
+void server::start() {
+  auto& i = *impl_;
+  listen();
   i.accepting = true;
   i.do_accept();
   for (auto& context : i.contexts) {

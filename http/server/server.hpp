@@ -41,7 +41,12 @@ class server {
   server(const server&) = delete;
   server& operator=(const server&) = delete;
 
-  /// Binds and starts the I/O threads; throws std::runtime_error when the address cannot be bound.
+  /// Binds the address and listens (connections wait in the backlog until start); throws
+  /// std::runtime_error when the address cannot be bound. A process calls it before it starts
+  /// anything a failed start would have to undo. Does nothing once bound.
+  void listen();
+  /// Binds (unless listen did) and starts accepting on the I/O threads; throws std::runtime_error
+  /// when the address cannot be bound.
   void start();
   /// Stops accepting, closes connections and joins the threads. Safe to call twice.
   void stop();

@@ -121,6 +121,34 @@ TEST(ServiceLifecycle, BrokenConfigRefusesToStart) {
   EXPECT_NE(log.find("dbb"), std::string::npos) << log;
 }
 
+TEST(ServiceLifecycle, APortInUseEndsTheStartBeforeItTakesALease) {
+  test_database db(false);
+  auto dir = make_temp_dir("cf-port-taken");
+  json first_cfg = db_config(db.settings());
+  first_cfg["instance"] = {{"id", "first-instance"}};
+  service_process first(first_cfg, dir, "first");
+  ASSERT_TRUE(wait_until([&] { return http_call("127.0.0.1", first.port(), "GET", "/readyz").status == 200; },
+                         std::chrono::seconds(20)));
+
+  // A second process configured for the same address: it must end with a failure status and a
+  // reason, and never register itself or resume anything. (It used to log the failure and then wait
+  // forever for the actors it had already started, deaf to SIGTERM.)
+  json second_cfg = db_config(db.settings());
+  second_cfg["instance"] = {{"id", "second-instance"}};
+  second_cfg["http"] = {{"port", first.port()}};
+  const std::string path = dir + "/second.json";
+  std::ofstream(path) << second_cfg.dump(2);
+  child_process second({binary_path("changeflowd"), "--config", path}, dir + "/second.log");
+  auto status = second.wait_exit(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "a process that cannot listen must end; log: " << second.log_contents();
+  EXPECT_NE(*status, 0);
+  EXPECT_NE(second.log_contents().find("startup.listen_failed"), std::string::npos) << second.log_contents();
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM instance WHERE instance_id = 'second-instance'"), "0")
+      << "the failed start registered an instance lease";
+  // The first one is untouched.
+  EXPECT_EQ(http_call("127.0.0.1", first.port(), "GET", "/readyz").status, 200);
+}
+
 TEST(ServiceLifecycle, EnvironmentOverridesConfigFile) {
   auto dir = make_temp_dir("cf-envcfg");
   std::string path = dir + "/c.json";
