@@ -122,16 +122,19 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
   return s;
 }
 
+enum class migrated { yes, failed, stop_requested };
+
 // Connectivity problems are retried for a while (the database may still be starting); a migration
-// that fails on its SQL stops start-up at once.
-bool run_migrations(const persistence::db_settings& s, const config::snapshot& snap) {
+// that fails on its SQL stops start-up at once. A stop signal (blocked for sigwait, so it waits in
+// `stop_signals`) ends the waiting at once instead of after the deadline.
+migrated run_migrations(const persistence::db_settings& s, const config::snapshot& snap, const sigset_t& stop_signals) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     persistence::db_context db(s);
     auto r = persistence::migrate(db, persistence::all_migrations());
     if (!r.ok && !r.unreachable) {
       log::error("startup.migration_failed", {{"error", r.error}});
-      return false;
+      return migrated::failed;
     }
     std::string error = r.error;
     int code = r.code;
@@ -149,17 +152,22 @@ bool run_migrations(const persistence::db_settings& s, const config::snapshot& s
         log::info("startup.migrated", {{"applied", r.applied},
                                        {"schema_version", version.value},
                                        {"rows_adopted", adopted.ok() ? adopted.value : 0}});
-        return true;
+        return migrated::yes;
       }
       error = version.error.message;
       code = version.error.code;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       log::error("startup.database_unreachable", {{"error", error}, {"code", code}});
-      return false;
+      return migrated::failed;
     }
     log::warn("startup.waiting_for_database", {{"error", error}});
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const timespec pause{0, 500 * 1000 * 1000};
+    siginfo_t info{};
+    if (const int sig = sigtimedwait(&stop_signals, &info, &pause); sig > 0) {
+      log::info("shutdown.before_start", {{"signal", sig}});
+      return migrated::stop_requested;
+    }
   }
 }
 
@@ -217,7 +225,11 @@ int main(int argc, char** argv) {
 
   persistence::init_driver();
   auto db_settings = db_settings_from(*snap);
-  if (!run_migrations(db_settings, *snap)) return 1;
+  switch (run_migrations(db_settings, *snap, stop_signals)) {
+    case migrated::yes: break;
+    case migrated::failed: return 1;
+    case migrated::stop_requested: return 0;  // asked to stop: nothing had started
+  }
 
   metrics::registry metrics;
   metrics.set("changeflow_build_info", "Build information", {{"version", "0.1.0"}}, 1);

@@ -149,6 +149,25 @@ TEST(ServiceLifecycle, APortInUseEndsTheStartBeforeItTakesALease) {
   EXPECT_EQ(http_call("127.0.0.1", first.port(), "GET", "/readyz").status, 200);
 }
 
+TEST(ServiceLifecycle, AStopSignalWhileWaitingForTheDatabaseEndsTheStartAtOnce) {
+  auto dir = make_temp_dir("cf-db-wait");
+  json cfg = test_secrets();
+  // Nothing listens there: start-up waits for the database (up to 30 s) before it starts anything.
+  cfg["db"] = {{"host", "127.0.0.1"},      {"port", free_port()},  {"user", "changeflow"},
+               {"password", "changeflow"}, {"name", "changeflow"}, {"connect_timeout_ms", 200}};
+  cfg["http"] = {{"port", 0}};
+  const std::string path = dir + "/c.json";
+  std::ofstream(path) << cfg.dump(2);
+  child_process p({binary_path("changeflowd"), "--config", path}, dir + "/out.log");
+  ASSERT_TRUE(wait_until([&] { return p.log_contents().find("startup.waiting_for_database") != std::string::npos; },
+                         std::chrono::seconds(20)))
+      << p.log_contents();
+  // Honoured within one retry pause, not after the 30 s deadline; a stop asked for is not a failure.
+  EXPECT_EQ(p.stop(SIGTERM, std::chrono::seconds(10)), 0) << p.log_contents();
+  EXPECT_NE(p.log_contents().find("shutdown.before_start"), std::string::npos) << p.log_contents();
+  EXPECT_EQ(p.log_contents().find("startup.database_unreachable"), std::string::npos) << p.log_contents();
+}
+
 TEST(ServiceLifecycle, EnvironmentOverridesConfigFile) {
   auto dir = make_temp_dir("cf-envcfg");
   std::string path = dir + "/c.json";
