@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 using namespace changeflow;
@@ -37,6 +39,35 @@ TEST(HttpServer, ServesRequestsAndDecodesPathAndQuery) {
   EXPECT_EQ(r.status, 200) << r.error;
   EXPECT_EQ(r.body, "POST /a b q=x+y z body=hello peer=127.0.0.1");
   s.stop();
+}
+
+// listen() binds without serving: a process binds first and fails there, before it starts what it
+// would have to stop again; a connection made meanwhile waits in the backlog and is served by start().
+TEST(HttpServer, ListenBindsFirstAndStartServesWhatWaited) {
+  http_server::server s(small_server(), echo);
+  s.listen();
+  ASSERT_NE(s.port(), 0);
+  auto early = std::async(std::launch::async, [&s] { return http_call("127.0.0.1", s.port(), "GET", "/early"); });
+  s.start();
+  auto r = early.get();
+  EXPECT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.body.rfind("GET /early", 0), 0u) << r.body;
+  s.stop();
+}
+
+TEST(HttpServer, ListenOnATakenAddressThrowsAndCanBeTriedAgain) {
+  auto first = std::make_unique<http_server::server>(small_server(), echo);
+  first->start();
+  auto taken = small_server();
+  taken.port = first->port();
+  http_server::server second(taken, echo);
+  EXPECT_THROW(second.listen(), std::runtime_error);
+  EXPECT_THROW(second.start(), std::runtime_error) << "a failed listen must not leave a half-open acceptor behind";
+  first.reset();  // stops and closes the first server's listener
+  second.start();
+  auto r = http_call("127.0.0.1", second.port(), "GET", "/again");
+  EXPECT_EQ(r.status, 200) << r.error;
+  second.stop();
 }
 
 TEST(HttpServer, RepliesFromAnotherThread) {
