@@ -131,8 +131,8 @@ TEST(ServiceLifecycle, APortInUseEndsTheStartBeforeItTakesALease) {
                          std::chrono::seconds(20)));
 
   // A second process configured for the same address: it must end with a failure status and a
-  // reason, and never register itself or resume anything. (It used to log the failure and then wait
-  // forever for the actors it had already started, deaf to SIGTERM.)
+  // reason, and never register itself or resume anything. (A process that gave up after starting
+  // its actors would wait for them forever, deaf to SIGTERM, which stays blocked for sigwait.)
   json second_cfg = db_config(db.settings());
   second_cfg["instance"] = {{"id", "second-instance"}};
   second_cfg["http"] = {{"port", first.port()}};
