@@ -107,7 +107,8 @@ std::vector<key_spec> make_keys() {
       // -- process and HTTP server (restart)
       {"http.address", at<&S::http, &http_settings::address>(), "127.0.0.1", R, "Listen address of the HTTP API."},
       {"http.port", at<&S::http, &http_settings::port>(), 8080, R,
-       "Listen port; 0 picks a free port (written to --port-file)."},
+       "Listen port; 0 picks a free port (written to --port-file). A port that cannot be bound ends start-up with "
+       "exit status 1 before anything else starts."},
       {"http.threads", at<&S::http, &http_settings::threads>(), 2, R,
        "I/O threads of the HTTP server; each runs its own event loop and serves the connections dealt to it at "
        "accept, in turn."},
