@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <future>
@@ -18,16 +19,28 @@ int lease_seconds_of(const runtime::services& svc) {
   return static_cast<int>(svc.config->current()->instance().lease_seconds);
 }
 
-/// Runs `job` on the database pool and waits for its verdict; false on timeout or a full queue.
-bool run_blocking(runtime::services& svc, std::chrono::milliseconds timeout,
-                  std::function<bool(persistence::db_context&)> job) {
+enum class verdict { yes, no, stopped };
+
+/// Runs `job` on the database pool and waits for its verdict; `no` on timeout or a full queue,
+/// `stopped` when `stop_asked` (asked between waits of at most 50 ms) says so first.
+verdict run_blocking(runtime::services& svc, std::chrono::milliseconds timeout,
+                     std::function<bool(persistence::db_context&)> job, const std::function<bool()>& stop_asked = {}) {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
   bool queued =
       svc.db->try_submit([done, job = std::move(job)](persistence::db_context& db) { done->set_value(job(db)); });
-  if (!queued) return false;
-  if (result.wait_for(timeout) != std::future_status::ready) return false;
-  return result.get();
+  if (!queued) return verdict::no;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto slice = stop_asked ? std::chrono::milliseconds(50) : timeout;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return verdict::no;
+    if (result.wait_for(std::min<std::chrono::steady_clock::duration>(slice, deadline - now)) ==
+        std::future_status::ready) {
+      return result.get() ? verdict::yes : verdict::no;
+    }
+    if (stop_asked && stop_asked()) return verdict::stopped;
+  }
 }
 }  // namespace
 
@@ -70,17 +83,27 @@ lease_keeper::~lease_keeper() {
   stop();
 }
 
-bool lease_keeper::register_now(std::chrono::milliseconds timeout) {
+lease_keeper::registration lease_keeper::register_now(std::chrono::milliseconds timeout,
+                                                      const std::function<bool()>& stop_asked) {
   auto* svc = &svc_;
-  return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
-    auto r = persistence::register_instance(db, svc->instance_id, lease_seconds_of(*svc));
-    if (!r.ok()) {
-      log::error("lease.register_failed", {{"error", r.error.message}});
-      return false;
-    }
-    log::info("lease.registered", {{"instance_id", svc->instance_id}, {"epoch", r.value}});
-    return true;
-  });
+  const auto v = run_blocking(
+      svc_, timeout,
+      [svc](persistence::db_context& db) {
+        auto r = persistence::register_instance(db, svc->instance_id, lease_seconds_of(*svc));
+        if (!r.ok()) {
+          log::error("lease.register_failed", {{"error", r.error.message}});
+          return false;
+        }
+        log::info("lease.registered", {{"instance_id", svc->instance_id}, {"epoch", r.value}});
+        return true;
+      },
+      stop_asked);
+  switch (v) {
+    case verdict::yes: return registration::registered;
+    case verdict::no: return registration::failed;
+    case verdict::stopped: return registration::stop_requested;
+  }
+  return registration::failed;
 }
 
 void lease_keeper::start() {
@@ -103,14 +126,14 @@ void lease_keeper::stop() {
 bool lease_keeper::release_now(std::chrono::milliseconds timeout) {
   auto* svc = &svc_;
   return run_blocking(svc_, timeout, [svc](persistence::db_context& db) {
-    auto r = persistence::mark_instance_stopped(db, svc->instance_id);
-    if (!r.ok()) {
-      log::warn("lease.release_failed", {{"error", r.error.message}});
-      return false;
-    }
-    log::info("lease.released", {{"instance_id", svc->instance_id}});
-    return true;
-  });
+           auto r = persistence::mark_instance_stopped(db, svc->instance_id);
+           if (!r.ok()) {
+             log::warn("lease.release_failed", {{"error", r.error.message}});
+             return false;
+           }
+           log::info("lease.released", {{"instance_id", svc->instance_id}});
+           return true;
+         }) == verdict::yes;
 }
 
 }  // namespace changeflow::actors

@@ -12,6 +12,7 @@
 #include <caf/actor.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 namespace changeflow::actors {
@@ -23,9 +24,12 @@ class lease_keeper {
   lease_keeper(const lease_keeper&) = delete;
   lease_keeper& operator=(const lease_keeper&) = delete;
 
-  /// Registers (or re-registers) the instance row; blocks up to `timeout`. False when the database
-  /// did not answer in time (start-up then fails: an unregistered instance would own nothing).
-  bool register_now(std::chrono::milliseconds timeout);
+  enum class registration { registered, failed, stop_requested };
+  /// Registers (or re-registers) the instance row; blocks up to `timeout`. `failed` when the
+  /// database refused or did not answer in time (start-up then fails: an unregistered instance would
+  /// own nothing). `stop_asked` is asked about every 50 ms while the database has not answered; once
+  /// it says yes the wait ends with `stop_requested` (the registration may still be in flight).
+  registration register_now(std::chrono::milliseconds timeout, const std::function<bool()>& stop_asked = {});
   /// Starts the heartbeat and takeover ticks.
   void start();
   /// Stops the ticks.

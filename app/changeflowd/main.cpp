@@ -38,6 +38,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -120,6 +121,14 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
   s.connect_timeout_ms = static_cast<int>(db.connect_timeout_ms);
   s.read_timeout_ms = static_cast<int>(db.read_timeout_ms);
   return s;
+}
+
+/// The stop signal waiting for this process (SIGTERM or SIGINT, blocked for sigwait), taken; 0 when none.
+int pending_stop_signal(const sigset_t& stop_signals) {
+  const timespec now{0, 0};
+  siginfo_t info{};
+  const int sig = sigtimedwait(&stop_signals, &info, &now);
+  return sig > 0 ? sig : 0;
 }
 
 enum class migrated { yes, failed, stop_requested };
@@ -448,9 +457,23 @@ int main(int argc, char** argv) {
   actors::rehydrator rehydrate(svc);
   actors::lease_keeper lease(svc, rehydrate);
   actors::sweeper sweeps(svc, rehydrate);
-  if (!lease.register_now(std::chrono::seconds(10))) {
-    log::error("startup.instance_register_failed", {{"instance_id", svc.instance_id}});
-    return 1;
+  int stop_signal = 0;
+  const auto registered = lease.register_now(std::chrono::seconds(10), [&stop_signals, &stop_signal] {
+    stop_signal = pending_stop_signal(stop_signals);
+    return stop_signal != 0;
+  });
+  if (registered != actors::lease_keeper::registration::registered) {
+    const bool asked = registered == actors::lease_keeper::registration::stop_requested;
+    if (asked) {
+      log::info("shutdown.before_start", {{"signal", stop_signal}, {"during", "lease registration"}});
+    } else {
+      log::error("startup.instance_register_failed", {{"instance_id", svc.instance_id}});
+    }
+    // The registration may still be waiting in the database (a row lock, a slow server) on a pool
+    // thread, and the pools' orderly stop would wait for it, up to db.read_timeout_ms. Nothing that
+    // needs an orderly stop has started: no actor, periodic job or accepted connection. The server
+    // rolls back the open registration when its connection closes, so the process ends here.
+    std::_Exit(asked ? 0 : 1);
   }
   {
     auto earlier = ctx.not_ready_reason;

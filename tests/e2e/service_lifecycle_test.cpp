@@ -5,6 +5,8 @@
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -178,4 +180,50 @@ TEST(ServiceLifecycle, EnvironmentOverridesConfigFile) {
   ASSERT_TRUE(status.has_value());
   EXPECT_NE(*status, 0) << "an unusable override fails the config check";
   EXPECT_NE(p.log_contents().find("CHANGEFLOW_HTTP_PORT"), std::string::npos) << p.log_contents();
+}
+
+TEST(ServiceLifecycle, AStopSignalWhileTheLeaseRegistrationWaitsEndsTheStartAtOnce) {
+  test_database db(true);
+  // The instance's row exists and another connection holds it locked, so the registration (an
+  // upsert of that row) waits in the database. Its read timeout is far beyond the test's waits.
+  db.exec(
+      "INSERT INTO instance (instance_id, started_at, heartbeat_at, lease_until, epoch, status) "
+      "VALUES ('held-instance', NOW(3), NOW(3), NOW(3), 1, 'STOPPED')");
+  auto holder = db.connect();
+  std::unique_ptr<sql::Statement> hold(holder->createStatement());
+  hold->execute("START TRANSACTION");
+  std::unique_ptr<sql::ResultSet>(
+      hold->executeQuery("SELECT epoch FROM instance WHERE instance_id = 'held-instance' FOR UPDATE"));
+
+  auto dir = make_temp_dir("cf-lease-wait");
+  json cfg = db_config(db.settings());
+  cfg["db"]["read_timeout_ms"] = 60000;
+  cfg["instance"] = {{"id", "held-instance"}};
+  cfg["http"] = {{"port", 0}};
+  const std::string path = dir + "/c.json";
+  std::ofstream(path) << cfg.dump(2);
+  child_process p({binary_path("changeflowd"), "--config", path}, dir + "/out.log");
+  // The registration is in the database, waiting for the row (a connection sees its user's own).
+  test_connection watch(db);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return watch.scalar(
+                   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO "
+                   "instance%'") != "0";
+      },
+      std::chrono::seconds(30)))
+      << p.log_contents();
+
+  // Honoured at once, not after the registration's 10 s, and not as a failure.
+  EXPECT_EQ(p.stop(SIGTERM, std::chrono::seconds(5)), 0) << p.log_contents();
+  EXPECT_NE(p.log_contents().find("shutdown.before_start"), std::string::npos) << p.log_contents();
+  EXPECT_EQ(p.log_contents().find("startup.instance_register_failed"), std::string::npos) << p.log_contents();
+  EXPECT_EQ(p.log_contents().find("startup.ready"), std::string::npos) << p.log_contents();
+
+  // The registration that waited does not take the lease once the lock is gone: its connection
+  // closed with the process, so the server rolls it back. A locking read waits until it has ended.
+  hold->execute("ROLLBACK");
+  EXPECT_EQ(db.scalar("SELECT CONCAT(epoch, ' ', status) FROM instance WHERE instance_id = 'held-instance' LOCK IN "
+                      "SHARE MODE"),
+            "1 STOPPED");
 }
