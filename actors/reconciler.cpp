@@ -36,6 +36,7 @@ persistence::db_result<bool> validate_and_count(persistence::session db, const s
 }
 
 bool deploy_check_needed(const persistence::operation_row* committed, std::int64_t merged_version) {
+  if (committed && committed->phase == workflow::phase::VALIDATED) return false;
   return !committed || committed->version != merged_version || committed->deploy_reported;
 }
 

@@ -64,7 +64,8 @@ persistence::db_result<bool> mark_deploy_failed(persistence::session db, const p
 /// write committed (read in the same round trip) is at hand at `merged_version` and carries no mark
 /// of a deploy report that came before it (migration 17: every unit that records such a report
 /// marks the row under its lock, so a report committed before the MERGED write is on that row, and
-/// one after it found MERGED and validated the change itself).
+/// one after it found MERGED and validated the change itself). Never when that row is already
+/// VALIDATED: a deploy report in the same group commit, applied after the MERGED write, validated it.
 bool deploy_check_needed(const persistence::operation_row* committed, std::int64_t merged_version);
 
 /// For the writer of MERGED (request actor / batch coordinator), right after that commit: when the

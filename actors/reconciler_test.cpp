@@ -285,9 +285,11 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   test_database db;
   auto c = db.connect();
   auto id = new_op(*c, "dee", "a", {}, project);
+  std::int64_t merged_at = 0;
   {
     std::optional<operation_row> merged_row;
     const auto merged_version = walk(*c, id, test::to_merged, 41, workflow::actor_kind::workflow, &merged_row);
+    merged_at = merged_version;
     // No report came before MERGED: the row says so, and its writer runs no check.
     ASSERT_TRUE(merged_row);
     EXPECT_FALSE(merged_row->deploy_reported);
@@ -305,6 +307,9 @@ TEST(DeploySettlement, ASuccessNamingItsChangeIsRecordedAppliedAndClassifiedInOn
   // The row as the flip left it came back in the same round trip (for the change's status readers).
   ASSERT_TRUE(r.value.row);
   EXPECT_EQ(r.value.row->phase, workflow::phase::VALIDATED);
+  // A MERGED writer handed this row (its write and this report shared a group commit, the report
+  // after it) has no check left to make, although the row is past the version it wrote.
+  EXPECT_FALSE(actors::deploy_check_needed(&*r.value.row, merged_at));
   EXPECT_EQ(std::to_string(r.value.row->version),
             db.scalar("SELECT version FROM operation WHERE operation_id = '" + id + "'"));
   EXPECT_EQ(db.scalar("SELECT step FROM operation WHERE operation_id = '" + id + "'"),

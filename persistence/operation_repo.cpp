@@ -723,10 +723,18 @@ struct group_member {
 };
 
 /// The group's answer as its final SELECT returns it and as its receipt stores it: the landed
-/// transitions' ids ("id,id,"), a bar, then one verdict digit per unit.
+/// transitions' ids ("id,id,"), a bar, then one verdict digit per unit. The ids are the trigger's
+/// list as the transitions left it (@changeflow_landed, taken before the units in a group that has
+/// any): a unit's own UPDATE adds its operation to the list too, and may write an operation a
+/// transition of the group moved.
 std::string answer_sql() {
-  return "CONCAT(@changeflow_ack, '|', @changeflow_verdicts)";
+  return "CONCAT(COALESCE(@changeflow_landed, @changeflow_ack), '|', @changeflow_verdicts)";
 }
+
+/// Ends a group's session variables (after its COMMIT, or after a failed group's ROLLBACK): the
+/// trigger lists only while @changeflow_ack is set.
+constexpr const char* clear_group_variables =
+    "SET @changeflow_ack = NULL, @changeflow_landed = NULL, @changeflow_verdicts = NULL";
 
 std::optional<group_outcome> parse_answer(const std::string& answer, std::size_t units) {
   const auto bar = answer.rfind('|');
@@ -745,7 +753,8 @@ std::optional<group_outcome> parse_answer(const std::string& answer, std::size_t
 group_outcome commit_group(sql::Connection& conn, const std::vector<group_member>& group, bool want_rows,
                            const group_run& run) {
   const detail::sql_text t(conn);
-  std::vector<std::string> parts{"SET @changeflow_ack = '', @changeflow_verdicts = ''", "START TRANSACTION"};
+  std::vector<std::string> parts{"SET @changeflow_ack = '', @changeflow_landed = NULL, @changeflow_verdicts = ''",
+                                 "START TRANSACTION"};
   std::string row_ids;  // the operations whose rows the group reads at its end
   std::size_t units = 0;
   const auto add = [&t](std::string& list, const std::string& id) { list += (list.empty() ? "" : ", ") + t.quote(id); };
@@ -757,6 +766,9 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
     if (want_rows) add(row_ids, m.req->operation_id);
   }
   for (auto& update : detail::transition_updates(t, transitions)) parts.push_back(std::move(update));
+  if (std::any_of(group.begin(), group.end(), [](const group_member& m) { return m.unit != nullptr; })) {
+    parts.push_back("SET @changeflow_landed = @changeflow_ack");
+  }
   for (const auto& m : group) {
     if (!m.unit) continue;
     auto unit_parts = m.unit->statements(conn);
@@ -766,11 +778,10 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
     parts.push_back("SET @changeflow_verdicts = CONCAT(@changeflow_verdicts, IF(" + m.unit->verdict +
                     " = 1, '1', '0'))");
   }
-  // The acknowledgement list is complete once the UPDATEs ran (the trigger of migration 14 adds
-  // each row a transition moved; a unit's own UPDATE adds its operation too, and no transition in
-  // the group moves that operation). It is written to the receipt and read before the COMMIT, in
-  // the same statement as the rows (one row per operation, each carrying the answer; one row with
-  // the answer alone when none is found). A COMMIT that fails throws.
+  // The acknowledgement list was taken once the transitions' UPDATEs ran (the trigger of migration
+  // 14 adds each row a transition moved), before the units wrote. It is written to the receipt and
+  // read before the COMMIT, in the same statement as the rows (one row per operation, each carrying
+  // the answer; one row with the answer alone when none is found). A COMMIT that fails throws.
   if (!run.receipt_slot.empty()) {
     parts.push_back("INSERT INTO group_receipt (slot, seq, answer, written_at) VALUES (" + t.quote(run.receipt_slot) +
                     ", " + std::to_string(run.receipt_seq) + ", " + answer_sql() +
@@ -785,7 +796,7 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
   }
   parts.push_back("COMMIT");
   if (run.lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
-  parts.push_back("SET @changeflow_ack = NULL, @changeflow_verdicts = NULL");
+  parts.push_back(clear_group_variables);
   // One compound statement through detail::run_script (one answer; every result read, also when
   // a row cannot be read here).
   std::optional<std::string> text;
@@ -847,10 +858,12 @@ std::optional<group_outcome> recovered_outcome(session s, const group_run& run, 
   auto read = load_operations(s, ids);
   if (!read.ok()) return out;  // the rows are a convenience; the outcomes are what matter
   for (auto& row : read.value) {
-    const auto member = std::find_if(group.begin(), group.end(),
-                                     [&row](const group_member& m) { return m.operation_id() == row.operation_id; });
-    if (member == group.end()) continue;
-    if (member->req && row.version != member->req->expected_version + 1) continue;
+    // Kept for a unit of its operation, or for a transition whose version it still is (a transition
+    // that shared its operation with a unit is handed the row only in that case, in run_group).
+    const bool wanted = std::any_of(group.begin(), group.end(), [&row](const group_member& m) {
+      return m.operation_id() == row.operation_id && (m.unit || row.version == m.req->expected_version + 1);
+    });
+    if (!wanted) continue;
     auto id = row.operation_id;
     out->rows.emplace(std::move(id), std::move(row));
   }
@@ -868,21 +881,29 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
   std::vector<R> out(reqs.size(), R::failure(db_outcome::fatal, "not run"));
   if (rows) rows->assign(reqs.size(), std::nullopt);
   std::vector<std::size_t> grouped, alone;
-  std::set<std::string> ids;
+  std::set<std::string> ids, doubled;
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     if (auto refused = refuse_transition(reqs[i])) {
       out[i] = R::failure(*refused);
-    } else if (reqs[i].to == step::BATCH_WAITING || !ids.insert(reqs[i].operation_id).second) {
+    } else if (reqs[i].to == step::BATCH_WAITING) {
+      alone.push_back(i);
+    } else if (!ids.insert(reqs[i].operation_id).second) {
+      doubled.insert(reqs[i].operation_id);
       alone.push_back(i);
     } else {
       grouped.push_back(i);
     }
   }
-  // A unit joins only when no other member of the group writes its operation: then the rows the
-  // group reads and the list of landed transitions are the transitions' own.
+  // A unit joins unless another unit of the group writes its operation, or a second transition of
+  // its operation runs alone after the group. It may share the group with a transition of its
+  // operation: the units write after the transitions, so a callback that came while its change's
+  // transition waited for the committer (the approval behind APPROVAL_SENT, the deploy report
+  // behind MERGED) is applied on top of it in the same commit instead of in a commit of its own.
+  // The rows the group reads are then as the unit left them.
   std::vector<group_unit*> joining, left_out;
+  std::set<std::string> unit_ids;
   for (auto* u : units) {
-    if (ids.insert(u->operation_id).second) {
+    if (!doubled.count(u->operation_id) && unit_ids.insert(u->operation_id).second) {
       joining.push_back(u);
     } else {
       left_out.push_back(u);
@@ -922,7 +943,7 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
         try {
           std::unique_ptr<sql::Statement> rb(conn.createStatement());
           rb->execute("ROLLBACK");
-          rb->execute("SET @changeflow_ack = NULL, @changeflow_verdicts = NULL");
+          rb->execute(clear_group_variables);
         } catch (...) {
         }
         throw;
@@ -954,7 +975,11 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
       for (auto i : grouped) {
         if (landed.value.landed.count(reqs[i].operation_id)) {
           out[i] = R::success(reqs[i].expected_version + 1);
-          if (auto row = landed.value.rows.find(reqs[i].operation_id); rows && row != landed.value.rows.end()) {
+          // The row as the group left it (a unit of the same operation may have written it after
+          // the transition); after a recovered answer, only while it is at the transition's version.
+          if (auto row = landed.value.rows.find(reqs[i].operation_id);
+              rows && row != landed.value.rows.end() &&
+              (!run.recovered || row->second.version == reqs[i].expected_version + 1)) {
             (*rows)[i] = row->second;
           }
         } else {

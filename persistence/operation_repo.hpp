@@ -197,8 +197,8 @@ std::vector<db_result<std::int64_t>> transition_group(session s, const std::vect
 /// to the savepoint `changeflow_unit` it set, says so in its answer, and does afterwards alone with
 /// its full rules.
 struct group_unit {
-  /// The one operation whose row it writes (the lock order; a group that also moves this operation
-  /// leaves the unit out).
+  /// The one operation whose row it writes (the lock order). A group holds at most one unit per
+  /// operation; a transition of the same operation in the group writes before it.
   std::string operation_id;
   /// Its statements. None of them returns rows.
   std::function<std::vector<std::string>(sql::Connection& conn)> statements;
@@ -208,8 +208,8 @@ struct group_unit {
   /// Told the verdict. What it was told counts only when the group committed.
   std::function<void(bool carried_out)> decided;
   /// When set, the group reads the unit's operation row at its end, in the one SELECT that reads
-  /// the transitions' rows, and hands it here (no other member writes that operation, so it is the
-  /// row as the unit left it; none when there is no such row). When the group's answer was lost
+  /// the transitions' rows, and hands it here (the unit writes after any transition of its
+  /// operation in the group, so it is the row as the unit left it; none when there is no such row). When the group's answer was lost
   /// and its receipt says it committed, the row is read after the group instead: as the unit left
   /// it, or as a writer after the group left it. A unit's own answer then carries
   /// only its verdict: a row read there, through a SELECT of its own, cost MariaDB several times an

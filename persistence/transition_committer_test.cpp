@@ -505,9 +505,10 @@ TEST_F(GroupUnits, AFailedGroupRunsItsCallbacksAloneOnce) {
   EXPECT_EQ(load_operation(*c, a).value.version, 1);
 }
 
-// A callback for an operation that a transition of the same group moves is left out of the group
-// and applied alone after it, against what that transition committed.
-TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
+// A callback for an operation that a transition of the same group moves joins the group and is
+// applied on top of what that transition wrote, in the same commit: the approval that came while
+// its change's APPROVAL_SENT waited for the committer costs no commit of its own.
+TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesIsAppliedOnTopOfItInTheSameCommit) {
   auto a = new_op(*c, "alice", "repo/a.yaml");
   auto b = new_op(*c, "bob", "repo/b.yaml");
   int landed = 0;
@@ -517,9 +518,10 @@ TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
   ASSERT_TRUE(committer.submit_unit(watched(approve("apr-same-op", a, approval), joined)));
   ASSERT_TRUE(committer.submit(test::to_approval_sent(b, 1), count_ok(landed)));
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
-  EXPECT_EQ(joined, std::optional<bool>(false));
+  EXPECT_EQ(pool.run_queued(ctx), 1u) << "the committer's job alone: nothing left to run after it";
+  EXPECT_EQ(joined, std::optional<bool>(true));
   EXPECT_EQ(landed, 2);
+  EXPECT_EQ(committer.stats().groups, 1u);
   ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
   EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
   EXPECT_EQ(approval->value.new_version, 3) << "applied on top of the transition to APPROVAL_SENT";
@@ -527,15 +529,16 @@ TEST_F(GroupUnits, ACallbackForAnOperationTheGroupMovesRunsAfterIt) {
             std::to_string(workflow::code_of(S::APPROVAL_SENDING)) + "," +
                 std::to_string(workflow::code_of(S::APPROVAL_SENT)) + "," +
                 std::to_string(workflow::code_of(S::APPROVAL_APPROVED)));
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'apr-same-op'"), "APPLIED");
 }
 
-// A transition that asks for its row and shares the queue only with a callback for its own
-// operation commits alone (the callback runs after it): it still gets the row it committed, as
-// when it is queued alone. The MERGED write reads from that row whether a deploy report came
-// before it; without the row its writer pays a query to ask.
-TEST_F(GroupUnits, ATransitionLeftAloneByACallbackForItsOperationGetsTheRowItAskedFor) {
+// A transition that shares its group with a callback for its own operation is told it landed (the
+// list of landed transitions is taken before the units write), and the row it is handed is the row
+// as the group left it: the callback's write on top of its own.
+TEST_F(GroupUnits, ATransitionThatSharesItsGroupWithACallbackForItsOperationGetsTheRowAsTheGroupLeftIt) {
   auto a = new_op(*c, "alice", "repo/a.yaml");
   approval_answer approval;
+  std::optional<bool> joined;
   std::optional<db_result<std::int64_t>> moved;
   std::optional<operation_row> committed;
   auto sent = test::to_approval_sent(a, 1);
@@ -544,16 +547,108 @@ TEST_F(GroupUnits, ATransitionLeftAloneByACallbackForItsOperationGetsTheRowItAsk
     moved = r;
     if (row) committed = *row;
   }));
-  ASSERT_TRUE(committer.submit_unit(approve("apr-left-alone", a, approval)));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-with-its-transition", a, approval), joined)));
   db_context ctx(db.settings());
-  EXPECT_EQ(pool.run_queued(ctx), 2u) << "the committer's job, then the unit alone";
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(joined, std::optional<bool>(true));
   ASSERT_TRUE(moved && moved->ok()) << (moved ? moved->error.message : "no answer");
   EXPECT_EQ(moved->value, 2);
   ASSERT_TRUE(committed) << "the row the transition asked for";
-  EXPECT_EQ(committed->version, 2) << "as the transition committed it, before the callback";
-  EXPECT_EQ(committed->step, S::APPROVAL_SENT);
+  EXPECT_EQ(committed->version, 3);
+  EXPECT_EQ(committed->step, S::APPROVAL_APPROVED);
   ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
   EXPECT_EQ(approval->value.new_version, 3);
+}
+
+// A transition that asks for its row and ends up alone in what the committer took (the other
+// request was refused before any SQL) commits alone and still gets the row it committed, as when it
+// is queued alone: the MERGED write reads from that row whether a deploy report came before it;
+// without the row its writer pays a query to ask.
+TEST_F(GroupUnits, ATransitionLeftAloneInItsGroupGetsTheRowItAskedFor) {
+  auto a = new_op(*c, "alice", "repo/a.yaml");
+  auto b = new_op(*c, "bob", "repo/b.yaml");
+  std::optional<db_result<std::int64_t>> moved, refused;
+  std::optional<operation_row> committed;
+  auto sent = test::to_approval_sent(a, 1);
+  sent.want_row = true;
+  auto illegal = test::to_approval_sent(b, 1);
+  illegal.from = S::HANDLE_MERGED;  // not in the transition table
+  ASSERT_TRUE(committer.submit(sent, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
+    moved = r;
+    if (row) committed = *row;
+  }));
+  ASSERT_TRUE(committer.submit(
+      illegal, [&](db_context&, const db_result<std::int64_t>& r, const operation_row*) { refused = r; }));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->outcome, db_outcome::illegal_transition);
+  ASSERT_TRUE(moved && moved->ok()) << (moved ? moved->error.message : "no answer");
+  EXPECT_EQ(moved->value, 2);
+  ASSERT_TRUE(committed) << "the row the transition asked for";
+  EXPECT_EQ(committed->version, 2);
+  EXPECT_EQ(committed->step, S::APPROVAL_SENT);
+}
+
+// The MERGED write and the deploy report that overtook it commit together: the report finds MERGED
+// under the same transaction and validates the change, and the MERGED writer, handed the VALIDATED
+// row, has no deploy check left to make.
+TEST_F(GroupUnits, AMergedWriteAndItsDeployReportInOneGroupValidateTheChangeInOneCommit) {
+  auto m = new_op(*c, "mona", "repo/m.yaml");
+  const auto version = test::walk(*c, m, test::to_merging, 45);
+  transition_request merged;
+  merged.operation_id = m;
+  merged.expected_version = version;
+  merged.from = S::HANDLE_MERGING;
+  merged.to = S::HANDLE_MERGED;
+  merged.cause = "merged";
+  merged.mr_iid = 45;
+  merged.want_row = true;
+  std::optional<db_result<std::int64_t>> moved;
+  std::optional<operation_row> committed;
+  deploy_answer deployment;
+  std::optional<bool> joined;
+  ASSERT_TRUE(committer.submit(merged, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
+    moved = r;
+    if (row) committed = *row;
+  }));
+  ASSERT_TRUE(committer.submit_unit(watched(deploy("dep-with-merged", 45, m, deployment), joined)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(joined, std::optional<bool>(true));
+  ASSERT_TRUE(moved && moved->ok()) << (moved ? moved->error.message : "no answer");
+  EXPECT_EQ(moved->value, version + 1);
+  ASSERT_TRUE(deployment && deployment->ok()) << (deployment ? deployment->error.message : "no answer");
+  EXPECT_TRUE(deployment->value.validated);
+  ASSERT_TRUE(committed);
+  EXPECT_EQ(committed->phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(to_phase ORDER BY id) FROM operation_event WHERE operation_id = '" + m +
+                      "' AND id > (SELECT MAX(id) FROM operation_event WHERE operation_id = '" + m +
+                      "' AND to_step = " + std::to_string(workflow::code_of(S::HANDLE_MERGING)) + ")"),
+            "MERGED,VALIDATED");
+  EXPECT_EQ(db.scalar("SELECT outcome FROM callback_ledger WHERE delivery_id = 'deploy:dep-with-merged'"), "APPLIED");
+}
+
+// A transition whose guard misses leaves its operation as it was; the callback for that operation in
+// the same group is applied against the row as it is, and the transition is told it was preempted.
+TEST_F(GroupUnits, ACallbackBesideAStaleTransitionOfItsOperationIsAppliedToTheRowAsItIs) {
+  auto w = new_op(*c, "wanda", "repo/w.yaml");
+  test::walk(*c, w, {S::APPROVAL_SENT});  // version 2: a transition that expects 1 is stale
+  std::optional<db_result<std::int64_t>> moved;
+  approval_answer approval;
+  std::optional<bool> joined;
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(w, 1), [&](db_context&, const db_result<std::int64_t>& r,
+                                                                 const operation_row*) { moved = r; }));
+  ASSERT_TRUE(committer.submit_unit(watched(approve("apr-beside-stale", w, approval), joined)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(joined, std::optional<bool>(true));
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(moved->outcome, db_outcome::preempted) << moved->error.message;
+  ASSERT_TRUE(approval && approval->ok()) << (approval ? approval->error.message : "no answer");
+  EXPECT_EQ(approval->value.outcome, callback_outcome::APPLIED);
+  EXPECT_EQ(approval->value.new_version, 3);
+  EXPECT_EQ(count_events(db, w), "3") << "created, sent, approved: nothing from the stale transition";
 }
 
 // A unit alone in the queue runs alone, as the callback did before it could join a group.
