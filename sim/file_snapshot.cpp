@@ -1,6 +1,6 @@
 #include "sim/file_snapshot.hpp"
 
-#include <vector>
+#include <iterator>
 
 namespace changeflow::sim {
 
@@ -15,14 +15,11 @@ file_snapshot file_snapshot::with(file_changes changes) const {
   if (changes.empty()) return *this;
   auto l = std::make_shared<layer>();
   l->parent = top_;
-  l->depth = top_ ? top_->depth + 1 : 0;
   l->changes = std::move(changes);
+  while (l->parent && l->parent->changes.size() <= 2 * l->changes.size()) l = merged(*l->parent, *l);
+  l->depth = l->parent ? l->parent->depth + 1 : 0;
   file_snapshot out;
-  if (l->depth > max_depth) {
-    out.top_ = fold(*l);
-  } else {
-    out.top_ = std::move(l);
-  }
+  out.top_ = std::move(l);
   return out;
 }
 
@@ -34,20 +31,17 @@ std::size_t file_snapshot::top_entries() const {
   return top_ ? top_->changes.size() : 0;
 }
 
-std::shared_ptr<const file_snapshot::layer> file_snapshot::fold(const layer& top) {
-  std::vector<const layer*> chain;
-  for (const layer* l = &top; l; l = l->parent.get()) chain.push_back(l);
-  auto base = std::make_shared<layer>();
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    for (const auto& [path, file] : (*it)->changes) {
-      if (file) {
-        base->changes[path] = file;
-      } else {
-        base->changes.erase(path);
-      }
+std::shared_ptr<file_snapshot::layer> file_snapshot::merged(const layer& below, const layer& above) {
+  auto out = std::make_shared<layer>();
+  out->parent = below.parent;
+  out->changes = below.changes;
+  for (const auto& [path, file] : above.changes) out->changes[path] = file;
+  if (!out->parent) {
+    for (auto it = out->changes.begin(); it != out->changes.end();) {
+      it = it->second ? std::next(it) : out->changes.erase(it);
     }
   }
-  return base;
+  return out;
 }
 
 const sim_file* file_edit::find(const std::string& path) const {

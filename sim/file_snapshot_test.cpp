@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace changeflow::sim {
 namespace {
@@ -27,7 +28,7 @@ TEST(FileSnapshot, ACommitHoldsWhatItWroteNotTheWholeRepository) {
   EXPECT_EQ(main.find("config/new.yaml"), nullptr) << "the snapshot it forked from is unchanged";
 }
 
-TEST(FileSnapshot, EveryOldSnapshotStillReadsItsOwnFilesAcrossFolds) {
+TEST(FileSnapshot, EveryOldSnapshotStillReadsItsOwnFilesAcrossMerges) {
   std::vector<file_snapshot> history;
   file_snapshot head;
   for (int i = 0; i < 3 * file_snapshot::max_depth; ++i) {
@@ -53,6 +54,27 @@ TEST(FileSnapshot, EveryOldSnapshotStillReadsItsOwnFilesAcrossFolds) {
       }
     }
   }
+}
+
+// Layers merge as a binary counter does: a lineage of n one-file commits is read through about
+// log2(n) + 1 layers, and every file stays where its commits put it.
+TEST(FileSnapshot, ALongLineageIsReadThroughLogarithmicallyFewLayers) {
+  file_snapshot head;
+  std::vector<file_snapshot> kept;
+  constexpr int commits = 5000;
+  for (int i = 0; i < commits; ++i) {
+    head = commit_one(head, "config/f" + std::to_string(i) + ".yaml", "c" + std::to_string(i));
+    EXPECT_LE(head.layers(), 14) << "after " << i + 1 << " commits";
+    if (i % 1000 == 999) kept.push_back(head);
+  }
+  for (int i = 0; i < commits; i += 7) {
+    const auto* f = head.find("config/f" + std::to_string(i) + ".yaml");
+    ASSERT_NE(f, nullptr) << i;
+    EXPECT_EQ(f->last_commit_id, "c" + std::to_string(i));
+  }
+  // An older snapshot reads what it had, and not what came after it.
+  EXPECT_NE(kept.front().find("config/f999.yaml"), nullptr);
+  EXPECT_EQ(kept.front().find("config/f1000.yaml"), nullptr);
 }
 
 TEST(FileSnapshot, AnEditReadsItsOwnWritesAndDeletesOverItsStart) {
