@@ -6,10 +6,9 @@
 // that one holds no more than twice as many entries (as in a binary counter), so a lookup reads
 // about log2(files) + 1 layers and every entry is copied about log2(commits) times over its life.
 // Every commit's snapshot stays readable (`ref=<sha>`) and shares all the layers below its own top
-// with its neighbours, so the memory kept for a lineage of n commits grows as n log n. (Copying the
-// whole map per commit made the sim's work and memory quadratic: 1.7 GB after a few thousand changes.
-// Folding the chain into one full map every 64 commits kept a full copy per 64 commits alive: still
-// quadratic, 385 MB after 10,000 changes, each change slower to simulate than the one before.)
+// with its neighbours, so the memory kept for a lineage of n commits grows as n log n. (A full copy
+// of the files per commit, or a full copy every k commits, would each stay alive for `ref=<sha>`:
+// memory and work quadratic in the changes run, each change slower to simulate than the one before.)
 
 #include <map>
 #include <memory>
@@ -30,7 +29,7 @@ using file_changes = std::map<std::string, std::optional<sim_file>>;
 
 class file_snapshot {
  public:
-  /// The most layers below a snapshot's top (about log2 of the files ever written, far below this).
+  /// A bound on the layers below a snapshot's top: there are about log2 of the files ever written.
   static constexpr int max_depth = 64;
 
   /// The file at `path`, or nullptr when these files do not have it.
