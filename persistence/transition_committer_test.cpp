@@ -263,6 +263,14 @@ auto count_ok(int& n) {
   return [&n](db_context&, const db_result<std::int64_t>& r, const operation_row*) { n += r.ok() ? 1 : 0; };
 }
 
+/// Keeps a transition's outcome and the row it was handed, if any.
+auto record(std::optional<db_result<std::int64_t>>& outcome, std::optional<operation_row>& row) {
+  return [&outcome, &row](db_context&, const db_result<std::int64_t>& r, const operation_row* handed) {
+    outcome = r;
+    if (handed) row = *handed;
+  };
+}
+
 }  // namespace
 
 /// A committer on a pool without threads, as above, for the tests of units joining its groups.
@@ -543,10 +551,7 @@ TEST_F(GroupUnits, ATransitionThatSharesItsGroupWithACallbackForItsOperationGets
   std::optional<operation_row> committed;
   auto sent = test::to_approval_sent(a, 1);
   sent.want_row = true;
-  ASSERT_TRUE(committer.submit(sent, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
-    moved = r;
-    if (row) committed = *row;
-  }));
+  ASSERT_TRUE(committer.submit(sent, record(moved, committed)));
   ASSERT_TRUE(committer.submit_unit(watched(approve("apr-with-its-transition", a, approval), joined)));
   db_context ctx(db.settings());
   EXPECT_EQ(pool.run_queued(ctx), 1u);
@@ -573,10 +578,7 @@ TEST_F(GroupUnits, ATransitionLeftAloneInItsGroupGetsTheRowItAskedFor) {
   sent.want_row = true;
   auto illegal = test::to_approval_sent(b, 1);
   illegal.from = S::HANDLE_MERGED;  // not in the transition table
-  ASSERT_TRUE(committer.submit(sent, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
-    moved = r;
-    if (row) committed = *row;
-  }));
+  ASSERT_TRUE(committer.submit(sent, record(moved, committed)));
   ASSERT_TRUE(committer.submit(
       illegal, [&](db_context&, const db_result<std::int64_t>& r, const operation_row*) { refused = r; }));
   db_context ctx(db.settings());
@@ -608,10 +610,7 @@ TEST_F(GroupUnits, AMergedWriteAndItsDeployReportInOneGroupValidateTheChangeInOn
   std::optional<operation_row> committed;
   deploy_answer deployment;
   std::optional<bool> joined;
-  ASSERT_TRUE(committer.submit(merged, [&](db_context&, const db_result<std::int64_t>& r, const operation_row* row) {
-    moved = r;
-    if (row) committed = *row;
-  }));
+  ASSERT_TRUE(committer.submit(merged, record(moved, committed)));
   ASSERT_TRUE(committer.submit_unit(watched(deploy("dep-with-merged", 45, m, deployment), joined)));
   db_context ctx(db.settings());
   EXPECT_EQ(pool.run_queued(ctx), 1u);

@@ -123,11 +123,13 @@ persistence::db_settings db_settings_from(const config::snapshot& c) {
   return s;
 }
 
-/// The stop signal waiting for this process (SIGTERM or SIGINT, blocked for sigwait), taken; 0 when none.
-int pending_stop_signal(const sigset_t& stop_signals) {
-  const timespec now{0, 0};
+/// Takes a stop signal (SIGTERM or SIGINT, blocked for sigwait) that is pending or arrives within
+/// `wait`; 0 when none did.
+int take_stop_signal(const sigset_t& stop_signals, std::chrono::milliseconds wait) {
+  const auto ms = wait.count();
+  const timespec pause{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000 * 1000};
   siginfo_t info{};
-  const int sig = sigtimedwait(&stop_signals, &info, &now);
+  const int sig = sigtimedwait(&stop_signals, &info, &pause);
   return sig > 0 ? sig : 0;
 }
 
@@ -171,9 +173,7 @@ migrated run_migrations(const persistence::db_settings& s, const config::snapsho
       return migrated::failed;
     }
     log::warn("startup.waiting_for_database", {{"error", error}});
-    const timespec pause{0, 500 * 1000 * 1000};
-    siginfo_t info{};
-    if (const int sig = sigtimedwait(&stop_signals, &info, &pause); sig > 0) {
+    if (const int sig = take_stop_signal(stop_signals, std::chrono::milliseconds(500)); sig != 0) {
       log::info("shutdown.before_start", {{"signal", sig}});
       return migrated::stop_requested;
     }
@@ -459,7 +459,7 @@ int main(int argc, char** argv) {
   actors::sweeper sweeps(svc, rehydrate);
   int stop_signal = 0;
   const auto registered = lease.register_now(std::chrono::seconds(10), [&stop_signals, &stop_signal] {
-    stop_signal = pending_stop_signal(stop_signals);
+    stop_signal = take_stop_signal(stop_signals, std::chrono::milliseconds(0));
     return stop_signal != 0;
   });
   if (registered != actors::lease_keeper::registration::registered) {
