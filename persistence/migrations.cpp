@@ -54,6 +54,8 @@ std::vector<std::string> schema_v17();
 std::vector<std::string> schema_v18();
 std::vector<std::string> schema_v19();
 std::vector<std::string> schema_v20();
+// Migration 21: a submission's creation as a stored procedure (one CALL in a group commit).
+std::vector<std::string> schema_v21();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -87,6 +89,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {18, "no phase index on the binding", schema_v18()},
       {19, "idempotency records name their change", schema_v19()},
       {20, "group commit receipts", schema_v20()},
+      {21, "submission creation procedure", schema_v21()},
   };
   return migrations;
 }

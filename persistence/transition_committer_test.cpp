@@ -698,9 +698,18 @@ TEST_F(GroupUnits, SubmissionsReadyWithTransitionsCommitInTheirGroup) {
   ASSERT_TRUE(committer.submit_unit(create(fresh, first)));
   ASSERT_TRUE(committer.submit_unit(create(again, over)));
   const auto compounds = scripts_sent().compound_texts;
+  // The server-wide count of CALLs: nothing but a submission's unit calls a procedure, so other tests
+  // on the server can only add to it when units call it, never make up for units that do not.
+  const auto calls = [&] {
+    return std::stoll(db.scalar(
+        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'"));
+  };
+  const auto calls_before = calls();
   db_context ctx(db.settings());
   EXPECT_EQ(pool.run_queued(ctx), 1u);
   EXPECT_EQ(scripts_sent().compound_texts - compounds, 1u) << "the three members in one compound statement";
+  EXPECT_GE(calls() - calls_before, 2) << "each submission is one CALL of the creation procedure (migration 21), "
+                                          "not its statements written out into the group's text";
   EXPECT_EQ(landed, 1);
   EXPECT_EQ(committer.stats().units, 2u);
 
