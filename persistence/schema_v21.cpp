@@ -13,7 +13,8 @@
 // comparison with a column of another collation changes meaning. The re-appliable phases come as a
 // comma-separated list from the service (workflow::is_reappliable), so the procedure holds no
 // workflow rule of its own. The session variables it sets are the ones the unit's text reads after
-// it (@changeflow_bound and the two it read the binding into).
+// it (@changeflow_bound and the two it read the binding into). It runs with its caller's privileges
+// (SQL SECURITY INVOKER), so it keeps working when the account that ran the migration is gone.
 
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ CREATE PROCEDURE IF NOT EXISTS changeflow_create_operation(
   p_actor         VARCHAR(160) CHARACTER SET utf8mb4,
   p_revert_of     CHAR(36)     CHARACTER SET utf8mb4,
   p_reappliable   VARCHAR(255) CHARACTER SET utf8mb4)
+SQL SECURITY INVOKER
 BEGIN
   SET @changeflow_bound_op = NULL, @changeflow_bound_phase = NULL;
   SELECT operation_id, phase INTO @changeflow_bound_op, @changeflow_bound_phase FROM binding
