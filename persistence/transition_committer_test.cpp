@@ -7,8 +7,11 @@
 #include "persistence/idempotency_repo.hpp"
 #include "persistence/reconcile_repo.hpp"
 #include "persistence/repo_test_support.hpp"
+#include "persistence/sql_util.hpp"
 #include "tests/support/test_db.hpp"
 
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -698,17 +701,22 @@ TEST_F(GroupUnits, SubmissionsReadyWithTransitionsCommitInTheirGroup) {
   ASSERT_TRUE(committer.submit_unit(create(fresh, first)));
   ASSERT_TRUE(committer.submit_unit(create(again, over)));
   const auto compounds = scripts_sent().compound_texts;
-  // The server-wide count of CALLs: nothing but a submission's unit calls a procedure, so other tests
-  // on the server can only add to it when units call it, never make up for units that do not.
-  const auto calls = [&] {
-    return std::stoll(db.scalar(
-        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'"));
+  db_context ctx(db.settings());
+  // The CALLs the committer's own connection ran (its session's counter; nothing else uses it).
+  const auto calls = [&ctx] {
+    return detail::guarded<long long>(
+               ctx,
+               [](sql::Connection& conn) {
+                 std::unique_ptr<sql::Statement> st(conn.createStatement());
+                 std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Com_call_procedure'"));
+                 return db_result<long long>::success(rs->next() ? std::stoll(rs->getString(2)) : -1);
+               })
+        .value;
   };
   const auto calls_before = calls();
-  db_context ctx(db.settings());
   EXPECT_EQ(pool.run_queued(ctx), 1u);
   EXPECT_EQ(scripts_sent().compound_texts - compounds, 1u) << "the three members in one compound statement";
-  EXPECT_GE(calls() - calls_before, 2) << "each submission is one CALL of the creation procedure (migration 21), "
+  EXPECT_EQ(calls() - calls_before, 2) << "each submission is one CALL of the creation procedure (migration 21), "
                                           "not its statements written out into the group's text";
   EXPECT_EQ(landed, 1);
   EXPECT_EQ(committer.stats().units, 2u);
