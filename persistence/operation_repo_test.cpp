@@ -813,11 +813,17 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
   auto pending = std::async(std::launch::async, [&] {
     return apply_approval_callback(*callback, "d-deadlock", id, approval_result::APPROVED, "");
   });
+  // Waiting means: its current statement is the operation's UPDATE (a prefix match: while the server
+  // starts a compound statement its INFO is the whole text, the ledger INSERT not yet run, and a
+  // match anywhere in it let the test go on before the callback held its ledger row), and its
+  // transaction is blocked on a lock.
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
         return db.scalar(
-                   "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = " + std::to_string(callback_id) +
-                   " AND INFO LIKE '%" + detail::update_operation_by_key + "step%'") == "1";
+                   "SELECT COUNT(*) FROM information_schema.PROCESSLIST p JOIN information_schema.INNODB_TRX t "
+                   "ON t.trx_mysql_thread_id = p.ID WHERE p.ID = " +
+                   std::to_string(callback_id) + " AND p.INFO LIKE '" + detail::update_operation_by_key +
+                   "step%' AND t.trx_state = 'LOCK WAIT'") == "1";
       },
       10s))
       << "the callback never waited for the operation row";
