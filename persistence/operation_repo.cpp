@@ -332,6 +332,19 @@ struct creation_sql {
   std::string answer_columns;  // what the answer reports
 };
 
+/// The phases whose change gives its target up to a new one (workflow::is_reappliable), each name
+/// between `quote`s, joined by `separator`: an SQL list for the written-out creation, a
+/// FIND_IN_SET list for its procedure.
+std::string reappliable_phases(std::string_view quote, std::string_view separator) {
+  std::string out;
+  for (auto p : workflow::all_phases) {
+    if (!workflow::is_reappliable(p)) continue;
+    if (!out.empty()) out += separator;
+    out.append(quote).append(workflow::to_string(p)).append(quote);
+  }
+  return out;
+}
+
 /// A new change's values as the creation's INSERT and its procedure (migration 21) both take them
 /// first, in this order: placeholders 1 to 14.
 void bind_creation_values(statement& st, const new_operation& op) {
@@ -366,11 +379,7 @@ creation_sql creation_statements(sql::Connection& conn, const new_operation& op,
   out.read_binding =
       "SELECT operation_id, phase INTO @changeflow_bound_op, @changeflow_bound_phase FROM binding WHERE " + target +
       " FOR UPDATE";
-  std::string reappliable;
-  for (auto p : workflow::all_phases) {
-    if (!workflow::is_reappliable(p)) continue;
-    reappliable += (reappliable.empty() ? "'" : ", '") + std::string(workflow::to_string(p)) + "'";
-  }
+  const std::string reappliable = reappliable_phases("'", ", ");
   // The operation's INSERT carries its first event (created or re-applied) to the creation trigger.
   std::string cause = "IF(@changeflow_bound_op IS NULL, 'created', 're-applied')";
   if (!op.revert_of.empty()) cause = "CONCAT(" + cause + ", " + t.quote("; revert of " + op.revert_of) + ")";
@@ -426,15 +435,10 @@ creation_sql creation_statements(sql::Connection& conn, const new_operation& op,
 /// to parse shrinks from about 2.5 KB to the change's values, and the body is compiled once per
 /// connection.
 std::string creation_call(sql::Connection& conn, const new_operation& op) {
-  std::string reappliable;
-  for (auto p : workflow::all_phases) {
-    if (!workflow::is_reappliable(p)) continue;
-    reappliable += (reappliable.empty() ? "" : ",") + std::string(workflow::to_string(p));
-  }
   auto call = prepare(conn, "CALL changeflow_create_operation(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   bind_creation_values(*call, op);
   set_opt_string(*call, 15, op.revert_of.empty() ? std::nullopt : std::optional(op.revert_of));
-  call->setString(16, reappliable);
+  call->setString(16, reappliable_phases("", ","));
   return call->bound_sql();
 }
 

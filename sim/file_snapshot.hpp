@@ -29,9 +29,6 @@ using file_changes = std::map<std::string, std::optional<sim_file>>;
 
 class file_snapshot {
  public:
-  /// A bound on the layers below a snapshot's top: there are about log2 of the files ever written.
-  static constexpr int max_depth = 64;
-
   /// The file at `path`, or nullptr when these files do not have it.
   const sim_file* find(const std::string& path) const;
   /// These files with `changes` on top (a new snapshot; this one is unchanged).
