@@ -52,6 +52,9 @@ struct request_state {
   // A webhook ended the current wait while a call or write was in flight: the next timer fires now.
   bool wake_now = false;
   std::uint64_t timer_generation = 0;
+  // A wait of days came due while a re-read was pending (a nudge during the write before it): it is
+  // neither armed nor passivated until that read says whether the row is as this actor wrote it.
+  bool wait_unarmed = false;
   // The wait after the transition in flight started with its write (start_wait_with_commit): the
   // generation of its timer, which runs already; the step it ends runs once the write has
   // committed. 0: none.
@@ -382,16 +385,32 @@ bool unretire(self_ptr self) {
   return true;
 }
 
+/// Starts the wait `delay_ms` long that follows a committed write: a timer, or, for a wait of days,
+/// the actor stops (passivates). With a re-read pending the row may have moved on, so a wait of days
+/// is left unarmed until the read ends (on_row_loaded). True when the actor is stopping.
+bool start_wait(self_ptr self, std::int64_t delay_ms) {
+  auto& st = self->state;
+  st.wait_unarmed = false;
+  if (passivates(self)) {
+    retire(self);
+    return true;
+  }
+  if (st.reload_pending && passivated_wait(st.op.current, st.op.wake_at_ms, st.svc->now_ms(),
+                                           st.svc->config->current()->durability().passivate_beyond_seconds)) {
+    ++st.timer_generation;  // no earlier timer stands in for it
+    st.wait_unarmed = true;
+    return false;
+  }
+  arm_timer(self, delay_ms);
+  return false;
+}
+
 void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
   for (const auto& e : effects) {
     switch (e.what) {
       case workflow::effect::kind::call: call_external(self, e.call); break;
       case workflow::effect::kind::timer:
-        if (passivates(self)) {
-          retire(self);
-          return;
-        }
-        arm_timer(self, e.delay_ms);
+        if (start_wait(self, e.delay_ms)) return;
         break;
       case workflow::effect::kind::stop:
         publish(self);
@@ -698,11 +717,14 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
   if (!moved && r.version == st.op.version && !resume && st.op.wake_at_ms > st.svc->now_ms()) {
     // The row is as this actor last wrote or read it (a nudge raced its own commit, e.g. the owner's
     // changed-row poll read the new version before the commit's answer arrived): the wait it armed
-    // stands. Re-running the step now would cut a retry short of its back-off or Retry-After.
+    // stands. Re-running the step now would cut a retry short of its back-off or Retry-After. A wait
+    // of days that this read held back (start_wait) starts now: the actor passivates.
+    if (st.wait_unarmed && start_wait(self, st.op.wake_at_ms - st.svc->now_ms())) return;
     publish(self);
     return;
   }
   // Someone else wrote the row: the step it names reads the MR itself.
+  st.wait_unarmed = false;  // the step re-decides its wait
   st.op.last_read = {};
   st.op.current = *s;
   st.op.version = r.version;

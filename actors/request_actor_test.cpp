@@ -843,6 +843,44 @@ TEST_F(passivating, ANudgeQueuedBehindTheWriteThatPassivatesBringsTheActorBack) 
   EXPECT_EQ(metrics_.counter_value("changeflow_passivation_undone_total"), 1.0);
 }
 
+// The owner's changed-row poll reads the row the actor's APPROVAL_SENT wrote before that write's
+// answer reaches the actor, and nudges it. The answer finds a read pending and arms the wait of days
+// as a timer; the read then finds the row as the actor wrote it, and the actor stops then, instead of
+// holding that timer for days.
+TEST_F(passivating, ANudgeForItsOwnWriteDoesNotKeepAWaitOfDaysAlive) {
+  asked_for_approval("p5", "appr-p");
+  run_external();  // the approval request answered: APPROVAL_SENT is handed to the database
+  ASSERT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT is in flight";
+  nudge();  // the poll's nudge, naming no write, arrives while the write is in flight
+  settle();
+  EXPECT_EQ(row().step, S::APPROVAL_SENT);
+  EXPECT_FALSE(actor_alive()) << "a wait of days holds no actor";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "nor a timer";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivated_total", {{"when", "wait"}}), 1.0);
+}
+
+// The same nudge, and the approval decided before the actor's read: the read finds the row moved on,
+// and the actor, which armed nothing for the wait, carries the change on.
+TEST_F(passivating, AWaitHeldBackByAReadThatFindsTheDecisionIsNeverStarted) {
+  asked_for_approval("p6", "appr-p");
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "the transition to APPROVAL_SENT is in flight";
+  nudge();
+  db_pool_.run_queued(db_ctx_, 1);  // APPROVAL_SENT commits
+  run_messages();                   // its answer: the wait is held back, the read is queued
+  ASSERT_EQ(queued_db(), 1u) << "the read the nudge asked for";
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "no timer for the wait the read may make moot";
+  auto decided =
+      persistence::apply_approval_callback(setup_db_, "cb-1", id_, persistence::approval_result::APPROVED, "{}");
+  ASSERT_TRUE(decided.ok()) << decided.error.message;
+  run_db();  // the read finds APPROVAL_APPROVED and hands CREATE_STARTED to the database
+  run_db();
+  EXPECT_EQ(row().step, S::CREATE_STARTED);
+  EXPECT_TRUE(actor_alive());
+  EXPECT_EQ(queued_external(), 1u) << "and creates the MR";
+  EXPECT_EQ(metrics_.counter_value("changeflow_passivated_total", {{"when", "wait"}}), 0.0);
+}
+
 // A nudge that comes after the actor left the registry finds none, and the actor's last message
 // stops it: the wait is passivated and the registry is empty for the change.
 TEST_F(passivating, AnActorThatStartedToStopWithNothingBehindItStops) {
