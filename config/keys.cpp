@@ -398,9 +398,10 @@ std::vector<key_spec> make_keys() {
        "TEST HOOK: a deploy delivery waits this long (at most 60000) between being recorded and being "
        "applied, so a crash test can kill the process in between. 0 = off. Never set in production."},
       {"faults.lose_group_answer_every", at<&S::faults, &faults_settings::lose_group_answer_every>(), 0, H,
-       "TEST HOOK: every Nth group commit loses its answer after its COMMIT (the group's last statement "
-       "kills its own connection, as a connection dropped after the commit would), so its members learn "
-       "their outcomes from its receipt. 0 = off; at most 1000000. Never set in production."},
+       "TEST HOOK: every Nth commit of the transition committer (a group, or a transition alone) loses its "
+       "answer after its COMMIT (its last statement kills its own connection, as a connection dropped after "
+       "the commit would): a group's members learn their outcomes from its receipt, a transition alone from "
+       "the event it wrote. 0 = off; at most 1000000. Never set in production."},
       {"metrics.fault_injection", at<&S::metrics, &metrics_settings::fault_injection>(), false, H,
        "TEST HOOK: every metric emission throws inside the registry wrapper (responses must not "
        "change). Never enable in production."},

@@ -279,12 +279,19 @@ std::vector<std::string> transition_updates(const sql_text& t, const std::vector
 }
 
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
-                                         std::optional<operation_row>* committed) {
+                                         std::optional<operation_row>* committed, bool lose_answer_after_commit) {
   // One round trip: the statement is autocommitted.
   const sql_text t(conn);
   const std::string q = transition_update_sql(t, req);
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
   bool landed = false;
+  if (lose_answer_after_commit) {
+    // The fault (tests): the UPDATE commits, then the connection dies before its answer is read.
+    count_script(2);
+    upd->execute(q + ";\nKILL CONNECTION CONNECTION_ID()");
+    while (upd->getMoreResults()) {
+    }
+  }
   if (!committed) {
     landed = upd->executeUpdate(q) == 1;
   } else {
@@ -685,13 +692,61 @@ std::optional<db_error> refuse_transition(const transition_request& req) {
 
 }  // namespace
 
-db_result<std::int64_t> transition(session s, const transition_request& req, std::optional<operation_row>* committed) {
+namespace {
+
+/// A transition whose answer was lost with its connection (it may have committed or not): whether
+/// it landed, read on a new connection from the event its version wrote. That event is this
+/// request's when it names the same version, steps, cause, actor and instance: no other writer
+/// moves this row from the same version with this actor's own cause on this instance. Landed: the
+/// new version (and, with `committed`, the row while it still stands at that version). Another
+/// writer's event: preempted. No event yet, or the read failed too: `lost` as it was (a retry's
+/// guard then tells).
+db_result<std::int64_t> find_landed(session s, const transition_request& req, std::optional<operation_row>* committed,
+                                    db_result<std::int64_t> lost) {
+  using R = db_result<std::int64_t>;
+  const std::int64_t version = req.expected_version + 1;
+  auto found = guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
+    auto st = prepare(conn,
+                      "SELECT from_step, to_step, cause, actor, COALESCE(instance_id, '') FROM operation_event "
+                      "WHERE operation_id = ? AND version = ?");
+    st->setString(1, req.operation_id);
+    st->setInt64(2, version);
+    rs_ptr rs(st->executeQuery());
+    if (!rs->next()) return lost;
+    const bool ours = !rs->isNull(1) && rs->getInt(1) == workflow::code_of(req.from) &&
+                      rs->getInt(2) == workflow::code_of(req.to) && detail::str(*rs, 3) == req.cause.substr(0, 255) &&
+                      detail::str(*rs, 4) == req.actor.substr(0, 160) && detail::str(*rs, 5) == req.instance_id;
+    if (!ours) {
+      return R::failure(db_outcome::preempted, "operation " + req.operation_id + " was moved to version " +
+                                                   std::to_string(version) + " by another writer");
+    }
+    if (committed) {
+      auto row = prepare(conn, std::string("SELECT ") + detail::operation_columns +
+                                   " FROM operation WHERE operation_id = ? AND version = ?");
+      row->setString(1, req.operation_id);
+      row->setInt64(2, version);
+      rs_ptr rows(row->executeQuery());
+      if (rows->next()) *committed = detail::read_operation(*rows);
+    }
+    return R::success(version);
+  });
+  log::warn("transition.answer_lost", {{"operation_id", req.operation_id},
+                                       {"version", req.expected_version},
+                                       {"error", lost.error.message},
+                                       {"landed", found.ok()}});
+  return found.ok() || found.outcome == db_outcome::preempted ? found : lost;
+}
+
+}  // namespace
+
+db_result<std::int64_t> transition(session s, const transition_request& req, std::optional<operation_row>* committed,
+                                   bool lose_answer_after_commit) {
   using R = db_result<std::int64_t>;
   if (auto refused = refuse_transition(req)) return R::failure(*refused);
-  return guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
+  auto r = guarded<std::int64_t>(s, [&](sql::Connection& conn) -> R {
     // The common case is one autocommitted statement (see apply_transition); only an admission to
     // the batch waiting set needs a second statement and therefore a transaction.
-    if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req, committed);
+    if (req.to != step::BATCH_WAITING) return detail::apply_transition(conn, req, committed, lose_answer_after_commit);
     detail::transaction tx(conn);
     auto r = detail::apply_transition(conn, req);
     if (!r.ok()) return r;  // rolled back by the guard
@@ -714,6 +769,9 @@ db_result<std::int64_t> transition(session s, const transition_request& req, std
     tx.commit();
     return r;
   });
+  // A retry within its step writes no event to tell by; its lost answer is left to the guard.
+  if (!r.ok() && is_connection_lost_code(r.error.code) && !req.retry_in_step) return find_landed(s, req, committed, r);
+  return r;
 }
 
 namespace {

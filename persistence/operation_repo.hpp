@@ -168,8 +168,14 @@ struct transition_request {
 /// not_found, retryable, fatal. With `committed`, the row as this transition committed it is read in
 /// the same round trip (a second statement of the same text, pinned to the new version) and stored
 /// there; it stays unset when the transition did not land.
+/// When the answer is lost with the connection (the statement may have committed), the transition's
+/// event is read on a new connection: a transition that landed answers as if its answer had come, so
+/// its actor counts it once. `lose_answer_after_commit` is a fault for tests: the transition commits
+/// and its connection is killed before the answer is read (not for the batch admission, which is a
+/// transaction of its own).
 db_result<std::int64_t> transition(session s, const transition_request& req,
-                                   std::optional<operation_row>* committed = nullptr);
+                                   std::optional<operation_row>* committed = nullptr,
+                                   bool lose_answer_after_commit = false);
 
 /// Group commit: the transitions of several operations in ONE transaction sent as ONE round trip
 /// (`SET; START TRANSACTION; UPDATE ...; ...; COMMIT; SELECT; SET`), so N ready transitions cost

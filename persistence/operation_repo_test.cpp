@@ -657,6 +657,42 @@ TEST(OperationRepo, KilledConnectionIsRetryable) {
   EXPECT_EQ(load_operation(*setup, id).value.version, 1);
 }
 
+// A transition alone whose connection dies after its COMMIT, before its answer is read: it answers
+// as if the answer had come (the new version, and the row it committed when asked for), read from
+// the event its version wrote, so its actor counts it once. Another writer's event at that version is
+// a guard miss; a transition that did not commit is still a lost connection, for the retry to tell.
+TEST(OperationRepo, ATransitionWhoseAnswerIsLostAfterItsCommitAnswersAsIfItHadCome) {
+  test_database db;
+  auto setup = db.connect();
+  db_context ctx(db.settings());
+  auto id = new_op(*setup, "lara", "t-lost");
+  auto t = test::to_approval_sent(id, 1);
+  t.instance_id = "instance-a";
+  std::optional<operation_row> row;
+  const auto before = connection_id(session(ctx).connection());
+  auto r = transition(ctx, t, &row, true);
+  ASSERT_TRUE(r.ok()) << r.error.code << " " << r.error.message;
+  EXPECT_EQ(r.value, 2);
+  EXPECT_NE(connection_id(session(ctx).connection()), before) << "the fault killed the connection it ran on";
+  ASSERT_TRUE(row) << "the row it committed, read after the loss";
+  EXPECT_EQ(row->version, 2);
+  EXPECT_EQ(row->step, S::APPROVAL_SENT);
+  EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + id + "' AND version = 2"), "1");
+
+  // The same loss for a transition whose version another writer took first: its own UPDATE missed
+  // its guard, and the event at that version is not its own.
+  auto next = walk(*setup, id, {S::APPROVAL_APPROVED});
+  transition_request late;
+  late.operation_id = id;
+  late.expected_version = next - 1;
+  late.from = S::APPROVAL_SENT;
+  late.to = S::APPROVAL_APPROVED;
+  late.cause = "approval submitted";
+  late.instance_id = "instance-a";
+  auto missed = transition(ctx, late, nullptr, true);
+  EXPECT_EQ(missed.outcome, db_outcome::preempted) << missed.error.message;
+}
+
 // Callback and reconciler race mark_validated: exactly one flip reported per operation.
 TEST(DbContext, AConnectionLostUnderARepositoryIsReplacedOnTheNextGet) {
   test_database db;

@@ -17,9 +17,11 @@ namespace changeflow::persistence::detail {
 /// new version, or preempted / not_found (nothing written by this call then). Does not consult the
 /// transition table: callers check `workflow::is_allowed` first, before any SQL.
 /// With `committed`, the row at the new version is read in the same text and stored there (left
-/// unset when the UPDATE did not land).
+/// unset when the UPDATE did not land). `lose_answer_after_commit` is a fault for tests: the UPDATE
+/// commits and its connection is killed before the answer is read.
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
-                                         std::optional<operation_row>* committed = nullptr);
+                                         std::optional<operation_row>* committed = nullptr,
+                                         bool lose_answer_after_commit = false);
 
 /// The head of every UPDATE of `operation` whose WHERE names rows by their key (operation_id = x, or
 /// IN a list). Without the hint MariaDB estimates, for each such statement, a range on every other

@@ -237,7 +237,8 @@ void transition_committer::commit_loop(db_context& ctx) {
     }
     if (group.size() == 1) {
       std::optional<operation_row> row;
-      auto r = transition(ctx, group.front().req, group.front().req.want_row ? &row : nullptr);
+      const bool lose = lose_answer_ && lose_answer_();
+      auto r = transition(ctx, group.front().req, group.front().req.want_row ? &row : nullptr, lose);
       complete(group.front(), r, row ? &*row : nullptr);
       continue;
     }

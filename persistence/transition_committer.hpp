@@ -56,8 +56,9 @@ class transition_committer {
 
   /// `max_group` 1 commits every transition alone (no grouping). `queue_capacity` bounds the
   /// transitions waiting for a committer (a full queue refuses, as the pool's own queue does).
-  /// `lose_answer` is a fault for tests, asked once per group of two or more members: true makes
-  /// that group lose its answer after its COMMIT (persistence::transition_group). `receipts`: each
+  /// `lose_answer` is a fault for tests, asked once per group of two or more members and once per
+  /// transition committed alone: true makes that commit lose its answer after its COMMIT
+  /// (persistence::transition_group, persistence::transition). `receipts`: each
   /// group writes its receipt (group_run::receipt_slot), so a lost answer is recovered from it;
   /// false (tests) leaves a lost answer to the members run alone, as a receipt that cannot be
   /// read does.

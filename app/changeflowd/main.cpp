@@ -287,7 +287,8 @@ int main(int argc, char** argv) {
   const auto committers =
       std::clamp<std::size_t>(static_cast<std::size_t>(snap->db().transition_committers), 1,
                               std::max<std::size_t>(1, static_cast<std::size_t>(snap->db().pool_size) / 2));
-  // faults.lose_group_answer_every (a test hook, hot): every Nth group loses its answer after its COMMIT.
+  // faults.lose_group_answer_every (a test hook, hot): every Nth commit (a group, or a transition
+  // alone) loses its answer after its COMMIT.
   std::atomic<std::uint64_t> groups_asked{0};
   persistence::transition_committer transitions(
       *db, static_cast<std::size_t>(snap->db().transition_group_max), committers,

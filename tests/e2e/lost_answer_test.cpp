@@ -1,12 +1,13 @@
 // A group commit whose answer is lost after its COMMIT (the connection drops right then) is
 // recovered from its receipt: every member gets the outcome the answer would have given it (when
 // the receipt cannot be read either, the members run again alone and find what the group wrote;
-// persistence/transition_committer_test.cpp covers that path). Here through the whole service, with
-// every second group losing its answer
-// (faults.lose_group_answer_every = 2: the group's last statement kills its own connection after the
-// COMMIT) while changes submitted together run: every change still reaches VALIDATED, written once
-// (one event per version, one flip to VALIDATED), nothing is asked of GitLab twice, and the SQL
-// invariants hold. Half the submissions carry an idempotency key, half do not.
+// persistence/transition_committer_test.cpp covers that path); a transition committed alone learns
+// it from the event it wrote. Here through the whole service, with every second commit losing its
+// answer (faults.lose_group_answer_every = 2: the commit's last statement kills its own connection
+// after the COMMIT) while changes submitted together run: every change still reaches VALIDATED,
+// written once (one event per version, one flip to VALIDATED), every transition counted once,
+// nothing is asked of GitLab twice, and the SQL invariants hold. Half the submissions carry an
+// idempotency key, half do not.
 
 #include "tests/support/flow_env.hpp"
 #include "tests/support/invariants.hpp"
@@ -77,6 +78,17 @@ TEST(LostGroupAnswer, EveryChangeFinishesOnceWhileGroupsLoseTheirAnswerAfterComm
   // The success metric is counted exactly once per change: a flip whose group lost its answer is
   // counted by the member its receipt names, never by a copy and never not at all.
   EXPECT_EQ(env.metric_sum("changeflow_validated_total"), static_cast<double>(ids.size()));
+  // A transition that committed alone and lost its answer learns from the event it wrote that it
+  // landed: every transition the workflow wrote is counted once, those among them too.
+  const auto log = env.service().process().log_contents();
+  int lone_losses = 0;
+  for (auto at = log.find("transition.answer_lost"); at != std::string::npos;
+       at = log.find("transition.answer_lost", at + 1)) {
+    ++lone_losses;
+  }
+  std::cout << "transitions alone that lost their answer: " << lone_losses << "\n";
+  EXPECT_EQ(env.metric_sum("changeflow_transitions_total"),
+            std::stod(env.db().scalar("SELECT COUNT(*) FROM operation_event WHERE actor = 'workflow'")));
 
   auto& db = env.db();
   EXPECT_EQ(db.scalar("SELECT COUNT(*) FROM operation"), std::to_string(ids.size())) << "each change created once";
