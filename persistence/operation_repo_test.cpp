@@ -852,7 +852,9 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
   // Waiting means: its current statement is the operation's UPDATE (a prefix match: while the server
   // starts a compound statement its INFO is the whole text, the ledger INSERT not yet run, and a
   // match anywhere in it let the test go on before the callback held its ledger row), and its
-  // transaction is blocked on a lock.
+  // transaction is blocked on a lock. InnoDB refreshes what INNODB_TRX shows only when nobody read
+  // it for 100 ms, so it is polled less often than that: read every 10 ms it kept showing the
+  // callback's transaction as it was before the lock wait (or not at all) for the whole 10 s.
   ASSERT_TRUE(changeflow::testing::wait_until(
       [&] {
         return db.scalar(
@@ -861,7 +863,7 @@ TEST(ApprovalCallback, ADeadlockVictimIsRunAgainAndApplied) {
                    std::to_string(callback_id) + " AND p.INFO LIKE '" + detail::update_operation_by_key +
                    "step%' AND t.trx_state = 'LOCK WAIT'") == "1";
       },
-      10s))
+      10s, 150ms))
       << "the callback never waited for the operation row";
   // Closes the cycle: this insert waits for the callback's ledger row, which waits for our row lock.
   st->execute(

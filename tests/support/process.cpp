@@ -157,12 +157,13 @@ std::string make_temp_dir(const std::string& prefix) {
   return buf.data();
 }
 
-bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     if (predicate()) return true;
     if (std::chrono::steady_clock::now() >= deadline) return predicate();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(every);
   }
 }
 

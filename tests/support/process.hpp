@@ -43,8 +43,9 @@ class child_process {
 std::string binary_path(const std::string& name);
 /// A fresh directory under /tmp for one test's files.
 std::string make_temp_dir(const std::string& prefix);
-/// Polls `predicate` every 10 ms until it holds or `timeout` passes; returns its last value.
-bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+/// Polls `predicate` every `every` (10 ms) until it holds or `timeout` passes; returns its last value.
+bool wait_until(const std::function<bool()>& predicate, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds every = std::chrono::milliseconds(10));
 
 /// Deep-merges `over` into `base` (objects merge key by key; everything else replaces).
 void merge_json(nlohmann::json& base, const nlohmann::json& over);
