@@ -769,8 +769,12 @@ db_result<std::int64_t> transition(session s, const transition_request& req, std
     tx.commit();
     return r;
   });
-  // A retry within its step writes no event to tell by; its lost answer is left to the guard.
-  if (!r.ok() && is_connection_lost_code(r.error.code) && !req.retry_in_step) return find_landed(s, req, committed, r);
+  // A retry within its step writes no event to tell by; its lost answer is left to the guard. A
+  // connection that could not be opened (2002, 2003) sent nothing: there is nothing to find.
+  const bool maybe_sent = r.error.code != 2002 && r.error.code != 2003;
+  if (!r.ok() && is_connection_lost_code(r.error.code) && maybe_sent && !req.retry_in_step) {
+    return find_landed(s, req, committed, r);
+  }
   return r;
 }
 
