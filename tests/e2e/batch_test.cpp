@@ -302,6 +302,18 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
       "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at");
   ASSERT_EQ(overlap.size(), 1u);
   EXPECT_EQ(overlap[0][0], "0") << "two batches were active at the same time";
+  if (overlap[0][0] != "0") {
+    // What a failure needs to be explained: the overlapping pairs as the rows hold them.
+    for (const auto& row : env.db().query(
+             "SELECT a.id, a.status, a.repository, a.target_branch, a.owner_instance, a.created_at, a.updated_at, "
+             "b.id, b.status, b.repository, b.target_branch, b.owner_instance, b.created_at, b.updated_at "
+             "FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+             "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at")) {
+      std::string line;
+      for (const auto& v : row) line += v + " | ";
+      std::cout << "overlapping batches: " << line << "\n";
+    }
+  }
   EXPECT_EQ(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status IN (1, 3, 4)"), 0);
   EXPECT_GE(count(env, "SELECT COUNT(*) FROM merge_batch WHERE status = 2"), 6) << "max 4 members per batch";
   // Every member was claimed exactly once, by one of the two coordinators.
