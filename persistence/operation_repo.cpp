@@ -286,11 +286,13 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
   bool landed = false;
   if (lose_answer_after_commit) {
-    // The fault (tests): the UPDATE commits, then the connection dies before its answer is read.
+    // The fault (tests): the UPDATE commits, then the connection dies before its answer is read. The
+    // KILL's error ends this call; should the driver not report it, the answer is lost all the same.
     count_script(2);
     upd->execute(q + ";\nKILL CONNECTION CONNECTION_ID()");
     while (upd->getMoreResults()) {
     }
+    throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
   }
   if (!committed) {
     landed = upd->executeUpdate(q) == 1;

@@ -297,18 +297,18 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
   EXPECT_LE(max_active.load(), 1) << "I1: at most one RUNNING/BLOCKED batch at any sampled moment";
   EXPECT_GT(manual_rounds.load(), 0);
   // No two batches' lifetimes (claim .. settlement) overlap.
-  auto overlap = env.db().query(
-      "SELECT COUNT(*) FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
-      "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at");
+  const std::string overlapping =
+      " FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+      "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at";
+  auto overlap = env.db().query("SELECT COUNT(*)" + overlapping);
   ASSERT_EQ(overlap.size(), 1u);
   EXPECT_EQ(overlap[0][0], "0") << "two batches were active at the same time";
   if (overlap[0][0] != "0") {
     // What a failure needs to be explained: the overlapping pairs as the rows hold them.
     for (const auto& row : env.db().query(
              "SELECT a.id, a.status, a.repository, a.target_branch, a.owner_instance, a.created_at, a.updated_at, "
-             "b.id, b.status, b.repository, b.target_branch, b.owner_instance, b.created_at, b.updated_at "
-             "FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
-             "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at")) {
+             "b.id, b.status, b.repository, b.target_branch, b.owner_instance, b.created_at, b.updated_at" +
+             overlapping)) {
       std::string line;
       for (const auto& v : row) line += v + " | ";
       std::cout << "overlapping batches: " << line << "\n";
