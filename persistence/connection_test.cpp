@@ -4,6 +4,7 @@
 // meets it, so the retry succeeds.
 
 #include "persistence/connection.hpp"
+#include "persistence/db_pool.hpp"
 #include "persistence/errors.hpp"
 #include "persistence/sql_util.hpp"
 
@@ -67,6 +68,52 @@ TEST(Endpoints, ANodeNotReadyForApplicationUseCountsAsALostConnection) {
   // the retry opens a new one, which starts at the next node.
   EXPECT_TRUE(persistence::is_connection_lost_code(1047));
   EXPECT_TRUE(persistence::is_retryable_code(1047));
+}
+
+TEST(Endpoints, EveryLostConnectionIsRetriedOnANewOne) {
+  // A connection-level error drops the connection; the call is worth running again on a new one.
+  int lost = 0;
+  for (int code = 1000; code < 5000; ++code) {
+    if (!persistence::is_connection_lost_code(code)) continue;
+    ++lost;
+    EXPECT_TRUE(persistence::is_retryable_code(code)) << code;
+  }
+  EXPECT_GE(lost, 9);
+}
+
+TEST(Endpoints, AConnectionThatCouldNotBeOpenedSentNothingAndALostOneMaySentIt) {
+  // What a lost write's caller needs to know: whether its statement may have reached the server.
+  auto s = changeflow::testing::test_server_settings();
+  s.socket.clear();
+  s.endpoints = {persistence::db_endpoint{"127.0.0.1", static_cast<int>(changeflow::testing::free_port())}};
+  s.preferred = std::make_shared<std::atomic<std::size_t>>(0);
+  persistence::db_context closed(s);
+  bool ran = false;
+  auto never = persistence::detail::guarded<int>(closed, [&](sql::Connection&) {
+    ran = true;
+    return persistence::db_result<int>::success(1);
+  });
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(never.outcome, persistence::db_outcome::retryable);
+  EXPECT_TRUE(never.error.unsent) << never.error.code << " " << never.error.message;
+
+  changeflow::testing::test_database db(false);
+  persistence::db_context open(db.settings());
+  auto lost = persistence::detail::guarded<int>(open, [](sql::Connection& conn) {
+    std::unique_ptr<sql::Statement> st(conn.createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
+    rs->next();
+    try {
+      st->execute("KILL " + std::to_string(rs->getInt64(1)));
+    } catch (const sql::SQLException&) {
+      // The server may answer the KILL of one's own connection with the kill itself.
+    }
+    std::unique_ptr<sql::ResultSet> after(st->executeQuery("SELECT 1"));
+    return persistence::db_result<int>::success(1);
+  });
+  ASSERT_FALSE(lost.ok());
+  EXPECT_TRUE(persistence::is_connection_lost_code(lost.error.code)) << lost.error.code << " " << lost.error.message;
+  EXPECT_FALSE(lost.error.unsent) << lost.error.message;
 }
 
 namespace {

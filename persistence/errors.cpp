@@ -30,6 +30,8 @@ bool is_retryable_code(int code) {
     case 2003:  // cannot connect (tcp)
     case 2006:  // server has gone away
     case 2013:  // lost connection during query
+    case 2055:  // lost connection (a system error on the socket)
+    case 2014:  // commands out of sync: the connection is dropped and the next call opens a new one
     case 1927:  // connection killed (MariaDB)
     case 1053:  // server shutdown in progress
     case 1047:  // a Galera node not ready for application use (lost its quorum): another node serves

@@ -29,6 +29,7 @@ struct db_error {
   db_outcome outcome = db_outcome::fatal;
   int code = 0;  // server/client error number, 0 when not from the driver
   std::string message;
+  bool unsent = false;  // the connection could not be opened: nothing reached the server
 };
 
 /// Maps a driver exception to an outcome (1062 -> duplicate; connection/lock errors -> retryable).

@@ -772,9 +772,9 @@ db_result<std::int64_t> transition(session s, const transition_request& req, std
     return r;
   });
   // A retry within its step writes no event to tell by; its lost answer is left to the guard. A
-  // connection that could not be opened (2002, 2003) sent nothing: there is nothing to find.
-  const bool maybe_sent = r.error.code != 2002 && r.error.code != 2003;
-  if (!r.ok() && is_connection_lost_code(r.error.code) && maybe_sent && !req.retry_in_step) {
+  // connection that could not be opened sent nothing, whatever code the driver gave (a handshake
+  // can end in 2013, no ready cluster node in 1047): there is nothing to find.
+  if (!r.ok() && is_connection_lost_code(r.error.code) && !r.error.unsent && !req.retry_in_step) {
     return find_landed(s, req, committed, r);
   }
   return r;

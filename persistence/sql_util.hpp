@@ -204,7 +204,7 @@ db_result<T> guarded(session s, F&& body) {
   try {
     conn = &s.connection();
   } catch (const sql::SQLException& e) {
-    return db_result<T>::failure(db_error{db_outcome::retryable, e.getErrorCode(), e.what()});
+    return db_result<T>::failure(db_error{db_outcome::retryable, e.getErrorCode(), e.what(), true});
   } catch (const std::exception& e) {
     return db_result<T>::failure(db_outcome::fatal, e.what());
   }

@@ -296,9 +296,10 @@ TEST(Batch, TwoCoordinatorProcessesOnOneDatabaseNeverHoldTwoActiveBatches) {
 
   EXPECT_LE(max_active.load(), 1) << "I1: at most one RUNNING/BLOCKED batch at any sampled moment";
   EXPECT_GT(manual_rounds.load(), 0);
-  // No two batches' lifetimes (claim .. settlement) overlap.
+  // No two batches' lifetimes (slot taken .. settlement) overlap within their partition.
   const std::string overlapping =
-      " FROM merge_batch a JOIN merge_batch b ON a.id < b.id "
+      " FROM merge_batch a JOIN merge_batch b ON a.id < b.id AND a.repository = b.repository "
+      "AND a.target_branch = b.target_branch "
       "WHERE a.created_at < b.updated_at AND b.created_at < a.updated_at";
   auto overlap = env.db().query("SELECT COUNT(*)" + overlapping);
   ASSERT_EQ(overlap.size(), 1u);
