@@ -435,7 +435,10 @@ const std::vector<std::string> status_names = {
     "Com_set_option", "Innodb_os_log_fsyncs", "Innodb_data_fsyncs", "Binlog_commits", "Binlog_group_commits",
     // Pages the flow needed that were not in the buffer pool (read from disk), and all page reads:
     // where a flow on a large database pays for its history.
-    "Innodb_buffer_pool_reads", "Innodb_buffer_pool_read_requests"};
+    "Innodb_buffer_pool_reads", "Innodb_buffer_pool_read_requests",
+    // Rows the server read for the flow (by key, by range and by scan): a read whose rows grow with
+    // the history shows here first.
+    "Rows_read", "Rows_tmp_read", "Handler_read_key", "Handler_read_next", "Handler_read_rnd_next"};
 
 // The first "phase":"X" of a status document is the change's own phase (its keys come out sorted;
 // the timeline follows under "timeline").
@@ -949,6 +952,11 @@ int cmd_flow(const args& a) {
                      : ", binlog off");
   std::printf("buffer pool per change: %.2f pages read from disk, %.0f page reads in all\n",
               delta("Innodb_buffer_pool_reads") * per, delta("Innodb_buffer_pool_read_requests") * per);
+  std::printf(
+      "rows read per change: %.1f of tables, %.1f of temporary tables; handler reads: %.1f by key, %.1f next in an "
+      "index, %.1f in a scan\n",
+      delta("Rows_read") * per, delta("Rows_tmp_read") * per, delta("Handler_read_key") * per,
+      delta("Handler_read_next") * per, delta("Handler_read_rnd_next") * per);
   long hwm = status_kb(service_pid, "VmHWM");
   std::printf(
       "CPU per change: changeflowd %.2f ms + mariadbd %.2f ms = %.2f ms; sim %.2f ms, driver %.2f ms; "
@@ -989,6 +997,11 @@ int cmd_flow(const args& a) {
   kv("flow.binlog", binlog ? "on" : "off");
   kv("flow.pool_disk_reads_per_change", delta("Innodb_buffer_pool_reads") * per);
   kv("flow.pool_read_requests_per_change", delta("Innodb_buffer_pool_read_requests") * per);
+  kv("flow.rows_read_per_change", delta("Rows_read") * per);
+  kv("flow.tmp_rows_read_per_change", delta("Rows_tmp_read") * per);
+  kv("flow.handler_read_key_per_change", delta("Handler_read_key") * per);
+  kv("flow.handler_read_next_per_change", delta("Handler_read_next") * per);
+  kv("flow.handler_read_rnd_next_per_change", delta("Handler_read_rnd_next") * per);
   return 0;
 }
 

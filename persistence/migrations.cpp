@@ -56,6 +56,7 @@ std::vector<std::string> schema_v19();
 std::vector<std::string> schema_v20();
 // Migration 21: a submission's creation as a stored procedure (one CALL in a group commit).
 std::vector<std::string> schema_v21();
+std::vector<std::string> schema_v22();
 
 const std::vector<migration>& all_migrations() {
   static const std::vector<migration> migrations = {
@@ -90,6 +91,7 @@ CREATE TABLE IF NOT EXISTS instance (
       {19, "idempotency records name their change", schema_v19()},
       {20, "group commit receipts", schema_v20()},
       {21, "submission creation procedure", schema_v21()},
+      {22, "reads that do not grow with the history", schema_v22()},
   };
   return migrations;
 }
@@ -175,13 +177,12 @@ db_result<int> current_schema_version(session s) {
 db_result<int> adopt_rows_without_repository(session s, const std::string& project, const std::string& target_branch) {
   return detail::guarded<int>(s, [&](sql::Connection& conn) -> db_result<int> {
     // Each statement is idempotent on its own (only '' rows match), so no transaction is needed: a
-    // crash half-way leaves the rest for the next start-up.
-    auto ops = detail::prepare(conn,
-                               "UPDATE operation SET repository = ?, target_branch = ?, updated_at = updated_at "
-                               "WHERE repository = ''");
-    ops->setString(1, project);
-    ops->setString(2, target_branch);
-    const int adopted = ops->executeUpdate();
+    // crash half-way leaves the rest for the next start-up. The operations go last, so an operation
+    // still unassigned (one index read) is what says whether anything is left: the other tables have
+    // no index on the column, and their UPDATEs would read every row at every start-up.
+    std::unique_ptr<sql::Statement> probe(conn.createStatement());
+    std::unique_ptr<sql::ResultSet> left(probe->executeQuery("SELECT 1 FROM operation WHERE repository = '' LIMIT 1"));
+    if (!left->next()) return db_result<int>::success(0);
     for (const char* table : {"binding", "binding_history"}) {
       auto st = detail::prepare(conn, std::string("UPDATE ") + table + " SET repository = ? WHERE repository = ''");
       st->setString(1, project);
@@ -194,7 +195,12 @@ db_result<int> adopt_rows_without_repository(session s, const std::string& proje
       st->setString(2, target_branch);
       st->executeUpdate();
     }
-    return db_result<int>::success(adopted);
+    auto ops = detail::prepare(conn,
+                               "UPDATE operation SET repository = ?, target_branch = ?, updated_at = updated_at "
+                               "WHERE repository = ''");
+    ops->setString(1, project);
+    ops->setString(2, target_branch);
+    return db_result<int>::success(ops->executeUpdate());
   });
 }
 

@@ -4,6 +4,8 @@
 
 #include "tests/support/test_db.hpp"
 
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -148,4 +150,94 @@ TEST(Migrations, TheBindingKeepsOnlyTheIndexesItsLookupsUse) {
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
                       "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'binding'"),
             "PRIMARY,uk_binding_operation,uk_binding_relationship");
+}
+
+namespace {
+/// This connection's count of rows read in a scan (not through an index) since it opened.
+long scanned_rows(sql::Connection& conn) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'"));
+  return rs->next() ? std::stol(rs->getString(2)) : -1;
+}
+
+void add_change(sql::Connection& conn, const std::string& id, const std::string& target) {
+  persistence::new_operation op;
+  op.operation_id = id;
+  op.subject_id = "mig";
+  op.target_key = target;
+  op.repository = "group/project";
+  op.target_branch = "main";
+  ASSERT_EQ(persistence::create_operation(conn, op).value, persistence::create_outcome::created);
+}
+}  // namespace
+
+// Migration 22: the reconciliation's deploy watermark is read from the end of one index range,
+// however many successful reports the table holds (with only (status, mr_iid) the server read them all).
+TEST(Migrations, TheDeployWatermarkIsOneIndexDive) {
+  test_database db(false);
+  auto conn = db.connect();
+  ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
+  for (int i = 1; i <= 50; ++i) {
+    db.exec("INSERT INTO deploy_callback (delivery_id, project, mr_iid, status) VALUES ('d" + std::to_string(i) +
+            "', '" + (i % 2 ? "group/project" : "group/other") + "', " + std::to_string(i) + ", 'success')");
+  }
+  db.exec("ANALYZE TABLE deploy_callback");
+  const auto plan = db.query(
+      "EXPLAIN SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = 'group/project'");
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].back(), "Select tables optimized away");
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
+                      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'deploy_callback'"),
+            "idx_deploy_mr,idx_deploy_project_status_mr,PRIMARY,uk_deploy_delivery");
+}
+
+// The start-up assignment of rows from before migration 7 reads nothing but one index entry once
+// every operation has its repository; while one has none, it assigns every table, the operations last.
+TEST(Migrations, TheStartUpAssignmentOfRepositoriesReadsNoTableWholeOnceItIsDone) {
+  test_database db(false);
+  auto conn = db.connect();
+  ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
+  add_change(*conn, "00000000-0000-4000-8000-000000000001", "a");
+  add_change(*conn, "00000000-0000-4000-8000-000000000002", "b");
+
+  // Reading the counter scans SHOW's own rows: what two reads in a row add is the baseline.
+  const long first = scanned_rows(*conn);
+  const long baseline = scanned_rows(*conn) - first;
+  const long before = scanned_rows(*conn);
+  auto none = persistence::adopt_rows_without_repository(*conn, "group/project", "main");
+  ASSERT_TRUE(none.ok()) << none.error.message;
+  EXPECT_EQ(none.value, 0);
+  EXPECT_EQ(scanned_rows(*conn) - before, baseline) << "no table was scanned";
+
+  // A change from before repositories existed: its rows carry none.
+  db.exec("UPDATE operation SET repository = '', target_branch = '' WHERE target_key = 'b'");
+  db.exec("UPDATE binding SET repository = '' WHERE target_key = 'b'");
+  db.exec("UPDATE binding_history SET repository = '' WHERE target_key = 'b'");
+  auto one = persistence::adopt_rows_without_repository(*conn, "group/legacy", "trunk");
+  ASSERT_TRUE(one.ok()) << one.error.message;
+  EXPECT_EQ(one.value, 1);
+  EXPECT_EQ(db.scalar("SELECT CONCAT(repository, ' ', target_branch) FROM operation WHERE target_key = 'b'"),
+            "group/legacy trunk");
+  EXPECT_EQ(db.scalar("SELECT repository FROM binding WHERE target_key = 'b'"), "group/legacy");
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT repository) FROM binding_history WHERE target_key = 'b'"),
+            "group/legacy");
+  EXPECT_EQ(db.scalar("SELECT repository FROM binding WHERE target_key = 'a'"), "group/project");
+}
+
+// Migration 22: a binding that an earlier version's assignment left without a repository after it
+// had assigned its operation (those passes did the operations first) takes its operation's.
+TEST(Migrations, BindingsLeftBehindByAnEarlierAssignmentTakeTheirOperationsRepository) {
+  test_database db(false);
+  auto conn = db.connect();
+  std::vector<persistence::migration> before;
+  for (const auto& m : persistence::all_migrations()) {
+    if (m.version < 22) before.push_back(m);
+  }
+  ASSERT_TRUE(persistence::migrate(*conn, before).ok);
+  add_change(*conn, "00000000-0000-4000-8000-000000000001", "a");
+  db.exec("UPDATE binding SET repository = ''");
+  db.exec("UPDATE binding_history SET repository = ''");
+  ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
+  EXPECT_EQ(db.scalar("SELECT repository FROM binding"), "group/project");
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT repository) FROM binding_history"), "group/project");
 }

@@ -296,7 +296,7 @@ db_result<done> set_deploy_outcome(session s, const std::string& delivery_id, de
 db_result<std::optional<std::int64_t>> deploy_watermark(session s, const std::string& project) {
   using V = std::optional<std::int64_t>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    // Served by idx_deploy_status_mr (status, mr_iid); the project filter reads few rows per status.
+    // One dive into idx_deploy_project_status_mr (project, status, mr_iid): the end of one range.
     auto st = prepare(conn, "SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = ?");
     st->setString(1, project);
     rs_ptr rs(st->executeQuery());
