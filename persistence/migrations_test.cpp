@@ -15,6 +15,34 @@
 using namespace changeflow;
 using changeflow::testing::test_database;
 
+namespace {
+/// This connection's count of rows read in a scan (not through an index) since it opened.
+long scanned_rows(sql::Connection& conn) {
+  std::unique_ptr<sql::Statement> st(conn.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'"));
+  return rs->next() ? std::stol(rs->getString(2)) : -1;
+}
+
+void add_change(sql::Connection& conn, const std::string& id, const std::string& target) {
+  persistence::new_operation op;
+  op.operation_id = id;
+  op.subject_id = "mig";
+  op.target_key = target;
+  op.repository = "group/project";
+  op.target_branch = "main";
+  ASSERT_EQ(persistence::create_operation(conn, op).value, persistence::create_outcome::created);
+}
+
+/// The project's migrations older than `version`: the schema a database had before it.
+std::vector<persistence::migration> migrations_before(int version) {
+  std::vector<persistence::migration> before;
+  for (const auto& m : persistence::all_migrations()) {
+    if (m.version < version) before.push_back(m);
+  }
+  return before;
+}
+}  // namespace
+
 TEST(Migrations, ApplyInOrderOnceAndAreIdempotent) {
   test_database db(false);
   auto conn = db.connect();
@@ -113,19 +141,9 @@ TEST(Migrations, ALockLeftByADeadHolderIsTakenOverOnceItExpires) {
 TEST(Migrations, ReportsRecordedBeforeTheMarkExistedAreMarkedOnChangesInFlight) {
   test_database db(false);
   auto conn = db.connect();
-  std::vector<persistence::migration> before;
-  for (const auto& m : persistence::all_migrations()) {
-    if (m.version < 17) before.push_back(m);
-  }
-  ASSERT_TRUE(persistence::migrate(*conn, before).ok);
+  ASSERT_TRUE(persistence::migrate(*conn, migrations_before(17)).ok);
   const auto change = [&](const std::string& id, const std::string& target, const std::string& phase, int mr) {
-    persistence::new_operation op;
-    op.operation_id = id;
-    op.subject_id = "mig";
-    op.target_key = target;
-    op.repository = "group/project";
-    op.target_branch = "main";
-    ASSERT_EQ(persistence::create_operation(*conn, op).value, persistence::create_outcome::created);
+    add_change(*conn, id, target);
     db.exec("UPDATE operation SET phase = '" + phase + "', mr_iid = " + std::to_string(mr) + " WHERE operation_id = '" +
             id + "'");
   };
@@ -151,25 +169,6 @@ TEST(Migrations, TheBindingKeepsOnlyTheIndexesItsLookupsUse) {
                       "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'binding'"),
             "PRIMARY,uk_binding_operation,uk_binding_relationship");
 }
-
-namespace {
-/// This connection's count of rows read in a scan (not through an index) since it opened.
-long scanned_rows(sql::Connection& conn) {
-  std::unique_ptr<sql::Statement> st(conn.createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'"));
-  return rs->next() ? std::stol(rs->getString(2)) : -1;
-}
-
-void add_change(sql::Connection& conn, const std::string& id, const std::string& target) {
-  persistence::new_operation op;
-  op.operation_id = id;
-  op.subject_id = "mig";
-  op.target_key = target;
-  op.repository = "group/project";
-  op.target_branch = "main";
-  ASSERT_EQ(persistence::create_operation(conn, op).value, persistence::create_outcome::created);
-}
-}  // namespace
 
 // Migration 22: the reconciliation's deploy watermark is read from the end of one index range,
 // however many successful reports the table holds (with only (status, mr_iid) the server read them all).
@@ -229,11 +228,7 @@ TEST(Migrations, TheStartUpAssignmentOfRepositoriesReadsNoTableWholeOnceItIsDone
 TEST(Migrations, BindingsLeftBehindByAnEarlierAssignmentTakeTheirOperationsRepository) {
   test_database db(false);
   auto conn = db.connect();
-  std::vector<persistence::migration> before;
-  for (const auto& m : persistence::all_migrations()) {
-    if (m.version < 22) before.push_back(m);
-  }
-  ASSERT_TRUE(persistence::migrate(*conn, before).ok);
+  ASSERT_TRUE(persistence::migrate(*conn, migrations_before(22)).ok);
   add_change(*conn, "00000000-0000-4000-8000-000000000001", "a");
   db.exec("UPDATE binding SET repository = ''");
   db.exec("UPDATE binding_history SET repository = ''");
