@@ -183,14 +183,17 @@ db_result<int> adopt_rows_without_repository(session s, const std::string& proje
     std::unique_ptr<sql::Statement> probe(conn.createStatement());
     std::unique_ptr<sql::ResultSet> left(probe->executeQuery("SELECT 1 FROM operation WHERE repository = '' LIMIT 1"));
     if (!left->next()) return db_result<int>::success(0);
+    // IGNORE: a row whose unique key (a binding's relationship, a batch's active slot) a later row
+    // already holds in that repository stays unassigned instead of stopping the operations' turn.
     for (const char* table : {"binding", "binding_history"}) {
-      auto st = detail::prepare(conn, std::string("UPDATE ") + table + " SET repository = ? WHERE repository = ''");
+      auto st =
+          detail::prepare(conn, std::string("UPDATE IGNORE ") + table + " SET repository = ? WHERE repository = ''");
       st->setString(1, project);
       st->executeUpdate();
     }
     for (const char* table : {"merge_batch", "merge_batch_request"}) {
       auto st = detail::prepare(
-          conn, std::string("UPDATE ") + table + " SET repository = ?, target_branch = ? WHERE repository = ''");
+          conn, std::string("UPDATE IGNORE ") + table + " SET repository = ?, target_branch = ? WHERE repository = ''");
       st->setString(1, project);
       st->setString(2, target_branch);
       st->executeUpdate();

@@ -212,12 +212,23 @@ TEST(Migrations, TheStartUpAssignmentOfRepositoriesReadsNoTableWholeOnceItIsDone
   db.exec("UPDATE operation SET repository = '', target_branch = '' WHERE target_key = 'b'");
   db.exec("UPDATE binding SET repository = '' WHERE target_key = 'b'");
   db.exec("UPDATE binding_history SET repository = '' WHERE target_key = 'b'");
+  // A later change of the same subject and target, in the repository the old one is assigned to: its
+  // binding holds the relationship the old binding would take, which the old one then keeps unassigned.
+  persistence::new_operation later;
+  later.operation_id = "00000000-0000-4000-8000-000000000003";
+  later.subject_id = "mig";
+  later.target_key = "b";
+  later.repository = "group/legacy";
+  later.target_branch = "trunk";
+  ASSERT_EQ(persistence::create_operation(*conn, later).value, persistence::create_outcome::created);
   auto one = persistence::adopt_rows_without_repository(*conn, "group/legacy", "trunk");
   ASSERT_TRUE(one.ok()) << one.error.message;
   EXPECT_EQ(one.value, 1);
-  EXPECT_EQ(db.scalar("SELECT CONCAT(repository, ' ', target_branch) FROM operation WHERE target_key = 'b'"),
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT CONCAT(repository, ' ', target_branch)) FROM operation WHERE "
+                      "target_key = 'b'"),
             "group/legacy trunk");
-  EXPECT_EQ(db.scalar("SELECT repository FROM binding WHERE target_key = 'b'"), "group/legacy");
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(repository ORDER BY operation_id) FROM binding WHERE target_key = 'b'"),
+            ",group/legacy");
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT repository) FROM binding_history WHERE target_key = 'b'"),
             "group/legacy");
   EXPECT_EQ(db.scalar("SELECT repository FROM binding WHERE target_key = 'a'"), "group/project");

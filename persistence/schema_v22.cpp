@@ -11,7 +11,9 @@
 //   tables read both tables whole at every start-up. It assigns the operations last, so none left
 //   means an earlier pass assigned the rest. Passes of earlier versions assigned the operations
 //   first: bindings such a pass left unassigned when it stopped half-way take their operation's
-//   repository here, once.
+//   repository here, once. IGNORE: a binding whose relationship a later change of the same subject
+//   and target already holds in that repository stays as it is (the unique key refuses the copy),
+//   as the start-up assignment left it, instead of stopping every start-up at this migration.
 
 #include <string>
 #include <vector>
@@ -22,9 +24,10 @@ std::vector<std::string> schema_v22() {
   return {
       "ALTER TABLE deploy_callback ADD KEY IF NOT EXISTS idx_deploy_project_status_mr (project, status, mr_iid), "
       "DROP INDEX IF EXISTS idx_deploy_status_mr",
-      "UPDATE binding b JOIN operation o ON o.operation_id = b.operation_id SET b.repository = o.repository "
+      "UPDATE IGNORE binding b JOIN operation o ON o.operation_id = b.operation_id SET b.repository = o.repository "
       "WHERE b.repository = '' AND o.repository <> ''",
-      "UPDATE binding_history h JOIN operation o ON o.operation_id = h.operation_id SET h.repository = o.repository "
+      "UPDATE IGNORE binding_history h JOIN operation o ON o.operation_id = h.operation_id SET h.repository = "
+      "o.repository "
       "WHERE h.repository = '' AND o.repository <> ''",
   };
 }
