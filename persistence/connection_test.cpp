@@ -81,7 +81,7 @@ TEST(Endpoints, EveryLostConnectionIsRetriedOnANewOne) {
   EXPECT_GE(lost, 9);
 }
 
-TEST(Endpoints, AConnectionThatCouldNotBeOpenedSentNothingAndALostOneMaySentIt) {
+TEST(Endpoints, AConnectionThatCouldNotBeOpenedSentNothingAndALostOneMayHaveSentIt) {
   // What a lost write's caller needs to know: whether its statement may have reached the server.
   auto s = changeflow::testing::test_server_settings();
   s.socket.clear();

@@ -33,6 +33,14 @@ void add_change(sql::Connection& conn, const std::string& id, const std::string&
   ASSERT_EQ(persistence::create_operation(conn, op).value, persistence::create_outcome::created);
 }
 
+/// The names of a table's indexes, in the server's order, comma-separated.
+std::string index_names(const test_database& db, const std::string& table) {
+  return db.scalar(
+      "SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" +
+      table + "'");
+}
+
 /// The project's migrations older than `version`: the schema a database had before it.
 std::vector<persistence::migration> migrations_before(int version) {
   std::vector<persistence::migration> before;
@@ -165,9 +173,7 @@ TEST(Migrations, TheBindingKeepsOnlyTheIndexesItsLookupsUse) {
   test_database db(false);
   auto conn = db.connect();
   ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
-  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
-                      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'binding'"),
-            "PRIMARY,uk_binding_operation,uk_binding_relationship");
+  EXPECT_EQ(index_names(db, "binding"), "PRIMARY,uk_binding_operation,uk_binding_relationship");
 }
 
 // Migration 22: the reconciliation's deploy watermark is read from the end of one index range,
@@ -185,8 +191,7 @@ TEST(Migrations, TheDeployWatermarkIsOneIndexDive) {
       "EXPLAIN SELECT MAX(mr_iid) AS m FROM deploy_callback WHERE status = 'success' AND project = 'group/project'");
   ASSERT_EQ(plan.size(), 1u);
   EXPECT_EQ(plan[0].back(), "Select tables optimized away");
-  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM information_schema.STATISTICS "
-                      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'deploy_callback'"),
+  EXPECT_EQ(index_names(db, "deploy_callback"),
             "idx_deploy_mr,idx_deploy_project_status_mr,PRIMARY,uk_deploy_delivery");
 }
 
