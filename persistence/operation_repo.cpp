@@ -623,6 +623,51 @@ db_result<std::vector<operation_row>> load_operations(session s, const std::vect
 }
 
 namespace {
+/// The columns of load_operation_views, in read_operation_view's order.
+constexpr const char* operation_view_columns =
+    "operation_id, subject_id, target_key, flow, step, phase, version, title, mr_iid, mr_url, "
+    "CAST(ROUND(UNIX_TIMESTAMP(created_at) * 1000) AS SIGNED), CAST(ROUND(UNIX_TIMESTAMP(updated_at) * 1000) AS "
+    "SIGNED), requester, repository, target_branch, revert_of, reverted_by";
+
+operation_row read_operation_view(sql::ResultSet& rs) {
+  operation_row r;
+  r.operation_id = detail::str(rs, 1);
+  r.subject_id = detail::str(rs, 2);
+  r.target_key = detail::str(rs, 3);
+  r.flow = detail::str(rs, 4);
+  r.step = detail::step_or_throw(rs.getInt(5));
+  r.phase = detail::phase_or_throw(detail::str(rs, 6));
+  r.version = rs.getInt64(7);
+  r.title = detail::str(rs, 8);
+  r.mr_iid = detail::opt_int64(rs, 9);
+  r.mr_url = detail::opt_string(rs, 10);
+  r.created_at_ms = rs.getInt64(11);
+  r.updated_at_ms = rs.getInt64(12);
+  r.requester = detail::str(rs, 13);
+  r.repository = detail::str(rs, 14);
+  r.target_branch = detail::str(rs, 15);
+  r.revert_of = detail::opt_string(rs, 16);
+  r.reverted_by = detail::opt_string(rs, 17);
+  return r;
+}
+}  // namespace
+
+db_result<std::vector<operation_row>> load_operation_views(session s, const std::vector<std::string>& ids) {
+  using V = std::vector<operation_row>;
+  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
+    V out;
+    for (const auto& chunk : detail::chunks(ids)) {
+      auto st = prepare(conn, std::string("SELECT ") + operation_view_columns +
+                                  " FROM operation WHERE operation_id IN (" + detail::placeholders(chunk.size()) + ")");
+      for (std::size_t i = 0; i < chunk.size(); ++i) st->setString(static_cast<int>(i + 1), chunk[i]);
+      rs_ptr rs(st->executeQuery());
+      while (rs->next()) out.push_back(read_operation_view(*rs));
+    }
+    return db_result<V>::success(std::move(out));
+  });
+}
+
+namespace {
 /// Newest first by one indexed column; `column` is one of the fixed names below, never input.
 db_result<std::vector<operation_row>> list_newest_by(session s, std::string_view column, const std::string& value,
                                                      int limit) {

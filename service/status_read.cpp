@@ -322,7 +322,7 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
   for (const auto& p : batch) {
     if (seen.insert(p.w->operation_id).second) ids.push_back(p.w->operation_id);
   }
-  auto rows = persistence::load_operations(db, ids);
+  auto rows = persistence::load_operation_views(db, ids);
   {
     std::lock_guard lock(mutex_);
     ++batch_stats_.queries;
@@ -528,7 +528,7 @@ bool status_reads::recheck_pass(persistence::db_context& db) {
   for (const auto& w : due) {
     if (seen.insert(w->operation_id).second) ids.push_back(w->operation_id);
   }
-  auto rows = persistence::load_operations(db, ids);
+  auto rows = persistence::load_operation_views(db, ids);
   if (!rows.ok()) {
     for (const auto& w : due) {
       if (w->deadline <= now) finish(w, failed_view(status_outcome::failed, rows.error));

@@ -1,8 +1,9 @@
 #pragma once
 // Status reads of one change (GET /api/v1/changes/{id}), served cheaply, and the blocking wait.
 //
-// A read is ONE primary-key query on the status read pool (the row); the timeline is a second query,
-// made only when asked for. Rows no one can move any more (a step without an outgoing edge in the
+// A read is ONE primary-key query on the status read pool (the row, with only the columns a status
+// answer shows: persistence::load_operation_views, never the payload); the timeline is a second
+// query, made only when asked for. Rows no one can move any more (a step without an outgoing edge in the
 // transition table, VALIDATED excepted: a revert still links it) are kept in a small cache and
 // answered without a query; such a row is immutable, so the cache is correct across instances.
 // The row of a change still in flight, once read, answers further plain reads of it for

@@ -6,6 +6,7 @@
 #include "actors/registry.hpp"
 #include "config/snapshot.hpp"
 #include "config/store.hpp"
+#include "http/dto/change_dto.hpp"
 #include "persistence/repo_test_support.hpp"
 #include "persistence/sql_util.hpp"
 #include "tests/support/test_db.hpp"
@@ -314,4 +315,27 @@ TEST(KeptStatusRows, ACreatedRowIsNotKeptWhenAWriteOfThisInstanceCameAfterItsMar
   f.reads->created(*created, mark);
   EXPECT_EQ(f.read(op.operation_id).version, v2.version);
   EXPECT_EQ(f.pool.stats().completed, 1u);
+}
+
+// A status read takes only the columns a status answer shows (persistence::load_operation_views):
+// every field of the document, both shapes (the plain answer and the one with a timeline), is the
+// full row's, and the payload (a change's files, the largest column) is not read.
+TEST(StatusReadRows, AStatusReadAnswersAsTheFullRowWithoutReadingThePayload) {
+  fixture f;
+  auto id = persistence::test::new_op(*f.conn, "alice", "repo/a.yaml", "alice@example.com", "config/changes");
+  // Every field a status document shows set, none at its default.
+  std::unique_ptr<sql::Statement> st(f.conn->createStatement());
+  st->executeUpdate(
+      "UPDATE operation SET mr_iid = 42, mr_url = 'http://gitlab.example/mr/42', revert_of = "
+      "'00000000-0000-4000-8000-000000000001', reverted_by = '00000000-0000-4000-8000-000000000002', "
+      "version = version + 1 WHERE operation_id = '" +
+      id + "'");
+  auto full = persistence::load_operation(*f.conn, id).value;
+  ASSERT_FALSE(full.payload_json.empty());
+
+  auto read = f.read(id);
+  EXPECT_EQ(http::dto::status_body(read, false), http::dto::status_body(full, false));
+  EXPECT_EQ(http::dto::to_json(read), http::dto::to_json(full));
+  EXPECT_EQ(read.version, full.version);
+  EXPECT_TRUE(read.payload_json.empty()) << "a status read brought the change's payload";
 }
