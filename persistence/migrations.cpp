@@ -185,15 +185,17 @@ db_result<int> adopt_rows_without_repository(session s, const std::string& proje
     if (!left->next()) return db_result<int>::success(0);
     // IGNORE: a row whose unique key (a binding's relationship, a batch's active slot) a later row
     // already holds in that repository stays unassigned instead of stopping the operations' turn.
-    for (const char* table : {"binding", "binding_history"}) {
-      auto st =
-          detail::prepare(conn, std::string("UPDATE IGNORE ") + table + " SET repository = ? WHERE repository = ''");
+    // The assignment names where a row belongs and changes nothing else: the `updated_at` of a
+    // binding (when it last moved) and of a batch (when it settled) keep their times.
+    for (const char* set :
+         {"binding SET repository = ?, updated_at = updated_at", "binding_history SET repository = ?"}) {
+      auto st = detail::prepare(conn, std::string("UPDATE IGNORE ") + set + " WHERE repository = ''");
       st->setString(1, project);
       st->executeUpdate();
     }
-    for (const char* table : {"merge_batch", "merge_batch_request"}) {
-      auto st = detail::prepare(
-          conn, std::string("UPDATE IGNORE ") + table + " SET repository = ?, target_branch = ? WHERE repository = ''");
+    for (const char* set : {"merge_batch SET repository = ?, target_branch = ?, updated_at = updated_at",
+                            "merge_batch_request SET repository = ?, target_branch = ?"}) {
+      auto st = detail::prepare(conn, std::string("UPDATE IGNORE ") + set + " WHERE repository = ''");
       st->setString(1, project);
       st->setString(2, target_branch);
       st->executeUpdate();

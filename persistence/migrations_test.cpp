@@ -217,6 +217,12 @@ TEST(Migrations, TheStartUpAssignmentOfRepositoriesReadsNoTableWholeOnceItIsDone
   db.exec("UPDATE operation SET repository = '', target_branch = '' WHERE target_key = 'b'");
   db.exec("UPDATE binding SET repository = '' WHERE target_key = 'b'");
   db.exec("UPDATE binding_history SET repository = '' WHERE target_key = 'b'");
+  // Times the assignment must leave as they are: when a binding last moved, when a batch settled.
+  add_change(*conn, "00000000-0000-4000-8000-000000000004", "c");
+  db.exec("UPDATE binding SET repository = '', updated_at = '2026-01-02 03:04:05.678' WHERE target_key = 'c'");
+  db.exec(
+      "INSERT INTO merge_batch (status, repository, target_branch, created_at, updated_at) VALUES "
+      "(2, '', '', '2026-01-02 03:04:00.000', '2026-01-02 03:04:05.678')");
   // A later change of the same subject and target, in the repository the old one is assigned to: its
   // binding holds the relationship the old binding would take, which the old one then keeps unassigned.
   persistence::new_operation later;
@@ -237,6 +243,10 @@ TEST(Migrations, TheStartUpAssignmentOfRepositoriesReadsNoTableWholeOnceItIsDone
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT repository) FROM binding_history WHERE target_key = 'b'"),
             "group/legacy");
   EXPECT_EQ(db.scalar("SELECT repository FROM binding WHERE target_key = 'a'"), "group/project");
+  EXPECT_EQ(db.scalar("SELECT CONCAT(repository, ' ', target_branch, ' ', updated_at) FROM merge_batch"),
+            "group/legacy trunk 2026-01-02 03:04:05.678");
+  EXPECT_EQ(db.scalar("SELECT CONCAT(repository, ' ', updated_at) FROM binding WHERE target_key = 'c'"),
+            "group/legacy 2026-01-02 03:04:05.678");
 }
 
 // Migration 22: a binding that an earlier version's assignment left without a repository after it
