@@ -607,22 +607,24 @@ db_result<operation_row> load_operation(session s, const std::string& operation_
   });
 }
 
-db_result<std::vector<operation_row>> load_operations(session s, const std::vector<std::string>& ids) {
+namespace {
+/// The rows of `ids` (chunked IN lists), each SELECT naming `columns` and each row read by `read`.
+db_result<std::vector<operation_row>> load_by_ids(session s, const std::vector<std::string>& ids, const char* columns,
+                                                  operation_row (*read)(sql::ResultSet&)) {
   using V = std::vector<operation_row>;
   return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
     V out;
     for (const auto& chunk : detail::chunks(ids)) {
-      auto st = prepare(conn, std::string("SELECT ") + detail::operation_columns +
-                                  " FROM operation WHERE operation_id IN (" + detail::placeholders(chunk.size()) + ")");
+      auto st = prepare(conn, std::string("SELECT ") + columns + " FROM operation WHERE operation_id IN (" +
+                                  detail::placeholders(chunk.size()) + ")");
       for (std::size_t i = 0; i < chunk.size(); ++i) st->setString(static_cast<int>(i + 1), chunk[i]);
       rs_ptr rs(st->executeQuery());
-      while (rs->next()) out.push_back(detail::read_operation(*rs));
+      while (rs->next()) out.push_back(read(*rs));
     }
     return db_result<V>::success(std::move(out));
   });
 }
 
-namespace {
 /// The columns of load_operation_views, in read_operation_view's order.
 constexpr const char* operation_view_columns =
     "operation_id, subject_id, target_key, flow, step, phase, version, title, mr_iid, mr_url, "
@@ -652,19 +654,12 @@ operation_row read_operation_view(sql::ResultSet& rs) {
 }
 }  // namespace
 
+db_result<std::vector<operation_row>> load_operations(session s, const std::vector<std::string>& ids) {
+  return load_by_ids(s, ids, detail::operation_columns, &detail::read_operation);
+}
+
 db_result<std::vector<operation_row>> load_operation_views(session s, const std::vector<std::string>& ids) {
-  using V = std::vector<operation_row>;
-  return guarded<V>(s, [&](sql::Connection& conn) -> db_result<V> {
-    V out;
-    for (const auto& chunk : detail::chunks(ids)) {
-      auto st = prepare(conn, std::string("SELECT ") + operation_view_columns +
-                                  " FROM operation WHERE operation_id IN (" + detail::placeholders(chunk.size()) + ")");
-      for (std::size_t i = 0; i < chunk.size(); ++i) st->setString(static_cast<int>(i + 1), chunk[i]);
-      rs_ptr rs(st->executeQuery());
-      while (rs->next()) out.push_back(read_operation_view(*rs));
-    }
-    return db_result<V>::success(std::move(out));
-  });
+  return load_by_ids(s, ids, operation_view_columns, &read_operation_view);
 }
 
 namespace {
