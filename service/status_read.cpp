@@ -15,9 +15,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-/// Rows of ended changes kept at most; past it the cache is emptied and fills again (a change that
-/// ended is read a few times, by its requester, and then rarely).
-constexpr std::size_t max_cached_rows = 20000;
 /// A wait's deadline is honoured to this granularity: the re-check job ticks at least this often
 /// while anyone waits.
 constexpr std::int64_t deadline_tick_ms = 50;
@@ -59,7 +56,8 @@ struct status_reads::waiter {
   }
 };
 
-status_reads::status_reads(runtime::services& svc, persistence::db_pool& reads) : svc_(svc), reads_(reads) {}
+status_reads::status_reads(runtime::services& svc, persistence::db_pool& reads, std::size_t max_rows)
+    : svc_(svc), reads_(reads), ended_(max_rows), kept_(max_rows), written_at_(max_rows) {}
 
 status_reads::~status_reads() {
   stop();
@@ -119,26 +117,19 @@ void status_reads::created(const persistence::operation_row& row, std::uint64_t 
   keep(row, mark);
 }
 
-void status_reads::drop_expired(clock::time_point now, std::chrono::milliseconds ttl) {
-  if (now - last_expiry_ < ttl) return;
-  last_expiry_ = now;
-  for (auto it = kept_.begin(); it != kept_.end();) {
-    if (now - it->second.read_at >= ttl) {
-      it = kept_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+void status_reads::keep_row(const persistence::operation_row& row, clock::time_point now,
+                            std::chrono::milliseconds ttl) {
+  kept_.drop_oldest_while([&](const kept_row& k) { return now - k.read_at >= ttl; });
+  kept_.put(row.operation_id, kept_row{row, now});
 }
 
 std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id) const {
   auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return std::nullopt;
   std::lock_guard lock(mutex_);
-  auto it = kept_.find(operation_id);
-  if (it == kept_.end()) return std::nullopt;
-  if (clock::now() - it->second.read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
-  return it->second.row;
+  const auto* k = kept_.find(operation_id);
+  if (!k || clock::now() - k->read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
+  return k->row;
 }
 
 void status_reads::keep(const persistence::operation_row& row, std::uint64_t began) {
@@ -148,12 +139,8 @@ void status_reads::keep(const persistence::operation_row& row, std::uint64_t beg
   const auto now = clock::now();
   std::lock_guard lock(mutex_);
   if (began < kept_floor_) return;
-  if (auto w = written_at_.find(row.operation_id); w != written_at_.end() && w->second > began) return;
-  drop_expired(now, std::chrono::milliseconds(ttl));
-  if (kept_.size() >= max_cached_rows && !kept_.count(row.operation_id)) kept_.clear();
-  auto& k = kept_[row.operation_id];
-  k.row = row;
-  k.read_at = now;
+  if (const auto* mark = written_at_.find(row.operation_id); mark && *mark > began) return;
+  keep_row(row, now, std::chrono::milliseconds(ttl));
 }
 
 std::int64_t status_reads::next_tick_ms() const {
@@ -171,15 +158,14 @@ std::int64_t status_reads::next_tick_ms() const {
 void status_reads::remember(const persistence::operation_row& row) {
   if (!immutable_step(row.step)) return;
   std::lock_guard lock(mutex_);
-  if (ended_.size() >= max_cached_rows) ended_.clear();
-  ended_.insert_or_assign(row.operation_id, row);
+  ended_.put(row.operation_id, row);
 }
 
 std::optional<persistence::operation_row> status_reads::cached_row(const std::string& operation_id) const {
   std::lock_guard lock(mutex_);
-  auto it = ended_.find(operation_id);
-  if (it == ended_.end()) return std::nullopt;
-  return it->second;
+  const auto* row = ended_.find(operation_id);
+  if (!row) return std::nullopt;
+  return *row;
 }
 
 status_view status_reads::view_of(persistence::session db, const persistence::operation_row& row, bool timeline) const {
@@ -401,25 +387,21 @@ void status_reads::written(const std::string& operation_id, const persistence::o
   {
     std::lock_guard lock(mutex_);
     ++writes_;
-    if (auto it = kept_.find(operation_id); it != kept_.end()) {
+    if (const auto* k = kept_.find(operation_id)) {
       // The committed row replaces the kept one only when that is the version it moved from: a
       // kept row at any other version, or none (another write dropped it), means another write
       // came between, which may be newer than `committed`.
-      auto& k = it->second;
-      if (committed && k.row.version == (found_version != 0 ? found_version : committed->version - 1) &&
-          !immutable_step(committed->step) && svc_.config->current()->http().status_cache_ms > 0) {
-        k.row = *committed;
-        k.read_at = clock::now();
+      const auto ttl = svc_.config->current()->http().status_cache_ms;
+      if (committed && k->row.version == (found_version != 0 ? found_version : committed->version - 1) &&
+          !immutable_step(committed->step) && ttl > 0) {
+        keep_row(*committed, clock::now(), std::chrono::milliseconds(ttl));
       } else {
-        kept_.erase(it);
+        kept_.erase(operation_id);
       }
     }
-    if (written_at_.size() >= max_cached_rows && !written_at_.count(operation_id)) {
-      written_at_.clear();  // past the bound: forget every mark, and keep nothing a read began before now
-      kept_floor_ = writes_;
-    } else {
-      written_at_[operation_id] = writes_;
-    }
+    // Past the bound the oldest mark is forgotten: a read that began before it keeps nothing.
+    written_at_.put(operation_id, writes_,
+                    [this](const std::string&, std::uint64_t mark) { kept_floor_ = std::max(kept_floor_, mark); });
     auto [begin, end] = waiters_.equal_range(operation_id);
     for (auto it = begin; it != end; ++it) {
       auto& w = it->second;

@@ -38,6 +38,7 @@
 // a batch job the pool drops unrun answers its reads as overloaded instead of leaving them waiting.
 
 #include "actors/periodic_job.hpp"
+#include "base/fifo_map.hpp"
 #include "persistence/db_pool.hpp"
 #include "persistence/operation_repo.hpp"
 #include "runtime/services.hpp"
@@ -59,6 +60,9 @@ namespace changeflow::service {
 inline constexpr std::int64_t max_status_wait_ms = 25000;
 /// Reads one batch job answers with one query at most.
 inline constexpr std::size_t status_batch_max = 64;
+/// Rows of ended changes, rows of changes in flight, and write marks each kept at most (past it, the
+/// oldest goes: a change is read a few times, by its requester, soon after it moved, and then rarely).
+inline constexpr std::size_t status_rows_max = 20000;
 
 /// Database reads made for first reads: queries sent and the reads they answered.
 struct status_batch_stats {
@@ -91,7 +95,8 @@ using status_answer = std::function<void(status_view)>;
 
 class status_reads {
  public:
-  status_reads(runtime::services& svc, persistence::db_pool& reads);
+  /// `max_rows`: the bound of each of the three memories (ended rows, kept rows, write marks).
+  status_reads(runtime::services& svc, persistence::db_pool& reads, std::size_t max_rows = status_rows_max);
   ~status_reads();
   status_reads(const status_reads&) = delete;
   status_reads& operator=(const status_reads&) = delete;
@@ -157,7 +162,7 @@ class status_reads {
 
   mutable std::mutex mutex_;
   std::unordered_multimap<std::string, waiter_ptr> waiters_;
-  std::unordered_map<std::string, persistence::operation_row> ended_;
+  fifo_map<persistence::operation_row> ended_;
 
   /// First reads waiting for a batch job; `began` is the write count when each was asked.
   struct pending_read {
@@ -178,17 +183,19 @@ class status_reads {
   /// Keeps `row`, read by a read that began at write count `began` (or created then), unless the
   /// change was written since.
   void keep(const persistence::operation_row& row, std::uint64_t began);
-  /// Under mutex_: at most once per http.status_cache_ms, drops the kept rows older than that, so
-  /// rows kept for changes nobody polls (every created change is kept) do not pile up to the bound.
-  void drop_expired(std::chrono::steady_clock::time_point now, std::chrono::milliseconds ttl);
-  std::unordered_map<std::string, kept_row> kept_;
-  std::chrono::steady_clock::time_point last_expiry_ = std::chrono::steady_clock::now();
+  /// Under mutex_: keeps `row` as read at `now`, first dropping the kept rows older than
+  /// http.status_cache_ms (from the oldest on), so rows kept for changes nobody polls (every
+  /// created change is kept) do not pile up to the bound.
+  void keep_row(const persistence::operation_row& row, std::chrono::steady_clock::time_point now,
+                std::chrono::milliseconds ttl);
+  fifo_map<kept_row> kept_;
   /// The write count when this instance last wrote each change: a read that began before it keeps
   /// nothing. Apart from the rows, so a change written and never read costs a key and a number, not
   /// a row (a passivated wait has no actor, and this map is what it leaves here).
-  std::unordered_map<std::string, std::uint64_t> written_at_;
-  std::uint64_t writes_ = 0;      // row_written calls so far
-  std::uint64_t kept_floor_ = 0;  // reads that began before this count keep nothing (written_at_ was emptied)
+  fifo_map<std::uint64_t> written_at_;
+  std::uint64_t writes_ = 0;  // row_written calls so far
+  std::uint64_t kept_floor_ =
+      0;  // reads that began before this count keep nothing (a mark at least this new was forgotten)
   std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();
 };
 

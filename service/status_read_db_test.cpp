@@ -10,9 +10,11 @@
 #include "persistence/repo_test_support.hpp"
 #include "persistence/sql_util.hpp"
 #include "tests/support/test_db.hpp"
+#include "workflow/status.hpp"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,15 +37,16 @@ struct fixture {
   persistence::db_context ctx{db.settings()};
   std::unique_ptr<service::status_reads> reads;
 
-  explicit fixture(nlohmann::json db_keys = nlohmann::json::object()) {
-    nlohmann::json keys{{"http", {{"status_cache_ms", 600000}}}};
+  explicit fixture(nlohmann::json db_keys = nlohmann::json::object(), std::size_t max_rows = service::status_rows_max,
+                   std::int64_t cache_ms = 600000) {
+    nlohmann::json keys{{"http", {{"status_cache_ms", cache_ms}}}};
     if (!db_keys.empty()) keys["db"] = db_keys;
     auto loaded = config::load_from_json(keys, [](const std::string&) { return std::nullopt; });
     if (!loaded.snap) ADD_FAILURE() << "test configuration refused";
     cfg = std::make_shared<config::store>(loaded.snap);
     svc.config = cfg.get();
     svc.actors = &live;
-    reads = std::make_unique<service::status_reads>(svc, pool);
+    reads = std::make_unique<service::status_reads>(svc, pool, max_rows);
   }
 
   /// A plain read; the pool's queued jobs (a database read, if one was needed) run here.
@@ -92,6 +95,13 @@ struct fixture {
     std::optional<persistence::operation_row> row;
     EXPECT_EQ(persistence::create_operation(*conn, op, &row).value, persistence::create_outcome::created);
     return {op, row};
+  }
+  /// Keeps a change's row as a creation through this instance does, without a query.
+  std::string create_kept(const std::string& subject, const std::string& target) {
+    const auto mark = reads->write_mark();
+    auto [op, created] = this->create(subject, target);
+    if (created) reads->created(*created, mark);
+    return op.operation_id;
   }
   /// Moves the row in the database only (no signal to the service), returning it as committed.
   persistence::operation_row move_behind_its_back(const std::string& id, const std::string& title) {
@@ -338,4 +348,72 @@ TEST(StatusReadRows, AStatusReadAnswersAsTheFullRowWithoutReadingThePayload) {
   EXPECT_EQ(http::dto::to_json(read), http::dto::to_json(full));
   EXPECT_EQ(read.version, full.version);
   EXPECT_TRUE(read.payload_json.empty()) << "a status read brought the change's payload";
+}
+
+// Each memory of the status reads drops its oldest entry when full, never all of them at once: an
+// emptied memory stalled every reader on the lock they share while it was freed (it showed in the
+// status reads' p99) and sent every kept change back to the database together.
+namespace {
+/// `ids` in the order they were remembered, one more than the memory holds: the newest and the
+/// second are answered without a query, the oldest (forgotten) by one.
+void expect_only_the_oldest_forgotten(fixture& f, const std::vector<std::string>& ids) {
+  const auto queries = f.pool.stats().completed;
+  f.read(ids.back());
+  f.read(ids[1]);
+  EXPECT_EQ(f.pool.stats().completed, queries) << "a row newer than the oldest was forgotten";
+  f.read(ids[0]);
+  EXPECT_EQ(f.pool.stats().completed, queries + 1) << "the oldest row was still remembered past the bound";
+}
+}  // namespace
+
+TEST(KeptStatusRows, AFullMemoryOfKeptRowsForgetsItsOldestRowOnly) {
+  fixture f({}, 3);
+  std::vector<std::string> ids;
+  for (int i = 1; i <= 4; ++i) ids.push_back(f.create_kept("kim", "repo/k" + std::to_string(i) + ".yaml"));
+  EXPECT_EQ(f.reads->kept_in_flight(), 3u);
+  expect_only_the_oldest_forgotten(f, ids);
+}
+
+TEST(EndedStatusRows, AFullMemoryOfEndedRowsForgetsItsOldestRowOnly) {
+  ASSERT_TRUE(service::immutable_step(workflow::step::CANCELLED));
+  fixture f({}, 2);
+  std::vector<std::string> ids;
+  for (int i = 1; i <= 3; ++i) {
+    ids.push_back(persistence::test::new_op(*f.conn, "eve", "repo/e" + std::to_string(i) + ".yaml"));
+    std::unique_ptr<sql::Statement> st(f.conn->createStatement());
+    st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CANCELLED)) +
+                      ", phase = 'CANCELLED', version = version + 1 WHERE operation_id = '" + ids.back() + "'");
+  }
+  for (const auto& id : ids) EXPECT_EQ(f.read(id).phase, workflow::phase::CANCELLED);
+  EXPECT_EQ(f.pool.stats().completed, 3u);
+  EXPECT_EQ(f.reads->cached(), 2u);
+  expect_only_the_oldest_forgotten(f, ids);
+}
+
+// A forgotten write mark must not let a read that began before that write keep its older row.
+TEST(KeptStatusRows, AReadThatBeganBeforeAForgottenWriteKeepsNothing) {
+  fixture f({}, 2);
+  auto id = persistence::test::new_op(*f.conn, "wes", "repo/w.yaml");
+  std::optional<service::status_view> got;
+  f.ask(id, got);  // begins now; its query runs below, after the write
+  f.move_behind_its_back(id, "v2");
+  f.reads->row_written(id);
+  f.reads->row_written("00000000-0000-4000-8000-00000000000b");
+  f.reads->row_written("00000000-0000-4000-8000-00000000000c");  // the bound of 2 forgets id's mark
+  f.pool.run_queued(f.ctx);
+  ASSERT_TRUE(got);
+  f.move_behind_its_back(id, "v3");
+  EXPECT_EQ(f.read(id).title, "v3") << "the read that began before the write kept its row";
+  EXPECT_EQ(f.pool.stats().completed, 2u);
+}
+
+TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedWhenTheNextIsKept) {
+  fixture f({}, service::status_rows_max, 1);
+  f.create_kept("ola", "repo/o1.yaml");
+  EXPECT_EQ(f.reads->kept_in_flight(), 1u);
+  const auto kept_at = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - kept_at < std::chrono::milliseconds(2)) {
+  }  // the cache time (1 ms) passes
+  f.create_kept("ola", "repo/o2.yaml");
+  EXPECT_EQ(f.reads->kept_in_flight(), 1u) << "a row older than http.status_cache_ms stayed";
 }
