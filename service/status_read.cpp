@@ -6,6 +6,7 @@
 #include "workflow/transitions.hpp"
 
 #include <algorithm>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
@@ -114,33 +115,33 @@ std::uint64_t status_reads::write_mark() const {
 }
 
 void status_reads::created(const persistence::operation_row& row, std::uint64_t mark) {
-  keep(row, mark);
+  keep(std::make_shared<const persistence::operation_row>(row), mark);
 }
 
-void status_reads::keep_row(const persistence::operation_row& row, clock::time_point now,
-                            std::chrono::milliseconds ttl) {
+void status_reads::keep_row(row_ptr row, clock::time_point now, std::chrono::milliseconds ttl) {
   kept_.drop_oldest_while([&](const kept_row& k) { return now - k.read_at >= ttl; });
-  kept_.put(row.operation_id, kept_row{row, now});
+  const auto& id = row->operation_id;
+  kept_.put(id, kept_row{std::move(row), now});
 }
 
-std::optional<persistence::operation_row> status_reads::kept(const std::string& operation_id) const {
+status_reads::row_ptr status_reads::kept(const std::string& operation_id) const {
   auto ttl = svc_.config->current()->http().status_cache_ms;
-  if (ttl <= 0) return std::nullopt;
+  if (ttl <= 0) return nullptr;
   std::lock_guard lock(mutex_);
   const auto* k = kept_.find(operation_id);
-  if (!k || clock::now() - k->read_at >= std::chrono::milliseconds(ttl)) return std::nullopt;
+  if (!k || clock::now() - k->read_at >= std::chrono::milliseconds(ttl)) return nullptr;
   return k->row;
 }
 
-void status_reads::keep(const persistence::operation_row& row, std::uint64_t began) {
-  if (immutable_step(row.step)) return;  // the ended-change cache has it
+void status_reads::keep(row_ptr row, std::uint64_t began) {
+  if (immutable_step(row->step)) return;  // the ended-change cache has it
   const auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return;
   const auto now = clock::now();
   std::lock_guard lock(mutex_);
   if (began < kept_floor_) return;
-  if (const auto* mark = written_at_.find(row.operation_id); mark && *mark > began) return;
-  keep_row(row, now, std::chrono::milliseconds(ttl));
+  if (const auto* mark = written_at_.find(row->operation_id); mark && *mark > began) return;
+  keep_row(std::move(row), now, std::chrono::milliseconds(ttl));
 }
 
 std::int64_t status_reads::next_tick_ms() const {
@@ -179,17 +180,14 @@ status_view status_reads::view_of(persistence::session db, const persistence::op
   return v;
 }
 
-void status_reads::answer_from_memory(persistence::operation_row row, const view_check& may_view,
-                                      status_answer answer) {
+void status_reads::answer_from_memory(row_ptr held, const view_check& may_view, status_answer answer) {
   auto* registry = svc_.actors;
-  // One row for the check and the answer: the check reads it, and calls `decide` once, after which
-  // the answer takes it (a poll copied the whole row, payload included, twice more).
-  auto held = std::make_shared<persistence::operation_row>(std::move(row));
+  // One row for the check and the answer, copied once, into the answer.
   may_view(*held, [held, registry, answer = std::move(answer)](bool visible) {
     if (!visible) return answer(failed_view(status_outcome::not_found));
     status_view v;
     v.live = registry->find(held->operation_id).has_value();
-    v.row = std::move(*held);
+    v.row = *held;
     answer(std::move(v));
   });
 }
@@ -198,9 +196,12 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
   // An ended change no one can move: answered from memory (its timeline still needs the query).
   // So is a plain read of a change in flight whose row this instance read a moment ago.
   if (!q.timeline) {
-    if (auto row = cached_row(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
+    if (auto row = cached_row(q.operation_id)) {
+      return answer_from_memory(std::make_shared<const persistence::operation_row>(std::move(*row)), may_view,
+                                std::move(answer));
+    }
     if (q.wait_ms <= 0 && !q.fresh) {
-      if (auto row = kept(q.operation_id)) return answer_from_memory(std::move(*row), may_view, std::move(answer));
+      if (auto row = kept(q.operation_id)) return answer_from_memory(std::move(row), may_view, std::move(answer));
     }
   }
   auto w = std::make_shared<waiter>();
@@ -248,7 +249,7 @@ void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
     if (row.outcome == persistence::db_outcome::not_found) return finish(w, failed_view(status_outcome::not_found));
     if (!row.ok()) return finish(w, failed_view(status_outcome::failed, row.error));
     remember(row.value);
-    keep(row.value, began);
+    keep(std::make_shared<const persistence::operation_row>(row.value), began);
     after_first_read(w, may_view, view_of(db, row.value, w->timeline));
   });
   if (!queued) finish(w, failed_view(status_outcome::overloaded));
@@ -314,11 +315,13 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
     ++batch_stats_.queries;
     batch_stats_.reads += batch.size();
   }
-  std::unordered_map<std::string, const persistence::operation_row*> by_id;
+  // Each row shared by the memory of kept rows and the answers, keyed by its own id.
+  std::unordered_map<std::string_view, row_ptr> by_id;
   if (rows.ok()) {
-    for (const auto& row : rows.value) {
+    for (auto& row : rows.value) {
       remember(row);
-      by_id.emplace(row.operation_id, &row);
+      auto shared = std::make_shared<const persistence::operation_row>(std::move(row));
+      by_id.emplace(shared->operation_id, std::move(shared));
     }
   }
   for (auto& p : batch) {
@@ -332,7 +335,7 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
         finish(p.w, failed_view(status_outcome::not_found));
         continue;
       }
-      keep(*it->second, p.began);
+      keep(it->second, p.began);
       status_view first;
       first.row = *it->second;
       after_first_read(p.w, p.may_view, std::move(first));
@@ -346,23 +349,25 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
 
 void status_reads::after_first_read(const waiter_ptr& w, const view_check& may_view, status_view first) {
   if (first.outcome != status_outcome::ok) return finish(w, std::move(first));
-  const auto row = first.row;
-  may_view(row, [this, w, first = std::move(first)](bool visible) mutable {
+  // The check reads the row and the answer takes it: one allocation, not a copy of the row.
+  auto held = std::make_shared<status_view>(std::move(first));
+  may_view(held->row, [this, w, held](bool visible) {
+    auto& view = *held;
     if (!visible) return finish(w, failed_view(status_outcome::not_found));
     bool moved = false;
     bool armed = false;
     bool again = false;
     {
       std::lock_guard lock(mutex_);
-      if (!w->since) w->since = first.row.version;
-      moved = w->moved(first.row);
+      if (!w->since) w->since = view.row.version;
+      moved = w->moved(view.row);
       if (w->waits && !moved && clock::now() < w->deadline) {
         armed = w->armed = true;
         again = w->dirty;
         w->dirty = false;
       }
     }
-    if (!armed) return finish(w, std::move(first));
+    if (!armed) return finish(w, std::move(view));
     if (again) reread(w);
   });
 }
@@ -392,9 +397,10 @@ void status_reads::written(const std::string& operation_id, const persistence::o
       // kept row at any other version, or none (another write dropped it), means another write
       // came between, which may be newer than `committed`.
       const auto ttl = svc_.config->current()->http().status_cache_ms;
-      if (committed && k->row.version == (found_version != 0 ? found_version : committed->version - 1) &&
+      if (committed && k->row->version == (found_version != 0 ? found_version : committed->version - 1) &&
           !immutable_step(committed->step) && ttl > 0) {
-        keep_row(*committed, clock::now(), std::chrono::milliseconds(ttl));
+        keep_row(std::make_shared<const persistence::operation_row>(*committed), clock::now(),
+                 std::chrono::milliseconds(ttl));
       } else {
         kept_.erase(operation_id);
       }

@@ -144,7 +144,8 @@ class status_reads {
   void answer_batch(persistence::db_context& db, std::vector<pending_read>& batch);
   /// A counted batch job will not run: uncount it, and when none is left, answer the queue overloaded.
   void drain_lost();
-  void answer_from_memory(persistence::operation_row row, const view_check& may_view, status_answer answer);
+  void answer_from_memory(std::shared_ptr<const persistence::operation_row> row, const view_check& may_view,
+                          status_answer answer);
   void reread(const waiter_ptr& w);
   /// Answers `w` from `row` when it moved or ended (or `deadline_passed`); true when it answered.
   bool settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
@@ -174,20 +175,21 @@ class status_reads {
   std::size_t drains_ = 0;  // batch jobs queued or running
   status_batch_stats batch_stats_;
 
-  /// In-flight rows kept for `http.status_cache_ms`.
+  /// In-flight rows kept for `http.status_cache_ms`. Shared, not copied: a batch's row is kept and
+  /// answered from one allocation, and the memory's nodes stay small for its lookups.
+  using row_ptr = std::shared_ptr<const persistence::operation_row>;
   struct kept_row {
-    persistence::operation_row row;
+    row_ptr row;
     std::chrono::steady_clock::time_point read_at;
   };
-  std::optional<persistence::operation_row> kept(const std::string& operation_id) const;
+  row_ptr kept(const std::string& operation_id) const;
   /// Keeps `row`, read by a read that began at write count `began` (or created then), unless the
   /// change was written since.
-  void keep(const persistence::operation_row& row, std::uint64_t began);
+  void keep(row_ptr row, std::uint64_t began);
   /// Under mutex_: keeps `row` as read at `now`, first dropping the kept rows older than
   /// http.status_cache_ms (from the oldest on), so rows kept for changes nobody polls (every
   /// created change is kept) do not pile up to the bound.
-  void keep_row(const persistence::operation_row& row, std::chrono::steady_clock::time_point now,
-                std::chrono::milliseconds ttl);
+  void keep_row(row_ptr row, std::chrono::steady_clock::time_point now, std::chrono::milliseconds ttl);
   fifo_map<kept_row> kept_;
   /// The write count when this instance last wrote each change: a read that began before it keeps
   /// nothing. Apart from the rows, so a change written and never read costs a key and a number, not
