@@ -135,6 +135,10 @@ status_reads::row_ptr status_reads::kept(const std::string& operation_id) const 
 
 void status_reads::keep(row_ptr row, std::uint64_t began) {
   if (immutable_step(row->step)) return;  // the ended-change cache has it
+  // A change that has ended is not polled (a client stops at its end): a row of one read here is
+  // not kept. The write that ended it still hands its row to the kept memory (written()), which
+  // answers the last poll of the change's own client.
+  if (workflow::is_terminal(row->phase)) return;
   const auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return;
   const auto now = clock::now();

@@ -417,3 +417,25 @@ TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedWhenTheNextIsKept) {
   f.create_kept("ola", "repo/o2.yaml");
   EXPECT_EQ(f.reads->kept_in_flight(), 1u) << "a row older than http.status_cache_ms stayed";
 }
+
+// A client stops polling at its change's end, so a row of an ended change read from the database is
+// not kept; the row the ending write hands over is (it answers that client's last poll).
+TEST(KeptStatusRows, AnEndedRowReadFromTheDatabaseIsNotKeptButOneHandedOverByItsWriteIs) {
+  fixture f;
+  auto ended = persistence::test::new_op(*f.conn, "val", "repo/v1.yaml");
+  std::unique_ptr<sql::Statement> st(f.conn->createStatement());
+  st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
+                    ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + ended + "'");
+  EXPECT_EQ(f.read(ended).phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(f.read(ended).phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(f.pool.stats().completed, 2u) << "an ended row read from the database answered the next read";
+  EXPECT_EQ(f.reads->kept_in_flight(), 0u);
+
+  auto moving = f.create_kept("val", "repo/v2.yaml");
+  std::unique_ptr<sql::Statement> end(f.conn->createStatement());
+  end->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
+                     ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + moving + "'");
+  f.reads->row_written_as(persistence::load_operation(*f.conn, moving).value);
+  EXPECT_EQ(f.read(moving).phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(f.pool.stats().completed, 2u) << "the row the ending write handed over was not kept";
+}
