@@ -144,8 +144,9 @@ class status_reads {
   void answer_batch(persistence::db_context& db, std::vector<pending_read>& batch);
   /// A counted batch job will not run: uncount it, and when none is left, answer the queue overloaded.
   void drain_lost();
-  void answer_from_memory(std::shared_ptr<const persistence::operation_row> row, const view_check& may_view,
-                          status_answer answer);
+  /// A row held in memory, shared by the memory and the answers (not copied for each).
+  using row_ptr = std::shared_ptr<const persistence::operation_row>;
+  void answer_from_memory(row_ptr row, const view_check& may_view, status_answer answer);
   void reread(const waiter_ptr& w);
   /// Answers `w` from `row` when it moved or ended (or `deadline_passed`); true when it answered.
   bool settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
@@ -177,7 +178,6 @@ class status_reads {
 
   /// In-flight rows kept for `http.status_cache_ms`. Shared, not copied: a batch's row is kept and
   /// answered from one allocation, and the memory's nodes stay small for its lookups.
-  using row_ptr = std::shared_ptr<const persistence::operation_row>;
   struct kept_row {
     row_ptr row;
     std::chrono::steady_clock::time_point read_at;
@@ -196,8 +196,8 @@ class status_reads {
   /// a row (a passivated wait has no actor, and this map is what it leaves here).
   fifo_map<std::uint64_t> written_at_;
   std::uint64_t writes_ = 0;  // row_written calls so far
-  std::uint64_t kept_floor_ =
-      0;  // reads that began before this count keep nothing (a mark at least this new was forgotten)
+  /// Reads that began before this count keep nothing: a write mark this new was forgotten.
+  std::uint64_t kept_floor_ = 0;
   std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();
 };
 
