@@ -43,13 +43,13 @@ class fifo_map {
   void put(const std::string& key, V value, Dropped&& dropped) {
     auto [it, added] = map_.try_emplace(key);
     auto& e = it->second;
-    e.value = std::move(value);
     if (added) {
       e.key = &it->first;
     } else {
       unlink(e);
     }
-    link_newest(e);
+    link_newest(e);  // linked before the value moves in, so no entry is ever outside the order
+    e.value = std::move(value);
     while (map_.size() > max_) {
       dropped(*oldest_->key, oldest_->value);
       remove(*oldest_);
