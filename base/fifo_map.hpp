@@ -4,8 +4,8 @@
 // A cache that is emptied when it fills forgets everything at once, and freeing thousands of
 // entries in one go stalls whoever waits on the cache's lock (the status reads' kept rows did, and
 // it showed in their p99). Here every put that passes the bound drops the oldest entry, and entries
-// past an age are dropped from the old end, so each call costs amortized O(1) and the map never
-// empties at once.
+// past an age are dropped from the old end a few per call, so no call frees more than a few
+// entries and the map never empties at once.
 //
 // "Oldest" is by the last put of a key: putting a key that is present makes it the newest. The
 // entries are linked from the oldest to the newest inside the map's own nodes (a node of an
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -23,6 +24,10 @@ namespace changeflow {
 
 template <class V>
 class fifo_map {
+  // A put links the entry before its value moves in; a move that could throw would leave a
+  // default value behind.
+  static_assert(std::is_nothrow_move_assignable_v<V>, "fifo_map values must move without throwing");
+
  public:
   explicit fifo_map(std::size_t max_entries) : max_(std::max<std::size_t>(1, max_entries)) {}
   fifo_map(const fifo_map&) = delete;
@@ -63,10 +68,10 @@ class fifo_map {
     if (auto it = map_.find(key); it != map_.end()) remove(it->second);
   }
 
-  /// Drops entries from the oldest on while `old(value)` holds.
+  /// Drops entries from the oldest on while `old(value)` holds, at most `limit` of them.
   template <class Old>
-  void drop_oldest_while(Old&& old) {
-    while (oldest_ && old(oldest_->value)) remove(*oldest_);
+  void drop_oldest_while(Old&& old, std::size_t limit) {
+    for (; limit > 0 && oldest_ && old(oldest_->value); --limit) remove(*oldest_);
   }
 
   std::size_t size() const { return map_.size(); }

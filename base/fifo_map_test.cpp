@@ -50,12 +50,31 @@ TEST(FifoMap, APutOfAPresentKeyMakesItTheNewest) {
 TEST(FifoMap, DropOldestWhileStopsAtTheFirstEntryThatIsNotOld) {
   fifo_map<int> m(10);
   for (int i = 1; i <= 5; ++i) m.put("k" + std::to_string(i), i);
-  m.erase("k2");                                     // a stale mark at the front is skipped
-  m.drop_oldest_while([](int v) { return v < 4; });  // k1, k3 old; k4 is not
+  m.erase("k2");                                         // an erased entry leaves the order
+  m.drop_oldest_while([](int v) { return v < 4; }, 10);  // k1, k3 old; k4 is not
   EXPECT_EQ(keys_present(m, {"k1", "k2", "k3", "k4", "k5"}), (std::vector<std::string>{"k4", "k5"}));
-  m.put("k1", 1);                                    // newest now, though its value is small
-  m.drop_oldest_while([](int v) { return v < 5; });  // k4 goes; k5 stops the walk before k1
+  m.put("k1", 1);                                        // newest now, though its value is small
+  m.drop_oldest_while([](int v) { return v < 5; }, 10);  // k4 goes; k5 stops the walk before k1
   EXPECT_EQ(keys_present(m, {"k1", "k4", "k5"}), (std::vector<std::string>{"k1", "k5"}));
+}
+
+// A call drops at most its limit, however many entries are old: expiry never frees the map at once.
+TEST(FifoMap, DropOldestWhileDropsNoMoreThanItsLimit) {
+  fifo_map<int> m(10);
+  for (int i = 1; i <= 5; ++i) m.put("k" + std::to_string(i), i);
+  m.drop_oldest_while([](int) { return true; }, 2);
+  EXPECT_EQ(keys_present(m, {"k1", "k2", "k3", "k4", "k5"}), (std::vector<std::string>{"k3", "k4", "k5"}));
+}
+
+TEST(FifoMap, ABoundOfZeroHoldsOneEntry) {
+  fifo_map<int> m(0);
+  m.put("a", 1);
+  m.put("b", 2);
+  EXPECT_EQ(keys_present(m, {"a", "b"}), (std::vector<std::string>{"b"}));
+  m.erase("b");  // the newest erased: the order is empty, and the next put starts it again
+  m.put("c", 3);
+  m.put("d", 4);
+  EXPECT_EQ(keys_present(m, {"a", "b", "c", "d"}), (std::vector<std::string>{"d"}));
 }
 
 // Puts of the same few keys over and over move them to the newest end; at the bound, no entry goes.

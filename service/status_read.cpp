@@ -115,11 +115,13 @@ std::uint64_t status_reads::write_mark() const {
 }
 
 void status_reads::created(const persistence::operation_row& row, std::uint64_t mark) {
-  keep(std::make_shared<const persistence::operation_row>(row), mark);
+  keep(row, mark);
 }
 
 void status_reads::keep_row(row_ptr row, clock::time_point now, std::chrono::milliseconds ttl) {
-  kept_.drop_oldest_while([&](const kept_row& k) { return now - k.read_at >= ttl; });
+  // A few at a time: after a lull every kept row may have expired, and freeing them all in one call
+  // would stall every reader on the lock. A kept row past its time is never answered (kept()).
+  kept_.drop_oldest_while([&](const kept_row& k) { return now - k.read_at >= ttl; }, 2);
   const auto& id = row->operation_id;
   kept_.put(id, kept_row{std::move(row), now});
 }
@@ -133,19 +135,22 @@ status_reads::row_ptr status_reads::kept(const std::string& operation_id) const 
   return k->row;
 }
 
-void status_reads::keep(row_ptr row, std::uint64_t began) {
-  if (immutable_step(row->step)) return;  // the ended-change cache has it
-  // A change that has ended is not polled (a client stops at its end): a row of one read here is
-  // not kept. The write that ended it still hands its row to the kept memory (written()), which
-  // answers the last poll of the change's own client.
-  if (workflow::is_terminal(row->phase)) return;
+void status_reads::keep(const persistence::operation_row& row, std::uint64_t began, row_ptr shared) {
+  if (immutable_step(row.step)) return;  // the ended-change cache has it, and answers before any kept row
   const auto ttl = svc_.config->current()->http().status_cache_ms;
   if (ttl <= 0) return;
   const auto now = clock::now();
   std::lock_guard lock(mutex_);
+  if (workflow::is_terminal(row.phase)) {
+    // A change that has ended is not polled (a client stops at its end): its row is not kept. A
+    // kept row of it from before it ended is dropped, so a plain read never goes back to it.
+    kept_.erase(row.operation_id);
+    return;
+  }
   if (began < kept_floor_) return;
-  if (const auto* mark = written_at_.find(row->operation_id); mark && *mark > began) return;
-  keep_row(std::move(row), now, std::chrono::milliseconds(ttl));
+  if (const auto* mark = written_at_.find(row.operation_id); mark && *mark > began) return;
+  keep_row(shared ? std::move(shared) : std::make_shared<const persistence::operation_row>(row), now,
+           std::chrono::milliseconds(ttl));
 }
 
 std::int64_t status_reads::next_tick_ms() const {
@@ -160,17 +165,17 @@ std::int64_t status_reads::next_tick_ms() const {
   return std::max<std::int64_t>(1, next);
 }
 
-void status_reads::remember(const persistence::operation_row& row) {
+void status_reads::remember(const persistence::operation_row& row, row_ptr shared) {
   if (!immutable_step(row.step)) return;
+  if (!shared) shared = std::make_shared<const persistence::operation_row>(row);
   std::lock_guard lock(mutex_);
-  ended_.put(row.operation_id, row);
+  ended_.put(row.operation_id, std::move(shared));
 }
 
-std::optional<persistence::operation_row> status_reads::cached_row(const std::string& operation_id) const {
+status_reads::row_ptr status_reads::cached_row(const std::string& operation_id) const {
   std::lock_guard lock(mutex_);
   const auto* row = ended_.find(operation_id);
-  if (!row) return std::nullopt;
-  return *row;
+  return row ? *row : nullptr;
 }
 
 status_view status_reads::view_of(persistence::session db, const persistence::operation_row& row, bool timeline) const {
@@ -200,10 +205,7 @@ void status_reads::read(status_query q, view_check may_view, status_answer answe
   // An ended change no one can move: answered from memory (its timeline still needs the query).
   // So is a plain read of a change in flight whose row this instance read a moment ago.
   if (!q.timeline) {
-    if (auto row = cached_row(q.operation_id)) {
-      return answer_from_memory(std::make_shared<const persistence::operation_row>(std::move(*row)), may_view,
-                                std::move(answer));
-    }
+    if (auto row = cached_row(q.operation_id)) return answer_from_memory(std::move(row), may_view, std::move(answer));
     if (q.wait_ms <= 0 && !q.fresh) {
       if (auto row = kept(q.operation_id)) return answer_from_memory(std::move(row), may_view, std::move(answer));
     }
@@ -253,7 +255,7 @@ void status_reads::first_read(const waiter_ptr& w, view_check may_view) {
     if (row.outcome == persistence::db_outcome::not_found) return finish(w, failed_view(status_outcome::not_found));
     if (!row.ok()) return finish(w, failed_view(status_outcome::failed, row.error));
     remember(row.value);
-    keep(std::make_shared<const persistence::operation_row>(row.value), began);
+    keep(row.value, began);
     after_first_read(w, may_view, view_of(db, row.value, w->timeline));
   });
   if (!queued) finish(w, failed_view(status_outcome::overloaded));
@@ -323,8 +325,8 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
   std::unordered_map<std::string_view, row_ptr> by_id;
   if (rows.ok()) {
     for (auto& row : rows.value) {
-      remember(row);
       auto shared = std::make_shared<const persistence::operation_row>(std::move(row));
+      remember(*shared, shared);
       by_id.emplace(shared->operation_id, std::move(shared));
     }
   }
@@ -339,7 +341,7 @@ void status_reads::answer_batch(persistence::db_context& db, std::vector<pending
         finish(p.w, failed_view(status_outcome::not_found));
         continue;
       }
-      keep(it->second, p.began);
+      keep(*it->second, p.began, it->second);
       status_view first;
       first.row = *it->second;
       after_first_read(p.w, p.may_view, std::move(first));

@@ -12,14 +12,16 @@
 // bound (the same bound a wait's re-check gives); a caller that must see such a move at once asks
 // for a fresh read (`fresh`, HTTP `Cache-Control: no-cache`). A read that began before a write of
 // its change never keeps its (possibly older) row.
+// A write that hands over the row it committed (the request actors' group commits) refreshes a kept
+// row instead of dropping it, when the kept row is the version that write moved from, so a client
+// polling a change the actor moves step by step is answered without a query after each step.
+// A row of an ended change read from the database is not kept (a client stops polling at the end),
+// and drops the row kept from before that end. Each memory here is bounded and forgets its oldest
+// entries first, a few per call (base/fifo_map.hpp).
 //
 // A wait (`wait_ms` > 0) answers as soon as the change's version passes `since` (or the version it
 // had when the wait began), or it has ended, or the wait ran out (then with the unchanged state). No
 // thread blocks: the waiter holds the answer callback. It wakes:
-// A write that hands over the row it committed (the request actors' group commits) refreshes a kept
-// row instead of dropping it, when the kept row is the version that write moved from, so a client
-// polling a change the actor moves step by step is answered without a query after each step.
-//
 //   - at once when a write of THIS instance moved the row (`row_written`, called from the commit
 //     paths through runtime::services::row_written): one primary-key read of that change;
 //   - through the re-check, for a change moved by another instance (or by a writer of this one that
@@ -152,8 +154,9 @@ class status_reads {
   bool settle(const waiter_ptr& w, persistence::session db, const persistence::operation_row& row,
               bool deadline_passed);
   void finish(const waiter_ptr& w, status_view view);
-  void remember(const persistence::operation_row& row);
-  std::optional<persistence::operation_row> cached_row(const std::string& operation_id) const;
+  /// Remembers a row no one can move any more (immutable_step); `shared`: the same row already shared.
+  void remember(const persistence::operation_row& row, row_ptr shared = nullptr);
+  row_ptr cached_row(const std::string& operation_id) const;
   bool recheck_pass(persistence::db_context& db);
   std::int64_t next_tick_ms() const;
   status_view view_of(persistence::session db, const persistence::operation_row& row, bool timeline) const;
@@ -164,7 +167,7 @@ class status_reads {
 
   mutable std::mutex mutex_;
   std::unordered_multimap<std::string, waiter_ptr> waiters_;
-  fifo_map<persistence::operation_row> ended_;
+  fifo_map<row_ptr> ended_;
 
   /// First reads waiting for a batch job; `began` is the write count when each was asked.
   struct pending_read {
@@ -184,8 +187,10 @@ class status_reads {
   };
   row_ptr kept(const std::string& operation_id) const;
   /// Keeps `row`, read by a read that began at write count `began` (or created then), unless the
-  /// change was written since.
-  void keep(row_ptr row, std::uint64_t began);
+  /// change was written since or a write mark newer than `began` was forgotten (`kept_floor_`). A
+  /// row of an ended change is not kept, and drops a kept row of that change. `shared`: the same
+  /// row already shared (a batch's), else it is copied when kept.
+  void keep(const persistence::operation_row& row, std::uint64_t began, row_ptr shared = nullptr);
   /// Under mutex_: keeps `row` as read at `now`, first dropping the kept rows older than
   /// http.status_cache_ms (from the oldest on), so rows kept for changes nobody polls (every
   /// created change is kept) do not pile up to the bound.
@@ -195,7 +200,7 @@ class status_reads {
   /// nothing. Apart from the rows, so a change written and never read costs a key and a number, not
   /// a row (a passivated wait has no actor, and this map is what it leaves here).
   fifo_map<std::uint64_t> written_at_;
-  std::uint64_t writes_ = 0;  // row_written calls so far
+  std::uint64_t writes_ = 0;  // writes of this instance signalled so far (row_written, row_written_as)
   /// Reads that began before this count keep nothing: a write mark this new was forgotten.
   std::uint64_t kept_floor_ = 0;
   std::chrono::steady_clock::time_point last_recheck_ = std::chrono::steady_clock::now();

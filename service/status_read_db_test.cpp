@@ -407,19 +407,59 @@ TEST(KeptStatusRows, AReadThatBeganBeforeAForgottenWriteKeepsNothing) {
   EXPECT_EQ(f.pool.stats().completed, 2u);
 }
 
-TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedWhenTheNextIsKept) {
-  fixture f({}, service::status_rows_max, 1);
-  f.create_kept("ola", "repo/o1.yaml");
-  EXPECT_EQ(f.reads->kept_in_flight(), 1u);
+TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedAsNewOnesAreKept) {
+  fixture f({}, service::status_rows_max, 50);
+  // Created first, handed over back to back: the two are kept well within the cache time.
+  auto first = f.create("ola", "repo/o1.yaml").second;
+  auto second = f.create("ola", "repo/o2.yaml").second;
+  auto third = f.create("ola", "repo/o3.yaml").second;
+  ASSERT_TRUE(first && second && third);
+  f.reads->created(*first, f.reads->write_mark());
+  f.reads->created(*second, f.reads->write_mark());
+  EXPECT_EQ(f.reads->kept_in_flight(), 2u);
   const auto kept_at = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - kept_at < std::chrono::milliseconds(2)) {
-  }  // the cache time (1 ms) passes
-  f.create_kept("ola", "repo/o2.yaml");
-  EXPECT_EQ(f.reads->kept_in_flight(), 1u) << "a row older than http.status_cache_ms stayed";
+  while (std::chrono::steady_clock::now() - kept_at < std::chrono::milliseconds(51)) {
+  }  // the cache time (50 ms) passes
+  f.reads->created(*third, f.reads->write_mark());
+  EXPECT_EQ(f.reads->kept_in_flight(), 1u)
+      << "rows older than http.status_cache_ms stayed, or the new one was not kept";
+}
+
+// The floor a forgotten mark raises refuses only the reads that began before it.
+TEST(KeptStatusRows, AReadThatBeganAfterAForgottenWriteKeepsItsRow) {
+  fixture f({}, 2);
+  auto id = persistence::test::new_op(*f.conn, "fay", "repo/f.yaml");
+  f.reads->row_written(id);
+  f.reads->row_written("00000000-0000-4000-8000-00000000000b");
+  f.reads->row_written("00000000-0000-4000-8000-00000000000c");  // id's mark is forgotten
+  f.read(id);
+  f.read(id);
+  EXPECT_EQ(f.pool.stats().completed, 1u) << "a read that began after every write did not keep its row";
+}
+
+// A change that ended behind this instance's back: a read that goes to the database sees the end and
+// drops the row kept from before, so a plain read never goes back to that older state.
+TEST(KeptStatusRows, AReadThatSeesTheEndDropsTheRowKeptFromBefore) {
+  fixture f;
+  auto id = f.create_kept("eda", "repo/d.yaml");
+  std::unique_ptr<sql::Statement> st(f.conn->createStatement());
+  st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
+                    ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + id + "'");
+  std::optional<service::status_view> fresh;
+  service::status_query q{id};
+  q.fresh = true;
+  f.reads->read(
+      q, [](const persistence::operation_row&, auto decide) { decide(true); },
+      [&fresh](service::status_view v) { fresh = std::move(v); });
+  f.pool.run_queued(f.ctx);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->row.phase, workflow::phase::VALIDATED);
+  EXPECT_EQ(f.read(id).phase, workflow::phase::VALIDATED) << "a plain read went back to the row kept before the end";
 }
 
 // A client stops polling at its change's end, so a row of an ended change read from the database is
-// not kept; the row the ending write hands over is (it answers that client's last poll).
+// not kept; the row committed by the ending write of this instance replaces the kept row of the
+// version it moved from (it answers that client's last poll).
 TEST(KeptStatusRows, AnEndedRowReadFromTheDatabaseIsNotKeptButOneHandedOverByItsWriteIs) {
   fixture f;
   auto ended = persistence::test::new_op(*f.conn, "val", "repo/v1.yaml");
