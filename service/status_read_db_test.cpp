@@ -103,6 +103,14 @@ struct fixture {
     if (created) reads->created(*created, mark);
     return op.operation_id;
   }
+  /// Ends the change in the database only (no signal to the service), at `step` in `phase`; its row
+  /// as committed.
+  persistence::operation_row end_behind_its_back(const std::string& id, workflow::step step, const std::string& phase) {
+    std::unique_ptr<sql::Statement> st(conn->createStatement());
+    st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(step)) + ", phase = '" + phase +
+                      "', version = version + 1 WHERE operation_id = '" + id + "'");
+    return persistence::load_operation(*conn, id).value;
+  }
   /// Moves the row in the database only (no signal to the service), returning it as committed.
   persistence::operation_row move_behind_its_back(const std::string& id, const std::string& title) {
     std::unique_ptr<sql::Statement> st(conn->createStatement());
@@ -380,9 +388,7 @@ TEST(EndedStatusRows, AFullMemoryOfEndedRowsForgetsItsOldestRowOnly) {
   std::vector<std::string> ids;
   for (int i = 1; i <= 3; ++i) {
     ids.push_back(persistence::test::new_op(*f.conn, "eve", "repo/e" + std::to_string(i) + ".yaml"));
-    std::unique_ptr<sql::Statement> st(f.conn->createStatement());
-    st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CANCELLED)) +
-                      ", phase = 'CANCELLED', version = version + 1 WHERE operation_id = '" + ids.back() + "'");
+    f.end_behind_its_back(ids.back(), workflow::step::CANCELLED, "CANCELLED");
   }
   for (const auto& id : ids) EXPECT_EQ(f.read(id).phase, workflow::phase::CANCELLED);
   EXPECT_EQ(f.pool.stats().completed, 3u);
@@ -442,9 +448,7 @@ TEST(KeptStatusRows, AReadThatBeganAfterAForgottenWriteKeepsItsRow) {
 TEST(KeptStatusRows, AReadThatSeesTheEndDropsTheRowKeptFromBefore) {
   fixture f;
   auto id = f.create_kept("eda", "repo/d.yaml");
-  std::unique_ptr<sql::Statement> st(f.conn->createStatement());
-  st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
-                    ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + id + "'");
+  f.end_behind_its_back(id, workflow::step::CALLED_BACK, "VALIDATED");
   std::optional<service::status_view> fresh;
   service::status_query q{id};
   q.fresh = true;
@@ -463,19 +467,14 @@ TEST(KeptStatusRows, AReadThatSeesTheEndDropsTheRowKeptFromBefore) {
 TEST(KeptStatusRows, AnEndedRowReadFromTheDatabaseIsNotKeptButOneHandedOverByItsWriteIs) {
   fixture f;
   auto ended = persistence::test::new_op(*f.conn, "val", "repo/v1.yaml");
-  std::unique_ptr<sql::Statement> st(f.conn->createStatement());
-  st->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
-                    ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + ended + "'");
+  f.end_behind_its_back(ended, workflow::step::CALLED_BACK, "VALIDATED");
   EXPECT_EQ(f.read(ended).phase, workflow::phase::VALIDATED);
   EXPECT_EQ(f.read(ended).phase, workflow::phase::VALIDATED);
   EXPECT_EQ(f.pool.stats().completed, 2u) << "an ended row read from the database answered the next read";
   EXPECT_EQ(f.reads->kept_in_flight(), 0u);
 
   auto moving = f.create_kept("val", "repo/v2.yaml");
-  std::unique_ptr<sql::Statement> end(f.conn->createStatement());
-  end->executeUpdate("UPDATE operation SET step = " + std::to_string(static_cast<int>(workflow::step::CALLED_BACK)) +
-                     ", phase = 'VALIDATED', version = version + 1 WHERE operation_id = '" + moving + "'");
-  f.reads->row_written_as(persistence::load_operation(*f.conn, moving).value);
+  f.reads->row_written_as(f.end_behind_its_back(moving, workflow::step::CALLED_BACK, "VALIDATED"));
   EXPECT_EQ(f.read(moving).phase, workflow::phase::VALIDATED);
   EXPECT_EQ(f.pool.stats().completed, 2u) << "the row the ending write handed over was not kept";
 }
