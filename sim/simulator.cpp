@@ -292,6 +292,7 @@ struct simulator::impl {
     for (const auto& [name, branches] : opts.projects) {
       auto& p = projects[name];
       p.id = next_project_id++;
+      p.next_iid = opts.first_mr_iid;
       for (const auto& b : branches) {
         auto sha = next_sha();
         p.branches[b].head_sha = sha;
@@ -320,6 +321,7 @@ struct simulator::impl {
     auto [it, inserted] = projects.try_emplace(name);
     if (inserted) {
       it->second.id = next_project_id++;
+      it->second.next_iid = opts.first_mr_iid;
       auto sha = next_sha();
       it->second.branches["main"].head_sha = sha;
       it->second.branches["main"].head_message = "Initial commit";

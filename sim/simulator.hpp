@@ -44,6 +44,10 @@ struct sim_options {
   /// Reads of a new pipeline (GET MR, GET pipeline, MR pipelines) that still answer "running" even
   /// when its duration has passed: a pipeline seen running before it succeeds, at any speed.
   int pipeline_running_reads = 0;
+  /// Every project's first MR number. A GitLab project never reuses one; a simulator started again
+  /// against a database that holds an earlier simulator's MRs starts past them, as the same project
+  /// would (the service finds a merge's changes and its deploy reports by the MR's number).
+  std::int64_t first_mr_iid = 1;
   std::map<std::string, std::int64_t> tokens = {
       {"author-token", 1}, {"approver-1-token", 101}, {"approver-2-token", 102}};
   /// The GitLab projects and their branches. Empty: any project path exists, created with a `main`

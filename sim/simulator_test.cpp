@@ -122,7 +122,22 @@ class StandardWorkloadSimTest : public SimulatorTest {
   }
 };
 
+// A simulator started again against a database that holds an earlier one's MRs (bench/run's flows
+// on one prefilled database): its MR numbers start past them.
+class LaterSimTest : public SimulatorTest {
+ protected:
+  void configure(sim::sim_options& o) override { o.first_mr_iid = 5001; }
+};
+
 }  // namespace
+
+TEST_F(LaterSimTest, MrNumbersStartAtTheFirstGivenAndGoOnFromThere) {
+  auto first = open_mr("change/later-1", "first");
+  auto second = open_mr("change/later-2", "second");
+  EXPECT_EQ(first["iid"], 5001);
+  EXPECT_EQ(second["iid"], 5002);
+  EXPECT_EQ(get_mr(5001)["title"], "first");
+}
 
 TEST_F(StandardWorkloadSimTest, CallbacksComeTwiceWithOneIdAndThePipelineReadsRunningOnce) {
   ASSERT_EQ(

@@ -22,6 +22,7 @@ void usage() {
                "         [--callback-lanes L]  threads sending callbacks (0: the scheduler thread)\n"
                "         [--pipeline-duration-ms P] [--rebase-duration-ms R] [--threads T]\n"
                "         [--pipeline-running-reads K]  a new pipeline reads \"running\" K times before its outcome\n"
+               "         [--first-mr-iid N]  every project's first MR number (default 1)\n"
                "         [--tokens author-token=1,approver-1-token=101,approver-2-token=102]\n"
                "         [--projects config/changes=main;team/payments=main,release]  the GitLab projects and\n"
                "           their branches (default: any project path, with a main branch)\n"
@@ -63,6 +64,8 @@ bool parse_args(int argc, char** argv, changeflow::sim::sim_options& o, std::str
         o.callback_copy_base = value;
       else if (arg == "--callback-lanes")
         o.callback_lanes = std::max(0, std::stoi(value));
+      else if (arg == "--first-mr-iid")
+        o.first_mr_iid = std::max<std::int64_t>(1, std::stoll(value));
       else if (arg == "--pipeline-running-reads")
         o.pipeline_running_reads = std::max(0, std::stoi(value));
       else if (arg == "--pipeline-duration-ms")
