@@ -256,9 +256,11 @@ TEST(Migrations, BindingsLeftBehindByAnEarlierAssignmentTakeTheirOperationsRepos
   auto conn = db.connect();
   ASSERT_TRUE(persistence::migrate(*conn, migrations_before(22)).ok);
   add_change(*conn, "00000000-0000-4000-8000-000000000001", "a");
-  db.exec("UPDATE binding SET repository = ''");
+  db.exec("UPDATE binding SET repository = '', updated_at = '2026-01-02 03:04:05.678'");
   db.exec("UPDATE binding_history SET repository = ''");
   ASSERT_TRUE(persistence::migrate(*conn, persistence::all_migrations()).ok);
   EXPECT_EQ(db.scalar("SELECT repository FROM binding"), "group/project");
+  EXPECT_EQ(db.scalar("SELECT updated_at FROM binding"), "2026-01-02 03:04:05.678")
+      << "the assignment moved the binding's last change to the migration's time";
   EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(DISTINCT repository) FROM binding_history"), "group/project");
 }

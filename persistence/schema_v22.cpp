@@ -13,7 +13,9 @@
 //   first: bindings such a pass left unassigned when it stopped half-way take their operation's
 //   repository here, once. IGNORE: a binding whose relationship a later change of the same subject
 //   and target already holds in that repository stays as it is (the unique key refuses the copy),
-//   as the start-up assignment left it, instead of stopping every start-up at this migration.
+//   as the start-up assignment left it, instead of stopping every start-up at this migration. The
+//   assignment names where a binding belongs and changes nothing else, so it keeps the binding's
+//   `updated_at` (the start-up assignment does the same).
 
 #include <string>
 #include <vector>
@@ -24,8 +26,8 @@ std::vector<std::string> schema_v22() {
   return {
       "ALTER TABLE deploy_callback ADD KEY IF NOT EXISTS idx_deploy_project_status_mr (project, status, mr_iid), "
       "DROP INDEX IF EXISTS idx_deploy_status_mr",
-      "UPDATE IGNORE binding b JOIN operation o ON o.operation_id = b.operation_id SET b.repository = o.repository "
-      "WHERE b.repository = '' AND o.repository <> ''",
+      "UPDATE IGNORE binding b JOIN operation o ON o.operation_id = b.operation_id SET b.repository = o.repository, "
+      "b.updated_at = b.updated_at WHERE b.repository = '' AND o.repository <> ''",
       "UPDATE IGNORE binding_history h JOIN operation o ON o.operation_id = h.operation_id SET h.repository = "
       "o.repository "
       "WHERE h.repository = '' AND o.repository <> ''",

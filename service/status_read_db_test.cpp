@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,14 @@ struct fixture {
     svc.config = cfg.get();
     svc.actors = &live;
     reads = std::make_unique<service::status_reads>(svc, pool, max_rows);
+  }
+
+  /// A reload that changes `http.status_cache_ms`, as an operator's configuration change does.
+  void set_status_cache_ms(std::int64_t cache_ms) {
+    auto loaded = config::load_from_json(nlohmann::json{{"http", {{"status_cache_ms", cache_ms}}}},
+                                         [](const std::string&) { return std::nullopt; });
+    ASSERT_TRUE(loaded.snap) << "test configuration refused";
+    cfg->replace(loaded.snap);
   }
 
   /// A plain read; the pool's queued jobs (a database read, if one was needed) run here.
@@ -414,8 +423,7 @@ TEST(KeptStatusRows, AReadThatBeganBeforeAForgottenWriteKeepsNothing) {
 }
 
 TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedAsNewOnesAreKept) {
-  fixture f({}, service::status_rows_max, 50);
-  // Created first, handed over back to back: the two are kept well within the cache time.
+  fixture f;  // a cache time of ten minutes: the first two are kept however slow the machine is
   auto first = f.create("ola", "repo/o1.yaml").second;
   auto second = f.create("ola", "repo/o2.yaml").second;
   auto third = f.create("ola", "repo/o3.yaml").second;
@@ -423,9 +431,11 @@ TEST(KeptStatusRows, RowsOlderThanTheCacheTimeAreDroppedAsNewOnesAreKept) {
   f.reads->created(*first, f.reads->write_mark());
   f.reads->created(*second, f.reads->write_mark());
   EXPECT_EQ(f.reads->kept_in_flight(), 2u);
-  const auto kept_at = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - kept_at < std::chrono::milliseconds(51)) {
-  }  // the cache time (50 ms) passes
+  const auto kept_by = std::chrono::steady_clock::now();
+  f.set_status_cache_ms(50);  // reloaded: the two were kept longer ago than the new cache time once it passes
+  while (std::chrono::steady_clock::now() - kept_by <= std::chrono::milliseconds(50)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   f.reads->created(*third, f.reads->write_mark());
   EXPECT_EQ(f.reads->kept_in_flight(), 1u)
       << "rows older than http.status_cache_ms stayed, or the new one was not kept";
