@@ -38,25 +38,27 @@ struct fixture {
   persistence::db_context ctx{db.settings()};
   std::unique_ptr<service::status_reads> reads;
 
-  explicit fixture(nlohmann::json db_keys = nlohmann::json::object(), std::size_t max_rows = service::status_rows_max,
-                   std::int64_t cache_ms = 600000) {
-    nlohmann::json keys{{"http", {{"status_cache_ms", cache_ms}}}};
-    if (!db_keys.empty()) keys["db"] = db_keys;
-    auto loaded = config::load_from_json(keys, [](const std::string&) { return std::nullopt; });
-    if (!loaded.snap) ADD_FAILURE() << "test configuration refused";
-    cfg = std::make_shared<config::store>(loaded.snap);
+  nlohmann::json db_keys;
+
+  explicit fixture(nlohmann::json db_keys_ = nlohmann::json::object(), std::size_t max_rows = service::status_rows_max)
+      : db_keys(std::move(db_keys_)) {
+    cfg = std::make_shared<config::store>(snapshot_with(600000));  // ten minutes: kept rows outlive any test
     svc.config = cfg.get();
     svc.actors = &live;
     reads = std::make_unique<service::status_reads>(svc, pool, max_rows);
   }
 
-  /// A reload that changes `http.status_cache_ms`, as an operator's configuration change does.
-  void set_status_cache_ms(std::int64_t cache_ms) {
-    auto loaded = config::load_from_json(nlohmann::json{{"http", {{"status_cache_ms", cache_ms}}}},
-                                         [](const std::string&) { return std::nullopt; });
-    ASSERT_TRUE(loaded.snap) << "test configuration refused";
-    cfg->replace(loaded.snap);
+  /// The test's configuration with `http.status_cache_ms` = cache_ms.
+  std::shared_ptr<const config::snapshot> snapshot_with(std::int64_t cache_ms) const {
+    nlohmann::json keys{{"http", {{"status_cache_ms", cache_ms}}}};
+    if (!db_keys.empty()) keys["db"] = db_keys;
+    auto loaded = config::load_from_json(keys, [](const std::string&) { return std::nullopt; });
+    if (!loaded.snap) ADD_FAILURE() << "test configuration refused";
+    return loaded.snap;
   }
+
+  /// A reload that changes `http.status_cache_ms`, as an operator's configuration change does.
+  void set_status_cache_ms(std::int64_t cache_ms) { cfg->replace(snapshot_with(cache_ms)); }
 
   /// A plain read; the pool's queued jobs (a database read, if one was needed) run here.
   persistence::operation_row read(const std::string& id) {

@@ -289,16 +289,18 @@ struct simulator::impl {
 
   /// The configured projects exist from the start, each with its branches.
   void seed_projects() {
-    for (const auto& [name, branches] : opts.projects) {
-      auto& p = projects[name];
-      p.id = next_project_id++;
-      p.next_iid = opts.first_mr_iid;
-      for (const auto& b : branches) {
-        auto sha = next_sha();
-        p.branches[b].head_sha = sha;
-        p.branches[b].head_message = "Initial commit";
-        p.commits[sha] = file_snapshot{};
-      }
+    for (const auto& [name, branches] : opts.projects) open_project(projects[name], branches);
+  }
+
+  /// A new project: its id, its first MR number, and an initial commit on each of its branches.
+  void open_project(sim_project& p, const std::vector<std::string>& branches) {
+    p.id = next_project_id++;
+    p.next_iid = opts.first_mr_iid;
+    for (const auto& b : branches) {
+      auto sha = next_sha();
+      p.branches[b].head_sha = sha;
+      p.branches[b].head_message = "Initial commit";
+      p.commits[sha] = file_snapshot{};
     }
   }
 
@@ -319,14 +321,7 @@ struct simulator::impl {
       return it == projects.end() ? nullptr : &it->second;
     }
     auto [it, inserted] = projects.try_emplace(name);
-    if (inserted) {
-      it->second.id = next_project_id++;
-      it->second.next_iid = opts.first_mr_iid;
-      auto sha = next_sha();
-      it->second.branches["main"].head_sha = sha;
-      it->second.branches["main"].head_message = "Initial commit";
-      it->second.commits[sha] = file_snapshot{};
-    }
+    if (inserted) open_project(it->second, {"main"});
     return &it->second;
   }
 
