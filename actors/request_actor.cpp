@@ -64,6 +64,10 @@ struct request_state {
   // Heap-held: a transition_request is ~400 bytes and almost every actor, most of the time, has none
   // pending (an empty std::optional would still carry those bytes in each of 100,000 waiting actors).
   std::unique_ptr<persistence::transition_request> pending_write;
+  // A step entered in memory only, to be written with the next one in the same commit
+  // (workflow::transition_out::with_next): st.op.current names it while st.op.version is still the
+  // row's. The next write carries it as its `before`; a wait writes it alone first.
+  std::shared_ptr<const persistence::transition_request> held;
   int persist_failures = 0;
   // Durability: the write fence (owner + lease epoch) every transition carries.
   std::string owner_instance;
@@ -253,7 +257,8 @@ void submit_persist(self_ptr self) {
     }
     // After the validation above, so a status waiter that re-reads sees where the row ended up.
     if (r.ok() && committed && svc->row_written_as) {
-      svc->row_written_as(*committed, 0);
+      // A pair moved the row two versions on, from the version its first transition found.
+      svc->row_written_as(*committed, req.before ? req.before->expected_version : 0);
     } else if (r.ok() && svc->row_written) {
       svc->row_written(req.operation_id);
     }
@@ -347,7 +352,7 @@ void call_external(self_ptr self, const messages::call_request& req) {
 /// stops instead of holding a timer for days.
 bool passivates(self_ptr self) {
   auto& st = self->state;
-  if (st.busy || st.pending_write || !st.after_commit.empty() || st.reload_pending || st.wake_now ||
+  if (st.busy || st.pending_write || st.held || !st.after_commit.empty() || st.reload_pending || st.wake_now ||
       st.resume_pending || st.unrecorded_mr || !st.unrecorded_approval.empty())
     return false;
   if (!passivated_wait(st.op.current, st.op.wake_at_ms, st.svc->now_ms(),
@@ -421,6 +426,22 @@ void run_effects(self_ptr self, std::vector<workflow::effect> effects) {
   publish(self);
 }
 
+/// Enters `req.to` in memory without writing it (transition_out::with_next) and runs that step's
+/// work: the next write carries it as its `before`. The row, and every reader of it, still shows
+/// the step before until then; a crash loses only the step's work, which is safe to repeat.
+void hold_step(self_ptr self, persistence::transition_request req) {
+  auto& st = self->state;
+  st.op.current = req.to;
+  st.op.step_entered_ms = st.svc->now_ms();
+  st.op.polls = 0;
+  if (req.clear_wake) st.op.wake_at_ms = 0;
+  if (req.mr_iid) st.op.mr_iid = req.mr_iid;
+  if (req.mr_url) st.op.mr_url = *req.mr_url;
+  if (req.approval_id) st.op.approval_id = *req.approval_id;
+  st.held = std::make_shared<const persistence::transition_request>(std::move(req));
+  process(self, workflow::resume{});
+}
+
 void process(self_ptr self, const workflow::event& e) {
   auto& st = self->state;
   auto cfg = runtime::workflow_settings_from(*st.svc->config->current(), st.repository);
@@ -447,15 +468,30 @@ void process(self_ptr self, const workflow::event& e) {
   if (d.count_poll) ++st.op.polls;
   if (d.count_merge_attempt) ++st.op.merge_attempts;
   if (!d.next && !d.failed) {
+    const bool calls_only = std::all_of(d.effects.begin(), d.effects.end(), [](const workflow::effect& e) {
+      return e.what == workflow::effect::kind::call;
+    });
+    if (st.held && !calls_only) {
+      // A wait (or a stop) in the step held in memory: the step is written first, alone, and the
+      // wait starts once it has committed, so the row says where the change waits.
+      st.pending_write = std::make_unique<persistence::transition_request>(*std::exchange(st.held, nullptr));
+      st.after_commit = std::move(d.effects);
+      submit_persist(self);
+      return;
+    }
     run_effects(self, std::move(d.effects));
     return;
   }
   persistence::transition_request req;
+  // The step held in memory goes first, in the same commit; this write then expects the row where
+  // that one leaves it.
+  const std::int64_t expected = st.op.version + (st.held ? 1 : 0);
+  req.before = std::exchange(st.held, nullptr);
   if (!d.next) {
     // A failed call retried in the same step: the attempt, its error and the next try are written
     // (guarded like a transition) before the retry timer runs, so they outlive this actor.
     req.operation_id = st.op.operation_id;
-    req.expected_version = st.op.version;
+    req.expected_version = expected;
     req.from = req.to = st.op.current;
     req.retry_in_step = true;
     req.last_error = d.failed->error;
@@ -470,7 +506,7 @@ void process(self_ptr self, const workflow::event& e) {
     return;
   }
   req.operation_id = st.op.operation_id;
-  req.expected_version = st.op.version;
+  req.expected_version = expected;
   req.from = st.op.current;
   req.to = d.next->to;
   req.cause = d.next->cause;
@@ -489,10 +525,28 @@ void process(self_ptr self, const workflow::event& e) {
     req.last_error_status = d.failed->http_status;
     if (!req.last_error) req.last_error = d.failed->error;
   }
+  if (d.next->with_next && !req.before && d.effects.empty()) {
+    // Held in memory and written with the next step (transition_out::with_next): the step's own
+    // work runs now.
+    hold_step(self, std::move(req));
+    return;
+  }
   st.pending_write = std::make_unique<persistence::transition_request>(std::move(req));
   st.after_commit = std::move(d.effects);
   start_wait_with_commit(self, cfg, d.next->to);
   submit_persist(self);
+}
+
+/// The step a pair's first transition wrote, counted and logged as the actor's own commit.
+void count_passed_step(self_ptr self, const persistence::transition_request& w, std::int64_t version) {
+  auto& st = self->state;
+  if (!w.before) return;
+  count_committed_transition(*st.svc->metrics, w.before->to);
+  log::info("request.transition", {{"operation_id", st.op.operation_id},
+                                   {"from", workflow::to_string(w.before->from)},
+                                   {"to", workflow::to_string(w.before->to)},
+                                   {"version", version - 1},
+                                   {"cause", w.before->cause}});
 }
 
 void on_persisted(self_ptr self, const messages::persisted& p) {
@@ -500,6 +554,7 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
   st.busy = false;
   auto outcome = static_cast<db_outcome>(p.outcome);
   if (outcome == db_outcome::ok && st.pending_write && st.pending_write->retry_in_step) {
+    count_passed_step(self, *st.pending_write, p.new_version);
     st.op.version = p.new_version;
     if (st.pending_write->last_error) st.last_error = *st.pending_write->last_error;
     st.pending_write.reset();
@@ -528,7 +583,8 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     if (!waiting) st.op.wake_at_ms = w.wake_in_ms ? st.svc->now_ms() + *w.wake_in_ms : 0;
     st.pending_write.reset();
     st.persist_failures = 0;
-    // Business-outcome metrics only after commit, and only for the flip this actor made.
+    // Business-outcome metrics only after commit, and only for the flips this actor made.
+    count_passed_step(self, w, p.new_version);
     count_committed_transition(*st.svc->metrics, w.to);
     if (workflow::phase_of(w.to) != workflow::phase_of(from) && workflow::is_terminal(workflow::phase_of(w.to))) {
       st.svc->metrics->inc("changeflow_operations_finished_total", "Operations that reached a terminal phase",
@@ -724,6 +780,7 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     return;
   }
   // Someone else wrote the row: the step it names reads the MR itself.
+  st.held.reset();          // a step held in memory goes with the row it was to be written on
   st.wait_unarmed = false;  // the step re-decides its wait
   st.op.last_read = {};
   st.op.current = *s;
@@ -749,23 +806,25 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
 }
 
 std::string describe(const request_state& st, std::size_t mailbox) {
-  nlohmann::json j = {{"operationId", st.op.operation_id},
-                      {"step", workflow::to_string(st.op.current)},
-                      {"stepCode", workflow::code_of(st.op.current)},
-                      {"phase", workflow::to_string(workflow::phase_of(st.op.current))},
-                      {"flow", workflow::to_string(st.op.order)},
-                      {"version", st.op.version},
-                      {"mrIid", st.op.mr_iid ? nlohmann::json(*st.op.mr_iid) : nlohmann::json(nullptr)},
-                      {"mrSha", st.op.mr_sha},
-                      {"polls", st.op.polls},
-                      {"mergeAttempts", st.op.merge_attempts},
-                      {"nextWakeMs", st.op.wake_at_ms},
-                      {"stepEnteredMs", st.op.step_entered_ms},
-                      {"spawnedMs", st.spawned_ms},
-                      {"busy", st.busy},
-                      {"mailbox", mailbox},
-                      {"lastNote", st.last_note},
-                      {"lastError", st.last_error}};
+  nlohmann::json j = {
+      {"operationId", st.op.operation_id},
+      {"step", workflow::to_string(st.op.current)},
+      {"stepCode", workflow::code_of(st.op.current)},
+      {"phase", workflow::to_string(workflow::phase_of(st.op.current))},
+      {"flow", workflow::to_string(st.op.order)},
+      {"version", st.op.version},
+      {"mrIid", st.op.mr_iid ? nlohmann::json(*st.op.mr_iid) : nlohmann::json(nullptr)},
+      {"mrSha", st.op.mr_sha},
+      {"polls", st.op.polls},
+      {"mergeAttempts", st.op.merge_attempts},
+      {"nextWakeMs", st.op.wake_at_ms},
+      {"stepEnteredMs", st.op.step_entered_ms},
+      {"spawnedMs", st.spawned_ms},
+      {"busy", st.busy},
+      {"heldStep", st.held ? nlohmann::json(workflow::to_string(st.held->to)) : nlohmann::json(nullptr)},
+      {"mailbox", mailbox},
+      {"lastNote", st.last_note},
+      {"lastError", st.last_error}};
   return log::safe_dump(j);
 }
 

@@ -94,6 +94,9 @@ class in_process : public actors::testing::in_process_actors {
 
   /// An actor in CREATE_MR_OPENED that read the pipeline running and waits for its next poll.
   void polling_a_running_pipeline();
+  /// An actor in CREATE_MR_OPENED whose pipeline read found it passed (the approvals are queued, not
+  /// run); returns the row's version at CREATE_MR_OPENED.
+  std::int64_t pipeline_read_passed();
   /// An actor that created MR 42 and handed the transition to CREATE_MR_OPENED to the database
   /// (not run yet).
   void mr_opened_write_in_flight();
@@ -159,6 +162,27 @@ void in_process::polling_a_running_pipeline() {
   answer(pipeline("running"));
   run_external();
   ASSERT_TRUE(sched_.has_pending_timeout()) << "a running pipeline is polled again later";
+}
+
+std::int64_t in_process::pipeline_read_passed() {
+  id_ = new_op(setup_db_, "ann", "t1");
+  walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
+  const auto opened = row().version;
+  spawn();
+  run_messages();
+  answer(pipeline("success"));
+  run_external();
+  return opened;
+}
+
+/// A 429 with Retry-After 2 s.
+call_reply rate_limited(call_kind k) {
+  auto r = ok(k);
+  r.outcome = call_reply::status::retryable;
+  r.http_status = 429;
+  r.retry_after_ms = 2000;
+  r.error = "429 Too Many Requests";
+  return r;
 }
 
 call_reply merge(call_reply::merge_result m) {
@@ -545,6 +569,66 @@ TEST_F(in_process, TheReadThatFoundThePipelinePassedIsHandedToTheApprovalsAndThe
   EXPECT_EQ(reads_[2].target_branch, "release") << "the merge gets the read the approvals answered with";
 }
 
+// The pipeline passed: CREATE_SUCCEEDED is not written on its own. The bots' approvals (safe to
+// repeat: they read the MR's approvals first) run at once, and their outcome is written together
+// with it, one commit for two versions, both events on the timeline.
+TEST_F(in_process, ThePassedPipelineIsWrittenWithTheApprovalsOutcomeInOneCommit) {
+  const auto opened = pipeline_read_passed();
+  EXPECT_EQ(queued_db(), 0u) << "CREATE_SUCCEEDED waits for the approvals' outcome";
+  ASSERT_EQ(queued_external(), 1u) << "the approvals are under way";
+  answer(ok(call_kind::approve_bots));
+  run_external();
+  ASSERT_EQ(queued_db(), 1u) << "one write for both steps";
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED) << "nothing is written before that write runs";
+  run_db();
+  auto r = row();
+  EXPECT_EQ(r.step, S::HANDLE_APPROVED);
+  EXPECT_EQ(r.version, opened + 2);
+  auto events = persistence::list_events(setup_db_, id_);
+  ASSERT_TRUE(events.ok()) << events.error.message;
+  ASSERT_GE(events.value.size(), 2u);
+  const auto& passed = events.value[events.value.size() - 2];
+  const auto& approved = events.value.back();
+  EXPECT_EQ(passed.from_step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(passed.to_step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(passed.cause, "check pipeline passed");
+  EXPECT_EQ(passed.version, opened + 1);
+  EXPECT_EQ(approved.from_step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(approved.to_step, S::HANDLE_APPROVED);
+  EXPECT_EQ(approved.version, opened + 2);
+  EXPECT_EQ(passed.actor, "workflow");
+  EXPECT_EQ(approved.actor, "workflow");
+  EXPECT_EQ(metrics_.counter_value("changeflow_transitions_total", {{"to_phase", "MR_CREATED"}}), 1.0)
+      << "the step written with the next one is counted as committed";
+  answer(merge(call_reply::merge_result::merged));
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+}
+
+// The approvals fail and are retried later: the held step is written with the failed attempt, so
+// the row says where the change waits and what failed before the retry's timer runs.
+TEST_F(in_process, ARetryOfTheApprovalsWritesTheHeldStepWithTheFailedAttempt) {
+  const auto opened = pipeline_read_passed();
+  answer(rate_limited(call_kind::approve_bots));
+  run_external();
+  ASSERT_EQ(queued_db(), 1u);
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "the retry waits for the write";
+  run_db();
+  auto r = row();
+  EXPECT_EQ(r.step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(r.version, opened + 2);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.last_error.value_or(""), "429 Too Many Requests");
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "the retry waits for its timer";
+  answer(ok(call_kind::approve_bots));
+  answer(merge(call_reply::merge_result::merged));
+  ASSERT_TRUE(fire_next_timer());
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::approve_bots,
+                                            call_kind::try_merge}));
+}
+
 TEST_F(in_process, ARereadOfTheRowDropsTheKeptRead) {
   id_ = new_op(setup_db_, "ann", "t1");
   walk(setup_db_, id_, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 42);
@@ -554,18 +638,26 @@ TEST_F(in_process, ARereadOfTheRowDropsTheKeptRead) {
   passed.read_at_ms = 777;
   answer(passed);
   run_external();
-  ASSERT_EQ(queued_db(), 1u) << "CREATE_SUCCEEDED waits to be written";
-  // Meanwhile another writer moves the row on: the actor's write misses, it re-reads the row and
-  // goes on from what it says.
+  run_messages();
+  // CREATE_SUCCEEDED is held, to be written with the approvals' outcome: nothing waits for the
+  // database, the approvals are under way on the read that found the pipeline passed.
+  ASSERT_EQ(queued_db(), 0u) << "CREATE_SUCCEEDED is not written on its own";
+  ASSERT_EQ(queued_external(), 1u) << "the approvals are under way";
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
+  // Meanwhile another writer moves the row on: the pair misses as a whole, the actor re-reads the
+  // row and goes on from what it says, the approvals (safe to repeat) once more.
   walk(setup_db_, id_, {S::CREATE_SUCCEEDED});
+  answer(ok(call_kind::approve_bots));
   answer(ok(call_kind::approve_bots));
   answer(merge(call_reply::merge_result::merged));
   settle();
   EXPECT_EQ(row().step, S::HANDLE_MERGED);
-  ASSERT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::try_merge}));
+  ASSERT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::approve_bots,
+                                            call_kind::try_merge}));
   EXPECT_EQ(metrics_.counter_value("changeflow_guard_misses_total"), 1.0);
-  EXPECT_FALSE(reads_[1].known()) << "after a re-read of the row the approvals read the MR themselves";
-  EXPECT_FALSE(reads_[2].known());
+  EXPECT_EQ(reads_[1].read_at_ms, 777) << "the first approvals went on the read that found the pipeline passed";
+  EXPECT_FALSE(reads_[2].known()) << "after a re-read of the row the approvals read the MR themselves";
+  EXPECT_FALSE(reads_[3].known());
 }
 
 TEST_F(in_process, AnActorSpawnedFromItsRowHasNoReadToHandOn) {
@@ -705,13 +797,7 @@ TEST_F(in_process, ANudgeForTheActorsOwnWriteDoesNotCutARetryAfterShort) {
   spawn();
   run_messages();
   ASSERT_EQ(queued_external(), 1u) << "APPROVAL_SENDING submits the approval request";
-  call_reply limited;
-  limited.kind = call_kind::submit_approval;
-  limited.outcome = call_reply::status::retryable;
-  limited.http_status = 429;
-  limited.retry_after_ms = 2000;
-  limited.error = "429 Too Many Requests";
-  answer(limited);
+  answer(rate_limited(call_kind::submit_approval));
   run_external();
   ASSERT_EQ(queued_db(), 1u) << "the failed attempt is written before the retry is armed";
   nudge();  // arrives while the write is in flight

@@ -278,6 +278,13 @@ std::vector<std::string> transition_updates(const sql_text& t, const std::vector
   return out;
 }
 
+std::string not_where_expected(const transition_request& req) {
+  // A pair is guarded first by where its first transition expects the row.
+  const auto& first = req.before ? *req.before : req;
+  return "operation " + req.operation_id + " is not at version " + std::to_string(first.expected_version) +
+         " and step " + std::string(workflow::to_string(first.from));
+}
+
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
                                          std::optional<operation_row>* committed, bool lose_answer_after_commit) {
   // One round trip: the statement is autocommitted.
@@ -285,7 +292,35 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   const std::string q = transition_update_sql(t, req);
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
   bool landed = false;
-  if (lose_answer_after_commit) {
+  if (req.before) {
+    // A pair: one transaction in one compound statement. The second UPDATE runs only when the first
+    // landed, and the answer says whether both did (with `committed`, beside the row they left).
+    std::vector<std::string> parts{"START TRANSACTION", transition_update_sql(t, *req.before),
+                                   "SET @changeflow_pair = ROW_COUNT()", q + " AND @changeflow_pair = 1",
+                                   "SET @changeflow_pair = IF(@changeflow_pair = 1, ROW_COUNT(), 0)"};
+    const std::string answer = "@changeflow_pair AS changeflow_answer";
+    parts.push_back(committed
+                        ? answer_with_rows_sql(answer, "operation_id = " + t.quote(req.operation_id) +
+                                                           " AND version = " + std::to_string(req.expected_version + 1))
+                        : "SELECT " + answer);
+    parts.push_back("COMMIT");
+    if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
+    transaction tx(conn, transaction::begun_in_script{});
+    try {
+      run_script(conn, parts, [&](sql::ResultSet& rs) {
+        if (!rs.next() || rs.isNull("changeflow_answer")) return;
+        landed = rs.getInt("changeflow_answer") == 1;
+        if (landed && committed && !rs.isNull("operation_id")) *committed = read_operation(rs);
+      });
+    } catch (const sql::SQLException&) {
+      if (!lose_answer_after_commit) throw;
+    }
+    tx.ended_by_script();
+    if (lose_answer_after_commit) {
+      // The fault (tests), as for one statement below: committed, and the answer taken for lost.
+      throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
+    }
+  } else if (lose_answer_after_commit) {
     // The fault (tests): the UPDATE commits, then the connection dies before its answer is read. The
     // KILL's error ends this call; should the driver not report it, the answer is lost all the same.
     count_script(2);
@@ -294,7 +329,9 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
     }
     throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
   }
-  if (!committed) {
+  if (req.before) {
+    // answered above
+  } else if (!committed) {
     landed = upd->executeUpdate(q) == 1;
   } else {
     // The same statement, then the row at the version it wrote, in one text: the UPDATE's own count
@@ -317,9 +354,7 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
     probe->setString(1, req.operation_id);
     rs_ptr rs(probe->executeQuery());
     return db_result<std::int64_t>::failure(rs->next() ? db_outcome::preempted : db_outcome::not_found,
-                                            "operation " + req.operation_id + " is not at version " +
-                                                std::to_string(req.expected_version) + " and step " +
-                                                std::string(workflow::to_string(req.from)));
+                                            not_where_expected(req));
   }
   return db_result<std::int64_t>::success(req.expected_version + 1);
 }
@@ -721,6 +756,24 @@ db_result<std::vector<operation_event_row>> list_events(session s, const std::st
 namespace {
 
 std::optional<db_error> refuse_transition(const transition_request& req) {
+  if (const auto& b = req.before) {
+    // A pair: the step passed through is an ordinary transition the table allows, and this one
+    // goes on from exactly where it leaves the row, under the same fence, so the second guard holds
+    // exactly when the first did (a group reports the pair landed when its row moved). Admission to
+    // the batch waiting set writes a second table and is never part of a pair.
+    if (b->before || b->retry_in_step || b->to == step::BATCH_WAITING || req.to == step::BATCH_WAITING ||
+        b->operation_id != req.operation_id || b->to != req.from || b->expected_version + 1 != req.expected_version ||
+        b->fence.has_value() != req.fence.has_value() ||
+        (b->fence &&
+         (b->fence->instance_id != req.fence->instance_id || b->fence->lease_epoch != req.fence->lease_epoch))) {
+      return db_error{db_outcome::illegal_transition, 0, "a pair of transitions must follow one another"};
+    }
+    if (!workflow::is_allowed(b->from, b->to, b->by)) {
+      return db_error{db_outcome::illegal_transition, 0,
+                      std::string(workflow::to_string(b->from)) + " -> " + std::string(workflow::to_string(b->to)) +
+                          " is not in the transition table"};
+    }
+  }
   if (req.retry_in_step && req.from != req.to) {
     return db_error{db_outcome::illegal_transition, 0, "a retry stays in its step"};
   }
@@ -883,13 +936,17 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
   std::size_t units = 0;
   const auto add = [&t](std::string& list, const std::string& id) { list += (list.empty() ? "" : ", ") + t.quote(id); };
   // The transitions first, shared by shape; then the units, each with its verdict.
-  std::vector<const transition_request*> transitions;
+  // A pair's first transition runs with the others, its second after all of them (the second's
+  // guard is the row as the first left it, so it lands exactly when the first did).
+  std::vector<const transition_request*> transitions, seconds;
   for (const auto& m : group) {
     if (!m.req) continue;
-    transitions.push_back(m.req);
+    transitions.push_back(m.req->before ? m.req->before.get() : m.req);
+    if (m.req->before) seconds.push_back(m.req);
     if (want_rows) add(row_ids, m.req->operation_id);
   }
   for (auto& update : detail::transition_updates(t, transitions)) parts.push_back(std::move(update));
+  for (auto& update : detail::transition_updates(t, seconds)) parts.push_back(std::move(update));
   if (std::any_of(group.begin(), group.end(), [](const group_member& m) { return m.unit != nullptr; })) {
     parts.push_back("SET @changeflow_landed = @changeflow_ack");
   }
@@ -1128,9 +1185,7 @@ std::vector<db_result<std::int64_t>> run_group(session s, const std::vector<tran
       }
       for (auto i : missed) {
         out[i] = R::failure(existing.count(reqs[i].operation_id) ? db_outcome::preempted : db_outcome::not_found,
-                            "operation " + reqs[i].operation_id + " is not at version " +
-                                std::to_string(reqs[i].expected_version) + " and step " +
-                                std::string(workflow::to_string(reqs[i].from)));
+                            detail::not_where_expected(reqs[i]));
       }
     }
   }

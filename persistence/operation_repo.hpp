@@ -167,6 +167,13 @@ struct transition_request {
   /// the row it committed is read in the same round trip and handed to them (a group reads every
   /// row it moved anyway).
   bool want_row = false;
+  /// The transition before this one, not written yet, written in the same commit: its UPDATE runs
+  /// first (guarded by its own version and step), this one's then finds the row where that one left
+  /// it (`expected_version` is `before->expected_version + 1`, `from` is `before->to`). Both events
+  /// go to the timeline; the pair lands or fails as one. A step whose own work is an idempotent call
+  /// that always leaves it (the bots' approvals after the pipeline passed) is written with the step
+  /// that call leads to, one commit for both (workflow::transition_out::with_next).
+  std::shared_ptr<const transition_request> before;
 };
 
 /// One transaction: guarded UPDATE operation, UPDATE binding phase, INSERT event, commit.

@@ -693,6 +693,81 @@ TEST(OperationRepo, ATransitionWhoseAnswerIsLostAfterItsCommitAnswersAsIfItHadCo
   EXPECT_EQ(missed.outcome, db_outcome::preempted) << missed.error.message;
 }
 
+// A pair of transitions (the step passed through is written with the next one): one transaction,
+// both events, two versions; it lands whole or not at all, and a lost answer is recovered from the
+// second event as for one transition.
+TEST(OperationRepo, APairOfTransitionsLandsWholeOrNotAtAll) {
+  test_database db;
+  auto setup = db.connect();
+  db_context ctx(db.settings());
+  const std::string opened_path = "t-pair";
+  auto id = new_op(*setup, "pia", opened_path);
+  const auto opened =
+      walk(*setup, id, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 7);
+  const auto events_at = [&](const std::string& op) {
+    return db.scalar("SELECT COUNT(*) FROM operation_event WHERE operation_id = '" + op + "'");
+  };
+  const auto events_before = events_at(id);
+
+  // The two transitions go under one fence: a pair whose fences differ is refused before any SQL.
+  auto split = test::passed_and_approved(id, opened);
+  split.fence = owner_fence{"instance-a", 1};
+  EXPECT_EQ(transition(ctx, split).outcome, db_outcome::illegal_transition);
+  // A fence that does not hold: nothing written.
+  auto fenced = test::passed_and_approved(id, opened);
+  fenced.fence = owner_fence{"someone-else", 1};
+  auto first = std::make_shared<transition_request>(*fenced.before);
+  first->fence = fenced.fence;
+  fenced.before = first;
+  auto missed = transition(ctx, fenced);
+  EXPECT_EQ(missed.outcome, db_outcome::preempted) << missed.error.message;
+  EXPECT_EQ(load_operation(*setup, id).value.version, opened);
+  EXPECT_EQ(load_operation(*setup, id).value.step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(events_at(id), events_before);
+
+  // A stale first transition: nothing written either.
+  auto stale = transition(ctx, test::passed_and_approved(id, opened - 1));
+  EXPECT_EQ(stale.outcome, db_outcome::preempted) << stale.error.message;
+  EXPECT_EQ(load_operation(*setup, id).value.version, opened);
+
+  // Transitions that do not follow one another are refused before any SQL.
+  auto gap = test::passed_and_approved(id, opened);
+  gap.expected_version = opened + 2;
+  EXPECT_EQ(transition(ctx, gap).outcome, db_outcome::illegal_transition);
+
+  // It lands: the row two versions on, handed back, and both events in order.
+  std::optional<operation_row> row;
+  auto landed = transition(ctx, test::passed_and_approved(id, opened), &row);
+  ASSERT_TRUE(landed.ok()) << landed.error.message;
+  EXPECT_EQ(landed.value, opened + 2);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->version, opened + 2);
+  EXPECT_EQ(row->step, S::HANDLE_APPROVED);
+  test::expect_same_row(*row, load_operation(*setup, id).value);
+  auto events = list_events(*setup, id);
+  ASSERT_TRUE(events.ok());
+  ASSERT_GE(events.value.size(), 2u);
+  const auto& passed = events.value[events.value.size() - 2];
+  EXPECT_EQ(passed.to_step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(passed.to_phase, workflow::phase::MR_CREATED);
+  EXPECT_EQ(passed.version, opened + 1);
+  EXPECT_EQ(passed.cause, "check pipeline passed");
+  EXPECT_EQ(events.value.back().from_step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(events.value.back().to_step, S::HANDLE_APPROVED);
+  EXPECT_EQ(events.value.back().version, opened + 2);
+
+  // Its answer lost after the commit: read back from its second event, as for one transition.
+  auto other = new_op(*setup, "pia", opened_path + "-2");
+  const auto other_opened =
+      walk(*setup, other, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 8);
+  std::optional<operation_row> lost_row;
+  auto lost = transition(ctx, test::passed_and_approved(other, other_opened), &lost_row, true);
+  ASSERT_TRUE(lost.ok()) << lost.error.code << " " << lost.error.message;
+  EXPECT_EQ(lost.value, other_opened + 2);
+  ASSERT_TRUE(lost_row);
+  EXPECT_EQ(lost_row->step, S::HANDLE_APPROVED);
+}
+
 // Callback and reconciler race mark_validated: exactly one flip reported per operation.
 TEST(DbContext, AConnectionLostUnderARepositoryIsReplacedOnTheNextGet) {
   test_database db;

@@ -18,10 +18,15 @@ namespace changeflow::persistence::detail {
 /// transition table: callers check `workflow::is_allowed` first, before any SQL.
 /// With `committed`, the row at the new version is read in the same text and stored there (left
 /// unset when the UPDATE did not land). `lose_answer_after_commit` is a fault for tests: the UPDATE
-/// commits and its connection is killed before the answer is read.
+/// commits and its connection is killed before the answer is read. A pair (`req.before`) is a
+/// transaction of its own, sent in one compound statement: never pass one inside a transaction the
+/// caller owns (its START TRANSACTION would end the caller's).
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
                                          std::optional<operation_row>* committed = nullptr,
                                          bool lose_answer_after_commit = false);
+
+/// Why a transition that did not land missed: where it (a pair: its first transition) expected the row.
+std::string not_where_expected(const transition_request& req);
 
 /// The head of every UPDATE of `operation` whose WHERE names rows by their key (operation_id = x, or
 /// IN a list). Without the hint MariaDB estimates, for each such statement, a range on every other

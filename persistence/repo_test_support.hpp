@@ -120,6 +120,26 @@ inline std::int64_t walk(session c, const std::string& id, std::initializer_list
   return version;
 }
 
+/// The pair an actor writes after the pipeline passed and the bots approved: CREATE_MR_OPENED ->
+/// CREATE_SUCCEEDED (not written on its own) -> HANDLE_APPROVED, the first guarded by `opened`.
+inline transition_request passed_and_approved(const std::string& id, std::int64_t opened) {
+  auto passed = std::make_shared<transition_request>();
+  passed->operation_id = id;
+  passed->expected_version = opened;
+  passed->from = workflow::step::CREATE_MR_OPENED;
+  passed->to = workflow::step::CREATE_SUCCEEDED;
+  passed->cause = "check pipeline passed";
+  passed->clear_wake = true;
+  transition_request t;
+  t.operation_id = id;
+  t.expected_version = opened + 1;
+  t.from = workflow::step::CREATE_SUCCEEDED;
+  t.to = workflow::step::HANDLE_APPROVED;
+  t.cause = "approved by both bots";
+  t.before = std::move(passed);
+  return t;
+}
+
 using S = workflow::step;
 inline constexpr std::initializer_list<workflow::step> to_merging = {
     S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::HANDLE_STARTED, S::HANDLE_APPROVED, S::HANDLE_MERGING};

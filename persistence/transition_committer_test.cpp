@@ -595,6 +595,49 @@ TEST_F(GroupUnits, ATransitionLeftAloneInItsGroupGetsTheRowItAskedFor) {
   EXPECT_EQ(committed->step, S::APPROVAL_SENT);
 }
 
+// A pair (a step written with the next one) in a group: its first UPDATE runs with the group's
+// other transitions (here sharing a statement with another change's same move), its second after
+// them; it is handed the row two versions on. A stale pair misses whole, beside the others.
+TEST_F(GroupUnits, APairInAGroupLandsWholeBesideTheOtherTransitions) {
+  const auto opened_path =
+      std::initializer_list<S>{S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED};
+  auto paired = new_op(*c, "pat", "repo/p.yaml");
+  auto plain = new_op(*c, "quin", "repo/q.yaml");
+  auto stale = new_op(*c, "sam", "repo/s.yaml");
+  auto sent = new_op(*c, "ted", "repo/t.yaml");
+  const auto v = test::walk(*c, paired, opened_path, 1);
+  const auto vp = test::walk(*c, plain, opened_path, 2);
+  const auto vs = test::walk(*c, stale, opened_path, 3);
+  std::optional<db_result<std::int64_t>> pair_out, plain_out, stale_out, sent_out;
+  std::optional<operation_row> pair_row, plain_row, stale_row, sent_row;
+  auto only_passed = *test::passed_and_approved(plain, vp).before;  // the same move, alone in its request
+  ASSERT_TRUE(committer.submit(test::passed_and_approved(paired, v), record(pair_out, pair_row)));
+  ASSERT_TRUE(committer.submit(only_passed, record(plain_out, plain_row)));
+  ASSERT_TRUE(committer.submit(test::passed_and_approved(stale, vs - 1), record(stale_out, stale_row)));
+  ASSERT_TRUE(committer.submit(test::to_approval_sent(sent, 1), record(sent_out, sent_row)));
+  db_context ctx(db.settings());
+  EXPECT_EQ(pool.run_queued(ctx), 1u);
+  EXPECT_EQ(committer.stats().groups, 1u);
+  EXPECT_EQ(committer.stats().grouped, 4u);
+  ASSERT_TRUE(pair_out && pair_out->ok()) << (pair_out ? pair_out->error.message : "no answer");
+  EXPECT_EQ(pair_out->value, v + 2);
+  ASSERT_TRUE(pair_row);
+  EXPECT_EQ(pair_row->version, v + 2);
+  EXPECT_EQ(pair_row->step, S::HANDLE_APPROVED);
+  ASSERT_TRUE(plain_out && plain_out->ok());
+  EXPECT_EQ(load_operation(*c, plain).value.step, S::CREATE_SUCCEEDED);
+  ASSERT_TRUE(stale_out);
+  EXPECT_EQ(stale_out->outcome, db_outcome::preempted);
+  EXPECT_FALSE(stale_row);
+  EXPECT_EQ(load_operation(*c, stale).value.version, vs);
+  EXPECT_EQ(load_operation(*c, stale).value.step, S::CREATE_MR_OPENED);
+  ASSERT_TRUE(sent_out && sent_out->ok());
+  EXPECT_EQ(db.scalar("SELECT GROUP_CONCAT(to_step ORDER BY version) FROM operation_event WHERE operation_id = '" +
+                      paired + "' AND version > " + std::to_string(v)),
+            std::to_string(workflow::code_of(S::CREATE_SUCCEEDED)) + "," +
+                std::to_string(workflow::code_of(S::HANDLE_APPROVED)));
+}
+
 // The MERGED write and the deploy report that overtook it commit together: the report finds MERGED
 // under the same transaction and validates the change, and the MERGED writer, handed the VALIDATED
 // row, has no deploy check left to make.

@@ -78,6 +78,11 @@ struct transition_out {
   std::string mr_url;
   std::string approval_id;
   std::string last_error;
+  /// Written with the step that follows it, in one commit (persistence::transition_request::before):
+  /// this step's own work is a call that is safe to repeat and whose every outcome leaves the step,
+  /// so a crash before that commit finds the change where it was and repeats the work. Until then
+  /// the actor holds the step in memory; a wait, or anything else than a next step, writes it alone.
+  bool with_next = false;
 };
 
 struct effect {

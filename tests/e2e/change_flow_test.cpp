@@ -142,19 +142,30 @@ TEST(ChangeFlow, ApprovalsAndMergeActOnTheReadThatFoundThePipelinePassed) {
 }
 
 // The approval decision's own transaction writes the step the workflow takes next (CREATE_STARTED:
-// batching is off and the change has no MR yet): the actor commits one transition fewer than the
-// workflow's events, and the timeline still shows both steps, each by its writer.
+// batching is off and the change has no MR yet), and the passed pipeline (CREATE_SUCCEEDED) is
+// written in the commit of the bots' approvals (HANDLE_APPROVED): the actor's writes are two fewer
+// than the workflow's events, and the timeline still shows every step, each by its writer.
 TEST(ChangeFlow, TheApprovalDecisionGoesOnToCreateTheMRInItsOwnCommit) {
   flow_env env;
   auto id = submit_ok(env, "one-commit", "svc-one-commit");
   auto c = env.wait_for_phase(id, "VALIDATED");
   ASSERT_EQ(c["phase"], "VALIDATED") << c.dump(2);
-  // The actor's own commits are its events but CREATE_STARTED, which the decision's commit wrote.
+  // The actor's own writes are its events but CREATE_STARTED, which the decision's commit wrote,
+  // and CREATE_SUCCEEDED, which went with HANDLE_APPROVED.
   const auto change = env.get_change(id);
   int by_workflow = 0;
   for (const auto& e : change["timeline"]) by_workflow += e.value("actor", std::string()) == "workflow" ? 1 : 0;
   EXPECT_EQ(env.metric_sum("changeflow_transitions_grouped") + env.metric_sum("changeflow_transitions_alone"),
-            by_workflow - 1)
+            by_workflow - 2)
+      << change.dump(2);
+  std::vector<std::string> pair;
+  for (const auto& e : change["timeline"]) {
+    if (e["to"] == "CREATE_SUCCEEDED" || e["to"] == "HANDLE_APPROVED")
+      pair.push_back(e["from"].get<std::string>() + " -> " + e["to"].get<std::string>() + " by " +
+                     e.value("actor", std::string("?")));
+  }
+  EXPECT_EQ(pair, (std::vector<std::string>{"CREATE_MR_OPENED -> CREATE_SUCCEEDED by workflow",
+                                            "CREATE_SUCCEEDED -> HANDLE_APPROVED by workflow"}))
       << change.dump(2);
   EXPECT_EQ(env.metric_sum("changeflow_transitions_total"), by_workflow) << "CREATE_STARTED is counted as committed";
   std::vector<std::string> seen;
