@@ -24,6 +24,7 @@ function liveActor(o: any): HTMLElement {
   return dl([
     ['instance', o.live.instance],
     ['step', s.step ?? sum.step?.name],
+    ['step held, to be written with the next', s.heldStep || '—'],
     ['version', s.version ?? sum.version],
     ['busy (call or write in flight)', String(s.busy ?? sum.busy)],
     ['next wake (its own timer)', when(s.nextWakeMs || sum.nextWakeMs)],
