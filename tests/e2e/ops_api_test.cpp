@@ -96,6 +96,9 @@ TEST(OpsApi, ActionsFollowOperatorEdgesAreIdempotentAndAudited) {
   ASSERT_TRUE(d["live"]["snapshot"].is_object()) << d["live"].dump();
   EXPECT_EQ(d["live"]["snapshot"]["operationId"], id);
   EXPECT_EQ(d["live"]["snapshot"]["step"], "CREATE_PIPELINE_PENDING");
+  // A waiting actor holds no step in memory: the step it shows is the row's.
+  ASSERT_TRUE(d["live"]["snapshot"].contains("heldStep")) << d["live"].dump();
+  EXPECT_TRUE(d["live"]["snapshot"]["heldStep"].is_null()) << d["live"].dump();
 
   // Listed across instances with a filter, and on the overview's stuck list.
   auto list = body_of(ops(env, "GET", "/api/v1/ops/operations?step=CREATE_PIPELINE_PENDING", as("alice")));
