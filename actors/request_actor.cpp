@@ -66,7 +66,8 @@ struct request_state {
   std::unique_ptr<persistence::transition_request> pending_write;
   // A step entered in memory only, to be written with the next one in the same commit
   // (workflow::transition_out::with_next): st.op.current names it while st.op.version is still the
-  // row's. The next write carries it as its `before`; a wait writes it alone first.
+  // row's. The next write (a step, or a retry's failed attempt) carries it as its `before`; a
+  // decision that only waits would write it alone first. A re-read of the row drops it.
   std::shared_ptr<const persistence::transition_request> held;
   int persist_failures = 0;
   // Durability: the write fence (owner + lease epoch) every transition carries.
@@ -622,7 +623,9 @@ void on_persisted(self_ptr self, const messages::persisted& p) {
     run_effects(self, std::move(effects));
     return;
   }
-  st.after_commit.clear();
+  // A write retried later keeps the effects that follow it (a retry's wait among them); a write
+  // that is dropped takes them with it.
+  if (outcome != db_outcome::retryable) st.after_commit.clear();
   if (std::exchange(st.wait_generation, 0) != 0) {
     // The wait belonged to the write that did not land: its timer is void, and each path below
     // decides when the step runs next.
@@ -779,8 +782,13 @@ void on_row_loaded(self_ptr self, const messages::row_loaded& r) {
     publish(self);
     return;
   }
-  // Someone else wrote the row: the step it names reads the MR itself.
-  st.held.reset();          // a step held in memory goes with the row it was to be written on
+  // Someone else wrote the row, or this actor's view was ahead of it (a step held in memory, a
+  // write waiting to be retried): the step the row names runs again from the row and decides
+  // afresh, so nothing decided on the older view is written or run after it.
+  st.held.reset();
+  st.pending_write.reset();
+  st.after_commit.clear();
+  if (std::exchange(st.wait_generation, 0) != 0) ++st.timer_generation;
   st.wait_unarmed = false;  // the step re-decides its wait
   st.op.last_read = {};
   st.op.current = *s;

@@ -97,6 +97,9 @@ class in_process : public actors::testing::in_process_actors {
   /// An actor in CREATE_MR_OPENED whose pipeline read found it passed (the approvals are queued, not
   /// run); returns the row's version at CREATE_MR_OPENED.
   std::int64_t pipeline_read_passed();
+  /// From there the approvals answer 429 and are retried; with `lose_first_write` the write of the
+  /// held step and the failed attempt is lost once and written on its second try.
+  void approvals_retried(bool lose_first_write);
   /// An actor that created MR 42 and handed the transition to CREATE_MR_OPENED to the database
   /// (not run yet).
   void mr_opened_write_in_flight();
@@ -190,6 +193,35 @@ call_reply merge(call_reply::merge_result m) {
   r.mr_state = m == call_reply::merge_result::merged ? "merged" : "opened";
   r.merge = m;
   return r;
+}
+
+void in_process::approvals_retried(bool lose_first_write) {
+  const auto opened = pipeline_read_passed();
+  answer(rate_limited(call_kind::approve_bots));
+  run_external();
+  ASSERT_EQ(queued_db(), 1u);
+  EXPECT_FALSE(sched_.has_pending_timeout()) << "the retry waits for the write";
+  if (lose_first_write) {
+    ASSERT_TRUE(db_pool_.drop_oldest()) << "the write's job is lost";
+    run_messages();
+    ASSERT_TRUE(sched_.has_pending_timeout()) << "the write is retried after a back-off";
+    ASSERT_TRUE(fire_next_timer());
+    ASSERT_EQ(queued_db(), 1u) << "the same write, again";
+  }
+  run_db();
+  auto r = row();
+  EXPECT_EQ(r.step, S::CREATE_SUCCEEDED);
+  EXPECT_EQ(r.version, opened + 2);
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_EQ(r.last_error.value_or(""), "429 Too Many Requests");
+  ASSERT_TRUE(sched_.has_pending_timeout()) << "the approvals' retry waits for its timer";
+  answer(ok(call_kind::approve_bots));
+  answer(merge(call_reply::merge_result::merged));
+  ASSERT_TRUE(fire_next_timer());
+  settle();
+  EXPECT_EQ(row().step, S::HANDLE_MERGED);
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::approve_bots,
+                                            call_kind::try_merge}));
 }
 
 }  // namespace
@@ -608,25 +640,44 @@ TEST_F(in_process, ThePassedPipelineIsWrittenWithTheApprovalsOutcomeInOneCommit)
 // The approvals fail and are retried later: the held step is written with the failed attempt, so
 // the row says where the change waits and what failed before the retry's timer runs.
 TEST_F(in_process, ARetryOfTheApprovalsWritesTheHeldStepWithTheFailedAttempt) {
+  approvals_retried(false);
+}
+
+// The same, and the pair's first write fails (its job is lost: answered as retryable): written on
+// the second try, the retry's wait is still armed after that write, not lost with the first try.
+TEST_F(in_process, AFailedAttemptWrittenOnTheSecondTryStillArmsItsWait) {
+  approvals_retried(true);
+}
+
+// The pair's write fails and waits to be retried; meanwhile the actor reads its row (a nudge). The
+// row is where it was, behind the step held in memory: the step the row names runs again from the
+// row, and the pair decided on the older view is never written.
+TEST_F(in_process, ARereadWhileAPairWaitsToBeRetriedDropsThePair) {
   const auto opened = pipeline_read_passed();
-  answer(rate_limited(call_kind::approve_bots));
+  answer(ok(call_kind::approve_bots));
   run_external();
   ASSERT_EQ(queued_db(), 1u);
-  EXPECT_FALSE(sched_.has_pending_timeout()) << "the retry waits for the write";
+  ASSERT_TRUE(db_pool_.drop_oldest()) << "the pair's job is lost";
+  run_messages();
+  nudge();
+  run_db();                     // the re-read
+  answer(pipeline("running"));  // a new head was pushed: the pipeline runs again
+  run_external();
   run_db();
-  auto r = row();
-  EXPECT_EQ(r.step, S::CREATE_SUCCEEDED);
-  EXPECT_EQ(r.version, opened + 2);
-  EXPECT_EQ(r.attempts, 1);
-  EXPECT_EQ(r.last_error.value_or(""), "429 Too Many Requests");
-  ASSERT_TRUE(sched_.has_pending_timeout()) << "the retry waits for its timer";
-  answer(ok(call_kind::approve_bots));
-  answer(merge(call_reply::merge_result::merged));
-  ASSERT_TRUE(fire_next_timer());
-  settle();
-  EXPECT_EQ(row().step, S::HANDLE_MERGED);
-  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::approve_bots,
-                                            call_kind::try_merge}));
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED);
+  EXPECT_EQ(row().version, opened);
+  // Every timer pending now (the back-off the failed write armed, the next poll) fires: none may
+  // write the pair decided before the re-read.
+  answer(pipeline("running"));
+  while (fire_next_timer()) {
+    run_db();
+    run_external();
+    if (calls_.size() >= 4) break;
+  }
+  EXPECT_EQ(row().step, S::CREATE_MR_OPENED) << "the dropped pair was written after all";
+  EXPECT_EQ(row().version, opened);
+  EXPECT_EQ(calls_, (std::vector<call_kind>{call_kind::read_pipeline, call_kind::approve_bots, call_kind::read_pipeline,
+                                            call_kind::read_pipeline}));
 }
 
 TEST_F(in_process, ARereadOfTheRowDropsTheKeptRead) {

@@ -222,7 +222,8 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
   return q;
 }
 
-std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs) {
+std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs,
+                                            const std::string& also_where) {
   struct shape {
     std::string assignments;
     bool fenced = false;
@@ -243,7 +244,7 @@ std::vector<std::string> transition_updates(const sql_text& t, const std::vector
   std::vector<std::string> out;
   for (const auto& s : shapes) {
     if (s.members.size() == 1) {
-      out.push_back(transition_update_sql(t, *s.members.front()));
+      out.push_back(transition_update_sql(t, *s.members.front()) + also_where);
       continue;
     }
     // The rows of keys first (STRAIGHT_JOIN), each operation row then read by its key: left to
@@ -273,7 +274,7 @@ std::vector<std::string> transition_updates(const sql_text& t, const std::vector
       q += " AND operation.owner_instance = changeflow_t.changeflow_owner AND operation.lease_epoch = "
            "changeflow_t.changeflow_epoch";
     }
-    out.push_back(std::move(q));
+    out.push_back(std::move(q) + also_where);
   }
   return out;
 }
@@ -303,7 +304,8 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
                         ? answer_with_rows_sql(answer, "operation_id = " + t.quote(req.operation_id) +
                                                            " AND version = " + std::to_string(req.expected_version + 1))
                         : "SELECT " + answer);
-    parts.push_back("COMMIT");
+    // Both or neither: a first UPDATE whose second missed is undone, not committed alone.
+    parts.push_back("IF @changeflow_pair = 1 THEN COMMIT; ELSE ROLLBACK; END IF");
     if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
     transaction tx(conn, transaction::begun_in_script{});
     try {
@@ -312,8 +314,10 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
         landed = rs.getInt("changeflow_answer") == 1;
         if (landed && committed && !rs.isNull("operation_id")) *committed = read_operation(rs);
       });
-    } catch (const sql::SQLException&) {
-      if (!lose_answer_after_commit) throw;
+    } catch (const sql::SQLException& e) {
+      // Under the fault only the KILL's own error is expected; anything else is a real failure, and
+      // the guard rolls back what the text left open.
+      if (!lose_answer_after_commit || !is_connection_lost_code(e.getErrorCode())) throw;
     }
     tx.ended_by_script();
     if (lose_answer_after_commit) {
@@ -870,6 +874,13 @@ db_result<std::int64_t> transition(session s, const transition_request& req, std
   if (!r.ok() && is_connection_lost_code(r.error.code) && !r.error.unsent && !req.retry_in_step) {
     return find_landed(s, req, committed, r);
   }
+  if (!r.ok() && is_connection_lost_code(r.error.code) && !r.error.unsent && req.before) {
+    // A retry written with the step before it: that step's event tells, since the two committed
+    // together or not at all.
+    auto first = find_landed(s, *req.before, nullptr, r);
+    if (first.ok()) return R::success(req.expected_version + 1);
+    return first;
+  }
   return r;
 }
 
@@ -946,7 +957,12 @@ group_outcome commit_group(sql::Connection& conn, const std::vector<group_member
     if (want_rows) add(row_ids, m.req->operation_id);
   }
   for (auto& update : detail::transition_updates(t, transitions)) parts.push_back(std::move(update));
-  for (auto& update : detail::transition_updates(t, seconds)) parts.push_back(std::move(update));
+  // A second UPDATE lands only where its first one did: the trigger has listed that row's id by
+  // then (a group holds one transition per operation, so the id in the list is the pair's own). The
+  // ids are compared as bytes: no collation of the list's can clash with the column's.
+  for (auto& update : detail::transition_updates(
+           t, seconds, " AND FIND_IN_SET(CAST(operation.operation_id AS BINARY), CAST(@changeflow_ack AS BINARY)) > 0"))
+    parts.push_back(std::move(update));
   if (std::any_of(group.begin(), group.end(), [](const group_member& m) { return m.unit != nullptr; })) {
     parts.push_back("SET @changeflow_landed = @changeflow_ack");
   }

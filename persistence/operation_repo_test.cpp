@@ -756,6 +756,31 @@ TEST(OperationRepo, APairOfTransitionsLandsWholeOrNotAtAll) {
   EXPECT_EQ(events.value.back().to_step, S::HANDLE_APPROVED);
   EXPECT_EQ(events.value.back().version, opened + 2);
 
+  // A row already where the pair's second transition expects it (no writer does this today): the
+  // second UPDATE would land, but the first missed, so neither is written.
+  auto ahead = new_op(*setup, "pia", opened_path + "-ahead");
+  const auto at_succeeded =
+      walk(*setup, ahead,
+           {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED, S::CREATE_SUCCEEDED}, 9);
+  auto behind = transition(ctx, test::passed_and_approved(ahead, at_succeeded - 1));
+  EXPECT_EQ(behind.outcome, db_outcome::preempted) << behind.error.message;
+  EXPECT_EQ(load_operation(*setup, ahead).value.version, at_succeeded);
+  EXPECT_EQ(load_operation(*setup, ahead).value.step, S::CREATE_SUCCEEDED);
+
+  // A retry within the step, written with the step before it, whose answer is lost: the first
+  // transition's event says both committed.
+  auto retried = new_op(*setup, "pia", opened_path + "-retry");
+  const auto retried_opened =
+      walk(*setup, retried, {S::APPROVAL_SENT, S::APPROVAL_APPROVED, S::CREATE_STARTED, S::CREATE_MR_OPENED}, 10);
+  auto retry = test::passed_and_approved(retried, retried_opened);
+  retry.to = S::CREATE_SUCCEEDED;
+  retry.retry_in_step = true;
+  retry.last_error = "429 Too Many Requests";
+  auto retry_lost = transition(ctx, retry, nullptr, true);
+  ASSERT_TRUE(retry_lost.ok()) << retry_lost.error.code << " " << retry_lost.error.message;
+  EXPECT_EQ(retry_lost.value, retried_opened + 2);
+  EXPECT_EQ(load_operation(*setup, retried).value.attempts, 1);
+
   // Its answer lost after the commit: read back from its second event, as for one transition.
   auto other = new_op(*setup, "pia", opened_path + "-2");
   const auto other_opened =

@@ -49,7 +49,9 @@ std::string transition_update_sql(const sql_text& t, const transition_request& r
 /// second request for one alone). The derived table's values are literals, which give
 /// way to the column's collation when compared, so the join stays a lookup by key whatever the
 /// connection's collation.
-std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs);
+/// `also_where` is appended to every statement's guard.
+std::vector<std::string> transition_updates(const sql_text& t, const std::vector<const transition_request*>& reqs,
+                                            const std::string& also_where = {});
 
 /// transition_update_sql up to its WHERE: "UPDATE operation SET ..." with the step, its attempts,
 /// wake-up, error and event columns, for a writer that guards the row its own way.

@@ -605,20 +605,30 @@ TEST_F(GroupUnits, APairInAGroupLandsWholeBesideTheOtherTransitions) {
   auto plain = new_op(*c, "quin", "repo/q.yaml");
   auto stale = new_op(*c, "sam", "repo/s.yaml");
   auto sent = new_op(*c, "ted", "repo/t.yaml");
+  auto ahead = new_op(*c, "uma", "repo/u.yaml");
   const auto v = test::walk(*c, paired, opened_path, 1);
   const auto vp = test::walk(*c, plain, opened_path, 2);
   const auto vs = test::walk(*c, stale, opened_path, 3);
-  std::optional<db_result<std::int64_t>> pair_out, plain_out, stale_out, sent_out;
-  std::optional<operation_row> pair_row, plain_row, stale_row, sent_row;
+  // Already where a pair's second transition expects it (no writer does this today): that second
+  // UPDATE would match, but its first misses, so neither may land.
+  test::walk(*c, ahead, opened_path, 4);
+  const auto va = test::walk(*c, ahead, {S::CREATE_SUCCEEDED});
+  std::optional<db_result<std::int64_t>> pair_out, plain_out, stale_out, sent_out, ahead_out;
+  std::optional<operation_row> pair_row, plain_row, stale_row, sent_row, ahead_row;
   auto only_passed = *test::passed_and_approved(plain, vp).before;  // the same move, alone in its request
   ASSERT_TRUE(committer.submit(test::passed_and_approved(paired, v), record(pair_out, pair_row)));
   ASSERT_TRUE(committer.submit(only_passed, record(plain_out, plain_row)));
   ASSERT_TRUE(committer.submit(test::passed_and_approved(stale, vs - 1), record(stale_out, stale_row)));
   ASSERT_TRUE(committer.submit(test::to_approval_sent(sent, 1), record(sent_out, sent_row)));
+  ASSERT_TRUE(committer.submit(test::passed_and_approved(ahead, va - 1), record(ahead_out, ahead_row)));
   db_context ctx(db.settings());
   EXPECT_EQ(pool.run_queued(ctx), 1u);
   EXPECT_EQ(committer.stats().groups, 1u);
-  EXPECT_EQ(committer.stats().grouped, 4u);
+  EXPECT_EQ(committer.stats().grouped, 5u);
+  ASSERT_TRUE(ahead_out);
+  EXPECT_EQ(ahead_out->outcome, db_outcome::preempted);
+  EXPECT_EQ(load_operation(*c, ahead).value.version, va);
+  EXPECT_EQ(load_operation(*c, ahead).value.step, S::CREATE_SUCCEEDED);
   ASSERT_TRUE(pair_out && pair_out->ok()) << (pair_out ? pair_out->error.message : "no answer");
   EXPECT_EQ(pair_out->value, v + 2);
   ASSERT_TRUE(pair_row);

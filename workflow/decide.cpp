@@ -242,8 +242,8 @@ decision on_read_pipeline(const operation_state& s, const call_reply& r, const s
         d.next->clear_wake = true;
         // The bots' approvals run from CREATE_SUCCEEDED (on_resume): they read the MR's approvals
         // before approving, and their outcome is the next step, so this step is written with it
-        // (a retry that waits writes it alone first). The legacy order's approval request comes
-        // first from here, and is written after this step as before.
+        // (a retry with its failed attempt). The legacy order's approval request comes first from
+        // here, and is written after this step as before.
         d.next->with_next = !(s.order == flow::create_then_approve && s.approval_id.empty());
         d.sha_seen = r.sha;
         // The approvals act on this read while it is fresh (gitlab.mr_read_reuse_ms).

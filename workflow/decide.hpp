@@ -79,9 +79,10 @@ struct transition_out {
   std::string approval_id;
   std::string last_error;
   /// Written with the step that follows it, in one commit (persistence::transition_request::before):
-  /// this step's own work is a call that is safe to repeat and whose every outcome leaves the step,
-  /// so a crash before that commit finds the change where it was and repeats the work. Until then
-  /// the actor holds the step in memory; a wait, or anything else than a next step, writes it alone.
+  /// this step's own work is a call that is safe to repeat, and its outcome is the next write (the
+  /// next step, or the failed attempt of a retry), so a crash before that commit finds the change
+  /// where it was and repeats the work. Until then the actor holds the step in memory; a decision
+  /// that writes nothing and waits (none at this step today) writes it alone first.
   bool with_next = false;
 };
 

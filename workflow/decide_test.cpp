@@ -36,6 +36,15 @@ call_reply ok_reply(call_kind k) {
   return r;
 }
 
+/// An MR read: open, its pipeline passed on its head "s".
+call_reply pipeline_passed() {
+  auto r = ok_reply(call_kind::read_pipeline);
+  r.mr_state = "opened";
+  r.sha = r.pipeline_sha = "s";
+  r.pipeline_status = "success";
+  return r;
+}
+
 event reply_of(call_reply r) {
   return reply{std::move(r)};
 }
@@ -175,6 +184,29 @@ TEST(Decide, LegacyOrderAsksForApprovalAfterTheMr) {
   EXPECT_TRUE(has_effect(approve, effect::kind::call, call_kind::approve_bots));
 }
 
+// The passed pipeline is written with the approvals' outcome wherever the approvals come next
+// from CREATE_SUCCEEDED; in the legacy order before its approval, the approval request comes next,
+// and the step is written on its own.
+TEST(Decide, APassedPipelineIsWrittenWithTheNextStepWhereTheApprovalsFollow) {
+  auto cfg = test_settings();
+  auto r = pipeline_passed();
+  for (auto from : {step::CREATE_MR_OPENED, step::CREATE_PIPELINE_PENDING}) {
+    auto s = at(from);
+    auto d = decide(s, reply_of(r), cfg, 0);
+    ASSERT_TRUE(d.next);
+    EXPECT_EQ(d.next->to, step::CREATE_SUCCEEDED);
+    EXPECT_TRUE(d.next->with_next) << to_string(from);
+    EXPECT_TRUE(d.effects.empty()) << "no effect may run before the step it follows is written";
+    s.order = flow::create_then_approve;
+    EXPECT_FALSE(decide(s, reply_of(r), cfg, 0).next->with_next) << "legacy order, no approval yet";
+    s.approval_id = "A-1";
+    EXPECT_TRUE(decide(s, reply_of(r), cfg, 0).next->with_next) << "legacy order, approved: the bots approve next";
+  }
+  // A failed pipeline is written at once.
+  r.pipeline_status = "failed";
+  EXPECT_FALSE(decide(at(step::CREATE_MR_OPENED), reply_of(r), cfg, 0).next->with_next);
+}
+
 TEST(Decide, ApprovalSubmitOutcomes) {
   auto cfg = test_settings();
   auto r = ok_reply(call_kind::submit_approval);
@@ -301,10 +333,7 @@ TEST(Decide, BotApprovalOutcomes) {
 // merge attempt; nothing else hands a read on, and only those two calls carry one.
 TEST(Decide, AnMrReadIsHandedToTheApprovalsAndTheFirstMergeAttemptOnly) {
   auto cfg = test_settings();
-  auto passed = ok_reply(call_kind::read_pipeline);
-  passed.mr_state = "opened";
-  passed.sha = passed.pipeline_sha = "s";
-  passed.pipeline_status = "success";
+  auto passed = pipeline_passed();
   passed.base_sha = "base";
   passed.target_branch = "main";
   passed.read_at_ms = 1234;
