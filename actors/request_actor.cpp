@@ -67,7 +67,7 @@ struct request_state {
   // A step entered in memory only, to be written with the next one in the same commit
   // (workflow::transition_out::with_next): st.op.current names it while st.op.version is still the
   // row's. The next write (a step, or a retry's failed attempt) carries it as its `before`; a
-  // decision that only waits would write it alone first. A re-read of the row drops it.
+  // re-read of the row drops it, and an actor holding one never passivates.
   std::shared_ptr<const persistence::transition_request> held;
   int persist_failures = 0;
   // Durability: the write fence (owner + lease epoch) every transition carries.
@@ -469,17 +469,6 @@ void process(self_ptr self, const workflow::event& e) {
   if (d.count_poll) ++st.op.polls;
   if (d.count_merge_attempt) ++st.op.merge_attempts;
   if (!d.next && !d.failed) {
-    const bool calls_only = std::all_of(d.effects.begin(), d.effects.end(), [](const workflow::effect& e) {
-      return e.what == workflow::effect::kind::call;
-    });
-    if (st.held && !calls_only) {
-      // A wait (or a stop) in the step held in memory: the step is written first, alone, and the
-      // wait starts once it has committed, so the row says where the change waits.
-      st.pending_write = std::make_unique<persistence::transition_request>(*std::exchange(st.held, nullptr));
-      st.after_commit = std::move(d.effects);
-      submit_persist(self);
-      return;
-    }
     run_effects(self, std::move(d.effects));
     return;
   }

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 namespace changeflow::persistence {
 
@@ -286,6 +287,45 @@ std::string not_where_expected(const transition_request& req) {
          " and step " + std::string(workflow::to_string(first.from));
 }
 
+namespace {
+/// A pair (`req.before`, then `req` as `second`): one transaction in one compound statement. The
+/// second UPDATE runs only when the first landed, and the text commits only when both did; true
+/// when they did (with `committed`, the row they left is read beside the answer).
+bool pair_landed(sql::Connection& conn, const sql_text& t, const transition_request& req, const std::string& second,
+                 std::optional<operation_row>* committed, bool lose_answer_after_commit) {
+  std::vector<std::string> parts{"START TRANSACTION", transition_update_sql(t, *req.before),
+                                 "SET @changeflow_pair = ROW_COUNT()", second + " AND @changeflow_pair = 1",
+                                 "SET @changeflow_pair = IF(@changeflow_pair = 1, ROW_COUNT(), 0)"};
+  const std::string answer = "@changeflow_pair AS changeflow_answer";
+  parts.push_back(committed
+                      ? answer_with_rows_sql(answer, "operation_id = " + t.quote(req.operation_id) +
+                                                         " AND version = " + std::to_string(req.expected_version + 1))
+                      : "SELECT " + answer);
+  // Both or neither: a first UPDATE whose second missed is undone, not committed alone.
+  parts.push_back("IF @changeflow_pair = 1 THEN COMMIT; ELSE ROLLBACK; END IF");
+  if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
+  bool landed = false;
+  transaction tx(conn, transaction::begun_in_script{});
+  try {
+    run_script(conn, parts, [&](sql::ResultSet& rs) {
+      if (!rs.next() || rs.isNull("changeflow_answer")) return;
+      landed = rs.getInt("changeflow_answer") == 1;
+      if (landed && committed && !rs.isNull("operation_id")) *committed = read_operation(rs);
+    });
+  } catch (const sql::SQLException& e) {
+    // Under the fault only the KILL's own error is expected; anything else is a real failure, and
+    // the guard rolls back what the text left open.
+    if (!lose_answer_after_commit || !is_connection_lost_code(e.getErrorCode())) throw;
+  }
+  tx.ended_by_script();
+  if (lose_answer_after_commit) {
+    // The fault (tests), as for one statement: committed, and the answer taken for lost.
+    throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
+  }
+  return landed;
+}
+}  // namespace
+
 db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition_request& req,
                                          std::optional<operation_row>* committed, bool lose_answer_after_commit) {
   // One round trip: the statement is autocommitted.
@@ -294,36 +334,7 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
   std::unique_ptr<sql::Statement> upd(conn.createStatement());
   bool landed = false;
   if (req.before) {
-    // A pair: one transaction in one compound statement. The second UPDATE runs only when the first
-    // landed, and the answer says whether both did (with `committed`, beside the row they left).
-    std::vector<std::string> parts{"START TRANSACTION", transition_update_sql(t, *req.before),
-                                   "SET @changeflow_pair = ROW_COUNT()", q + " AND @changeflow_pair = 1",
-                                   "SET @changeflow_pair = IF(@changeflow_pair = 1, ROW_COUNT(), 0)"};
-    const std::string answer = "@changeflow_pair AS changeflow_answer";
-    parts.push_back(committed
-                        ? answer_with_rows_sql(answer, "operation_id = " + t.quote(req.operation_id) +
-                                                           " AND version = " + std::to_string(req.expected_version + 1))
-                        : "SELECT " + answer);
-    // Both or neither: a first UPDATE whose second missed is undone, not committed alone.
-    parts.push_back("IF @changeflow_pair = 1 THEN COMMIT; ELSE ROLLBACK; END IF");
-    if (lose_answer_after_commit) parts.push_back("KILL CONNECTION CONNECTION_ID()");
-    transaction tx(conn, transaction::begun_in_script{});
-    try {
-      run_script(conn, parts, [&](sql::ResultSet& rs) {
-        if (!rs.next() || rs.isNull("changeflow_answer")) return;
-        landed = rs.getInt("changeflow_answer") == 1;
-        if (landed && committed && !rs.isNull("operation_id")) *committed = read_operation(rs);
-      });
-    } catch (const sql::SQLException& e) {
-      // Under the fault only the KILL's own error is expected; anything else is a real failure, and
-      // the guard rolls back what the text left open.
-      if (!lose_answer_after_commit || !is_connection_lost_code(e.getErrorCode())) throw;
-    }
-    tx.ended_by_script();
-    if (lose_answer_after_commit) {
-      // The fault (tests), as for one statement below: committed, and the answer taken for lost.
-      throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
-    }
+    landed = pair_landed(conn, t, req, q, committed, lose_answer_after_commit);
   } else if (lose_answer_after_commit) {
     // The fault (tests): the UPDATE commits, then the connection dies before its answer is read. The
     // KILL's error ends this call; should the driver not report it, the answer is lost all the same.
@@ -332,9 +343,6 @@ db_result<std::int64_t> apply_transition(sql::Connection& conn, const transition
     while (upd->getMoreResults()) {
     }
     throw sql::SQLException("the answer was lost after the commit (test fault)", "08S01", 2013);
-  }
-  if (req.before) {
-    // answered above
   } else if (!committed) {
     landed = upd->executeUpdate(q) == 1;
   } else {
@@ -765,18 +773,15 @@ std::optional<db_error> refuse_transition(const transition_request& req) {
     // goes on from exactly where it leaves the row, under the same fence, so the second guard holds
     // exactly when the first did (a group reports the pair landed when its row moved). Admission to
     // the batch waiting set writes a second table and is never part of a pair.
+    const auto fence_of = [](const transition_request& r) {
+      return r.fence ? std::optional(std::pair(r.fence->instance_id, r.fence->lease_epoch)) : std::nullopt;
+    };
     if (b->before || b->retry_in_step || b->to == step::BATCH_WAITING || req.to == step::BATCH_WAITING ||
         b->operation_id != req.operation_id || b->to != req.from || b->expected_version + 1 != req.expected_version ||
-        b->fence.has_value() != req.fence.has_value() ||
-        (b->fence &&
-         (b->fence->instance_id != req.fence->instance_id || b->fence->lease_epoch != req.fence->lease_epoch))) {
+        fence_of(*b) != fence_of(req)) {
       return db_error{db_outcome::illegal_transition, 0, "a pair of transitions must follow one another"};
     }
-    if (!workflow::is_allowed(b->from, b->to, b->by)) {
-      return db_error{db_outcome::illegal_transition, 0,
-                      std::string(workflow::to_string(b->from)) + " -> " + std::string(workflow::to_string(b->to)) +
-                          " is not in the transition table"};
-    }
+    if (auto refused = refuse_transition(*b)) return refused;
   }
   if (req.retry_in_step && req.from != req.to) {
     return db_error{db_outcome::illegal_transition, 0, "a retry stays in its step"};
@@ -871,15 +876,13 @@ db_result<std::int64_t> transition(session s, const transition_request& req, std
   // A retry within its step writes no event to tell by; its lost answer is left to the guard. A
   // connection that could not be opened sent nothing, whatever code the driver gave (a handshake
   // can end in 2013, no ready cluster node in 1047): there is nothing to find.
-  if (!r.ok() && is_connection_lost_code(r.error.code) && !r.error.unsent && !req.retry_in_step) {
-    return find_landed(s, req, committed, r);
-  }
-  if (!r.ok() && is_connection_lost_code(r.error.code) && !r.error.unsent && req.before) {
+  if (r.ok() || !is_connection_lost_code(r.error.code) || r.error.unsent) return r;
+  if (!req.retry_in_step) return find_landed(s, req, committed, r);
+  if (req.before) {
     // A retry written with the step before it: that step's event tells, since the two committed
     // together or not at all.
     auto first = find_landed(s, *req.before, nullptr, r);
-    if (first.ok()) return R::success(req.expected_version + 1);
-    return first;
+    return first.ok() ? R::success(req.expected_version + 1) : first;
   }
   return r;
 }

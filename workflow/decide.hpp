@@ -81,8 +81,9 @@ struct transition_out {
   /// Written with the step that follows it, in one commit (persistence::transition_request::before):
   /// this step's own work is a call that is safe to repeat, and its outcome is the next write (the
   /// next step, or the failed attempt of a retry), so a crash before that commit finds the change
-  /// where it was and repeats the work. Until then the actor holds the step in memory; a decision
-  /// that writes nothing and waits (none at this step today) writes it alone first.
+  /// where it was and repeats the work. Until then the actor holds the step in memory. Only a step
+  /// whose every outcome is a write may be marked so (at CREATE_SUCCEEDED, the approvals' outcome
+  /// is a step or a failed attempt).
   bool with_next = false;
 };
 
