@@ -3,8 +3,9 @@
  *
  * Why: MariaDB asks for none, and where transparent huge pages are `madvise` (Debian's default) the
  * buffer pool then sits in 4 KB pages. On a host whose kernel samples memory (DAMON, a `kdamond`
- * thread) every resident page of that pool is work for the sampler, and the status reads' p99 grew
- * with MariaDB's resident memory while it ran (docs/performance.md, "The machine's memory monitor").
+ * thread), the status reads' p99 grew with MariaDB's resident memory while it ran, and huge pages
+ * (one per 2 MB instead of 512) took most of that back (docs/performance.md, "The machine's memory
+ * monitor" and "MariaDB's buffer pool in huge pages").
  * MariaDB's own `large_pages` needs huge pages reserved by root (vm.nr_hugepages); this asks for
  * transparent ones, which the `madvise` setting grants to a process that asks, and changes no
  * machine setting. Where the setting is `never` the request is a no-op.
