@@ -33,11 +33,6 @@ std::string mint(const std::string& sub) {
   return changeflow::testing::mint_hs256(jwt_secret, sub, 3600);
 }
 
-std::string source_dir() {
-  const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");
-  return s ? s : "";
-}
-
 /// Runs a shell command, returns (exit status, combined output).
 std::pair<int, std::string> run(const std::string& cmd) {
   std::string out;

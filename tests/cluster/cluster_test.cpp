@@ -61,11 +61,6 @@ int scale() {
   return n > 0 ? n : 1;
 }
 
-std::string source_dir() {
-  const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");
-  return s ? s : ".";
-}
-
 /// A base port P such that scripts/db cluster's ports (P.., P+100.., P+200.., P+300.. per node) are
 /// free, all in 10000-19999: below the ephemeral range (a node restarted mid-test binds its IST port
 /// again, and an outgoing connection may hold any port of that range by then; seen: "IST listener

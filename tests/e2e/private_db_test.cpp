@@ -18,11 +18,6 @@
 using namespace changeflow::testing;
 
 namespace {
-std::string source_dir() {
-  const char* d = std::getenv("CHANGEFLOW_SOURCE_DIR");
-  return d ? d : ".";
-}
-
 /// The largest mapping of a process, and the largest of those madvise(MADV_HUGEPAGE) marked (`hg` in
 /// its VmFlags), in kB, from /proc/PID/smaps (each mapping's Size line comes before its VmFlags line).
 struct mappings_summary {

@@ -23,11 +23,6 @@ json db_config(const changeflow::persistence::db_settings& s) {
   c["db"] = {{"host", s.host}, {"port", s.port}, {"user", s.user}, {"password", s.password}, {"name", s.database}};
   return c;
 }
-
-std::string source_dir() {
-  const char* d = std::getenv("CHANGEFLOW_SOURCE_DIR");
-  return d ? d : ".";
-}
 }  // namespace
 
 TEST(ServiceLifecycle, HealthReadyMetricsAndCleanStop) {

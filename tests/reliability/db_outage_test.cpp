@@ -29,11 +29,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string source_dir() {
-  const char* s = std::getenv("CHANGEFLOW_SOURCE_DIR");
-  return s ? s : ".";
-}
-
 int outage_seconds() {
   const char* s = std::getenv("CHANGEFLOW_DB_OUTAGE_SECONDS");
   return s ? std::max(1, std::atoi(s)) : 8;

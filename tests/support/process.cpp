@@ -146,6 +146,11 @@ std::string binary_path(const std::string& name) {
   return std::string(dir) + "/app/" + name;
 }
 
+std::string source_dir() {
+  const char* dir = std::getenv("CHANGEFLOW_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+
 std::string make_temp_dir(const std::string& prefix) {
   // TMPDIR lets scripts/test give one run its own directory (the sanitizer run scans it for reports
   // of child processes afterwards).

@@ -41,6 +41,8 @@ class child_process {
 
 /// Path of a built executable (CHANGEFLOW_BINARY_DIR/app/...).
 std::string binary_path(const std::string& name);
+/// The source tree (CHANGEFLOW_SOURCE_DIR, which ctest sets; "." without it), for its scripts and files.
+std::string source_dir();
 /// A fresh directory under /tmp for one test's files.
 std::string make_temp_dir(const std::string& prefix);
 /// Polls `predicate` every `every` (10 ms) until it holds or `timeout` passes; returns its last value.
