@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 using namespace changeflow;
 
@@ -69,6 +74,70 @@ TEST(Ids, HmacMatchesKnownVector) {
   EXPECT_EQ(ids::hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   EXPECT_EQ(ids::sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Ids, HmacTakesEachCallsOwnKey) {
+  // RFC 4231 test cases 1 and 2 in turn on one thread, whose context is reused, then an empty key.
+  const std::string key1(20, '\x0b');
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ids::hmac_sha256_hex(key1, "Hi There"),
+              "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    EXPECT_EQ(ids::hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
+              "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  }
+  EXPECT_EQ(ids::hmac_sha256_hex("", ""), "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+  EXPECT_EQ(ids::hmac_sha256_hex(key1, "Hi There"), "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+}
+
+TEST(Ids, HmacIsRightOnManyThreadsAtOnce) {
+  const std::string key1(20, '\x0b');
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 500; ++i) {
+        if (ids::hmac_sha256_hex(key1, "Hi There") !=
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+          ++wrong[t];
+        if (ids::hmac_sha256_hex("Jefe", "what do ya want for nothing?") !=
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+          ++wrong[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+TEST(Ids, AChildProcessDoesNotRepeatItsParentsIds) {
+  // Ids come from a per-thread reserve of random bytes; after fork() the child must not hand out the
+  // bytes the parent hands out next.
+  (void)ids::new_uuid();  // the reserve now holds bytes for the next ids
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string id = ids::new_uuid() + ids::new_error_id();
+    const auto written = ::write(fds[1], id.data(), id.size());
+    ::_exit(written == static_cast<ssize_t>(id.size()) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  const std::string parent = ids::new_uuid() + ids::new_error_id();
+  std::string from_child(parent.size(), '\0');
+  std::size_t got = 0;
+  while (got < from_child.size()) {
+    const auto n = ::read(fds[0], from_child.data() + got, from_child.size() - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(got, parent.size());
+  EXPECT_NE(from_child.substr(0, 36), parent.substr(0, 36));
+  EXPECT_NE(from_child.substr(36), parent.substr(36));
 }
 
 TEST(Ids, ConstantTimeEqual) {
