@@ -47,7 +47,7 @@ void random_bytes(unsigned char* out, size_t n) {
 // A child process must not hand out the bytes its parent already handed out: fork() bumps the
 // generation, and a thread's reserve from an older generation is thrown away.
 std::atomic<unsigned> fork_generation{0};
-const bool fork_hook_installed = [] {
+[[maybe_unused]] const bool fork_hook_installed = [] {
   return ::pthread_atfork(nullptr, nullptr, [] { fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
 }();
 
