@@ -1,0 +1,182 @@
+// changeflow-machine-probe [DIR] — how fast this machine is right now, in four fixed pieces of work,
+// printed as key=value lines. bench/run runs it on the quiet machine before and after each flow, so a
+// flow that ran slow can be set beside what the machine itself did in the same minutes: the same
+// build's flows move by a third from one minute to the next on a shared two-core virtual machine.
+//
+//   compute_ns  one step of an integer loop that stays in registers (the core's speed)
+//   memory_ns   one load of a chain of dependent loads through 32 MB (the memory's latency)
+//   syscall_ns  one system call that does no work (getppid)
+//   wake_us     one round trip of a byte between two threads on different cores, through two pipes:
+//               two wake-ups of a sleeping thread on the other core (what a hand-off costs)
+//   fsync_us    one 4 KB write and fdatasync of a file in DIR (default .), the median of 100: the
+//               durable commit's floor on that file system (skipped when DIR cannot take a file)
+//
+// Each figure is the median of a few repeats. The probe takes about a second; it is never run
+// while a flow runs (it would slow the flow and measure the flow's contention, not the machine's).
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+double ns_since(steady::time_point t0) {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t0).count());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double compute_ns() {
+  constexpr std::uint64_t steps = 10'000'000;
+  volatile std::uint64_t sink = 0;
+  std::vector<double> runs;
+  for (int r = 0; r < 3; ++r) {
+    std::uint64_t x = 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(r);
+    auto t0 = steady::now();
+    for (std::uint64_t i = 0; i < steps; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      x *= 0x2545f4914f6cdd1dull;
+    }
+    sink = sink + x;
+    runs.push_back(ns_since(t0) / steps);
+  }
+  return median(runs);
+}
+
+double memory_ns() {
+  constexpr std::size_t slots = 32u * 1024 * 1024 / sizeof(std::uint32_t);
+  // One cycle through every slot in a random order (Sattolo's shuffle): each load's address is the
+  // value of the load before it.
+  std::vector<std::uint32_t> next(slots);
+  std::iota(next.begin(), next.end(), 0u);
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (std::size_t i = slots - 1; i > 0; --i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::swap(next[i], next[x % i]);
+  }
+  constexpr std::size_t loads = 400'000;
+  std::vector<double> runs;
+  std::uint32_t at = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = steady::now();
+    for (std::size_t i = 0; i < loads; ++i) at = next[at];
+    runs.push_back(ns_since(t0) / loads);
+  }
+  volatile std::uint32_t sink = at;
+  (void)sink;
+  return median(runs);
+}
+
+double syscall_ns() {
+  constexpr int calls = 100'000;
+  std::vector<double> runs;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = steady::now();
+    for (int i = 0; i < calls; ++i) (void)syscall(SYS_getppid);
+    runs.push_back(ns_since(t0) / calls);
+  }
+  return median(runs);
+}
+
+bool pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+/// Microseconds per round trip, or a negative number when the machine has one core or the pipes fail.
+double wake_us() {
+  if (std::thread::hardware_concurrency() < 2) return -1;
+  int ping[2], pong[2];
+  if (pipe(ping) != 0) return -1;
+  if (pipe(pong) != 0) {
+    close(ping[0]);
+    close(ping[1]);
+    return -1;
+  }
+  constexpr int trips = 5000;
+  std::thread echo([&] {
+    (void)pin(1);
+    char c;
+    while (read(ping[0], &c, 1) == 1) {
+      if (write(pong[1], &c, 1) != 1) break;
+    }
+  });
+  const bool pinned = pin(0);
+  std::vector<double> runs;
+  char c = 'x';
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = steady::now();
+    for (int i = 0; i < trips; ++i) {
+      if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1) break;
+    }
+    runs.push_back(ns_since(t0) / trips / 1000);
+  }
+  close(ping[1]);  // a round trip cut short leaves the echo reading: the end of its pipe stops it
+  echo.join();
+  for (int fd : {ping[0], pong[0], pong[1]}) close(fd);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (unsigned i = 0; i < std::thread::hardware_concurrency(); ++i) CPU_SET(i, &all);
+  pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+  return pinned ? median(runs) : -1;
+}
+
+/// Microseconds per 4 KB write + fdatasync in `dir`, or a negative number when no file can be made there.
+double fsync_us(const std::string& dir) {
+  std::string path = dir + "/.changeflow-machine-probe." + std::to_string(getpid());
+  int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  if (fd < 0) return -1;
+  std::vector<char> page(4096, 'p');
+  std::vector<double> each;
+  for (int i = 0; i < 100; ++i) {
+    auto t0 = steady::now();
+    if (pwrite(fd, page.data(), page.size(), 0) != static_cast<ssize_t>(page.size()) || fdatasync(fd) != 0) break;
+    each.push_back(ns_since(t0) / 1000);
+  }
+  close(fd);
+  unlink(path.c_str());
+  return each.size() == 100 ? median(each) : -1;
+}
+
+void put(const char* key, double value, const char* format) {
+  if (value < 0) {
+    std::printf("%s=n/a\n", key);
+    return;
+  }
+  std::printf("%s=", key);
+  std::printf(format, value);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : ".";
+  put("compute_ns", compute_ns(), "%.3f");
+  put("memory_ns", memory_ns(), "%.1f");
+  put("syscall_ns", syscall_ns(), "%.0f");
+  put("wake_us", wake_us(), "%.2f");
+  put("fsync_us", fsync_us(dir), "%.0f");
+  return 0;
+}
