@@ -1,4 +1,4 @@
-// changeflow-machine-probe [DIR] — how fast this machine is right now, in four fixed pieces of work,
+// changeflow-machine-probe [DIR] — how fast this machine is right now, in five fixed pieces of work,
 // printed as key=value lines. bench/run runs it on the quiet machine before and after each flow, so a
 // flow that ran slow can be set beside what the machine itself did in the same minutes: the same
 // build's flows move by a third from one minute to the next on a shared two-core virtual machine.
@@ -13,11 +13,30 @@
 //
 // Each figure is the median of a few repeats. The probe takes about a second; it is never run
 // while a flow runs (it would slow the flow and measure the flow's contention, not the machine's).
+//
+// changeflow-machine-probe --during — runs beside a flow until SIGTERM or SIGINT, then prints what it
+// saw. Every 50 ms it does a small fixed piece of work (50,000 steps of the integer loop, 1,000 loads
+// of a chain through 8 MB; about 0.3 ms, under 1 % of one core) and times it by the CPU time of its
+// own thread, not by the clock on the wall: waiting for a core while the flow's processes hold both
+// does not count, so what it measures is what one unit of work cost in CPU time at that moment.
+// A virtual machine whose host takes its cores away without reporting steal time (this machine's
+// /proc/stat shows none) charges that time to whatever ran, and the canary's work then costs more
+// CPU time, as the flow's does.
+//
+//   during_samples             how many times the work ran
+//   during_compute_ns, _p90    CPU time per loop step: the median and the 90th percentile
+//   during_memory_ns, _p90     CPU time per dependent load, the same
+//   during_wall_over_cpu       the work's wall time over its CPU time, the median: 1 when it was never
+//                              taken off its core mid-way
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <ctime>
 
 #include <algorithm>
 #include <chrono>
@@ -41,38 +60,47 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+/// `steps` rounds of an integer mix that stays in registers; the result keeps the loop from being
+/// optimised away.
+std::uint64_t mix(std::uint64_t x, std::uint64_t steps) {
+  for (std::uint64_t i = 0; i < steps; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x *= 0x2545f4914f6cdd1dull;
+  }
+  return x;
+}
+
+/// One cycle through `bytes` of slots in a random order (Sattolo's shuffle): each load's address is
+/// the value of the load before it.
+std::vector<std::uint32_t> random_cycle(std::size_t bytes, std::uint64_t seed) {
+  std::vector<std::uint32_t> next(bytes / sizeof(std::uint32_t));
+  std::iota(next.begin(), next.end(), 0u);
+  std::uint64_t x = seed;
+  for (std::size_t i = next.size() - 1; i > 0; --i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::swap(next[i], next[x % i]);
+  }
+  return next;
+}
+
 double compute_ns() {
   constexpr std::uint64_t steps = 10'000'000;
   volatile std::uint64_t sink = 0;
   std::vector<double> runs;
   for (int r = 0; r < 3; ++r) {
-    std::uint64_t x = 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(r);
     auto t0 = steady::now();
-    for (std::uint64_t i = 0; i < steps; ++i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      x *= 0x2545f4914f6cdd1dull;
-    }
-    sink = sink + x;
+    sink = sink + mix(0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(r), steps);
     runs.push_back(ns_since(t0) / steps);
   }
   return median(runs);
 }
 
 double memory_ns() {
-  constexpr std::size_t slots = 32u * 1024 * 1024 / sizeof(std::uint32_t);
-  // One cycle through every slot in a random order (Sattolo's shuffle): each load's address is the
-  // value of the load before it.
-  std::vector<std::uint32_t> next(slots);
-  std::iota(next.begin(), next.end(), 0u);
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (std::size_t i = slots - 1; i > 0; --i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::swap(next[i], next[x % i]);
-  }
+  const auto next = random_cycle(32u * 1024 * 1024, 0x9e3779b97f4a7c15ull);
   constexpr std::size_t loads = 400'000;
   std::vector<double> runs;
   std::uint32_t at = 0;
@@ -159,6 +187,70 @@ double fsync_us(const std::string& dir) {
   return each.size() == 100 ? median(each) : -1;
 }
 
+volatile std::sig_atomic_t stop_requested = 0;
+
+void on_stop(int) {
+  stop_requested = 1;
+}
+
+double thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+void put(const char* key, double value, const char* format);
+
+/// The canary beside a flow (see the top of the file); prints when stopped.
+int during() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  const auto next = random_cycle(8u * 1024 * 1024, 0x2545f4914f6cdd1dull);
+  constexpr std::uint64_t steps = 50'000;
+  constexpr std::size_t loads = 1'000;
+  std::vector<double> compute, memory, stretch;
+  std::uint32_t at = 0;
+  volatile std::uint64_t sink = 0;
+  timespec tick{};
+  clock_gettime(CLOCK_MONOTONIC, &tick);
+  while (!stop_requested) {
+    tick.tv_nsec += 50'000'000;
+    if (tick.tv_nsec >= 1'000'000'000) {
+      tick.tv_nsec -= 1'000'000'000;
+      ++tick.tv_sec;
+    }
+    while (!stop_requested && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &tick, nullptr) == EINTR) {
+    }
+    if (stop_requested) break;
+    auto w0 = steady::now();
+    double c0 = thread_cpu_ns();
+    sink = sink + mix(0x9e3779b97f4a7c15ull + compute.size(), steps);
+    double c1 = thread_cpu_ns();
+    double w1 = ns_since(w0);
+    for (std::size_t i = 0; i < loads; ++i) at = next[at];
+    double c2 = thread_cpu_ns();
+    compute.push_back((c1 - c0) / steps);
+    memory.push_back((c2 - c1) / loads);
+    if (c1 > c0) stretch.push_back(w1 / (c1 - c0));
+  }
+  sink = sink + at;
+  put("during_samples", static_cast<double>(compute.size()), "%.0f");
+  put("during_compute_ns", percentile(compute, 0.5), "%.3f");
+  put("during_compute_ns_p90", percentile(compute, 0.9), "%.3f");
+  put("during_memory_ns", percentile(memory, 0.5), "%.1f");
+  put("during_memory_ns_p90", percentile(memory, 0.9), "%.1f");
+  put("during_wall_over_cpu", percentile(stretch, 0.5), "%.2f");
+  return 0;
+}
+
 void put(const char* key, double value, const char* format) {
   if (value < 0) {
     std::printf("%s=n/a\n", key);
@@ -172,6 +264,7 @@ void put(const char* key, double value, const char* format) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--during") return during();
   const std::string dir = argc > 1 ? argv[1] : ".";
   put("compute_ns", compute_ns(), "%.3f");
   put("memory_ns", memory_ns(), "%.1f");
