@@ -16,7 +16,7 @@
 //
 // changeflow-machine-probe --during — runs beside a flow until SIGTERM or SIGINT, then prints what it
 // saw. Every 50 ms it does a small fixed piece of work (50,000 steps of the integer loop, 1,000 loads
-// of a chain through 8 MB; about 0.3 ms, under 1 % of one core) and times it by the CPU time of its
+// of a chain through 8 MB, 200 system calls that do no work; about 0.5 ms, 1 % of one core) and times it by the CPU time of its
 // own thread, not by the clock on the wall: waiting for a core while the flow's processes hold both
 // does not count, so what it measures is what one unit of work cost in CPU time at that moment.
 // A virtual machine whose host takes its cores away without reporting steal time (this machine's
@@ -27,6 +27,9 @@
 //   during_compute_ns, _p90, _mean   CPU time per loop step: the median, the 90th percentile and the
 //                              mean (the mean and the p90 move when part of the flow ran slow)
 //   during_memory_ns, _p90     CPU time per dependent load, the same
+//   during_syscall_ns, _p90    CPU time per system call (getppid), the median and the 90th percentile:
+//                              on a virtual machine the kernel's entry and exit, and the hypervisor's
+//                              part in them, move with the host's load more than a loop does
 //   during_wall_over_cpu       the work's wall time over its CPU time, the median: 1 when it was never
 //                              taken off its core mid-way
 #include <fcntl.h>
@@ -217,7 +220,8 @@ int during() {
   const auto next = random_cycle(8u * 1024 * 1024, 0x2545f4914f6cdd1dull);
   constexpr std::uint64_t steps = 50'000;
   constexpr std::size_t loads = 1'000;
-  std::vector<double> compute, memory, stretch;
+  constexpr int calls = 200;
+  std::vector<double> compute, memory, syscalls, stretch;
   std::uint32_t at = 0;
   volatile std::uint64_t sink = 0;
   timespec tick{};
@@ -238,8 +242,11 @@ int during() {
     double w1 = ns_since(w0);
     for (std::size_t i = 0; i < loads; ++i) at = next[at];
     double c2 = thread_cpu_ns();
+    for (int i = 0; i < calls; ++i) (void)syscall(SYS_getppid);
+    double c3 = thread_cpu_ns();
     compute.push_back((c1 - c0) / steps);
     memory.push_back((c2 - c1) / loads);
+    syscalls.push_back((c3 - c2) / calls);
     if (c1 > c0) stretch.push_back(w1 / (c1 - c0));
   }
   sink = sink + at;
@@ -251,6 +258,8 @@ int during() {
       "%.3f");
   put("during_memory_ns", percentile(memory, 0.5), "%.1f");
   put("during_memory_ns_p90", percentile(memory, 0.9), "%.1f");
+  put("during_syscall_ns", percentile(syscalls, 0.5), "%.0f");
+  put("during_syscall_ns_p90", percentile(syscalls, 0.9), "%.0f");
   put("during_wall_over_cpu", percentile(stretch, 0.5), "%.2f");
   return 0;
 }
