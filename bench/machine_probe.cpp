@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -154,24 +155,24 @@ double wake_us() {
       if (write(pong[1], &c, 1) != 1) break;
     }
   });
+  cpu_set_t original;
+  const bool had_mask = pthread_getaffinity_np(pthread_self(), sizeof original, &original) == 0;
   const bool pinned = pin(0);
   std::vector<double> runs;
   char c = 'x';
-  for (int r = 0; r < 3; ++r) {
+  bool whole = true;
+  for (int r = 0; r < 3 && whole; ++r) {
     auto t0 = steady::now();
-    for (int i = 0; i < trips; ++i) {
-      if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1) break;
+    for (int i = 0; i < trips && whole; ++i) {
+      whole = write(ping[1], &c, 1) == 1 && read(pong[0], &c, 1) == 1;
     }
     runs.push_back(ns_since(t0) / trips / 1000);
   }
   close(ping[1]);  // a round trip cut short leaves the echo reading: the end of its pipe stops it
   echo.join();
   for (int fd : {ping[0], pong[0], pong[1]}) close(fd);
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  for (unsigned i = 0; i < std::thread::hardware_concurrency(); ++i) CPU_SET(i, &all);
-  pthread_setaffinity_np(pthread_self(), sizeof all, &all);
-  return pinned ? median(runs) : -1;
+  if (had_mask) pthread_setaffinity_np(pthread_self(), sizeof original, &original);
+  return pinned && whole ? median(runs) : -1;
 }
 
 /// Microseconds per 4 KB write + fdatasync in `dir`, or a negative number when no file can be made there.
@@ -213,6 +214,10 @@ void put(const char* key, double value, const char* format);
 
 /// The canary beside a flow (see the top of the file); prints when stopped.
 int during() {
+  // Dies with the run that started it, even when that run is killed without its exit handler.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) return 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop;
   sigaction(SIGTERM, &sa, nullptr);
