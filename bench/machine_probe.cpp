@@ -50,6 +50,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -60,9 +61,26 @@ double ns_since(steady::time_point t0) {
   return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t0).count());
 }
 
-double median(std::vector<double> v) {
+/// The value at fraction `p` of the sorted samples (0.5: the median), or -1 when there are none.
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+double median(std::vector<double> v) {
+  return percentile(std::move(v), 0.5);
+}
+
+/// One key=value line; a negative value (not measured) prints as n/a.
+void put(const char* key, double value, const char* format) {
+  if (value < 0) {
+    std::printf("%s=n/a\n", key);
+    return;
+  }
+  std::printf("%s=", key);
+  std::printf(format, value);
+  std::printf("\n");
 }
 
 /// `steps` rounds of an integer mix that stays in registers; the result keeps the loop from being
@@ -204,14 +222,6 @@ double thread_cpu_ns() {
   return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
-}
-
-void put(const char* key, double value, const char* format);
-
 /// The canary beside a flow (see the top of the file); prints when stopped.
 int during() {
   // Dies with the run that started it, even when that run is killed without its exit handler.
@@ -256,27 +266,17 @@ int during() {
   }
   sink = sink + at;
   put("during_samples", static_cast<double>(compute.size()), "%.0f");
-  put("during_compute_ns", percentile(compute, 0.5), "%.3f");
+  put("during_compute_ns", median(compute), "%.3f");
   put("during_compute_ns_p90", percentile(compute, 0.9), "%.3f");
   put("during_compute_ns_mean",
       compute.empty() ? -1 : std::accumulate(compute.begin(), compute.end(), 0.0) / static_cast<double>(compute.size()),
       "%.3f");
-  put("during_memory_ns", percentile(memory, 0.5), "%.1f");
+  put("during_memory_ns", median(memory), "%.1f");
   put("during_memory_ns_p90", percentile(memory, 0.9), "%.1f");
-  put("during_syscall_ns", percentile(syscalls, 0.5), "%.0f");
+  put("during_syscall_ns", median(syscalls), "%.0f");
   put("during_syscall_ns_p90", percentile(syscalls, 0.9), "%.0f");
-  put("during_wall_over_cpu", percentile(stretch, 0.5), "%.2f");
+  put("during_wall_over_cpu", median(stretch), "%.2f");
   return 0;
-}
-
-void put(const char* key, double value, const char* format) {
-  if (value < 0) {
-    std::printf("%s=n/a\n", key);
-    return;
-  }
-  std::printf("%s=", key);
-  std::printf(format, value);
-  std::printf("\n");
 }
 
 }  // namespace
