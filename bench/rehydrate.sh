@@ -32,7 +32,9 @@ cleanup() {
   "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS $DBNAME" 2>/dev/null || true
   rm -rf "$WORK"
 }
-trap cleanup EXIT
+# shellcheck source=scripts/lib/on-exit.sh
+. "$ROOT/scripts/lib/on-exit.sh"
+on_exit cleanup
 
 "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS $DBNAME; CREATE DATABASE $DBNAME"
 HTTP_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
