@@ -23,13 +23,13 @@ set -euo pipefail
 DIR="\$1"
 cleanup() {
   echo started >"\$DIR/cleanup-started"
+  # Its children (this wait's) are in the script's process group, as a server's stop command is.
   for _ in \$(seq 1 400); do [ -e "\$DIR/release" ] && break; sleep 0.05; done
-  sleep 0.2 # a child of the clean-up in the script's process group, as a server's stop command is
   echo done >"\$DIR/cleanup-done"
 }
 on_exit cleanup
 echo ready >"\$DIR/ready"
-sleep 60 &
+sleep 60 & # stands in for the servers the script waits on
 wait
 SCRIPT
 chmod +x "$WORK/script"
